@@ -1,0 +1,36 @@
+"""The random state offrl draws from, reseeded by :func:`offrl.seed`."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+__all__ = ["get_rng", "seed"]
+
+_rng = np.random.default_rng()
+
+
+def get_rng() -> np.random.Generator:
+    """The numpy generator used by replay buffers and samplers."""
+    return _rng
+
+
+def seed(n: int) -> None:
+    """Seed every random source offrl uses (numpy, Python, torch).
+
+    After ``offrl.seed(n)`` the same program gives the same samples and, on
+    the same device, the same trained networks.
+    """
+    global _rng
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+        raise TypeError(f"seed must be an int, got {type(n).__name__}")
+    n = int(n)
+    _rng = np.random.default_rng(n)
+    random.seed(n)
+    np.random.seed(n % (2**32))
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return
+    torch.manual_seed(n)

@@ -1,0 +1,261 @@
+"""Validation and conversion of user arrays into the store's dtypes.
+
+Every check names the field and the first offending index, and runs before
+anything is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..constants import ActionSpace
+
+__all__ = [
+    "as_observation_columns",
+    "check_finite",
+    "as_flags",
+    "as_rewards",
+    "as_actions",
+    "episode_columns",
+    "first_index",
+]
+
+
+def first_index(mask: np.ndarray) -> int:
+    """Index along the first axis of the first row where ``mask`` holds."""
+    rows = mask.reshape(mask.shape[0], -1).any(axis=1) if mask.ndim > 1 else mask
+    return int(np.argmax(rows))
+
+
+def _as_array(value: Any, name: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "to_numpy"):  # pandas objects
+        value = value.to_numpy()
+    elif hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensors
+        value = value.detach().cpu().numpy()
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must be array-like, got {type(value).__name__}: {e}") from None
+    if array.dtype == object:
+        raise TypeError(
+            f"{name} must be a numeric array, got an object array "
+            "(rows of different shapes, or non-numeric values)"
+        )
+    return array
+
+
+def check_finite(array: np.ndarray, name: str) -> None:
+    """Raise naming ``name[i]`` when ``array`` holds NaN or inf."""
+    if not np.issubdtype(array.dtype, np.floating):
+        return
+    finite = np.isfinite(array)
+    if finite.all():
+        return
+    i = first_index(~finite)
+    row = array[i]
+    kind = "nan" if np.isnan(row).any() else "inf"
+    raise ValueError(f"{name}[{i}] is {kind}")
+
+
+def _observation_dtype(array: np.ndarray) -> np.dtype:
+    if np.issubdtype(array.dtype, np.floating) or array.dtype == np.bool_:
+        return np.dtype(np.float32)
+    if np.issubdtype(array.dtype, np.number):
+        return array.dtype
+    raise TypeError(f"observations must be numeric, got dtype {array.dtype}")
+
+
+def as_observation_columns(observations: Any, name: str = "observations") -> list[np.ndarray]:
+    """Observations as a list of columns (one per tuple element), each with
+    steps on the first axis; floats become float32, uint8 images stay uint8."""
+    if isinstance(observations, (list, tuple)):
+        if len(observations) == 0:
+            raise ValueError(f"{name} is an empty tuple")
+        raw = [_as_array(o, f"{name}[{k}]") for k, o in enumerate(observations)]
+        names = [f"{name}[{k}]" for k in range(len(raw))]
+    else:
+        raw = [_as_array(observations, name)]
+        names = [name]
+    columns = []
+    for array, field in zip(raw, names):
+        if array.ndim == 0:
+            raise ValueError(f"{field} must have a step axis, got a scalar")
+        if array.ndim == 1:
+            array = array[:, None]
+        check_finite(array, field)
+        columns.append(np.ascontiguousarray(array, dtype=_observation_dtype(array)))
+    n = columns[0].shape[0]
+    for column, field in zip(columns[1:], names[1:]):
+        if column.shape[0] != n:
+            raise ValueError(f"{field} has {column.shape[0]} rows, {names[0]} has {n}")
+    return columns
+
+
+def as_flags(value: Any, name: str, n: int) -> np.ndarray:
+    """0/1 flags of length ``n`` as a bool array."""
+    array = _as_array(value, name)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-dimensional, got shape {array.shape}")
+    if array.shape[0] != n:
+        raise ValueError(f"{name} has {array.shape[0]} rows, observations has {n}")
+    if array.dtype == np.bool_:
+        return array
+    bad = (array != 0) & (array != 1)
+    if bad.any():
+        i = first_index(bad)
+        raise ValueError(f"{name}[{i}] is {array[i]!r}, expected 0 or 1")
+    return array.astype(bool)
+
+
+def as_rewards(value: Any, n: Optional[int], name: str = "rewards") -> np.ndarray:
+    """Rewards as ``(n, 1)`` float32."""
+    array = _as_array(value, name)
+    if array.ndim == 1:
+        array = array[:, None]
+    if array.ndim != 2 or array.shape[1] != 1:
+        raise ValueError(f"{name} must have shape (n,) or (n, 1), got {array.shape}")
+    if n is not None and array.shape[0] != n:
+        raise ValueError(f"{name} has {array.shape[0]} rows, observations has {n}")
+    if not np.issubdtype(array.dtype, np.number) and array.dtype != np.bool_:
+        raise TypeError(f"{name} must be numeric, got dtype {array.dtype}")
+    check_finite(array, name)
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def _looks_discrete(array: np.ndarray) -> bool:
+    if array.ndim == 2 and array.shape[1] != 1:
+        return False
+    if np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_:
+        return True
+    if np.issubdtype(array.dtype, np.floating):
+        finite = np.isfinite(array)
+        return bool(finite.all() and np.all(array == np.round(array)) and np.all(array >= 0))
+    return False
+
+
+def as_actions(
+    value: Any,
+    n: Optional[int],
+    action_space: Optional[ActionSpace],
+    action_size: Optional[int],
+    name: str = "actions",
+) -> tuple[np.ndarray, ActionSpace, int]:
+    """Actions in the store's layout: continuous ``(n, size)`` float32,
+    discrete ``(n, 1)`` int64. Infers the space and size when not given."""
+    array = _as_array(value, name)
+    if array.ndim == 0 or array.ndim > 2:
+        raise ValueError(f"{name} must have shape (n,) or (n, action_size), got {array.shape}")
+    if n is not None and array.shape[0] != n:
+        raise ValueError(f"{name} has {array.shape[0]} rows, observations has {n}")
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+        raise TypeError(f"{name} must be numeric, got dtype {array.dtype}")
+    if action_size is not None:
+        if isinstance(action_size, bool) or not isinstance(action_size, (int, np.integer)):
+            raise TypeError(f"action_size must be an int, got {type(action_size).__name__}")
+        if action_size <= 0:
+            raise ValueError(f"action_size must be > 0, got {action_size}")
+        action_size = int(action_size)
+    if action_space is None:
+        action_space = ActionSpace.DISCRETE if _looks_discrete(array) else ActionSpace.CONTINUOUS
+    else:
+        action_space = ActionSpace.parse(action_space)
+        if action_space == ActionSpace.BOTH:
+            raise ValueError("a dataset's action_space is CONTINUOUS or DISCRETE, not BOTH")
+    if array.ndim == 1:
+        array = array[:, None]
+
+    if action_space == ActionSpace.CONTINUOUS:
+        check_finite(array, name)
+        width = array.shape[1]
+        if action_size is not None and width != action_size:
+            raise ValueError(
+                f"{name} has width {width}, expected action_size={action_size} "
+                "continuous action dimensions"
+            )
+        return np.ascontiguousarray(array, dtype=np.float32), action_space, width
+
+    # discrete
+    if array.shape[1] != 1:
+        raise ValueError(
+            f"discrete {name} must have shape (n,) or (n, 1) holding action indices, "
+            f"got {array.shape}"
+        )
+    if np.issubdtype(array.dtype, np.floating):
+        check_finite(array, name)
+        bad = array != np.round(array)
+        if bad.any():
+            i = first_index(bad)
+            raise ValueError(f"{name}[{i}] is {array[i, 0]!r}, expected an integer action index")
+    if array.size:
+        negative = array < 0
+        if negative.any():
+            i = first_index(negative)
+            raise ValueError(f"{name}[{i}] is {array[i, 0]!r}, expected a non-negative action index")
+    actions = np.ascontiguousarray(array, dtype=np.int64)
+    if action_size is None:
+        action_size = int(actions.max()) + 1 if actions.size else 1
+    elif actions.size:
+        too_big = actions >= action_size
+        if too_big.any():
+            i = first_index(too_big)
+            raise ValueError(
+                f"{name}[{i}] is {int(actions[i, 0])}, expected an index below action_size={action_size}"
+            )
+    return actions, action_space, action_size
+
+
+def as_single_observation(observation: Any, signature, name: str = "observation") -> list[np.ndarray]:
+    """One observation (no step axis) as a list of arrays in the signature's dtypes."""
+    if signature.is_tuple or isinstance(observation, (list, tuple)):
+        if not isinstance(observation, (list, tuple)):
+            raise TypeError(f"{name} must be a tuple of {len(signature)} arrays")
+        items = list(observation)
+    else:
+        items = [observation]
+    if len(items) != len(signature):
+        raise ValueError(f"{name} has {len(items)} elements, expected {len(signature)}")
+    out = []
+    for k, (item, dt, sh) in enumerate(zip(items, signature.dtype, signature.shape)):
+        field = f"{name}[{k}]" if signature.is_tuple else name
+        array = _as_array(item, field)
+        if array.shape != tuple(sh):
+            if array.size == int(np.prod(sh)) and array.ndim <= 1 and len(sh) <= 1:
+                array = array.reshape(sh)
+            else:
+                raise ValueError(f"{field} has shape {array.shape}, expected {tuple(sh)}")
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+            raise ValueError(f"{field} holds nan or inf")
+        out.append(array.astype(dt, copy=False))
+    return out
+
+
+def episode_columns(episode: Any, store: Any) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, Optional[list[np.ndarray]]]:
+    """An episode's arrays validated and converted to ``store``'s dtypes."""
+    observations = as_observation_columns(episode.observations, "episode.observations")
+    n = observations[0].shape[0]
+    if n == 0:
+        raise ValueError("episode has no steps")
+    action_space = None
+    if store.action_signature is not None:
+        is_discrete = np.issubdtype(store.action_signature.dtype[0], np.integer)
+        action_space = ActionSpace.DISCRETE if is_discrete else ActionSpace.CONTINUOUS
+    actions, _, _ = as_actions(episode.actions, n, action_space, None, "episode.actions")
+    rewards = as_rewards(episode.rewards, n, "episode.rewards")
+    final = getattr(episode, "final_observation", None)
+    final_columns = None
+    if final is not None:
+        from .episode import get_observation_signature
+
+        signature = get_observation_signature(observations)
+        final_columns = as_single_observation(final, signature, "episode.final_observation")
+    if store.observation_signature is not None:
+        observations = [
+            o.astype(d, copy=False) for o, d in zip(observations, store.observation_signature.dtype)
+        ]
+    return observations, actions, rewards, final_columns

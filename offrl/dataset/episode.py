@@ -1,0 +1,190 @@
+"""Episodes, transitions and partial trajectories.
+
+An :class:`Episode` built by a replay buffer is a view into the buffer's
+columnar storage: its arrays are numpy slices, not copies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from .signature import Observation, ObservationSequence, Signature
+
+__all__ = [
+    "EpisodeBase",
+    "Episode",
+    "Transition",
+    "PartialTrajectory",
+    "create_zero_observation",
+    "retrieve_observation",
+    "get_observation_signature",
+]
+
+
+def retrieve_observation(observations: ObservationSequence, index: Any) -> Observation:
+    """``observations[index]`` for plain and tuple observation sequences."""
+    if isinstance(observations, (list, tuple)):
+        return [o[index] for o in observations]
+    return observations[index]
+
+
+def create_zero_observation(observation: Observation) -> Observation:
+    """An all-zero observation of the same dtype and shape."""
+    if isinstance(observation, (list, tuple)):
+        return [np.zeros_like(o) for o in observation]
+    return np.zeros_like(observation)
+
+
+def get_observation_signature(observations: ObservationSequence) -> Signature:
+    """The signature of a sequence of observations (time on the first axis)."""
+    if isinstance(observations, (list, tuple)):
+        return Signature(
+            dtype=[o.dtype for o in observations], shape=[o.shape[1:] for o in observations]
+        )
+    return Signature(dtype=[observations.dtype], shape=[observations.shape[1:]])
+
+
+@runtime_checkable
+class EpisodeBase(Protocol):
+    """What a transition picker or trajectory slicer may read from an episode."""
+
+    @property
+    def observations(self) -> ObservationSequence: ...
+
+    @property
+    def actions(self) -> np.ndarray: ...
+
+    @property
+    def rewards(self) -> np.ndarray: ...
+
+    @property
+    def terminated(self) -> bool: ...
+
+    def size(self) -> int: ...
+
+    def compute_return(self) -> float: ...
+
+    @property
+    def transition_count(self) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    """One episode of ``T`` steps.
+
+    Attributes:
+        observations: ``(T, *obs_shape)`` array, or a list of such arrays for
+            tuple observations.
+        actions: ``(T, action_dim)``; discrete actions are ``(T, 1)`` int64.
+        rewards: ``(T, 1)`` float32.
+        terminated: whether the episode ended in a terminal state (no
+            bootstrap after its last step). ``False`` for an episode cut by a
+            timeout, by the end of the log, or still being written.
+        final_observation: the observation reached after the last step of a
+            truncated episode when the data gives it (online writing, formats
+            storing ``T + 1`` observations). With it, the last step is a
+            usable transition; without it, the last step has no next
+            observation and is not a transition.
+    """
+
+    observations: ObservationSequence
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: bool
+    final_observation: Optional[Observation] = None
+
+    def size(self) -> int:
+        """Number of steps."""
+        return int(self.actions.shape[0])
+
+    def __len__(self) -> int:
+        return self.size()
+
+    @property
+    def transition_count(self) -> int:
+        """Number of ``(s, a, r, s')`` transitions this episode provides."""
+        n = self.size()
+        if self.terminated or self.final_observation is not None:
+            return n
+        return max(n - 1, 0)
+
+    def compute_return(self) -> float:
+        """Undiscounted sum of rewards."""
+        return float(np.sum(self.rewards, dtype=np.float64))
+
+    @property
+    def observation_signature(self) -> Signature:
+        return get_observation_signature(self.observations)
+
+    @property
+    def action_signature(self) -> Signature:
+        return Signature(dtype=[self.actions.dtype], shape=[self.actions.shape[1:]])
+
+    @property
+    def reward_signature(self) -> Signature:
+        return Signature(dtype=[self.rewards.dtype], shape=[self.rewards.shape[1:]])
+
+    def next_observation(self, index: int) -> Optional[Observation]:
+        """The observation after step ``index``: zeros after a terminal step,
+        the final observation after the last step of a truncated episode
+        (``None`` if the data does not give it)."""
+        n = self.size()
+        if not 0 <= index < n:
+            raise IndexError(f"step index {index} is out of range for an episode of {n} steps")
+        if index < n - 1:
+            return retrieve_observation(self.observations, index + 1)
+        if self.terminated:
+            return create_zero_observation(retrieve_observation(self.observations, index))
+        return self.final_observation
+
+    def __repr__(self) -> str:
+        return (
+            f"Episode(size={self.size()}, terminated={self.terminated}, "
+            f"return={self.compute_return():.4g}, observations={self.observation_signature!r}, "
+            f"actions={self.action_signature!r})"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition:
+    """One ``(s, a, r, s')`` sample.
+
+    ``reward`` is ``(1,)``; for multi-step pickers it is the discounted sum
+    of ``interval`` rewards and ``next_observation`` is ``interval`` steps
+    ahead. ``terminal`` is 1.0 when the episode terminated within the
+    interval (then ``next_observation`` is zeros). ``next_action`` is the
+    logged action at ``next_observation`` (zeros where there is none).
+    """
+
+    observation: Observation
+    action: np.ndarray
+    reward: np.ndarray
+    next_observation: Observation
+    next_action: np.ndarray
+    terminal: float
+    interval: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PartialTrajectory:
+    """A window of ``length`` steps ending at a sampled step, front-padded
+    with zeros (``masks`` is 0 on padding) when the episode is shorter.
+
+    ``returns_to_go[t]`` is the undiscounted sum of rewards from step ``t``
+    to the end of the episode; ``timesteps`` are positions in the episode.
+    """
+
+    observations: ObservationSequence  # (L, *obs_shape)
+    actions: np.ndarray  # (L, action_dim)
+    rewards: np.ndarray  # (L, 1)
+    returns_to_go: np.ndarray  # (L, 1)
+    terminals: np.ndarray  # (L, 1)
+    timesteps: np.ndarray  # (L,)
+    masks: np.ndarray  # (L,)
+    length: int
+
+    def __len__(self) -> int:
+        return self.length

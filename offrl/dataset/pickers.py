@@ -1,0 +1,298 @@
+"""Transition pickers: how a sampled step becomes an ``(s, a, r, s')`` sample.
+
+A picker is called per item as ``picker(episode, index) -> Transition``
+(:class:`TransitionPickerProtocol`, which a user's own picker implements).
+The built-in pickers also build a whole mini-batch at once from the
+columnar store with numpy fancy indexing (``pick_batch``); the replay buffer
+uses that path whenever the picker has it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from .batch import TransitionMiniBatch
+from .episode import EpisodeBase, Transition, create_zero_observation, retrieve_observation
+from .storage import ColumnStore
+
+__all__ = [
+    "TransitionPickerProtocol",
+    "BasicTransitionPicker",
+    "MultiStepTransitionPicker",
+    "FrameStackTransitionPicker",
+]
+
+
+@runtime_checkable
+class TransitionPickerProtocol(Protocol):
+    """Builds the transition at step ``index`` of ``episode``."""
+
+    def __call__(self, episode: EpisodeBase, index: int) -> Transition: ...
+
+
+def _unwrap(columns: Sequence[np.ndarray]):
+    return columns[0] if len(columns) == 1 else list(columns)
+
+
+def _check_index(episode: EpisodeBase, index: int) -> None:
+    if not 0 <= index < episode.transition_count:
+        raise IndexError(
+            f"transition index {index} is out of range for an episode with "
+            f"{episode.transition_count} transitions"
+        )
+
+
+def _next_action(episode: EpisodeBase, next_index: int) -> np.ndarray:
+    if next_index < episode.size():
+        return episode.actions[next_index]
+    return np.zeros_like(episode.actions[0])
+
+
+def _final_observation(episode: EpisodeBase):
+    return getattr(episode, "final_observation", None)
+
+
+def _batch_context(store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray):
+    starts, ends, terminated, has_final = store.episode_table()
+    return starts[episode_ids], ends[episode_ids], terminated[episode_ids], has_final[episode_ids]
+
+
+def _gather_next_actions(store: ColumnStore, next_rows: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    valid = next_rows < ends
+    next_actions = store.actions[np.where(valid, next_rows, 0)]
+    if not valid.all():
+        next_actions[~valid] = 0
+    return next_actions
+
+
+class BasicTransitionPicker:
+    """One-step transitions: the next observation is the next step's, zeros
+    after a terminal step, the stored final observation after the last step
+    of a truncated episode."""
+
+    def __call__(self, episode: EpisodeBase, index: int) -> Transition:
+        _check_index(episode, index)
+        observation = retrieve_observation(episode.observations, index)
+        is_terminal = bool(episode.terminated) and index == episode.size() - 1
+        if is_terminal:
+            next_observation = create_zero_observation(observation)
+        elif index + 1 < episode.size():
+            next_observation = retrieve_observation(episode.observations, index + 1)
+        else:
+            next_observation = _final_observation(episode)
+        return Transition(
+            observation=observation,
+            action=episode.actions[index],
+            reward=episode.rewards[index],
+            next_observation=next_observation,
+            next_action=_next_action(episode, index + 1),
+            terminal=float(is_terminal),
+            interval=1,
+        )
+
+    def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> TransitionMiniBatch:
+        _, ends, terminated, _ = _batch_context(store, episode_ids, rows)
+        is_terminal = terminated & (rows == ends - 1)
+        # a terminal row may be the very last stored row: read any valid row, then zero it
+        next_rows = np.where(is_terminal, rows, rows + 1)
+        any_terminal = bool(is_terminal.any())
+        next_observations = []
+        for column in store.observations:
+            nxt = column[next_rows]
+            if any_terminal:
+                nxt[is_terminal] = 0
+            next_observations.append(nxt)
+        return TransitionMiniBatch(
+            observations=_unwrap([column[rows] for column in store.observations]),
+            actions=store.actions[rows],
+            rewards=store.rewards[rows],
+            next_observations=_unwrap(next_observations),
+            next_actions=_gather_next_actions(store, rows + 1, ends),
+            terminals=is_terminal.astype(np.float32)[:, None],
+            intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
+        )
+
+    def __repr__(self) -> str:
+        return "BasicTransitionPicker()"
+
+
+class MultiStepTransitionPicker:
+    """``n_steps``-step transitions for n-step returns.
+
+    ``reward = sum_{k < interval} gamma**k * r[t + k]`` and the next
+    observation is ``interval`` steps ahead, where ``interval`` is
+    ``n_steps`` or less near the end of the episode. ``terminal`` is 1 when
+    the episode terminates within the interval. An algorithm bootstraps with
+    ``gamma ** interval``.
+    """
+
+    def __init__(self, n_steps: int, gamma: float) -> None:
+        if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)):
+            raise TypeError(f"n_steps must be an int, got {type(n_steps).__name__}")
+        if n_steps < 1:
+            raise ValueError(f"n_steps must be >= 1, got {n_steps}")
+        if not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        self.n_steps = int(n_steps)
+        self.gamma = float(gamma)
+        self._discounts = (self.gamma ** np.arange(self.n_steps)).astype(np.float64)
+
+    def __call__(self, episode: EpisodeBase, index: int) -> Transition:
+        _check_index(episode, index)
+        size = episode.size()
+        final = _final_observation(episode)
+        last = size if (episode.terminated or final is not None) else size - 1
+        next_index = min(index + self.n_steps, last)
+        is_terminal = bool(episode.terminated) and next_index == size
+        observation = retrieve_observation(episode.observations, index)
+        if is_terminal:
+            next_observation = create_zero_observation(observation)
+        elif next_index < size:
+            next_observation = retrieve_observation(episode.observations, next_index)
+        else:
+            next_observation = final
+        interval = next_index - index
+        ret = 0.0
+        for k in range(interval):
+            ret += self.gamma**k * float(episode.rewards[index + k][0])
+        return Transition(
+            observation=observation,
+            action=episode.actions[index],
+            reward=np.array([ret], dtype=np.float32),
+            next_observation=next_observation,
+            next_action=_next_action(episode, next_index),
+            terminal=float(is_terminal),
+            interval=interval,
+        )
+
+    def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> TransitionMiniBatch:
+        starts, ends, terminated, has_final = _batch_context(store, episode_ids, rows)
+        last = np.where(terminated | has_final, ends, ends - 1)
+        next_rows = np.minimum(rows + self.n_steps, last)
+        intervals = next_rows - rows
+        is_terminal = terminated & (next_rows == ends)
+        window = rows[:, None] + np.arange(self.n_steps)
+        in_window = window < next_rows[:, None]
+        rewards = store.rewards[np.where(in_window, window, rows[:, None]), 0]
+        returns = np.sum(np.where(in_window, rewards * self._discounts, 0.0), axis=1)
+        safe_next = np.where(is_terminal, rows, next_rows)
+        any_terminal = bool(is_terminal.any())
+        next_observations = []
+        for column in store.observations:
+            nxt = column[safe_next]
+            if any_terminal:
+                nxt[is_terminal] = 0
+            next_observations.append(nxt)
+        return TransitionMiniBatch(
+            observations=_unwrap([column[rows] for column in store.observations]),
+            actions=store.actions[rows],
+            rewards=returns.astype(np.float32)[:, None],
+            next_observations=_unwrap(next_observations),
+            next_actions=_gather_next_actions(store, next_rows, ends),
+            terminals=is_terminal.astype(np.float32)[:, None],
+            intervals=intervals.astype(np.float32)[:, None],
+        )
+
+    def __repr__(self) -> str:
+        return f"MultiStepTransitionPicker(n_steps={self.n_steps}, gamma={self.gamma})"
+
+
+def stack_frames(frames: Sequence[np.ndarray]) -> np.ndarray:
+    """Concatenate frames along their first (channel) axis."""
+    return np.concatenate([np.asarray(f) for f in frames], axis=0)
+
+
+class FrameStackTransitionPicker:
+    """Transitions whose observations stack the ``n_frames`` most recent
+    frames along the channel axis (axis 0 of each observation), oldest first.
+    Frames before the episode start are zeros. The next observation of a
+    terminal step is all zeros.
+
+    Use with :class:`~offrl.dataset.LastFrameWriterPreprocess` to store each
+    frame once instead of ``n_frames`` times.
+    """
+
+    def __init__(self, n_frames: int) -> None:
+        if isinstance(n_frames, bool) or not isinstance(n_frames, (int, np.integer)):
+            raise TypeError(f"n_frames must be an int, got {type(n_frames).__name__}")
+        if n_frames < 1:
+            raise ValueError(f"n_frames must be >= 1, got {n_frames}")
+        self.n_frames = int(n_frames)
+
+    def _stack(self, episode: EpisodeBase, index: int, next_frame=None):
+        """Stack frames ``index - n + 1 .. index``; with ``next_frame``, the
+        window shifted by one step whose newest frame is ``next_frame``."""
+        columns = episode.observations if isinstance(episode.observations, (list, tuple)) else [episode.observations]
+        stacked = []
+        for k, column in enumerate(columns):
+            frames = []
+            lo = index - self.n_frames + 1 + (1 if next_frame is not None else 0)
+            hi = index + 1
+            for t in range(lo, hi):
+                frames.append(column[t] if t >= 0 else np.zeros_like(column[0]))
+            if next_frame is not None:
+                frames.append(next_frame[k])
+            stacked.append(stack_frames(frames))
+        return _unwrap(stacked)
+
+    def __call__(self, episode: EpisodeBase, index: int) -> Transition:
+        _check_index(episode, index)
+        is_terminal = bool(episode.terminated) and index == episode.size() - 1
+        observation = self._stack(episode, index)
+        if is_terminal:
+            next_observation = create_zero_observation(observation)
+        else:
+            if index + 1 < episode.size():
+                nxt = retrieve_observation(episode.observations, index + 1)
+            else:
+                nxt = _final_observation(episode)
+            nxt_list = list(nxt) if isinstance(nxt, (list, tuple)) else [nxt]
+            next_observation = self._stack(episode, index, next_frame=nxt_list)
+        return Transition(
+            observation=observation,
+            action=episode.actions[index],
+            reward=episode.rewards[index],
+            next_observation=next_observation,
+            next_action=_next_action(episode, index + 1),
+            terminal=float(is_terminal),
+            interval=1,
+        )
+
+    def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> TransitionMiniBatch:
+        starts, ends, terminated, _ = _batch_context(store, episode_ids, rows)
+        n = self.n_frames
+        is_terminal = terminated & (rows == ends - 1)
+        # frames rows-n+1 .. rows+1; the last one is the next step (or final row)
+        window = rows[:, None] + np.arange(-n + 1, 2)
+        before_start = window < starts[:, None]
+        window = np.where(before_start, rows[:, None], window)
+        window[:, -1] = np.where(is_terminal, rows, window[:, -1])
+        any_padding = bool(before_start.any())
+        any_terminal = bool(is_terminal.any())
+        batch = rows.shape[0]
+        observations, next_observations = [], []
+        for column in store.observations:
+            frames = column[window]  # (B, n + 1, C, ...)
+            if any_padding:
+                frames[before_start] = 0
+            shape = column.shape[1:]
+            stacked_shape = (batch, n * shape[0]) + shape[1:]
+            observations.append(frames[:, :n].reshape(stacked_shape))
+            nxt = frames[:, 1:].reshape(stacked_shape)
+            if any_terminal:
+                nxt[is_terminal] = 0
+            next_observations.append(nxt)
+        return TransitionMiniBatch(
+            observations=_unwrap(observations),
+            actions=store.actions[rows],
+            rewards=store.rewards[rows],
+            next_observations=_unwrap(next_observations),
+            next_actions=_gather_next_actions(store, rows + 1, ends),
+            terminals=is_terminal.astype(np.float32)[:, None],
+            intervals=np.ones((batch, 1), dtype=np.float32),
+        )
+
+    def __repr__(self) -> str:
+        return f"FrameStackTransitionPicker(n_frames={self.n_frames})"

@@ -1,0 +1,942 @@
+"""Replay buffers and ``MDPDataset``.
+
+A :class:`ReplayBuffer` composes a Buffer (storage), a transition picker, a
+trajectory slicer and a writer preprocessor, as in d3rlpy 2.x. With the
+built-in columnar buffers and pickers, a mini-batch is gathered with numpy
+fancy indexing; user components go through a per-item path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, BinaryIO, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from .._random import get_rng
+from ..constants import ActionSpace
+from . import _checks
+from .batch import TrajectoryMiniBatch, TransitionMiniBatch
+from .episode import Episode, EpisodeBase, PartialTrajectory, Transition, get_observation_signature
+from .pickers import BasicTransitionPicker, TransitionPickerProtocol
+from .signature import Observation, Signature
+from .slicers import BasicTrajectorySlicer, TrajectorySlicerProtocol
+from .storage import BufferProtocol, ColumnStore, FIFOBuffer, InfiniteBuffer
+from .writer import BasicWriterPreprocess, WriterPreprocessProtocol
+
+__all__ = [
+    "DatasetInfo",
+    "ReplayBufferBase",
+    "ReplayBuffer",
+    "MixedReplayBuffer",
+    "MDPDataset",
+    "create_infinite_replay_buffer",
+    "create_fifo_replay_buffer",
+]
+
+PathOrFile = Union[str, os.PathLike, BinaryIO]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    """Signatures and action space of the data a buffer holds."""
+
+    observation_signature: Signature
+    action_signature: Signature
+    reward_signature: Signature
+    action_space: ActionSpace
+    action_size: int
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return int(value)
+
+
+def _signatures_from_env(env: Any, writer: WriterPreprocessProtocol):
+    """Signatures and action space of a gymnasium environment."""
+    from gymnasium import spaces
+
+    obs_space = env.observation_space
+    if isinstance(obs_space, spaces.Tuple):
+        parts = list(obs_space.spaces)
+    elif isinstance(obs_space, spaces.Dict):
+        parts = list(obs_space.spaces.values())
+    else:
+        parts = [obs_space]
+    sample = []
+    for k, space in enumerate(parts):
+        if space.shape is None:
+            raise ValueError(f"observation space element {k} ({space}) has no fixed shape")
+        dt = np.dtype(space.dtype) if space.dtype is not None else np.dtype(np.float32)
+        if np.issubdtype(dt, np.floating):
+            dt = np.dtype(np.float32)
+        sample.append(np.zeros(space.shape, dtype=dt))
+    processed = writer.process_observation(sample if len(sample) > 1 else sample[0])
+    processed = list(processed) if isinstance(processed, (list, tuple)) else [processed]
+    observation_signature = Signature(
+        dtype=[np.asarray(p).dtype for p in processed], shape=[np.asarray(p).shape for p in processed]
+    )
+    act_space = env.action_space
+    if isinstance(act_space, spaces.Discrete):
+        action_signature = Signature(dtype=[np.int64], shape=[(1,)])
+        action_space, action_size = ActionSpace.DISCRETE, int(act_space.n)
+    elif isinstance(act_space, spaces.Box):
+        if len(act_space.shape) != 1:
+            raise ValueError(f"continuous action spaces must be 1-dimensional, got shape {act_space.shape}")
+        action_signature = Signature(dtype=[np.float32], shape=[act_space.shape])
+        action_space, action_size = ActionSpace.CONTINUOUS, int(act_space.shape[0])
+    else:
+        raise ValueError(f"unsupported action space {act_space}: expected Discrete or Box")
+    reward_signature = Signature(dtype=[np.float32], shape=[(1,)])
+    return observation_signature, action_signature, reward_signature, action_space, action_size
+
+
+def _normalise_action_signature(signature: Signature, action_space: Optional[ActionSpace]):
+    dt = signature.dtype[0]
+    shape = tuple(signature.shape[0]) or (1,)
+    space = ActionSpace.parse(action_space) if action_space is not None else None
+    if space is None:
+        space = ActionSpace.DISCRETE if np.issubdtype(dt, np.integer) else ActionSpace.CONTINUOUS
+    if space == ActionSpace.DISCRETE:
+        return Signature(dtype=[np.int64], shape=[(1,)]), space
+    return Signature(dtype=[np.float32], shape=[shape]), space
+
+
+class ReplayBufferBase:
+    """What every replay buffer offers (see :class:`ReplayBuffer`)."""
+
+    def append(self, observation: Observation, action: Any, reward: Any) -> None:
+        raise NotImplementedError
+
+    def append_episode(self, episode: EpisodeBase) -> None:
+        raise NotImplementedError
+
+    def clip_episode(self, terminated: bool, final_observation: Optional[Observation] = None) -> None:
+        raise NotImplementedError
+
+    def sample_transition(self) -> Transition:
+        raise NotImplementedError
+
+    def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
+        raise NotImplementedError
+
+    def sample_trajectory(self, length: int) -> PartialTrajectory:
+        raise NotImplementedError
+
+    def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
+        raise NotImplementedError
+
+    def dump(self, f: PathOrFile) -> None:
+        from .io import dump_episodes
+
+        dump_episodes(self.episodes, self.dataset_info, f)
+
+    def size(self) -> int:
+        """Number of episodes."""
+        return len(self.episodes)
+
+    @property
+    def episodes(self) -> Sequence[EpisodeBase]:
+        raise NotImplementedError
+
+    @property
+    def transition_count(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def dataset_info(self) -> DatasetInfo:
+        raise NotImplementedError
+
+    @property
+    def action_space(self) -> ActionSpace:
+        return self.dataset_info.action_space
+
+    @property
+    def action_size(self) -> int:
+        return self.dataset_info.action_size
+
+    def compute_returns(self) -> np.ndarray:
+        """Undiscounted return of each episode, float64."""
+        return np.array([e.compute_return() for e in self.episodes], dtype=np.float64)
+
+    def summary(self) -> dict:
+        """Episodes, transitions, signatures, action space and return statistics."""
+        episodes = self.episodes
+        info = self.dataset_info
+        returns = self.compute_returns()
+        lengths = np.array([e.size() for e in episodes], dtype=np.int64)
+        terminated = int(sum(bool(e.terminated) for e in episodes)) if len(episodes) < 10_000 else None
+        return _summary_dict(info, returns, lengths, terminated, self.transition_count)
+
+    def __repr__(self) -> str:
+        try:
+            return _format_summary(type(self).__name__, self.summary())
+        except _EmptyBufferError:
+            return f"{type(self).__name__}(empty)"
+
+
+class _EmptyBufferError(ValueError):
+    pass
+
+
+def _summary_dict(info, returns, lengths, terminated, transitions) -> dict:
+    def stats(x: np.ndarray) -> dict:
+        if x.size == 0:
+            return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan")}
+        return {"mean": float(x.mean()), "std": float(x.std()), "min": float(x.min()), "max": float(x.max())}
+
+    return {
+        "episodes": int(lengths.shape[0]),
+        "terminated_episodes": terminated,
+        "transitions": int(transitions),
+        "steps": int(lengths.sum()),
+        "observation_signature": info.observation_signature,
+        "action_signature": info.action_signature,
+        "reward_signature": info.reward_signature,
+        "action_space": info.action_space,
+        "action_size": info.action_size,
+        "episode_return": stats(returns),
+        "episode_length": stats(lengths.astype(np.float64)),
+    }
+
+
+def _format_summary(name: str, s: dict) -> str:
+    r, ln = s["episode_return"], s["episode_length"]
+    ended = ""
+    if s["terminated_episodes"] is not None:
+        ended = f" ({s['terminated_episodes']} terminated, {s['episodes'] - s['terminated_episodes']} truncated)"
+    space = s["action_space"].name.lower()
+    return (
+        f"{name}: {s['episodes']} episodes{ended}, {s['transitions']} transitions, {s['steps']} steps\n"
+        f"  observations: {s['observation_signature']!r}\n"
+        f"  actions: {space}, {s['action_signature']!r}, action_size={s['action_size']}\n"
+        f"  rewards: {s['reward_signature']!r}\n"
+        f"  episode return: mean {r['mean']:.4g}, std {r['std']:.4g}, min {r['min']:.4g}, max {r['max']:.4g}\n"
+        f"  episode length: mean {ln['mean']:.4g}, min {ln['min']:.0f}, max {ln['max']:.0f}"
+    )
+
+
+class ReplayBuffer(ReplayBufferBase):
+    """Experience replay buffer and offline dataset.
+
+    Args:
+        buffer: storage, :class:`InfiniteBuffer` or :class:`FIFOBuffer` (or a
+            user ``BufferProtocol``).
+        transition_picker: defaults to :class:`BasicTransitionPicker`.
+        trajectory_slicer: defaults to :class:`BasicTrajectorySlicer`.
+        writer_preprocessor: applied to steps written with :meth:`append`;
+            defaults to :class:`BasicWriterPreprocess`.
+        episodes: initial episodes (their signatures define the buffer's).
+        env: a gymnasium environment whose spaces define the signatures.
+        observation_signature, action_signature, reward_signature: explicit
+            signatures, when neither episodes nor env is given.
+        action_space, action_size: override what is inferred.
+
+    Without any of these, the signatures are taken from the first step or
+    episode written.
+    """
+
+    def __init__(
+        self,
+        buffer: BufferProtocol,
+        transition_picker: Optional[TransitionPickerProtocol] = None,
+        trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
+        writer_preprocessor: Optional[WriterPreprocessProtocol] = None,
+        episodes: Optional[Sequence[EpisodeBase]] = None,
+        env: Any = None,
+        observation_signature: Optional[Signature] = None,
+        action_signature: Optional[Signature] = None,
+        reward_signature: Optional[Signature] = None,
+        action_space: Optional[ActionSpace] = None,
+        action_size: Optional[int] = None,
+    ) -> None:
+        if not isinstance(buffer, BufferProtocol):
+            raise TypeError(
+                f"buffer must implement BufferProtocol (e.g. InfiniteBuffer() or FIFOBuffer(limit)), "
+                f"got {type(buffer).__name__}"
+            )
+        self._buffer = buffer
+        self._store: Optional[ColumnStore] = buffer if isinstance(buffer, ColumnStore) else None
+        self._transition_picker = transition_picker or BasicTransitionPicker()
+        self._trajectory_slicer = trajectory_slicer or BasicTrajectorySlicer()
+        self._writer_preprocessor = writer_preprocessor or BasicWriterPreprocess()
+        self._info: Optional[DatasetInfo] = None
+        self._pending: Optional[dict] = None  # the episode being written into a user buffer
+        self._batch_picker = hasattr(self._transition_picker, "pick_batch") and self._store is not None
+        self._batch_slicer = hasattr(self._trajectory_slicer, "slice_batch") and self._store is not None
+
+        if action_space is not None:
+            action_space = ActionSpace.parse(action_space)
+        if episodes is not None and len(episodes) > 0:
+            for i, episode in enumerate(episodes):
+                try:
+                    self.append_episode(episode, action_space=action_space, action_size=action_size)
+                except (ValueError, TypeError) as e:
+                    raise type(e)(f"episodes[{i}]: {e}") from None
+        elif env is not None:
+            obs_sig, act_sig, rew_sig, space, size = _signatures_from_env(env, self._writer_preprocessor)
+            self._set_info(obs_sig, act_sig, rew_sig, action_space or space, action_size or size)
+        elif observation_signature is not None and action_signature is not None:
+            act_sig, space = _normalise_action_signature(action_signature, action_space)
+            if action_size is None:
+                if space == ActionSpace.DISCRETE:
+                    raise ValueError("action_size is needed with a discrete action_signature")
+                action_size = int(act_sig.shape[0][0])
+            rew_sig = reward_signature or Signature(dtype=[np.float32], shape=[(1,)])
+            self._set_info(observation_signature, act_sig, Signature(dtype=[np.float32], shape=[rew_sig.shape[0] or (1,)]), space, action_size)
+        elif self._store is not None and self._store.is_initialized:
+            self._info_from_store(action_space, action_size)
+
+    # ---------------------------------------------------------------- info
+    def _set_info(self, obs_sig, act_sig, rew_sig, action_space, action_size) -> None:
+        self._info = DatasetInfo(obs_sig, act_sig, rew_sig, ActionSpace.parse(action_space), int(action_size))
+        if self._store is not None:
+            self._store.initialize(obs_sig, act_sig, rew_sig)
+
+    def _info_from_store(self, action_space, action_size) -> None:
+        store = self._store
+        is_discrete = np.issubdtype(store.action_signature.dtype[0], np.integer)
+        space = action_space or (ActionSpace.DISCRETE if is_discrete else ActionSpace.CONTINUOUS)
+        if action_size is None:
+            if space == ActionSpace.DISCRETE:
+                rows = store.step_rows()
+                actions = store.actions[rows]
+                action_size = int(actions.max()) + 1 if actions.size else 1
+            else:
+                action_size = int(store.action_signature.shape[0][0])
+        self._info = DatasetInfo(
+            store.observation_signature, store.action_signature, store.reward_signature, space, action_size
+        )
+
+    @property
+    def dataset_info(self) -> DatasetInfo:
+        if self._info is None:
+            raise _EmptyBufferError(
+                "the buffer has no data and no signatures yet: give episodes, env or signatures, "
+                "or write a step first"
+            )
+        return self._info
+
+    @property
+    def buffer(self) -> BufferProtocol:
+        return self._buffer
+
+    @property
+    def transition_picker(self) -> TransitionPickerProtocol:
+        return self._transition_picker
+
+    @property
+    def trajectory_slicer(self) -> TrajectorySlicerProtocol:
+        return self._trajectory_slicer
+
+    @property
+    def writer_preprocessor(self) -> WriterPreprocessProtocol:
+        return self._writer_preprocessor
+
+    @property
+    def episodes(self) -> Sequence[EpisodeBase]:
+        return self._buffer.episodes
+
+    @property
+    def transition_count(self) -> int:
+        return int(self._buffer.transition_count)
+
+    def size(self) -> int:
+        """Number of episodes."""
+        return len(self._buffer.episodes)
+
+    # ------------------------------------------------------------- writing
+    def append(self, observation: Observation, action: Any, reward: Any) -> None:
+        """Write one step of the episode being collected (online writing)."""
+        observation = self._writer_preprocessor.process_observation(observation)
+        action = self._writer_preprocessor.process_action(action)
+        reward = self._writer_preprocessor.process_reward(reward)
+        if self._info is None:
+            self._init_from_step(observation, action)
+        info = self._info
+        obs = _checks.as_single_observation(observation, info.observation_signature)
+        act = self._step_action(action)
+        rew = np.asarray(reward, dtype=np.float32).reshape(-1)
+        if rew.shape != (1,):
+            raise ValueError(f"reward must be a scalar, got shape {np.shape(reward)}")
+        if not np.isfinite(rew[0]):
+            raise ValueError(f"reward is {rew[0]}")
+        if self._store is not None:
+            self._store.append_step(obs, act, rew)
+        else:
+            if self._pending is None:
+                self._pending = {"obs": [], "actions": [], "rewards": []}
+            self._pending["obs"].append(obs)
+            self._pending["actions"].append(act)
+            self._pending["rewards"].append(rew)
+
+    def _init_from_step(self, observation: Observation, action: Any) -> None:
+        items = list(observation) if isinstance(observation, (list, tuple)) else [observation]
+        arrays = [np.asarray(o) for o in items]
+        obs_sig = Signature(
+            dtype=[np.float32 if np.issubdtype(a.dtype, np.floating) else a.dtype for a in arrays],
+            shape=[a.shape for a in arrays],
+        )
+        a = np.asarray(action)
+        if np.issubdtype(a.dtype, np.integer) and a.size == 1:
+            raise ValueError(
+                "a buffer written online with discrete actions needs the action size: "
+                "create it with env=... or action_signature/action_size"
+            )
+        act = a.reshape(-1)
+        self._set_info(
+            obs_sig,
+            Signature(dtype=[np.float32], shape=[act.shape]),
+            Signature(dtype=[np.float32], shape=[(1,)]),
+            ActionSpace.CONTINUOUS,
+            act.shape[0],
+        )
+
+    def _step_action(self, action: Any) -> np.ndarray:
+        info = self._info
+        a = np.asarray(action)
+        if info.action_space == ActionSpace.DISCRETE:
+            flat = a.reshape(-1)
+            if flat.shape != (1,):
+                raise ValueError(f"a discrete action must be one index, got shape {a.shape}")
+            value = flat[0]
+            if not (np.issubdtype(a.dtype, np.integer) or float(value).is_integer()):
+                raise ValueError(f"action is {value!r}, expected an integer action index")
+            index = int(value)
+            if not 0 <= index < info.action_size:
+                raise ValueError(f"action is {index}, expected an index in [0, {info.action_size})")
+            return np.array([index], dtype=np.int64)
+        flat = a.astype(np.float32, copy=False).reshape(-1)
+        if flat.shape[0] != info.action_size:
+            raise ValueError(f"action has {flat.shape[0]} dimensions, expected {info.action_size}")
+        if not np.isfinite(flat).all():
+            raise ValueError("action holds nan or inf")
+        return flat
+
+    def clip_episode(self, terminated: bool, final_observation: Optional[Observation] = None) -> None:
+        """End the episode being written.
+
+        ``terminated``: the episode reached a terminal state. Otherwise it was
+        truncated; give ``final_observation`` (the observation returned with
+        ``truncated=True``) and its last step becomes a usable transition.
+        """
+        final = None
+        if final_observation is not None and not terminated:
+            processed = self._writer_preprocessor.process_observation(final_observation)
+            final = _checks.as_single_observation(processed, self.dataset_info.observation_signature, "final_observation")
+        if self._store is not None:
+            self._store.close_episode(bool(terminated), final)
+            return
+        pending = self._pending
+        self._pending = None
+        if not pending:
+            return
+        columns = [np.stack([o[k] for o in pending["obs"]]) for k in range(len(pending["obs"][0]))]
+        episode = Episode(
+            observations=columns[0] if len(columns) == 1 else columns,
+            actions=np.stack(pending["actions"]),
+            rewards=np.stack(pending["rewards"]),
+            terminated=bool(terminated),
+            final_observation=(final[0] if final is not None and len(final) == 1 else final),
+        )
+        for i in range(episode.transition_count):
+            self._buffer.append(episode, i)
+
+    def append_episode(
+        self,
+        episode: EpisodeBase,
+        action_space: Optional[ActionSpace] = None,
+        action_size: Optional[int] = None,
+    ) -> None:
+        """Append a whole episode (its arrays are copied into the buffer)."""
+        if self._info is None:
+            observations = _checks.as_observation_columns(episode.observations, "episode.observations")
+            n = observations[0].shape[0]
+            actions, space, size = _checks.as_actions(episode.actions, n, action_space, action_size, "episode.actions")
+            self._set_info(
+                get_observation_signature(observations),
+                Signature(dtype=[actions.dtype], shape=[actions.shape[1:]]),
+                Signature(dtype=[np.float32], shape=[(1,)]),
+                space,
+                size,
+            )
+        if self._store is not None:
+            obs, actions, rewards, final = _checks.episode_columns(episode, self._store)
+            self._check_episode_actions(actions)
+            self._store.add_episode(obs, actions, rewards, bool(episode.terminated), final)
+        else:
+            for i in range(episode.transition_count):
+                self._buffer.append(episode, i)
+
+    def _check_episode_actions(self, actions: np.ndarray) -> None:
+        info = self._info
+        if info.action_space == ActionSpace.DISCRETE and actions.size:
+            too_big = actions >= info.action_size
+            if too_big.any():
+                i = _checks.first_index(too_big)
+                raise ValueError(
+                    f"episode.actions[{i}] is {int(actions[i, 0])}, expected an index below "
+                    f"action_size={info.action_size}"
+                )
+
+    # ------------------------------------------------------------ sampling
+    def _require_transitions(self) -> int:
+        total = self.transition_count
+        if total == 0:
+            raise ValueError("cannot sample from an empty buffer: it holds no transitions")
+        return total
+
+    def sample_transition(self) -> Transition:
+        total = self._require_transitions()
+        index = int(get_rng().integers(total))
+        episode, transition_index = self._buffer[index]
+        return self._transition_picker(episode, transition_index)
+
+    def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
+        batch_size = _positive_int(batch_size, "batch_size")
+        total = self._require_transitions()
+        indices = get_rng().integers(total, size=batch_size)
+        if self._batch_picker:
+            episode_ids, rows = self._store.locate_transitions(indices)
+            return self._transition_picker.pick_batch(self._store, episode_ids, rows)
+        picker = self._transition_picker
+        transitions = []
+        for index in indices:
+            episode, transition_index = self._buffer[int(index)]
+            transitions.append(picker(episode, transition_index))
+        return TransitionMiniBatch.from_transitions(transitions)
+
+    def _sample_trajectory_ends(self, n: int):
+        if self._store is not None:
+            steps = self._store.step_count
+            if steps == 0:
+                raise ValueError("cannot sample from an empty buffer: it holds no steps")
+            return self._store.locate_steps(get_rng().integers(steps, size=n))
+        total = self._require_transitions()
+        return None, get_rng().integers(total, size=n)
+
+    def sample_trajectory(self, length: int) -> PartialTrajectory:
+        length = _positive_int(length, "length")
+        episode_ids, rows = self._sample_trajectory_ends(1)
+        if episode_ids is None:
+            episode, index = self._buffer[int(rows[0])]
+        else:
+            position = int(episode_ids[0])
+            episode = self._store.episode(position)
+            index = int(rows[0] - self._store.episode_table()[0][position])
+        return self._trajectory_slicer(episode, index, length)
+
+    def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
+        batch_size = _positive_int(batch_size, "batch_size")
+        length = _positive_int(length, "length")
+        episode_ids, rows = self._sample_trajectory_ends(batch_size)
+        if self._batch_slicer:
+            return self._trajectory_slicer.slice_batch(self._store, episode_ids, rows, length)
+        slicer = self._trajectory_slicer
+        trajectories = []
+        if episode_ids is None:
+            for index in rows:
+                episode, step = self._buffer[int(index)]
+                trajectories.append(slicer(episode, step, length))
+        else:
+            starts = self._store.episode_table()[0]
+            for position, row in zip(episode_ids, rows):
+                episode = self._store.episode(int(position))
+                trajectories.append(slicer(episode, int(row - starts[position]), length))
+        return TrajectoryMiniBatch.from_partial_trajectories(trajectories)
+
+    # ------------------------------------------------------------- arrays
+    def to_arrays(self) -> dict:
+        """The steps as arrays: ``observations`` (an array, or a list for tuple
+        observations), ``actions``, ``rewards``, ``terminals`` and
+        ``timeouts`` (0/1 per step, MDPDataset's convention), and
+        ``episode_starts`` / ``episode_ends`` (row offsets). Views when the
+        buffer holds no final observations, copies otherwise."""
+        if self._store is None:
+            raise TypeError("to_arrays needs a columnar buffer (InfiniteBuffer or FIFOBuffer)")
+        store = self._store
+        rows = store.step_rows()
+        starts, ends, terminated, _ = store.episode_table()
+        sizes = ends - starts
+        new_ends = np.cumsum(sizes)
+        new_starts = new_ends - sizes
+        terminals = np.zeros(int(sizes.sum()), dtype=np.float32)
+        timeouts = np.zeros_like(terminals)
+        if sizes.size:
+            terminals[new_ends[terminated] - 1] = 1.0
+            timeouts[new_ends[~terminated] - 1] = 1.0
+        observations = [o[rows] for o in store.observations]
+        return {
+            "observations": observations[0] if len(observations) == 1 else observations,
+            "actions": store.actions[rows],
+            "rewards": store.rewards[rows],
+            "terminals": terminals,
+            "timeouts": timeouts,
+            "episode_starts": new_starts,
+            "episode_ends": new_ends,
+        }
+
+    def compute_returns(self) -> np.ndarray:
+        if self._store is None:
+            return super().compute_returns()
+        store = self._store
+        starts, ends, _, _ = store.episode_table()
+        if starts.size == 0:
+            return np.zeros(0, dtype=np.float64)
+        prefix = store.reward_prefix_sums()
+        return prefix[ends - 1] - prefix[starts] + store.rewards[starts, 0]
+
+    def summary(self) -> dict:
+        if self._store is None:
+            return super().summary()
+        info = self.dataset_info
+        starts, ends, terminated, _ = self._store.episode_table()
+        return _summary_dict(
+            info, self.compute_returns(), ends - starts, int(terminated.sum()), self.transition_count
+        )
+
+    # ----------------------------------------------------------------- io
+    def dump(self, f: PathOrFile, compression: Optional[str] = None) -> None:
+        """Write the buffer to HDF5 (``f``: a path or a binary file object).
+
+        A path is written through a temporary file renamed into place, so a
+        crash never leaves a half-written file."""
+        from .io import dump_episodes, dump_store
+
+        if self._store is not None:
+            dump_store(self._store, self.dataset_info, f, compression=compression)
+        else:
+            dump_episodes(self.episodes, self.dataset_info, f, compression=compression)
+
+    @classmethod
+    def load(
+        cls,
+        f: PathOrFile,
+        buffer: Optional[BufferProtocol] = None,
+        transition_picker: Optional[TransitionPickerProtocol] = None,
+        trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
+        writer_preprocessor: Optional[WriterPreprocessProtocol] = None,
+    ) -> "ReplayBuffer":
+        """Read a buffer written by :meth:`dump` into ``buffer``
+        (a new :class:`InfiniteBuffer` by default)."""
+        from .io import read_dataset_file
+
+        data = read_dataset_file(f)
+        buffer = InfiniteBuffer() if buffer is None else buffer
+        out = ReplayBuffer.__new__(cls)
+        components = dict(
+            transition_picker=transition_picker,
+            trajectory_slicer=trajectory_slicer,
+            writer_preprocessor=writer_preprocessor,
+            action_space=data["action_space"],
+            action_size=data["action_size"],
+        )
+        if isinstance(buffer, ColumnStore):
+            if buffer.episode_count:
+                raise ValueError("load needs an empty buffer")
+            buffer.set_columns(
+                data["observations"], data["actions"], data["rewards"], data["episode_starts"],
+                data["episode_ends"], data["episode_terminated"], data["episode_has_final"],
+            )
+            ReplayBuffer.__init__(out, buffer, **components)
+            return out
+        store = InfiniteBuffer()
+        store.set_columns(
+            data["observations"], data["actions"], data["rewards"], data["episode_starts"],
+            data["episode_ends"], data["episode_terminated"], data["episode_has_final"],
+        )
+        ReplayBuffer.__init__(out, buffer, episodes=list(store.episodes), **components)
+        return out
+
+    @classmethod
+    def from_episode_generator(
+        cls, episode_generator: Iterable[EpisodeBase], buffer: BufferProtocol, **kwargs: Any
+    ) -> "ReplayBuffer":
+        """Build a buffer from an iterable of episodes."""
+        out = ReplayBuffer.__new__(cls)
+        ReplayBuffer.__init__(out, buffer, **kwargs)
+        for episode in episode_generator:
+            out.append_episode(episode)
+        return out
+
+    def _subset(self, episode_indices: np.ndarray) -> "ReplayBuffer":
+        """A new buffer holding copies of the given live episodes, in order."""
+        if self._store is None:
+            episodes = [self.episodes[int(i)] for i in episode_indices]
+            return ReplayBuffer(
+                InfiniteBuffer(), self._transition_picker, self._trajectory_slicer,
+                self._writer_preprocessor, episodes=episodes,
+                action_space=self.action_space, action_size=self.action_size,
+            )
+        store = self._store
+        starts, ends, terminated, has_final = store.episode_table()
+        idx = np.asarray(episode_indices, dtype=np.int64)
+        spans = (ends - starts + has_final)[idx]
+        new_ends_full = np.cumsum(spans)
+        new_starts = new_ends_full - spans
+        offsets = np.repeat(starts[idx] - new_starts, spans)
+        rows = np.arange(int(spans.sum()), dtype=np.int64) + offsets
+        new = InfiniteBuffer()
+        new.set_columns(
+            [o[rows] for o in store.observations],
+            store.actions[rows],
+            store.rewards[rows],
+            new_starts,
+            new_starts + (ends - starts)[idx],
+            terminated[idx],
+            has_final[idx],
+        )
+        out = ReplayBuffer.__new__(type(self) if isinstance(self, MDPDataset) else ReplayBuffer)
+        ReplayBuffer.__init__(
+            out, new, self._transition_picker, self._trajectory_slicer, self._writer_preprocessor,
+            action_space=self.action_space, action_size=self.action_size,
+        )
+        return out
+
+
+class MixedReplayBuffer(ReplayBufferBase):
+    """Samples a fixed share of each batch from a secondary buffer.
+
+    A batch of ``B`` holds ``B - int((1 - secondary_mix_ratio) * B)`` items
+    from the secondary buffer; a single sample comes from it with probability
+    ``secondary_mix_ratio``. Writing goes to the primary buffer (e.g. online
+    data mixed with an offline dataset).
+    """
+
+    def __init__(
+        self,
+        primary_replay_buffer: ReplayBuffer,
+        secondary_replay_buffer: ReplayBuffer,
+        secondary_mix_ratio: float,
+    ) -> None:
+        if not 0.0 <= float(secondary_mix_ratio) <= 1.0:
+            raise ValueError(f"secondary_mix_ratio must be in [0, 1], got {secondary_mix_ratio}")
+        self._primary = primary_replay_buffer
+        self._secondary = secondary_replay_buffer
+        self._ratio = float(secondary_mix_ratio)
+        try:
+            a, b = primary_replay_buffer.dataset_info, secondary_replay_buffer.dataset_info
+        except _EmptyBufferError:
+            return
+        if (a.observation_signature, a.action_signature, a.action_space) != (
+            b.observation_signature, b.action_signature, b.action_space
+        ):
+            raise ValueError(
+                "primary and secondary buffers hold different data: "
+                f"observations {a.observation_signature!r} vs {b.observation_signature!r}, "
+                f"actions {a.action_signature!r} ({a.action_space.name}) vs "
+                f"{b.action_signature!r} ({b.action_space.name})"
+            )
+
+    @property
+    def primary_replay_buffer(self) -> ReplayBuffer:
+        return self._primary
+
+    @property
+    def secondary_replay_buffer(self) -> ReplayBuffer:
+        return self._secondary
+
+    @property
+    def secondary_mix_ratio(self) -> float:
+        return self._ratio
+
+    def append(self, observation: Observation, action: Any, reward: Any) -> None:
+        self._primary.append(observation, action, reward)
+
+    def append_episode(self, episode: EpisodeBase) -> None:
+        self._primary.append_episode(episode)
+
+    def clip_episode(self, terminated: bool, final_observation: Optional[Observation] = None) -> None:
+        self._primary.clip_episode(terminated, final_observation)
+
+    def _split(self, batch_size: int) -> tuple[int, int]:
+        primary = int((1.0 - self._ratio) * batch_size)
+        return primary, batch_size - primary
+
+    def sample_transition(self) -> Transition:
+        source = self._secondary if get_rng().random() < self._ratio else self._primary
+        return source.sample_transition()
+
+    def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
+        batch_size = _positive_int(batch_size, "batch_size")
+        n_primary, n_secondary = self._split(batch_size)
+        parts = []
+        if n_primary:
+            parts.append(self._primary.sample_transition_batch(n_primary))
+        if n_secondary:
+            parts.append(self._secondary.sample_transition_batch(n_secondary))
+        return _concat_batches(parts)
+
+    def sample_trajectory(self, length: int) -> PartialTrajectory:
+        source = self._secondary if get_rng().random() < self._ratio else self._primary
+        return source.sample_trajectory(length)
+
+    def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
+        batch_size = _positive_int(batch_size, "batch_size")
+        n_primary, n_secondary = self._split(batch_size)
+        parts = []
+        if n_primary:
+            parts.append(self._primary.sample_trajectory_batch(n_primary, length))
+        if n_secondary:
+            parts.append(self._secondary.sample_trajectory_batch(n_secondary, length))
+        return _concat_batches(parts)
+
+    @property
+    def episodes(self) -> Sequence[EpisodeBase]:
+        return list(self._primary.episodes) + list(self._secondary.episodes)
+
+    @property
+    def transition_count(self) -> int:
+        return self._primary.transition_count + self._secondary.transition_count
+
+    @property
+    def dataset_info(self) -> DatasetInfo:
+        try:
+            return self._primary.dataset_info
+        except _EmptyBufferError:
+            return self._secondary.dataset_info
+
+
+def _concat_batches(parts: list):
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    values = {}
+    for field in dataclasses.fields(first):
+        items = [getattr(p, field.name) for p in parts]
+        if field.name == "length":
+            values["length"] = items[0]
+        elif isinstance(items[0], list):
+            values[field.name] = [np.concatenate([it[k] for it in items]) for k in range(len(items[0]))]
+        else:
+            values[field.name] = np.concatenate(items)
+    return type(first)(**values)
+
+
+def create_infinite_replay_buffer(
+    episodes: Optional[Sequence[EpisodeBase]] = None,
+    transition_picker: Optional[TransitionPickerProtocol] = None,
+    trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
+    writer_preprocessor: Optional[WriterPreprocessProtocol] = None,
+    env: Any = None,
+    **kwargs: Any,
+) -> ReplayBuffer:
+    """A :class:`ReplayBuffer` over an :class:`InfiniteBuffer`."""
+    return ReplayBuffer(
+        InfiniteBuffer(), transition_picker, trajectory_slicer, writer_preprocessor,
+        episodes=episodes, env=env, **kwargs,
+    )
+
+
+def create_fifo_replay_buffer(
+    limit: int,
+    episodes: Optional[Sequence[EpisodeBase]] = None,
+    transition_picker: Optional[TransitionPickerProtocol] = None,
+    trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
+    writer_preprocessor: Optional[WriterPreprocessProtocol] = None,
+    env: Any = None,
+    **kwargs: Any,
+) -> ReplayBuffer:
+    """A :class:`ReplayBuffer` over a :class:`FIFOBuffer` of ``limit`` transitions."""
+    return ReplayBuffer(
+        FIFOBuffer(limit), transition_picker, trajectory_slicer, writer_preprocessor,
+        episodes=episodes, env=env, **kwargs,
+    )
+
+
+class MDPDataset(ReplayBuffer):
+    """An offline dataset built from step-aligned arrays.
+
+    ``observations[i]``, ``actions[i]``, ``rewards[i]`` describe step ``i``;
+    an episode ends at a step whose ``terminals`` (terminal state, no
+    bootstrap) or ``timeouts`` (cut short) flag is 1, and a final stretch
+    with neither flag is kept as a truncated episode.
+
+    Args:
+        observations: ``(N, *obs_shape)`` array, or a list/tuple of such
+            arrays for tuple observations.
+        actions: ``(N, action_dim)`` continuous, or ``(N,)`` action indices.
+        rewards: ``(N,)`` or ``(N, 1)``.
+        terminals, timeouts: ``(N,)`` 0/1 flags.
+        action_space, action_size: inferred when not given (integer-valued
+            1-D actions are discrete, with ``action_size = max + 1``).
+        next_observations: optional ``(N, *obs_shape)`` (as in D4RL files):
+            used as the final observation of each truncated episode so its
+            last step stays a usable transition.
+    """
+
+    def __init__(
+        self,
+        observations: Any,
+        actions: Any,
+        rewards: Any,
+        terminals: Any,
+        timeouts: Any = None,
+        transition_picker: Optional[TransitionPickerProtocol] = None,
+        trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
+        action_space: Optional[ActionSpace] = None,
+        action_size: Optional[int] = None,
+        next_observations: Any = None,
+    ) -> None:
+        obs_columns = _checks.as_observation_columns(observations)
+        n = obs_columns[0].shape[0]
+        if n == 0:
+            raise ValueError("the dataset is empty: observations has 0 rows")
+        action_array, space, size = _checks.as_actions(
+            actions, n, None if action_space is None else ActionSpace.parse(action_space), action_size
+        )
+        reward_array = _checks.as_rewards(rewards, n)
+        terminal_flags = _checks.as_flags(terminals, "terminals", n)
+        if timeouts is None:
+            timeout_flags = np.zeros(n, dtype=bool)
+        else:
+            timeout_flags = _checks.as_flags(timeouts, "timeouts", n)
+            both = terminal_flags & timeout_flags
+            if both.any():
+                i = int(np.argmax(both))
+                raise ValueError(
+                    f"step {i} is flagged both terminal and timeout: terminals[{i}] and timeouts[{i}] are 1"
+                )
+        ends = np.flatnonzero(terminal_flags | timeout_flags) + 1
+        if ends.size == 0 or ends[-1] != n:
+            ends = np.append(ends, n)
+        starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+        terminated = terminal_flags[ends - 1]
+        has_final = np.zeros(ends.shape[0], dtype=bool)
+
+        if next_observations is not None:
+            next_columns = _checks.as_observation_columns(next_observations, "next_observations")
+            if len(next_columns) != len(obs_columns) or any(
+                a.shape != b.shape for a, b in zip(next_columns, obs_columns)
+            ):
+                raise ValueError(
+                    "next_observations must match observations: got "
+                    f"{[c.shape for c in next_columns]}, expected {[c.shape for c in obs_columns]}"
+                )
+            has_final = ~terminated
+            insert_at = ends[has_final]
+            finals = [c[insert_at - 1] for c in next_columns]
+            obs_columns = [
+                np.insert(c, insert_at, f.astype(c.dtype, copy=False), axis=0)
+                for c, f in zip(obs_columns, finals)
+            ]
+            action_array = np.insert(action_array, insert_at, 0, axis=0)
+            reward_array = np.insert(reward_array, insert_at, 0, axis=0)
+            shift = np.concatenate(([0], np.cumsum(has_final)[:-1]))
+            starts = starts + shift
+            ends = ends + shift
+
+        store = InfiniteBuffer()
+        store.set_columns(obs_columns, action_array, reward_array, starts, ends, terminated, has_final)
+        super().__init__(
+            store,
+            transition_picker=transition_picker,
+            trajectory_slicer=trajectory_slicer,
+            action_space=space,
+            action_size=size,
+        )

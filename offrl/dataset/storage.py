@@ -1,0 +1,521 @@
+"""Columnar episode storage: the Buffer component of a replay buffer.
+
+Every field is one contiguous array with steps on the first axis
+(observations, or one array per element of a tuple observation; actions;
+rewards), plus a small table of episodes: ``start`` and ``end`` rows,
+``terminated`` and ``has_final`` flags. When the data gives the observation
+reached after the last step of a truncated episode, it is stored as one extra
+row right after the episode's steps, so that the next observation of any
+non-terminal step ``r`` is simply row ``r + 1``.
+
+:class:`InfiniteBuffer` keeps everything; :class:`FIFOBuffer` keeps the
+newest ``limit`` transitions. Both also implement d3rlpy's ``BufferProtocol``
+(``append(episode, index)``, ``episodes``, ``transition_count``,
+``__len__``, ``__getitem__``) so user code written against it keeps working.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+import numpy as np
+
+from .episode import Episode, EpisodeBase
+from .signature import Signature
+
+__all__ = [
+    "BufferProtocol",
+    "ColumnStore",
+    "InfiniteBuffer",
+    "FIFOBuffer",
+    "EpisodeSequence",
+]
+
+
+@runtime_checkable
+class BufferProtocol(Protocol):
+    """Interface of a Buffer: stores transitions as ``(episode, index)``."""
+
+    def append(self, episode: EpisodeBase, index: int) -> None: ...
+
+    @property
+    def episodes(self) -> Sequence[EpisodeBase]: ...
+
+    @property
+    def transition_count(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Tuple[EpisodeBase, int]: ...
+
+
+class EpisodeSequence(Sequence[Episode]):
+    """Lazy, read-only sequence of episode views of a :class:`ColumnStore`.
+
+    Indexing builds an :class:`Episode` whose arrays are slices of the
+    store (no copy). Views taken before later writes keep showing the data
+    they were taken on.
+    """
+
+    def __init__(self, store: "ColumnStore") -> None:
+        self._store = store
+
+    def __len__(self) -> int:
+        return self._store.episode_count
+
+    def __getitem__(self, index):  # type: ignore[override]
+        n = len(self)
+        if isinstance(index, slice):
+            return [self._store.episode(i) for i in range(*index.indices(n))]
+        index = int(index)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"episode index {index} is out of range for {n} episodes")
+        return self._store.episode(index)
+
+    def __iter__(self) -> Iterator[Episode]:
+        for i in range(len(self)):
+            yield self._store.episode(i)
+
+    def __repr__(self) -> str:
+        return f"EpisodeSequence({len(self)} episodes)"
+
+
+def _grow(array: np.ndarray, capacity: int, start: int, stop: int) -> np.ndarray:
+    """A new array of ``capacity`` rows holding ``array[start:stop]`` at the top."""
+    out = np.empty((capacity,) + array.shape[1:], dtype=array.dtype)
+    out[: stop - start] = array[start:stop]
+    return out
+
+
+class ColumnStore:
+    """Columnar storage of steps and episode boundaries.
+
+    Rows ``[head, tail)`` are live, where ``head`` is the start of the first
+    live episode. Episodes ``[ep_head, ep_tail)`` are live; the last one is
+    *open* while an episode is being written online.
+    """
+
+    _INITIAL_ROWS = 1024
+    _INITIAL_EPISODES = 64
+
+    def __init__(self) -> None:
+        self._observations: Optional[list[np.ndarray]] = None
+        self._actions: Optional[np.ndarray] = None
+        self._rewards: Optional[np.ndarray] = None
+        self._tail = 0
+        self._ep_start = np.zeros(0, dtype=np.int64)
+        self._ep_end = np.zeros(0, dtype=np.int64)
+        self._ep_terminated = np.zeros(0, dtype=bool)
+        self._ep_has_final = np.zeros(0, dtype=bool)
+        self._ep_head = 0
+        self._ep_tail = 0
+        self._open = False
+        self._version = 0
+        self._cum_cache: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._prefix_cache: tuple[int, np.ndarray] | None = None
+        self._step_cache: tuple[int, np.ndarray, np.ndarray] | None = None
+        self.observation_signature: Optional[Signature] = None
+        self.action_signature: Optional[Signature] = None
+        self.reward_signature: Optional[Signature] = None
+
+    # ------------------------------------------------------------------ setup
+    @property
+    def is_initialized(self) -> bool:
+        return self._observations is not None
+
+    def initialize(
+        self,
+        observation_signature: Signature,
+        action_signature: Signature,
+        reward_signature: Signature,
+    ) -> None:
+        """Allocate empty columns for the given signatures."""
+        if self.is_initialized:
+            if (
+                observation_signature != self.observation_signature
+                or action_signature != self.action_signature
+                or reward_signature != self.reward_signature
+            ):
+                raise ValueError(
+                    "data does not match the buffer's signatures: buffer has "
+                    f"observations {self.observation_signature!r}, actions "
+                    f"{self.action_signature!r}, rewards {self.reward_signature!r}; data has "
+                    f"observations {observation_signature!r}, actions {action_signature!r}, "
+                    f"rewards {reward_signature!r}"
+                )
+            return
+        self.observation_signature = observation_signature
+        self.action_signature = action_signature
+        self.reward_signature = reward_signature
+        self._observations = [
+            np.empty((0,) + tuple(s), dtype=d)
+            for d, s in zip(observation_signature.dtype, observation_signature.shape)
+        ]
+        self._actions = np.empty((0,) + tuple(action_signature.shape[0]), action_signature.dtype[0])
+        self._rewards = np.empty((0,) + tuple(reward_signature.shape[0]), reward_signature.dtype[0])
+
+    def set_columns(
+        self,
+        observations: list[np.ndarray],
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        terminated: np.ndarray,
+        has_final: np.ndarray,
+    ) -> None:
+        """Adopt whole, already validated columns (used when building a dataset
+        from arrays or loading a file). The store must be empty."""
+        if self._ep_tail != self._ep_head:
+            raise ValueError("set_columns needs an empty buffer")
+        self._observations = list(observations)
+        self._actions = actions
+        self._rewards = rewards
+        self.observation_signature = Signature(
+            dtype=[o.dtype for o in observations], shape=[o.shape[1:] for o in observations]
+        )
+        self.action_signature = Signature(dtype=[actions.dtype], shape=[actions.shape[1:]])
+        self.reward_signature = Signature(dtype=[rewards.dtype], shape=[rewards.shape[1:]])
+        self._tail = int(actions.shape[0])
+        self._ep_start = np.ascontiguousarray(starts, dtype=np.int64)
+        self._ep_end = np.ascontiguousarray(ends, dtype=np.int64)
+        self._ep_terminated = np.ascontiguousarray(terminated, dtype=bool)
+        self._ep_has_final = np.ascontiguousarray(has_final, dtype=bool)
+        self._ep_head = 0
+        self._ep_tail = int(starts.shape[0])
+        self._open = False
+        self._changed()
+
+    # ------------------------------------------------------------- accessors
+    @property
+    def observations(self) -> list[np.ndarray]:
+        """Raw observation columns (one per tuple element), all rows."""
+        return self._observations  # type: ignore[return-value]
+
+    @property
+    def actions(self) -> np.ndarray:
+        return self._actions  # type: ignore[return-value]
+
+    @property
+    def rewards(self) -> np.ndarray:
+        return self._rewards  # type: ignore[return-value]
+
+    @property
+    def head(self) -> int:
+        return int(self._ep_start[self._ep_head]) if self._ep_tail > self._ep_head else self._tail
+
+    @property
+    def tail(self) -> int:
+        return self._tail
+
+    @property
+    def episode_count(self) -> int:
+        return self._ep_tail - self._ep_head
+
+    @property
+    def has_open_episode(self) -> bool:
+        return self._open
+
+    @property
+    def version(self) -> int:
+        """Changes whenever the stored data changes."""
+        return self._version
+
+    def episode_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(starts, ends, terminated, has_final)`` of the live episodes (views)."""
+        s = slice(self._ep_head, self._ep_tail)
+        return self._ep_start[s], self._ep_end[s], self._ep_terminated[s], self._ep_has_final[s]
+
+    def transition_counts(self) -> np.ndarray:
+        starts, ends, terminated, has_final = self.episode_table()
+        sizes = ends - starts
+        return np.maximum(sizes - ~(terminated | has_final), 0)
+
+    @property
+    def transition_count(self) -> int:
+        return int(self._cumulative()[1][-1]) if self.episode_count else 0
+
+    @property
+    def step_count(self) -> int:
+        return int(self._step_cumulative()[1][-1]) if self.episode_count else 0
+
+    def _changed(self) -> None:
+        self._version += 1
+
+    def _cumulative(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cached ``(counts, cumsum(counts))`` of transitions per live episode."""
+        cache = self._cum_cache
+        if cache is None or cache[0] != self._version:
+            counts = self.transition_counts()
+            cache = (self._version, counts, np.cumsum(counts))
+            self._cum_cache = cache
+        return cache[1], cache[2]
+
+    def _step_cumulative(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cached ``(sizes, cumsum(sizes))`` of steps per live episode."""
+        cache = self._step_cache
+        if cache is None or cache[0] != self._version:
+            starts, ends, _, _ = self.episode_table()
+            sizes = ends - starts
+            cache = (self._version, sizes, np.cumsum(sizes))
+            self._step_cache = cache
+        return cache[1], cache[2]
+
+    def reward_prefix_sums(self) -> np.ndarray:
+        """Cached float64 ``cumsum`` of rewards over rows ``[0, tail)``; the
+        sum of rewards of rows ``a..b`` is ``p[b] - p[a] + r[a]``."""
+        cache = self._prefix_cache
+        if cache is None or cache[0] != self._version:
+            cache = (self._version, np.cumsum(self._rewards[: self._tail, 0], dtype=np.float64))
+            self._prefix_cache = cache
+        return cache[1]
+
+    def locate_transitions(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Map transition indices in ``[0, transition_count)`` to
+        ``(episode positions, rows)``; episode positions count live episodes."""
+        counts, cum = self._cumulative()
+        episode_ids = np.searchsorted(cum, indices, side="right")
+        starts = self._ep_start[self._ep_head + episode_ids]
+        rows = starts + (indices - (cum[episode_ids] - counts[episode_ids]))
+        return episode_ids, rows
+
+    def locate_steps(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Map step indices in ``[0, step_count)`` to ``(episode positions, rows)``."""
+        sizes, cum = self._step_cumulative()
+        episode_ids = np.searchsorted(cum, indices, side="right")
+        starts = self._ep_start[self._ep_head + episode_ids]
+        rows = starts + (indices - (cum[episode_ids] - sizes[episode_ids]))
+        return episode_ids, rows
+
+    def step_rows(self) -> np.ndarray | slice:
+        """Rows holding steps (a slice when there are no final-observation rows)."""
+        starts, ends, _, has_final = self.episode_table()
+        if not has_final.any():
+            return slice(self.head, self._tail)
+        sizes = ends - starts
+        offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+        return np.arange(int(sizes.sum()), dtype=np.int64) + offsets
+
+    def episode(self, position: int) -> Episode:
+        """A view of the live episode at ``position``."""
+        i = self._ep_head + position
+        start, end = int(self._ep_start[i]), int(self._ep_end[i])
+        obs = self._observations
+        observations = obs[0][start:end] if len(obs) == 1 else [o[start:end] for o in obs]
+        final = None
+        if self._ep_has_final[i]:
+            final = obs[0][end] if len(obs) == 1 else [o[end] for o in obs]
+        return Episode(
+            observations=observations,
+            actions=self._actions[start:end],
+            rewards=self._rewards[start:end],
+            terminated=bool(self._ep_terminated[i]),
+            final_observation=final,
+        )
+
+    @property
+    def episodes(self) -> EpisodeSequence:
+        return EpisodeSequence(self)
+
+    # -------------------------------------------------------------- writing
+    def _reserve_rows(self, n: int) -> None:
+        capacity = self._actions.shape[0]
+        if self._tail + n <= capacity:
+            return
+        head = self.head
+        live = self._tail - head
+        needed = live + n
+        if needed > capacity or head < capacity // 4:
+            capacity = max(needed, capacity + capacity // 2, self._INITIAL_ROWS)
+        # always into new arrays: episode views already handed out keep their data
+        self._observations = [_grow(o, capacity, head, self._tail) for o in self._observations]
+        self._actions = _grow(self._actions, capacity, head, self._tail)
+        self._rewards = _grow(self._rewards, capacity, head, self._tail)
+        self._ep_start[self._ep_head : self._ep_tail] -= head
+        self._ep_end[self._ep_head : self._ep_tail] -= head
+        self._tail = live
+
+    def _reserve_episode(self) -> None:
+        capacity = self._ep_start.shape[0]
+        if self._ep_tail < capacity:
+            return
+        live = self._ep_tail - self._ep_head
+        if self._ep_head < capacity // 4:
+            capacity = max(capacity * 2, self._INITIAL_EPISODES)
+        self._ep_start = _grow(self._ep_start, capacity, self._ep_head, self._ep_tail)
+        self._ep_end = _grow(self._ep_end, capacity, self._ep_head, self._ep_tail)
+        self._ep_terminated = _grow(self._ep_terminated, capacity, self._ep_head, self._ep_tail)
+        self._ep_has_final = _grow(self._ep_has_final, capacity, self._ep_head, self._ep_tail)
+        self._ep_head, self._ep_tail = 0, live
+
+    def _write_rows(
+        self,
+        observations: Sequence[np.ndarray],
+        actions: np.ndarray,
+        rewards: Optional[np.ndarray],
+    ) -> int:
+        n = actions.shape[0]
+        self._reserve_rows(n)
+        t = self._tail
+        for column, values in zip(self._observations, observations):
+            column[t : t + n] = values
+        self._actions[t : t + n] = actions
+        if rewards is None:
+            self._rewards[t : t + n] = 0
+        else:
+            self._rewards[t : t + n] = rewards
+        self._tail = t + n
+        return t
+
+    def append_step(self, observation: Sequence[np.ndarray], action: np.ndarray, reward: np.ndarray) -> None:
+        """Append one step to the open episode (opening one if needed)."""
+        if not self._open:
+            self._reserve_episode()
+            self._reserve_rows(1)
+            i = self._ep_tail
+            self._ep_start[i] = self._ep_end[i] = self._tail
+            self._ep_terminated[i] = False
+            self._ep_has_final[i] = False
+            self._ep_tail += 1
+            self._open = True
+        self._write_rows([o[None] for o in observation], action[None], reward[None])
+        self._ep_end[self._ep_tail - 1] = self._tail
+        self._after_write()
+
+    def close_episode(self, terminated: bool, final_observation: Optional[Sequence[np.ndarray]] = None) -> None:
+        """Close the open episode; a no-op when none is open."""
+        if not self._open:
+            return
+        i = self._ep_tail - 1
+        self._ep_terminated[i] = bool(terminated)
+        if final_observation is not None and not terminated:
+            self._write_rows(
+                [o[None] for o in final_observation],
+                np.zeros((1,) + self._actions.shape[1:], self._actions.dtype),
+                None,
+            )
+            self._ep_has_final[i] = True
+        self._open = False
+        self._after_write()
+
+    def add_episode(
+        self,
+        observations: Sequence[np.ndarray],
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: bool,
+        final_observation: Optional[Sequence[np.ndarray]] = None,
+    ) -> None:
+        """Append a whole, closed episode (arrays already in the store's dtypes)."""
+        if self._open:
+            raise ValueError(
+                "an episode is being written with append(); call clip_episode() "
+                "before appending whole episodes"
+            )
+        n = actions.shape[0]
+        if n == 0:
+            raise ValueError("cannot append an episode with no steps")
+        has_final = final_observation is not None and not terminated
+        self._reserve_episode()
+        self._reserve_rows(n + int(has_final))
+        start = self._write_rows(observations, actions, rewards)
+        if has_final:
+            self._write_rows(
+                [o[None] for o in final_observation],
+                np.zeros((1,) + actions.shape[1:], actions.dtype),
+                None,
+            )
+        i = self._ep_tail
+        self._ep_start[i] = start
+        self._ep_end[i] = start + n
+        self._ep_terminated[i] = bool(terminated)
+        self._ep_has_final[i] = has_final
+        self._ep_tail += 1
+        self._after_write()
+
+    def _after_write(self) -> None:
+        self._changed()
+
+    # ------------------------------------------------- BufferProtocol parts
+    def __len__(self) -> int:
+        return self.transition_count
+
+    def __getitem__(self, index: int) -> Tuple[Episode, int]:
+        total = self.transition_count
+        index = int(index)
+        if index < 0:
+            index += total
+        if not 0 <= index < total:
+            raise IndexError(f"transition index {index} is out of range for {total} transitions")
+        episode_ids, rows = self.locate_transitions(np.array([index]))
+        position = int(episode_ids[0])
+        return self.episode(position), int(rows[0] - self._ep_start[self._ep_head + position])
+
+    def append(self, episode: EpisodeBase, index: int) -> None:
+        """d3rlpy's ``BufferProtocol.append``: the buffer holds the episode's
+        transitions. The whole episode is stored on its first call; the
+        following calls for the same episode object are no-ops."""
+        if getattr(self, "_protocol_episode", None) is episode:
+            return
+        from ._checks import episode_columns
+
+        obs, actions, rewards, final = episode_columns(episode, self)
+        self.add_episode(obs, actions, rewards, bool(episode.terminated), final)
+        self._protocol_episode = episode
+
+
+class InfiniteBuffer(ColumnStore):
+    """Buffer with unlimited capacity."""
+
+    def __repr__(self) -> str:
+        return f"InfiniteBuffer(episodes={self.episode_count}, transitions={self.transition_count})"
+
+
+class FIFOBuffer(ColumnStore):
+    """Buffer that keeps the newest ``limit`` transitions.
+
+    When full, the oldest transitions are dropped from the front of the
+    oldest episode (an episode whose transitions are all gone is removed),
+    so the buffer always holds exactly ``min(limit, written)`` transitions.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)):
+            raise TypeError(f"limit must be an int, got {type(limit).__name__}")
+        if limit <= 0:
+            raise ValueError(f"limit must be > 0, got {limit}")
+        super().__init__()
+        self.limit = int(limit)
+
+    def _after_write(self) -> None:
+        self._changed()
+        excess = self.transition_count - self.limit
+        if excess <= 0:
+            return
+        counts = self.transition_counts()
+        i = 0
+        # drop whole episodes while their transitions fit in the excess
+        while excess > 0 and i < counts.shape[0]:
+            c = int(counts[i])
+            if c <= excess and not (self._open and self._ep_head + i == self._ep_tail - 1):
+                excess -= c
+                i += 1
+                continue
+            break
+        self._ep_head += i
+        if excess > 0:
+            # trim the front of the oldest remaining episode
+            self._ep_start[self._ep_head] += excess
+        self._changed()
+
+    def set_columns(self, *args, **kwargs) -> None:  # type: ignore[override]
+        super().set_columns(*args, **kwargs)
+        self._after_write()
+
+    def __repr__(self) -> str:
+        return (
+            f"FIFOBuffer(limit={self.limit}, episodes={self.episode_count}, "
+            f"transitions={self.transition_count})"
+        )
