@@ -87,7 +87,7 @@ def as_observation_columns(observations: Any, name: str = "observations") -> lis
         if array.ndim == 1:
             array = array[:, None]
         check_finite(array, field)
-        columns.append(np.ascontiguousarray(array, dtype=_observation_dtype(array)))
+        columns.append(np.array(array, dtype=_observation_dtype(array), order="C", copy=True))
     n = columns[0].shape[0]
     for column, field in zip(columns[1:], names[1:]):
         if column.shape[0] != n:
@@ -125,7 +125,7 @@ def as_rewards(value: Any, n: Optional[int], name: str = "rewards") -> np.ndarra
     if not np.issubdtype(array.dtype, np.number) and array.dtype != np.bool_:
         raise TypeError(f"{name} must be numeric, got dtype {array.dtype}")
     check_finite(array, name)
-    return np.ascontiguousarray(array, dtype=np.float32)
+    return np.array(array, dtype=np.float32, order="C", copy=True)
 
 
 def _looks_discrete(array: np.ndarray) -> bool:
@@ -178,7 +178,7 @@ def as_actions(
                 f"{name} has width {width}, expected action_size={action_size} "
                 "continuous action dimensions"
             )
-        return np.ascontiguousarray(array, dtype=np.float32), action_space, width
+        return np.array(array, dtype=np.float32, order="C", copy=True), action_space, width
 
     # discrete
     if array.shape[1] != 1:
@@ -197,7 +197,7 @@ def as_actions(
         if negative.any():
             i = first_index(negative)
             raise ValueError(f"{name}[{i}] is {array[i, 0]!r}, expected a non-negative action index")
-    actions = np.ascontiguousarray(array, dtype=np.int64)
+    actions = np.array(array, dtype=np.int64, order="C", copy=True)
     if action_size is None:
         action_size = int(actions.max()) + 1 if actions.size else 1
     elif actions.size:
