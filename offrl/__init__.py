@@ -4,9 +4,20 @@ Fit a policy on logged decisions with a scikit-learn-like API, judge it
 without touching the real system, and export it to run anywhere.
 """
 
-from . import dataset
+from . import algos, dataset, logging, models, preprocessing
 from ._random import seed
 from ._version import __version__
 from .constants import ActionSpace
+from .serialization import load_learnable
 
-__all__ = ["__version__", "seed", "ActionSpace", "dataset"]
+__all__ = [
+    "__version__",
+    "seed",
+    "ActionSpace",
+    "load_learnable",
+    "algos",
+    "dataset",
+    "logging",
+    "models",
+    "preprocessing",
+]

@@ -1,0 +1,153 @@
+"""DQN and Double DQN.
+
+DQN (Mnih et al., 2015, "Human-level control through deep reinforcement
+learning") regresses Q on a bootstrapped target from a periodically
+synchronised target network:
+
+    L(theta) = E_{(s, a, r, s') ~ D} [ l( r + gamma^k (1 - d) Q_target(s', a*) - Q_theta(s, a) ) ]
+    a* = argmax_a Q_target(s', a)                 (DQN)
+    a* = argmax_a Q_theta(s', a)                  (Double DQN, van Hasselt et al., 2016)
+
+with ``l`` the Huber loss for the mean Q-function (the quantile Huber loss
+for QR / IQN Q-functions), ``k`` the transition's interval (1, or n for
+multi-step pickers) and ``d`` its terminal flag. With ``n_critics > 1`` the
+greedy action uses the ensemble mean and the target the ensemble minimum.
+The target network is copied from the online one every
+``target_update_interval`` steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Dict
+
+import torch
+from torch import nn
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory
+from ..models.optimizers import AdamFactory
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..serialization import register
+from ._common import freeze, hard_update, td_target
+from .base import LearnableConfig, QLearningAlgoBase
+
+__all__ = ["DQNConfig", "DQN", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy"]
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class DQNConfig(LearnableConfig):
+    """Config of DQN (see the module docstring for the loss).
+
+    Args:
+        learning_rate: optimizer learning rate.
+        optim_factory: optimizer (Adam by default).
+        encoder_factory: encoder of the Q-function.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        n_critics: ensemble size.
+        target_update_interval: steps between target network copies.
+    """
+
+    batch_size: int = 32
+    learning_rate: float = 6.25e-5
+    optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    q_func_factory: QFunctionFactory = dataclasses.field(default_factory=MeanQFunctionFactory)
+    n_critics: int = 1
+    target_update_interval: int = 8000
+
+    def validate(self) -> None:
+        super().validate()
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if int(self.n_critics) < 1:
+            raise ValueError(f"n_critics must be >= 1, got {self.n_critics}")
+        if int(self.target_update_interval) < 1:
+            raise ValueError(f"target_update_interval must be >= 1, got {self.target_update_interval}")
+
+    @staticmethod
+    def get_type() -> str:
+        return "dqn"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DQN
+
+
+class DiscreteGreedyPolicy(nn.Module):
+    """``argmax_a`` of the ensemble-mean Q-values (int64 indices)."""
+
+    def __init__(self, q_function: nn.Module) -> None:
+        super().__init__()
+        self.q_function = q_function
+
+    def forward(self, x) -> torch.Tensor:
+        return self.q_function.expected(x).mean(dim=0).argmax(dim=-1)
+
+
+class DQN(QLearningAlgoBase):
+    """Deep Q-Network (see the module docstring)."""
+
+    _action_type = ActionSpace.DISCRETE
+    _q_modules = ("q_function", "targ_q_function")
+    _q_optim = "optim"
+    _double = False
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        q = cfg.q_func_factory.create(cfg.encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=True)
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        self._add_optimizer("optim", cfg.optim_factory, [q], cfg.learning_rate)
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
+        with torch.no_grad():
+            chooser = q if self._double else targ
+            next_action = chooser.expected(batch.next_observations).mean(dim=0).argmax(dim=-1)
+            next_dist, _ = targ.at_action(batch.next_observations, next_action)
+            target = td_target(
+                batch.rewards, q.reduce(next_dist, "min"), batch.terminals, self._config.gamma, batch.intervals
+            )
+        pred, taus = q.at_action(batch.observations, batch.actions)
+        loss = q.loss(pred, target, taus)
+        optim = self._optims["optim"]
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        if (grad_step + 1) % int(self._config.target_update_interval) == 0:
+            hard_update(targ, q)
+        return {"loss": loss.detach()}
+
+    def _predict(self, x) -> torch.Tensor:
+        return self._nets["q_function"].expected(x).mean(dim=0).argmax(dim=-1)
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        values = self._nets["q_function"].expected(x).mean(dim=0)
+        return values.gather(1, action.long().view(-1, 1)).squeeze(1)
+
+    def policy_module(self) -> nn.Module:
+        return DiscreteGreedyPolicy(self._nets["q_function"])
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class DoubleDQNConfig(DQNConfig):
+    """Config of Double DQN: DQN whose target action is chosen by the online
+    network (see :mod:`offrl.algos.dqn`)."""
+
+    @staticmethod
+    def get_type() -> str:
+        return "double_dqn"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DoubleDQN
+
+
+class DoubleDQN(DQN):
+    """Double DQN (van Hasselt et al., 2016)."""
+
+    _double = True

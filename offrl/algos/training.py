@@ -1,0 +1,199 @@
+"""The offline training loop (``fit`` / ``fitter``).
+
+Losses stay on the device: each step writes its losses into one row of a
+preallocated tensor, which is read once per check interval (for the progress
+bar and the NaN check) and summed into the epoch's metrics. A non-finite loss
+stops training with the exact step and loss named, before anything is saved.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .base import NonFiniteLossError, QLearningAlgoBase
+
+__all__ = ["fitter", "LossTracker", "CHECK_INTERVAL"]
+
+#: steps between reads of the loss buffer (progress bar, NaN check)
+CHECK_INTERVAL = 100
+
+
+class LossTracker:
+    """Per-step losses kept on the device, read every ``interval`` steps."""
+
+    def __init__(self, interval: int = CHECK_INTERVAL) -> None:
+        self.interval = interval
+        self.names: Optional[List[str]] = None
+        self.buffer: Optional[torch.Tensor] = None
+        self.rows = 0
+        self.first_step = 0
+        self.sums: Optional[np.ndarray] = None
+        self.count = 0
+        self.last: Dict[str, float] = {}
+
+    def add(self, losses: Dict[str, torch.Tensor], step: int) -> None:
+        if self.names is None:
+            self.names = list(losses)
+            first = next(iter(losses.values()))
+            self.buffer = torch.empty((self.interval, len(self.names)), dtype=torch.float32, device=first.device)
+            self.sums = np.zeros(len(self.names), dtype=np.float64)
+        if self.rows == 0:
+            self.first_step = step
+        self.buffer[self.rows] = torch.stack([losses[n].detach().float() for n in self.names])
+        self.rows += 1
+        if self.rows == self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        """Read the buffered losses (one device sync), check them, accumulate."""
+        if self.rows == 0 or self.buffer is None:
+            return
+        values = self.buffer[: self.rows].cpu().numpy().astype(np.float64)
+        finite = np.isfinite(values)
+        if not finite.all():
+            row, col = np.argwhere(~finite)[0]
+            raise NonFiniteLossError(
+                f"{self.names[col]} became {values[row, col]} at step {self.first_step + int(row)}; "
+                "training stopped (models saved before this step are intact)"
+            )
+        self.sums += values.sum(axis=0)
+        self.count += self.rows
+        self.last = {n: float(v) for n, v in zip(self.names, values.mean(axis=0))}
+        self.rows = 0
+
+    def epoch_metrics(self) -> Dict[str, float]:
+        self.flush()
+        if self.count == 0 or self.names is None:
+            return {}
+        metrics = {n: float(s / self.count) for n, s in zip(self.names, self.sums)}
+        self.sums[:] = 0.0
+        self.count = 0
+        return metrics
+
+
+def _check_steps(n_steps: Any, n_steps_per_epoch: Any) -> None:
+    for name, value in (("n_steps", n_steps), ("n_steps_per_epoch", n_steps_per_epoch)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def experiment_directory_name(algo: QLearningAlgoBase, experiment_name: Optional[str], with_timestamp: bool) -> str:
+    name = experiment_name or type(algo).__name__
+    if with_timestamp:
+        name += "_" + datetime.datetime.now().strftime("%Y%m%d%H%M%S%f")
+    return name
+
+
+def fitter(
+    algo: QLearningAlgoBase,
+    dataset: Any,
+    n_steps: int,
+    n_steps_per_epoch: int = 10000,
+    experiment_name: Optional[str] = None,
+    with_timestamp: bool = True,
+    logger_adapter: Any = None,
+    show_progress: bool = True,
+    save_interval: int = 1,
+    evaluators: Optional[Dict[str, Any]] = None,
+    callback: Optional[Callable[[Any, int, int], None]] = None,
+    epoch_callback: Optional[Callable[[Any, int, int], None]] = None,
+) -> Generator[Tuple[int, Dict[str, float]], None, None]:
+    """Train ``algo`` on ``dataset``; yield ``(epoch, metrics)`` per epoch.
+
+    ``n_steps`` gradient steps in epochs of ``n_steps_per_epoch`` (the last
+    epoch may be shorter). ``metrics`` holds the epoch means of the losses,
+    timing figures and the evaluators' scores. ``callback(algo, epoch,
+    total_step)`` runs after every step, ``epoch_callback`` after every
+    epoch. Models are saved through the logger every ``save_interval``
+    epochs and after the last one.
+    """
+    _check_steps(n_steps, n_steps_per_epoch)
+    if isinstance(save_interval, bool) or not isinstance(save_interval, (int, np.integer)) or save_interval <= 0:
+        raise ValueError(f"save_interval must be a positive int, got {save_interval!r}")
+    if not hasattr(dataset, "sample_transition_batch") or not hasattr(dataset, "dataset_info"):
+        raise TypeError(f"dataset must be a ReplayBuffer or MDPDataset, got {type(dataset).__name__}")
+    for name, evaluator in (evaluators or {}).items():
+        if not callable(evaluator):
+            raise TypeError(f"evaluator {name!r} is not callable")
+    return _fit_generator(
+        algo, dataset, int(n_steps), int(n_steps_per_epoch), experiment_name, with_timestamp, logger_adapter,
+        show_progress, int(save_interval), evaluators or {}, callback, epoch_callback,
+    )
+
+
+def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
+                   show_progress, save_interval, evaluators, callback, epoch_callback):
+    from ..logging import FileAdapterFactory
+
+    info = dataset.dataset_info
+    algo._check_action_space(info.action_space)
+    if not algo.is_built:
+        algo.build_with_dataset(dataset)
+    else:
+        algo._fit_scalers(dataset)
+        signature = info.observation_signature
+        expected = [tuple(s) for s in signature.shape] if signature.is_tuple else tuple(signature.shape[0])
+        if expected != algo.observation_shape:
+            raise ValueError(f"the dataset's observations have shape {expected}, the algorithm was built for {algo.observation_shape}")
+        if info.action_size != algo.action_size:
+            raise ValueError(f"the dataset has action_size={info.action_size}, the algorithm was built for {algo.action_size}")
+
+    factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
+    logger = factory.create(experiment_directory_name(algo, experiment_name, with_timestamp))
+    logger.write_params(algo.to_params())
+
+    batch_size = algo.batch_size
+    n_epochs = (n_steps + n_steps_per_epoch - 1) // n_steps_per_epoch
+    tracker = LossTracker()
+    total_step = 0
+    try:
+        for epoch in range(1, n_epochs + 1):
+            steps = min(n_steps_per_epoch, n_steps - total_step)
+            progress = None
+            if show_progress:
+                from tqdm.auto import tqdm
+
+                progress = tqdm(total=steps, desc=f"Epoch {epoch}/{n_epochs}", leave=False, mininterval=0.5)
+            sample_time = update_time = 0.0
+            epoch_start = time.perf_counter()
+            for i in range(steps):
+                t0 = time.perf_counter()
+                batch = algo._preprocess(dataset.sample_transition_batch(batch_size).to_torch(algo.device))
+                t1 = time.perf_counter()
+                losses = algo._update(batch, algo._grad_step)
+                update_time += time.perf_counter() - t1
+                sample_time += t1 - t0
+                algo._grad_step += 1
+                total_step += 1
+                tracker.add(losses, algo._grad_step)
+                if progress is not None:
+                    if tracker.rows == 0:
+                        progress.set_postfix({k: f"{v:.4g}" for k, v in tracker.last.items()}, refresh=False)
+                    progress.update(1)
+                if callback is not None:
+                    callback(algo, epoch, total_step)
+            metrics = tracker.epoch_metrics()
+            if progress is not None:
+                progress.close()
+            elapsed = time.perf_counter() - epoch_start
+            metrics["time_sample_batch"] = sample_time / steps
+            metrics["time_algorithm_update"] = update_time / steps
+            metrics["time_step"] = elapsed / steps
+            for name, evaluator in evaluators.items():
+                metrics[name] = float(evaluator(algo, dataset))
+            logger.before_write_metric(epoch, total_step)
+            for name, value in metrics.items():
+                logger.write_metric(epoch, total_step, name, value)
+            logger.after_write_metric(epoch, total_step)
+            if epoch % save_interval == 0 or epoch == n_epochs:
+                logger.save_model(epoch, algo)
+            if epoch_callback is not None:
+                epoch_callback(algo, epoch, total_step)
+            yield epoch, metrics
+    finally:
+        logger.close()

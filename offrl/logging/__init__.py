@@ -1,0 +1,17 @@
+"""Logger adapters for training runs."""
+
+from .base import LoggerAdapter, LoggerAdapterFactory
+from .combine_adapter import CombineAdapter, CombineAdapterFactory
+from .file_adapter import FileAdapter, FileAdapterFactory
+from .noop_adapter import NoopAdapter, NoopAdapterFactory
+
+__all__ = [
+    "LoggerAdapter",
+    "LoggerAdapterFactory",
+    "FileAdapter",
+    "FileAdapterFactory",
+    "NoopAdapter",
+    "NoopAdapterFactory",
+    "CombineAdapter",
+    "CombineAdapterFactory",
+]

@@ -1,0 +1,57 @@
+"""Logging to files: ``params.json``, one CSV per metric, model snapshots."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict
+
+from .base import LoggerAdapter
+
+__all__ = ["FileAdapter", "FileAdapterFactory"]
+
+
+class FileAdapter:
+    """Writes into ``logdir``: ``params.json``, ``<metric>.csv`` with rows
+    ``epoch,step,value``, and ``model_<step>.d3`` snapshots."""
+
+    def __init__(self, logdir: str) -> None:
+        self.logdir = logdir
+        os.makedirs(logdir, exist_ok=True)
+
+    def write_params(self, params: Dict[str, Any]) -> None:
+        path = os.path.join(self.logdir, "params.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(params, f, indent=2)
+        os.replace(tmp, path)
+
+    def before_write_metric(self, epoch: int, step: int) -> None:
+        pass
+
+    def write_metric(self, epoch: int, step: int, name: str, value: float) -> None:
+        safe = name.replace(os.sep, "_")
+        with open(os.path.join(self.logdir, f"{safe}.csv"), "a") as f:
+            f.write(f"{epoch},{step},{value!r}\n")
+
+    def after_write_metric(self, epoch: int, step: int) -> None:
+        pass
+
+    def save_model(self, epoch: int, algo: Any) -> None:
+        algo.save(os.path.join(self.logdir, f"model_{algo.grad_step}.d3"))
+
+    def close(self) -> None:
+        pass
+
+
+class FileAdapterFactory:
+    """One directory per experiment under ``root_dir``."""
+
+    def __init__(self, root_dir: str = "offrl_logs") -> None:
+        self.root_dir = root_dir
+
+    def create(self, experiment_name: str) -> LoggerAdapter:
+        return FileAdapter(os.path.join(self.root_dir, experiment_name))
+
+    def __repr__(self) -> str:
+        return f"FileAdapterFactory(root_dir={self.root_dir!r})"

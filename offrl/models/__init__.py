@@ -1,0 +1,31 @@
+"""Network building blocks: encoders, Q-function ensembles, policies, optimizers."""
+
+from .encoders import (
+    DefaultEncoderFactory,
+    EncoderFactory,
+    PixelEncoderFactory,
+    VectorEncoderFactory,
+    compute_output_size,
+    register_encoder_factory,
+)
+from .optimizers import AdamFactory, GPTAdamWFactory, OptimizerFactory, RMSpropFactory, SGDFactory
+from .q_functions import IQNQFunctionFactory, MeanQFunctionFactory, QFunction, QFunctionFactory, QRQFunctionFactory
+
+__all__ = [
+    "EncoderFactory",
+    "VectorEncoderFactory",
+    "PixelEncoderFactory",
+    "DefaultEncoderFactory",
+    "register_encoder_factory",
+    "compute_output_size",
+    "QFunctionFactory",
+    "MeanQFunctionFactory",
+    "QRQFunctionFactory",
+    "IQNQFunctionFactory",
+    "QFunction",
+    "OptimizerFactory",
+    "SGDFactory",
+    "AdamFactory",
+    "RMSpropFactory",
+    "GPTAdamWFactory",
+]

@@ -1,0 +1,407 @@
+"""Encoders: observation (and optionally action) to a feature vector.
+
+An :class:`EncoderFactory` builds three kinds of module:
+
+* ``create(observation_shape)``: ``forward(x) -> (B, F)``;
+* ``create_with_action(observation_shape, action_size, discrete_action)``:
+  ``forward(x, action) -> (B, F)`` (discrete actions arrive as ``(B, 1)``
+  indices and are one-hot encoded);
+* ``create_ensemble(...)``: ``n`` independent members whose outputs are
+  stacked as ``(E, B, F)``. The vector encoders build it as one module with
+  batched weights (one matmul per layer for all members); other encoders
+  fall back to a list of members.
+
+``x`` is a tensor, or a list of tensors for tuple observations. User
+factories subclass :class:`EncoderFactory`, are dataclasses, and are
+registered with :func:`register_encoder_factory` so that ``load_learnable``
+can rebuild them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence, Union
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from ..serialization import Serializable, register
+from .layers import EnsembleBatchNorm, EnsembleLayerNorm, EnsembleLinear, get_activation
+
+__all__ = [
+    "EncoderFactory",
+    "VectorEncoderFactory",
+    "PixelEncoderFactory",
+    "DefaultEncoderFactory",
+    "register_encoder_factory",
+    "compute_output_size",
+    "ShapeLike",
+]
+
+ShapeLike = Union[Sequence[int], Sequence[Sequence[int]]]
+
+
+def is_tuple_shape(shape: ShapeLike) -> bool:
+    return len(shape) > 0 and isinstance(shape[0], (list, tuple))
+
+
+def _dummy_observation(observation_shape: ShapeLike, batch: int = 2):
+    if is_tuple_shape(observation_shape):
+        return [torch.zeros((batch,) + tuple(s)) for s in observation_shape]  # type: ignore[arg-type]
+    return torch.zeros((batch,) + tuple(observation_shape))  # type: ignore[arg-type]
+
+
+@torch.no_grad()
+def compute_output_size(module: nn.Module, observation_shape: ShapeLike, action_size: Optional[int] = None, discrete_action: bool = False) -> int:
+    """Feature size of an encoder, from a forward pass on zeros."""
+    was_training = module.training
+    module.eval()
+    x = _dummy_observation(observation_shape)
+    try:
+        if action_size is None:
+            out = module(x)
+        elif discrete_action:
+            out = module(x, torch.zeros((2, 1), dtype=torch.long))
+        else:
+            out = module(x, torch.zeros((2, action_size)))
+    finally:
+        module.train(was_training)
+    return int(out.shape[-1])
+
+
+def encode_action(action: torch.Tensor, action_size: int, discrete_action: bool) -> torch.Tensor:
+    if discrete_action:
+        return F.one_hot(action.reshape(-1).long(), num_classes=action_size).to(torch.float32)
+    return action
+
+
+class EncoderFactory(Serializable):
+    """Base of encoder factories (dataclasses)."""
+
+    _kind = "encoder"
+
+    def create(self, observation_shape: ShapeLike) -> nn.Module:
+        raise NotImplementedError
+
+    def create_with_action(self, observation_shape: ShapeLike, action_size: int, discrete_action: bool = False) -> nn.Module:
+        raise NotImplementedError
+
+    def create_ensemble(
+        self,
+        observation_shape: ShapeLike,
+        n: int,
+        action_size: Optional[int] = None,
+        discrete_action: bool = False,
+    ) -> nn.Module:
+        """``n`` members stacked as ``(E, B, F)``."""
+        if action_size is None:
+            members = [self.create(observation_shape) for _ in range(n)]
+        else:
+            members = [self.create_with_action(observation_shape, action_size, discrete_action) for _ in range(n)]
+        return ListEnsemble(members, with_action=action_size is not None)
+
+
+def register_encoder_factory(cls: type) -> type:
+    """Register a user encoder factory so saved models using it can be loaded."""
+    if not (isinstance(cls, type) and issubclass(cls, EncoderFactory)):
+        raise TypeError("register_encoder_factory expects an EncoderFactory subclass")
+    return register("encoder")(cls)
+
+
+class ListEnsemble(nn.Module):
+    """Ensemble of arbitrary encoder modules (outputs stacked on axis 0)."""
+
+    def __init__(self, members: List[nn.Module], with_action: bool) -> None:
+        super().__init__()
+        self.members = nn.ModuleList(members)
+        self.with_action = with_action
+
+    def forward(self, x, action: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.with_action:
+            return torch.stack([m(x, action) for m in self.members])
+        return torch.stack([m(x) for m in self.members])
+
+
+# ---------------------------------------------------------------- vector
+class _MLP(nn.Module):
+    """Dense layers; with ``ensemble_size`` the weights are batched."""
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_units: Sequence[int],
+        activation: str,
+        use_batch_norm: bool,
+        use_layer_norm: bool,
+        dropout_rate: Optional[float],
+        exclude_last_activation: bool,
+        last_activation: Optional[str],
+        ensemble_size: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        layers: List[nn.Module] = []
+        size = in_features
+        for i, units in enumerate(hidden_units):
+            last = i == len(hidden_units) - 1
+            if ensemble_size is None:
+                layers.append(nn.Linear(size, units))
+            else:
+                layers.append(EnsembleLinear(ensemble_size, size, units))
+            if use_batch_norm:
+                layers.append(nn.BatchNorm1d(units) if ensemble_size is None else EnsembleBatchNorm(ensemble_size, units))
+            if use_layer_norm:
+                layers.append(nn.LayerNorm(units) if ensemble_size is None else EnsembleLayerNorm(ensemble_size, units))
+            if last and last_activation is not None:
+                layers.append(get_activation(last_activation))
+            elif not (last and exclude_last_activation):
+                layers.append(get_activation(activation))
+            if dropout_rate:
+                layers.append(nn.Dropout(dropout_rate))
+            size = units
+        self.layers = nn.Sequential(*layers)
+        self.out_features = size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+class VectorEncoder(nn.Module):
+    def __init__(self, observation_shape: Sequence[int], mlp: _MLP) -> None:
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x.reshape(x.shape[0], -1).float())
+
+
+class VectorEncoderWithAction(nn.Module):
+    def __init__(self, mlp: _MLP, action_size: int, discrete_action: bool) -> None:
+        super().__init__()
+        self.mlp = mlp
+        self.action_size = action_size
+        self.discrete_action = discrete_action
+
+    def forward(self, x: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        a = encode_action(action, self.action_size, self.discrete_action)
+        return self.mlp(torch.cat([x.reshape(x.shape[0], -1).float(), a], dim=-1))
+
+
+@register("encoder")
+@dataclasses.dataclass
+class VectorEncoderFactory(EncoderFactory):
+    """Multi-layer perceptron for vector observations.
+
+    Args:
+        hidden_units: widths of the hidden layers (default ``[256, 256]``).
+        activation: activation after each layer (``relu``, ``tanh``, ``swish``...).
+        use_batch_norm, use_layer_norm: normalisation after each linear layer.
+        dropout_rate: dropout after each layer when set.
+        exclude_last_activation: no activation after the last layer.
+        last_activation: a different activation after the last layer.
+    """
+
+    hidden_units: List[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    activation: str = "relu"
+    use_batch_norm: bool = False
+    use_layer_norm: bool = False
+    dropout_rate: Optional[float] = None
+    exclude_last_activation: bool = False
+    last_activation: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.hidden_units or any(int(u) <= 0 for u in self.hidden_units):
+            raise ValueError(f"hidden_units must be positive widths, got {self.hidden_units}")
+        self.hidden_units = [int(u) for u in self.hidden_units]
+        get_activation(self.activation)
+        if self.dropout_rate is not None and not 0.0 <= self.dropout_rate < 1.0:
+            raise ValueError(f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
+
+    @staticmethod
+    def get_type() -> str:
+        return "vector"
+
+    def _mlp(self, in_features: int, ensemble_size: Optional[int] = None) -> _MLP:
+        return _MLP(
+            in_features, self.hidden_units, self.activation, self.use_batch_norm, self.use_layer_norm,
+            self.dropout_rate, self.exclude_last_activation, self.last_activation, ensemble_size,
+        )
+
+    @staticmethod
+    def _in_features(observation_shape: ShapeLike) -> int:
+        if is_tuple_shape(observation_shape):
+            raise ValueError("VectorEncoderFactory takes a single observation array; use DefaultEncoderFactory for tuple observations")
+        n = 1
+        for s in observation_shape:  # type: ignore[union-attr]
+            n *= int(s)
+        return n
+
+    def create(self, observation_shape: ShapeLike) -> nn.Module:
+        return VectorEncoder(observation_shape, self._mlp(self._in_features(observation_shape)))  # type: ignore[arg-type]
+
+    def create_with_action(self, observation_shape: ShapeLike, action_size: int, discrete_action: bool = False) -> nn.Module:
+        return VectorEncoderWithAction(self._mlp(self._in_features(observation_shape) + action_size), action_size, discrete_action)
+
+    def create_ensemble(self, observation_shape: ShapeLike, n: int, action_size: Optional[int] = None, discrete_action: bool = False) -> nn.Module:
+        size = self._in_features(observation_shape)
+        if action_size is None:
+            return VectorEncoder(observation_shape, self._mlp(size, n))  # type: ignore[arg-type]
+        return VectorEncoderWithAction(self._mlp(size + action_size, n), action_size, discrete_action)
+
+
+# ----------------------------------------------------------------- pixel
+class PixelEncoder(nn.Module):
+    def __init__(
+        self,
+        observation_shape: Sequence[int],
+        filters: Sequence[Sequence[int]],
+        feature_size: int,
+        activation: str,
+        use_batch_norm: bool,
+        dropout_rate: Optional[float],
+        exclude_last_activation: bool,
+        last_activation: Optional[str],
+        action_size: int = 0,
+        discrete_action: bool = False,
+    ) -> None:
+        super().__init__()
+        if len(observation_shape) != 3:
+            raise ValueError(f"PixelEncoderFactory needs (channels, height, width) observations, got {tuple(observation_shape)}")
+        convs: List[nn.Module] = []
+        channels = int(observation_shape[0])
+        for out_channels, kernel, stride in filters:
+            convs.append(nn.Conv2d(channels, int(out_channels), kernel_size=int(kernel), stride=int(stride)))
+            if use_batch_norm:
+                convs.append(nn.BatchNorm2d(int(out_channels)))
+            convs.append(get_activation(activation))
+            if dropout_rate:
+                convs.append(nn.Dropout2d(dropout_rate))
+            channels = int(out_channels)
+        self.convs = nn.Sequential(*convs, nn.Flatten())
+        with torch.no_grad():
+            conv_size = int(self.convs(torch.zeros((1,) + tuple(int(s) for s in observation_shape))).shape[1])
+        self.action_size = action_size
+        self.discrete_action = discrete_action
+        head: List[nn.Module] = [nn.Linear(conv_size + action_size, feature_size)]
+        if use_batch_norm:
+            head.append(nn.BatchNorm1d(feature_size))
+        if last_activation is not None:
+            head.append(get_activation(last_activation))
+        elif not exclude_last_activation:
+            head.append(get_activation(activation))
+        if dropout_rate:
+            head.append(nn.Dropout(dropout_rate))
+        self.head = nn.Sequential(*head)
+
+    def forward(self, x: torch.Tensor, action: Optional[torch.Tensor] = None) -> torch.Tensor:
+        h = self.convs(x.float())
+        if action is not None:
+            h = torch.cat([h, encode_action(action, self.action_size, self.discrete_action)], dim=1)
+        return self.head(h)
+
+
+@register("encoder")
+@dataclasses.dataclass
+class PixelEncoderFactory(EncoderFactory):
+    """Nature-DQN convolutions for ``(C, H, W)`` image observations.
+
+    Args:
+        filters: ``[out_channels, kernel, stride]`` per conv layer (default
+            ``[[32, 8, 4], [64, 4, 2], [64, 3, 1]]``).
+        feature_size: width of the dense layer after the convolutions (512).
+    """
+
+    filters: List[List[int]] = dataclasses.field(default_factory=lambda: [[32, 8, 4], [64, 4, 2], [64, 3, 1]])
+    feature_size: int = 512
+    activation: str = "relu"
+    use_batch_norm: bool = False
+    dropout_rate: Optional[float] = None
+    exclude_last_activation: bool = False
+    last_activation: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        self.filters = [[int(v) for v in f] for f in self.filters]
+        if any(len(f) != 3 for f in self.filters):
+            raise ValueError("filters must be [out_channels, kernel, stride] triples")
+        get_activation(self.activation)
+
+    @staticmethod
+    def get_type() -> str:
+        return "pixel"
+
+    def _make(self, observation_shape: ShapeLike, action_size: int = 0, discrete_action: bool = False) -> PixelEncoder:
+        if is_tuple_shape(observation_shape):
+            raise ValueError("PixelEncoderFactory takes a single image observation; use DefaultEncoderFactory for tuple observations")
+        return PixelEncoder(
+            observation_shape, self.filters, self.feature_size, self.activation, self.use_batch_norm,  # type: ignore[arg-type]
+            self.dropout_rate, self.exclude_last_activation, self.last_activation, action_size, discrete_action,
+        )
+
+    def create(self, observation_shape: ShapeLike) -> nn.Module:
+        return self._make(observation_shape)
+
+    def create_with_action(self, observation_shape: ShapeLike, action_size: int, discrete_action: bool = False) -> nn.Module:
+        return self._make(observation_shape, action_size, discrete_action)
+
+
+# ----------------------------------------------------------------- tuple
+class TupleEncoder(nn.Module):
+    """One sub-encoder per observation element; features concatenated
+    (with the action, through one more dense layer)."""
+
+    def __init__(self, encoders: List[nn.Module], feature_sizes: List[int], activation: str, action_size: int = 0, discrete_action: bool = False, hidden: int = 256) -> None:
+        super().__init__()
+        self.encoders = nn.ModuleList(encoders)
+        self.action_size = action_size
+        self.discrete_action = discrete_action
+        self.head = nn.Sequential(nn.Linear(sum(feature_sizes) + action_size, hidden), get_activation(activation))
+
+    def forward(self, x: List[torch.Tensor], action: Optional[torch.Tensor] = None) -> torch.Tensor:
+        features = [encoder(x[i]) for i, encoder in enumerate(self.encoders)]
+        if action is not None:
+            features.append(encode_action(action, self.action_size, self.discrete_action))
+        return self.head(torch.cat(features, dim=1))
+
+
+@register("encoder")
+@dataclasses.dataclass
+class DefaultEncoderFactory(EncoderFactory):
+    """Chooses by observation shape: Nature-DQN convolutions for 3-D (image)
+    observations, a ``[256, 256]`` MLP for vectors, and for tuple
+    observations one such encoder per element, concatenated."""
+
+    activation: str = "relu"
+    use_batch_norm: bool = False
+    dropout_rate: Optional[float] = None
+
+    @staticmethod
+    def get_type() -> str:
+        return "default"
+
+    def _factory_for(self, shape: Sequence[int]) -> EncoderFactory:
+        if len(shape) == 3:
+            return PixelEncoderFactory(activation=self.activation, use_batch_norm=self.use_batch_norm, dropout_rate=self.dropout_rate)
+        return VectorEncoderFactory(activation=self.activation, use_batch_norm=self.use_batch_norm, dropout_rate=self.dropout_rate)
+
+    def _tuple(self, observation_shape: ShapeLike, action_size: int = 0, discrete_action: bool = False) -> TupleEncoder:
+        encoders, sizes = [], []
+        for shape in observation_shape:
+            encoder = self._factory_for(shape).create(shape)  # type: ignore[arg-type]
+            encoders.append(encoder)
+            sizes.append(compute_output_size(encoder, shape))
+        return TupleEncoder(encoders, sizes, self.activation, action_size, discrete_action)
+
+    def create(self, observation_shape: ShapeLike) -> nn.Module:
+        if is_tuple_shape(observation_shape):
+            return self._tuple(observation_shape)
+        return self._factory_for(observation_shape).create(observation_shape)  # type: ignore[arg-type]
+
+    def create_with_action(self, observation_shape: ShapeLike, action_size: int, discrete_action: bool = False) -> nn.Module:
+        if is_tuple_shape(observation_shape):
+            return self._tuple(observation_shape, action_size, discrete_action)
+        return self._factory_for(observation_shape).create_with_action(observation_shape, action_size, discrete_action)  # type: ignore[arg-type]
+
+    def create_ensemble(self, observation_shape: ShapeLike, n: int, action_size: Optional[int] = None, discrete_action: bool = False) -> nn.Module:
+        if not is_tuple_shape(observation_shape):
+            return self._factory_for(observation_shape).create_ensemble(observation_shape, n, action_size, discrete_action)  # type: ignore[arg-type]
+        return super().create_ensemble(observation_shape, n, action_size, discrete_action)

@@ -1,0 +1,238 @@
+"""Optimizer factories: which torch optimizer to build, as JSON data.
+
+``OptimizerFactory(optim_cls, **kwargs)`` names any optimizer in
+``torch.optim``; on load only names found there are accepted, so a config
+never imports code. Optimizers use torch's multi-tensor (``foreach``)
+implementations where available, and ``clip_grad_norm`` clips gradients
+before each step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ..serialization import Serializable, register, to_json_value
+
+__all__ = [
+    "OptimizerFactory",
+    "SGDFactory",
+    "AdamFactory",
+    "RMSpropFactory",
+    "GPTAdamWFactory",
+    "OptimizerWrapper",
+]
+
+
+class OptimizerWrapper:
+    """A torch optimizer with optional gradient clipping (one ``step`` call)."""
+
+    def __init__(self, optim: torch.optim.Optimizer, params: Sequence[nn.Parameter], clip_grad_norm: Optional[float]) -> None:
+        self.optim = optim
+        self.params = list(params)
+        self.clip_grad_norm = clip_grad_norm
+
+    def zero_grad(self) -> None:
+        self.optim.zero_grad(set_to_none=True)
+
+    def step(self) -> None:
+        if self.clip_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.params, self.clip_grad_norm, foreach=True)
+        self.optim.step()
+
+    def state_dict(self) -> Dict[str, Any]:
+        return self.optim.state_dict()
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.optim.load_state_dict(state)
+
+    def reset(self) -> None:
+        """Forget the moment estimates and step counts."""
+        self.optim.state.clear()
+
+
+def _optim_class(name_or_cls: Any) -> type:
+    if isinstance(name_or_cls, str):
+        cls = getattr(torch.optim, name_or_cls, None)
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+            raise ValueError(f"unknown optimizer {name_or_cls!r}: expected a class name in torch.optim")
+        return cls
+    if isinstance(name_or_cls, type) and issubclass(name_or_cls, torch.optim.Optimizer):
+        if getattr(torch.optim, name_or_cls.__name__, None) is not name_or_cls:
+            raise ValueError(f"{name_or_cls.__name__} is not a torch.optim optimizer; only those can be saved as data")
+        return name_or_cls
+    raise TypeError(f"optim_cls must be a torch.optim optimizer class or its name, got {name_or_cls!r}")
+
+
+def _fast_kwargs(cls: type, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    parameters = inspect.signature(cls.__init__).parameters
+    if "foreach" in parameters and "foreach" not in kwargs and "fused" not in kwargs:
+        return {**kwargs, "foreach": True}
+    return kwargs
+
+
+class _FactoryBase(Serializable):
+    _kind = "optimizer"
+
+    def _optim_class(self) -> type:
+        raise NotImplementedError
+
+    def _kwargs(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def _param_groups(self, named_params: Iterable[Tuple[str, nn.Parameter]], lr: float):
+        return [p for _, p in named_params]
+
+    def create(self, named_params: Iterable[Tuple[str, nn.Parameter]], lr: float) -> OptimizerWrapper:
+        """Build the optimizer over ``named_params`` (a list of ``(name, param)``)."""
+        named = [(n, p) for n, p in named_params if p.requires_grad]
+        cls = self._optim_class()
+        optim = cls(self._param_groups(named, lr), lr=lr, **_fast_kwargs(cls, self._kwargs()))
+        return OptimizerWrapper(optim, [p for _, p in named], getattr(self, "clip_grad_norm", None))
+
+
+@register("optimizer")
+class OptimizerFactory(_FactoryBase):
+    """Any ``torch.optim`` optimizer: ``OptimizerFactory(torch.optim.Adam, weight_decay=1e-4)``."""
+
+    def __init__(self, optim_cls: Any = "Adam", clip_grad_norm: Optional[float] = None, **kwargs: Any) -> None:
+        self.optim_cls = _optim_class(optim_cls).__name__
+        self.clip_grad_norm = clip_grad_norm
+        self.kwargs = dict(kwargs)
+
+    @staticmethod
+    def get_type() -> str:
+        return "optimizer"
+
+    def _optim_class(self) -> type:
+        return _optim_class(self.optim_cls)
+
+    def _kwargs(self) -> Dict[str, Any]:
+        return dict(self.kwargs)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "kind": self._kind,
+            "type": self.get_type(),
+            "params": {"optim_cls": self.optim_cls, "clip_grad_norm": self.clip_grad_norm, "kwargs": to_json_value(self.kwargs)},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "OptimizerFactory":
+        params = data["params"]
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in params.get("kwargs", {}).items()}
+        return cls(params["optim_cls"], clip_grad_norm=params.get("clip_grad_norm"), **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OptimizerFactory) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
+        return f"OptimizerFactory({self.optim_cls}, clip_grad_norm={self.clip_grad_norm}{extra})"
+
+
+@register("optimizer")
+@dataclasses.dataclass
+class SGDFactory(_FactoryBase):
+    momentum: float = 0.0
+    dampening: float = 0.0
+    weight_decay: float = 0.0
+    nesterov: bool = False
+    clip_grad_norm: Optional[float] = None
+
+    @staticmethod
+    def get_type() -> str:
+        return "sgd"
+
+    def _optim_class(self) -> type:
+        return torch.optim.SGD
+
+    def _kwargs(self) -> Dict[str, Any]:
+        return dict(momentum=self.momentum, dampening=self.dampening, weight_decay=self.weight_decay, nesterov=self.nesterov)
+
+
+@register("optimizer")
+@dataclasses.dataclass
+class AdamFactory(_FactoryBase):
+    betas: Tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    amsgrad: bool = False
+    clip_grad_norm: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+
+    @staticmethod
+    def get_type() -> str:
+        return "adam"
+
+    def _optim_class(self) -> type:
+        return torch.optim.Adam
+
+    def _kwargs(self) -> Dict[str, Any]:
+        return dict(betas=self.betas, eps=self.eps, weight_decay=self.weight_decay, amsgrad=self.amsgrad)
+
+
+@register("optimizer")
+@dataclasses.dataclass
+class RMSpropFactory(_FactoryBase):
+    alpha: float = 0.95
+    eps: float = 1e-2
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    centered: bool = True
+    clip_grad_norm: Optional[float] = None
+
+    @staticmethod
+    def get_type() -> str:
+        return "rmsprop"
+
+    def _optim_class(self) -> type:
+        return torch.optim.RMSprop
+
+    def _kwargs(self) -> Dict[str, Any]:
+        return dict(alpha=self.alpha, eps=self.eps, weight_decay=self.weight_decay, momentum=self.momentum, centered=self.centered)
+
+
+@register("optimizer")
+@dataclasses.dataclass
+class GPTAdamWFactory(_FactoryBase):
+    """AdamW as used to train GPT: weight decay on the weights of linear
+    (and convolution) layers only, not on biases, norms or embeddings."""
+
+    betas: Tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    amsgrad: bool = False
+    clip_grad_norm: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+
+    @staticmethod
+    def get_type() -> str:
+        return "gpt_adam_w"
+
+    def _optim_class(self) -> type:
+        return torch.optim.AdamW
+
+    def _kwargs(self) -> Dict[str, Any]:
+        return dict(betas=self.betas, eps=self.eps, amsgrad=self.amsgrad)
+
+    def _param_groups(self, named_params, lr):
+        decay, no_decay = [], []
+        for name, param in named_params:
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "weight" and param.dim() >= 2 and "embed" not in name:
+                decay.append(param)
+            else:
+                no_decay.append(param)
+        return [
+            {"params": decay, "weight_decay": self.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]

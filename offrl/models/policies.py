@@ -1,0 +1,128 @@
+"""Policies and value functions built on an encoder."""
+
+from __future__ import annotations
+
+import math
+from typing import Tuple
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+__all__ = [
+    "DeterministicPolicy",
+    "NormalPolicy",
+    "CategoricalPolicy",
+    "ValueFunction",
+    "squashed_sample",
+    "gaussian_log_prob",
+]
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
+    """Log density of a diagonal Gaussian, summed over the last axis."""
+    return (-0.5 * ((x - mean) * torch.exp(-logstd)) ** 2 - logstd - _LOG_SQRT_2PI).sum(dim=-1)
+
+
+def squashed_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Reparameterised sample of ``tanh(u)``, ``u ~ N(mean, exp(logstd))``,
+    and its log-density (with the tanh change of variables).
+
+    With ``n > 0`` draws ``n`` samples per row: shapes ``(B, n, A)`` and
+    ``(B, n)``; otherwise ``(B, A)`` and ``(B,)``.
+    """
+    if n > 0:
+        mean = mean.unsqueeze(1).expand(-1, n, -1)
+        logstd = logstd.unsqueeze(1).expand(-1, n, -1)
+    noise = torch.randn_like(mean)
+    u = mean + noise * torch.exp(logstd)
+    log_prob = (-0.5 * noise**2 - logstd - _LOG_SQRT_2PI).sum(dim=-1)
+    # log(1 - tanh(u)^2) computed stably
+    log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=-1)
+    return torch.tanh(u), log_prob
+
+
+class DeterministicPolicy(nn.Module):
+    """``a = tanh(W h(s) + b)`` in the normalised action range [-1, 1]."""
+
+    def __init__(self, encoder: nn.Module, feature_size: int, action_size: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.fc = nn.Linear(feature_size, action_size)
+
+    def forward(self, x) -> torch.Tensor:
+        return torch.tanh(self.fc(self.encoder(x)))
+
+
+class NormalPolicy(nn.Module):
+    """Diagonal Gaussian head: ``forward(x) -> (mean, logstd)`` with
+    ``logstd`` clamped to ``[min_logstd, max_logstd]``; state-dependent, or
+    one learned parameter per action dimension (``use_std_parameter``).
+
+    SAC/CQL squash samples with tanh (:func:`squashed_sample`); IQL and
+    stochastic BC use ``Normal(tanh(mean), std)`` (:meth:`log_prob`).
+    The greedy action is ``tanh(mean)`` either way.
+    """
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        feature_size: int,
+        action_size: int,
+        min_logstd: float = -20.0,
+        max_logstd: float = 2.0,
+        use_std_parameter: bool = False,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.mu = nn.Linear(feature_size, action_size)
+        self.min_logstd = float(min_logstd)
+        self.max_logstd = float(max_logstd)
+        self.use_std_parameter = use_std_parameter
+        if use_std_parameter:
+            self.logstd = nn.Parameter(torch.zeros(1, action_size))
+        else:
+            self.logstd = nn.Linear(feature_size, action_size)
+
+    def forward(self, x) -> Tuple[torch.Tensor, torch.Tensor]:
+        h = self.encoder(x)
+        mean = self.mu(h)
+        if self.use_std_parameter:
+            logstd = self.logstd.expand_as(mean)
+        else:
+            logstd = self.logstd(h)
+        return mean, logstd.clamp(self.min_logstd, self.max_logstd)
+
+    def greedy(self, x) -> torch.Tensor:
+        return torch.tanh(self.forward(x)[0])
+
+    def log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
+        """``log N(action; tanh(mean), exp(logstd))``, shape ``(B,)``."""
+        mean, logstd = self.forward(x)
+        return gaussian_log_prob(action, torch.tanh(mean), logstd)
+
+
+class CategoricalPolicy(nn.Module):
+    """Logits over discrete actions."""
+
+    def __init__(self, encoder: nn.Module, feature_size: int, action_size: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.fc = nn.Linear(feature_size, action_size)
+
+    def forward(self, x) -> torch.Tensor:
+        return self.fc(self.encoder(x))
+
+
+class ValueFunction(nn.Module):
+    """State value ``V(s)``, shape ``(B, 1)``."""
+
+    def __init__(self, encoder: nn.Module, feature_size: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.fc = nn.Linear(feature_size, 1)
+
+    def forward(self, x) -> torch.Tensor:
+        return self.fc(self.encoder(x))

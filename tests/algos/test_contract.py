@@ -1,0 +1,230 @@
+"""The contract every registered algorithm meets (in the spirit of
+scikit-learn's estimator checks). An algorithm joins by being registered:
+every module in ``offrl.algos`` is imported and every registered config runs
+through the same checks."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import pkgutil
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+
+import offrl
+import offrl.algos
+from offrl.constants import ActionSpace
+from offrl.logging import NoopAdapterFactory
+from offrl.preprocessing import (
+    MinMaxActionScaler,
+    PixelObservationScaler,
+    StandardObservationScaler,
+    StandardRewardScaler,
+    TupleObservationScaler,
+)
+from offrl.serialization import registered
+
+
+for _module in pkgutil.iter_modules(offrl.algos.__path__):
+    importlib.import_module(f"offrl.algos.{_module.name}")
+
+CONFIGS = {name: cls for name, cls in sorted(registered("algorithm").items()) if not getattr(cls, "_contract_exempt", False)}
+
+
+def _action_kinds(config_cls) -> list[bool]:
+    """Which action spaces (discrete=True/False) the algorithm learns."""
+    kind = config_cls.algorithm_class()._action_type
+    if kind == ActionSpace.BOTH:
+        return [False, True]
+    return [kind == ActionSpace.DISCRETE]
+
+
+def _scalers(kind: str, discrete: bool) -> dict:
+    observation = {
+        "vector": StandardObservationScaler(),
+        "image": PixelObservationScaler(),
+        "tuple": TupleObservationScaler([StandardObservationScaler(), PixelObservationScaler()]),
+    }[kind]
+    scalers = {"observation_scaler": observation, "reward_scaler": StandardRewardScaler()}
+    if not discrete:
+        scalers["action_scaler"] = MinMaxActionScaler()
+    return scalers
+
+
+def _make(name: str, kind: str, discrete: bool, device="cpu"):
+    cls = CONFIGS[name]
+    config = cls(batch_size=8, **_scalers(kind, discrete))
+    return config, config.create(device=device)
+
+
+def _trainable(algo) -> bool:
+    return getattr(algo, "_trainable", True)
+
+
+def _fit(algo, dataset, steps: int = 3):
+    return algo.fit(dataset, n_steps=steps, n_steps_per_epoch=2, logger_adapter=NoopAdapterFactory(), show_progress=False)
+
+
+def _observations(dataset, n: int = 5):
+    arrays = dataset.to_arrays()["observations"]
+    if isinstance(arrays, list):
+        return [a[:n] for a in arrays]
+    return arrays[:n]
+
+
+def _actions(dataset, n: int = 5):
+    actions = dataset.to_arrays()["actions"][:n]
+    return actions[:, 0] if np.issubdtype(actions.dtype, np.integer) else actions
+
+
+CASES = [
+    (name, kind, discrete)
+    for name, cls in CONFIGS.items()
+    for discrete in _action_kinds(cls)
+    for kind in ("vector", "image", "tuple")
+]
+IDS = [f"{n}-{k}-{'discrete' if d else 'continuous'}" for n, k, d in CASES]
+
+
+@pytest.mark.parametrize("name,kind,discrete", CASES, ids=IDS)
+def test_fit_predict_shapes(name, kind, discrete, dataset_factory):
+    make_dataset = dataset_factory
+    offrl.seed(0)
+    dataset = make_dataset(kind, discrete)
+    config, algo = _make(name, kind, discrete)
+    before = config.to_dict()
+    if _trainable(algo):
+        results = _fit(algo, dataset)
+        assert [epoch for epoch, _ in results] == [1, 2]
+        for _, metrics in results:
+            assert all(isinstance(v, float) and np.isfinite(v) for v in metrics.values())
+        assert algo.grad_step == 3
+    else:
+        with pytest.raises((RuntimeError, TypeError, NotImplementedError)):
+            _fit(algo, dataset)
+        algo.build_with_dataset(dataset)
+    assert config.to_dict() == before, "fit must not change the user's config"
+
+    x = _observations(dataset)
+    actions = algo.predict(x)
+    sampled = algo.sample_action(x)
+    if discrete:
+        assert actions.shape == (5,) and np.issubdtype(actions.dtype, np.integer)
+        assert sampled.shape == (5,)
+        assert ((actions >= 0) & (actions < 2)).all()
+    else:
+        assert actions.shape == (5, 2) and actions.dtype == np.float32
+        assert sampled.shape == (5, 2)
+        assert np.isfinite(actions).all()
+    try:
+        values = algo.predict_value(x, _actions(dataset))
+    except NotImplementedError:
+        pass
+    else:
+        assert values.shape == (5,) and np.isfinite(values).all()
+
+
+@pytest.mark.parametrize("name,kind,discrete", [c for c in CASES if c[1] != "image"], ids=[i for i, c in zip(IDS, CASES) if c[1] != "image"])
+def test_save_load_gives_identical_predictions(name, kind, discrete, tmp_path, dataset_factory):
+    make_dataset = dataset_factory
+    offrl.seed(1)
+    dataset = make_dataset(kind, discrete)
+    _, algo = _make(name, kind, discrete)
+    if _trainable(algo):
+        _fit(algo, dataset, steps=2)
+    else:
+        algo.build_with_dataset(dataset)
+    path = tmp_path / "model.d3"
+    algo.save(path)
+    loaded = offrl.load_learnable(path)
+    assert type(loaded) is type(algo)
+    assert loaded.grad_step == algo.grad_step
+    assert loaded.config.to_dict() == algo.config.to_dict()
+    x = _observations(dataset)
+    if algo.get_action_type() != ActionSpace.BOTH or True:
+        deterministic = not getattr(algo, "_random_predict", False)
+        if deterministic:
+            np.testing.assert_array_equal(loaded.predict(x), algo.predict(x))
+    try:
+        expected = algo.predict_value(x, _actions(dataset))
+    except NotImplementedError:
+        return
+    np.testing.assert_array_equal(loaded.predict_value(x, _actions(dataset)), expected)
+    # load_model into a fresh algorithm of the same config
+    fresh = copy.deepcopy(algo.config).create()
+    fresh.load_model(path)
+    np.testing.assert_array_equal(fresh.predict_value(x, _actions(dataset)), expected)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_same_seed_same_result(name, dataset_factory):
+    make_dataset = dataset_factory
+    discrete = _action_kinds(CONFIGS[name])[0]
+    dataset = make_dataset("vector", discrete)
+    outputs = []
+    for _ in range(2):
+        offrl.seed(123)
+        _, algo = _make(name, "vector", discrete)
+        if _trainable(algo):
+            _fit(algo, dataset, steps=4)
+        else:
+            algo.build_with_dataset(dataset)
+        offrl.seed(7)
+        outputs.append((algo.predict(_observations(dataset)), algo.sample_action(_observations(dataset))))
+    np.testing.assert_array_equal(outputs[0][0], outputs[1][0])
+    np.testing.assert_array_equal(outputs[0][1], outputs[1][1])
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_clone_and_params(name):
+    discrete = _action_kinds(CONFIGS[name])[0]
+    _, algo = _make(name, "vector", discrete)
+    params = algo.get_params()
+    assert params["config"] is algo.config
+    assert params["config__batch_size"] == 8
+    cloned = clone(algo)
+    assert type(cloned) is type(algo)
+    assert cloned.config.to_dict() == algo.config.to_dict()
+    assert cloned.config is not algo.config
+    assert not cloned.is_built
+    original = algo.config
+    algo.set_params(batch_size=16)
+    assert algo.batch_size == 16 and original.batch_size == 8
+    with pytest.raises(ValueError, match="no parameter"):
+        algo.set_params(not_a_field=1)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_config_json_round_trip(name):
+    discrete = _action_kinds(CONFIGS[name])[0]
+    config, _ = _make(name, "tuple", discrete)
+    data = config.to_dict()
+    rebuilt = type(config).from_dict(data)
+    assert rebuilt.to_dict() == data
+    assert offrl.serialization.from_json_value(data).to_dict() == data
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_bad_input(name, dataset_factory):
+    make_dataset = dataset_factory
+    discrete = _action_kinds(CONFIGS[name])[0]
+    dataset = make_dataset("vector", discrete)
+    _, algo = _make(name, "vector", discrete)
+    with pytest.raises(RuntimeError, match="no networks"):
+        algo.predict(_observations(dataset))
+    algo.build_with_dataset(dataset)
+    with pytest.raises(ValueError, match="shape"):
+        algo.predict(np.zeros(3, dtype=np.float32))  # no batch dimension
+    with pytest.raises(ValueError, match="shape"):
+        algo.predict(np.zeros((2, 4), dtype=np.float32))
+    if _trainable(algo):
+        with pytest.raises(ValueError, match="n_steps"):
+            algo.fit(dataset, n_steps=0, logger_adapter=NoopAdapterFactory(), show_progress=False)
+    other = make_dataset("vector", not discrete)
+    if algo.get_action_type() != ActionSpace.BOTH and _trainable(algo):
+        fresh = _make(name, "vector", discrete)[1]
+        with pytest.raises(ValueError, match="actions"):
+            fresh.fit(other, n_steps=1, logger_adapter=NoopAdapterFactory(), show_progress=False)
