@@ -23,6 +23,11 @@ __all__ = [
 ]
 
 
+def _show(value: Any) -> str:
+    """A value as users write it (``-1``, ``2.0``), not numpy's ``np.int64(-1)``."""
+    return repr(value.item()) if isinstance(value, np.generic) else repr(value)
+
+
 def first_index(mask: np.ndarray) -> int:
     """Index along the first axis of the first row where ``mask`` holds."""
     rows = mask.reshape(mask.shape[0], -1).any(axis=1) if mask.ndim > 1 else mask
@@ -109,7 +114,7 @@ def as_flags(value: Any, name: str, n: int) -> np.ndarray:
     bad = (array != 0) & (array != 1)
     if bad.any():
         i = first_index(bad)
-        raise ValueError(f"{name}[{i}] is {array[i]!r}, expected 0 or 1")
+        raise ValueError(f"{name}[{i}] is {_show(array[i])}, expected 0 or 1")
     return array.astype(bool)
 
 
@@ -191,12 +196,12 @@ def as_actions(
         bad = array != np.round(array)
         if bad.any():
             i = first_index(bad)
-            raise ValueError(f"{name}[{i}] is {array[i, 0]!r}, expected an integer action index")
+            raise ValueError(f"{name}[{i}] is {_show(array[i, 0])}, expected an integer action index")
     if array.size:
         negative = array < 0
         if negative.any():
             i = first_index(negative)
-            raise ValueError(f"{name}[{i}] is {array[i, 0]!r}, expected a non-negative action index")
+            raise ValueError(f"{name}[{i}] is {_show(array[i, 0])}, expected a non-negative action index")
     actions = np.array(array, dtype=np.int64, order="C", copy=True)
     if action_size is None:
         action_size = int(actions.max()) + 1 if actions.size else 1

@@ -280,7 +280,8 @@ class FrameStackTransitionPicker:
             shape = column.shape[1:]
             stacked_shape = (batch, n * shape[0]) + shape[1:]
             observations.append(frames[:, :n].reshape(stacked_shape))
-            nxt = frames[:, 1:].reshape(stacked_shape)
+            # reshape of a strided slice may be a view sharing frames with the observation
+            nxt = frames[:, 1:].reshape(stacked_shape).copy()
             if any_terminal:
                 nxt[is_terminal] = 0
             next_observations.append(nxt)

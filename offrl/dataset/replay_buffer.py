@@ -702,8 +702,8 @@ class ReplayBuffer(ReplayBufferBase):
 class MixedReplayBuffer(ReplayBufferBase):
     """Samples a fixed share of each batch from a secondary buffer.
 
-    A batch of ``B`` holds ``B - int((1 - secondary_mix_ratio) * B)`` items
-    from the secondary buffer; a single sample comes from it with probability
+    A batch of ``B`` holds ``round(secondary_mix_ratio * B)`` items from the
+    secondary buffer; a single sample comes from it with probability
     ``secondary_mix_ratio``. Writing goes to the primary buffer (e.g. online
     data mixed with an offline dataset).
     """
@@ -755,8 +755,8 @@ class MixedReplayBuffer(ReplayBufferBase):
         self._primary.clip_episode(terminated, final_observation)
 
     def _split(self, batch_size: int) -> tuple[int, int]:
-        primary = int((1.0 - self._ratio) * batch_size)
-        return primary, batch_size - primary
+        secondary = int(round(self._ratio * batch_size))
+        return batch_size - secondary, secondary
 
     def sample_transition(self) -> Transition:
         source = self._secondary if get_rng().random() < self._ratio else self._primary

@@ -55,4 +55,4 @@ def split_episodes(dataset: ReplayBuffer, cv: Any) -> Iterator[tuple[ReplayBuffe
         raise TypeError(f"cv must be a scikit-learn splitter with a split() method, got {type(cv).__name__}")
     index = np.arange(dataset.size())
     for train_idx, test_idx in cv.split(index):
-        yield dataset._subset(np.asarray(train_idx)), dataset._subset(np.asarray(test_idx))
+        yield dataset._subset(np.sort(train_idx)), dataset._subset(np.sort(test_idx))

@@ -342,7 +342,7 @@ class ColumnStore:
         if self._ep_tail < capacity:
             return
         live = self._ep_tail - self._ep_head
-        if self._ep_head < capacity // 4:
+        if live >= capacity // 2 or self._ep_head < capacity // 4:
             capacity = max(capacity * 2, self._INITIAL_EPISODES)
         self._ep_start = _grow(self._ep_start, capacity, self._ep_head, self._ep_tail)
         self._ep_end = _grow(self._ep_end, capacity, self._ep_head, self._ep_tail)

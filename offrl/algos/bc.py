@@ -1,0 +1,260 @@
+"""Behaviour cloning (BC) for continuous and discrete actions.
+
+BC fits a policy to the logged actions by supervised learning; it has no
+value function and ignores rewards (Pomerleau, 1991, "Efficient training of
+artificial neural networks for autonomous navigation"; as an offline-RL
+baseline, e.g. Fujimoto et al., 2019, "Off-Policy Deep Reinforcement
+Learning without Exploration").
+
+Continuous actions (``BC``), in the action scaler's normalised space [-1, 1]:
+
+    deterministic:  L(theta) = E_{(s, a) ~ D} [ mean_j (tanh(f_theta(s))_j - a_j)^2 ]
+    stochastic:     L(theta) = E_{(s, a) ~ D} [ -log N(a; tanh(mu_theta(s)), diag(sigma_theta(s)^2)) ]
+
+with ``log sigma`` clamped to [-4, 15]. Both act with ``tanh(mu_theta(s))``;
+the stochastic policy samples ``clip(N(tanh(mu), sigma^2), -1, 1)``.
+
+Discrete actions (``DiscreteBC``), with logits ``z_theta(s)`` over ``A``
+actions:
+
+    L(theta) = E_{(s, a) ~ D} [ -log softmax(z_theta(s))_a ] + beta * mean_{s, k} z_theta(s)_k^2
+
+The ``beta`` term keeps the logits small (as in d3rlpy, from the discrete
+BC of Fujimoto et al., 2019, "Benchmarking Batch Deep Reinforcement Learning
+Algorithms"). Greedy action ``argmax_a z_theta(s)_a``; sampling draws from
+``softmax(z_theta(s))``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory
+from ..models.policies import CategoricalPolicy, DeterministicPolicy, NormalPolicy
+from ..serialization import register
+from .base import LearnableConfig, QLearningAlgoBase
+
+__all__ = [
+    "BCConfig",
+    "BC",
+    "DiscreteBCConfig",
+    "DiscreteBC",
+    "SquashedMeanPolicy",
+    "ArgmaxPolicy",
+]
+
+POLICY_TYPES = ("deterministic", "stochastic")
+
+#: log-std bounds of the stochastic BC policy (d3rlpy's values)
+MIN_LOGSTD = -4.0
+MAX_LOGSTD = 15.0
+
+
+def _check_positive_number(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+def _check_factories(config: Any) -> None:
+    if not isinstance(config.encoder_factory, EncoderFactory):
+        raise TypeError(f"encoder_factory must be an EncoderFactory, got {type(config.encoder_factory).__name__}")
+    if not callable(getattr(config.optim_factory, "create", None)):
+        raise TypeError(f"optim_factory must be an optimizer factory (e.g. AdamFactory()), got {type(config.optim_factory).__name__}")
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class BCConfig(LearnableConfig):
+    """Config of behaviour cloning for continuous actions (see
+    :mod:`offrl.algos.bc` for the losses).
+
+    Args:
+        learning_rate: optimizer learning rate.
+        policy_type: ``"deterministic"`` (mean squared error to the logged
+            action) or ``"stochastic"`` (Gaussian negative log-likelihood).
+        optim_factory: optimizer (Adam by default).
+        encoder_factory: encoder of the policy.
+    """
+
+    batch_size: int = 100
+    learning_rate: float = 1e-3
+    policy_type: str = "deterministic"
+    optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+
+    def validate(self) -> None:
+        super().validate()
+        _check_positive_number(self.learning_rate, "learning_rate")
+        if self.policy_type not in POLICY_TYPES:
+            raise ValueError(f"policy_type must be one of {list(POLICY_TYPES)}, got {self.policy_type!r}")
+        _check_factories(self)
+
+    @staticmethod
+    def get_type() -> str:
+        return "bc"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return BC
+
+
+class SquashedMeanPolicy(nn.Module):
+    """The greedy action ``tanh(mean)`` of a :class:`NormalPolicy`."""
+
+    def __init__(self, policy: NormalPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, x) -> torch.Tensor:
+        mean, _ = self.policy(x)
+        return torch.tanh(mean)
+
+
+class ArgmaxPolicy(nn.Module):
+    """``argmax`` of a :class:`CategoricalPolicy`'s logits (int64 indices)."""
+
+    def __init__(self, policy: CategoricalPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, x) -> torch.Tensor:
+        return self.policy(x).argmax(dim=-1)
+
+
+class BC(QLearningAlgoBase):
+    """Behaviour cloning for continuous actions (see the module docstring)."""
+
+    _action_type = ActionSpace.CONTINUOUS
+    _policy_module = "policy"
+    _policy_optim = "optim"
+
+    @property
+    def _stochastic(self) -> bool:
+        return self._config.policy_type == "stochastic"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        encoder = cfg.encoder_factory.create(observation_shape)
+        feature_size = compute_output_size(encoder, observation_shape)
+        if self._stochastic:
+            policy: nn.Module = NormalPolicy(encoder, feature_size, action_size, min_logstd=MIN_LOGSTD, max_logstd=MAX_LOGSTD)
+        else:
+            policy = DeterministicPolicy(encoder, feature_size, action_size)
+        self._add_module("policy", policy)
+        self._add_optimizer("optim", cfg.optim_factory, [policy], cfg.learning_rate)
+
+    def _loss(self, batch) -> torch.Tensor:
+        """The imitation loss on a preprocessed torch batch (differentiable)."""
+        policy = self._nets["policy"]
+        if self._stochastic:
+            return -policy.log_prob(batch.observations, batch.actions).mean()
+        return ((policy(batch.observations) - batch.actions) ** 2).mean()
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        loss = self._loss(batch)
+        optim = self._optims["optim"]
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        return {"loss": loss.detach()}
+
+    def _predict(self, x) -> torch.Tensor:
+        policy = self._nets["policy"]
+        if self._stochastic:
+            return torch.tanh(policy(x)[0])
+        return policy(x)
+
+    def _sample(self, x) -> torch.Tensor:
+        if not self._stochastic:
+            return self._predict(x)
+        mean, logstd = self._nets["policy"](x)
+        action = torch.tanh(mean) + torch.randn_like(mean) * torch.exp(logstd)
+        return action.clamp(-1.0, 1.0)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        policy = self._nets["policy"]
+        return SquashedMeanPolicy(policy) if self._stochastic else policy
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class DiscreteBCConfig(LearnableConfig):
+    """Config of behaviour cloning for discrete actions (see
+    :mod:`offrl.algos.bc` for the loss).
+
+    Args:
+        learning_rate: optimizer learning rate.
+        optim_factory: optimizer (Adam by default).
+        encoder_factory: encoder of the policy.
+        beta: weight of the ``mean(logits**2)`` penalty.
+    """
+
+    batch_size: int = 100
+    learning_rate: float = 1e-3
+    optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    beta: float = 0.5
+
+    def validate(self) -> None:
+        super().validate()
+        _check_positive_number(self.learning_rate, "learning_rate")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not math.isfinite(self.beta) or self.beta < 0:
+            raise ValueError(f"beta must be a finite number >= 0, got {self.beta!r}")
+        _check_factories(self)
+
+    @staticmethod
+    def get_type() -> str:
+        return "discrete_bc"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DiscreteBC
+
+
+class DiscreteBC(QLearningAlgoBase):
+    """Behaviour cloning for discrete actions (see the module docstring)."""
+
+    _action_type = ActionSpace.DISCRETE
+    _policy_module = "policy"
+    _policy_optim = "optim"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        encoder = cfg.encoder_factory.create(observation_shape)
+        policy = CategoricalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
+        self._add_module("policy", policy)
+        self._add_optimizer("optim", cfg.optim_factory, [policy], cfg.learning_rate)
+
+    def _loss(self, batch) -> torch.Tensor:
+        """Cross entropy plus the logit penalty on a preprocessed torch batch."""
+        logits = self._nets["policy"](batch.observations)
+        cross_entropy = F.cross_entropy(logits, batch.actions.reshape(-1).long())
+        return cross_entropy + float(self._config.beta) * (logits**2).mean()
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        loss = self._loss(batch)
+        optim = self._optims["optim"]
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        return {"loss": loss.detach()}
+
+    def _predict(self, x) -> torch.Tensor:
+        return self._nets["policy"](x).argmax(dim=-1)
+
+    def _sample(self, x) -> torch.Tensor:
+        probs = torch.softmax(self._nets["policy"](x), dim=-1)
+        return torch.multinomial(probs, 1).squeeze(1)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        return ArgmaxPolicy(self._nets["policy"])

@@ -1,0 +1,207 @@
+"""Implicit Q-Learning (IQL).
+
+IQL (Kostrikov, Nair and Levine, 2021, "Offline Reinforcement Learning with
+Implicit Q-Learning", https://arxiv.org/abs/2110.06169) never evaluates the
+Q-function at actions outside the dataset. A state value ``V`` is fitted to an
+upper expectile of the target critics at the logged actions, the critics
+regress on ``V`` at the next state, and the policy is extracted by
+advantage-weighted regression onto the logged actions:
+
+    L_V(psi)   = E_{(s, a) ~ D} [ |tau - 1(u < 0)| u^2 ],
+                 u = min_i Q_target_i(s, a) - V_psi(s)
+    L_Q(theta) = sum_i E_{(s, a, r, s') ~ D} [ (r + gamma^k (1 - d) V_psi(s') - Q_theta_i(s, a))^2 ]
+    L_pi(phi)  = -E_{(s, a) ~ D} [ min(exp(beta * (min_i Q_target_i(s, a) - V_psi(s))), w_max) log pi_phi(a | s) ]
+
+with ``tau = expectile``, ``beta = weight_temp``, ``w_max = max_weight``,
+``k`` the transition's interval and ``d`` its terminal flag. The advantage
+weight is a constant for the policy (no gradient flows through it). The
+policy is ``N(tanh(mu_phi(s)), sigma)`` with a state-independent learned
+log-std clamped to ``[-5, 2]``; the greedy action is ``tanh(mu_phi(s))``.
+The target critics follow the critics by Polyak averaging
+(``Q_target <- (1 - tau_polyak) Q_target + tau_polyak Q``) after every step.
+
+As in d3rlpy, one critic optimizer updates the Q-functions and the value
+function together on ``L_Q + L_V``. The advantage in ``L_pi`` is the one
+computed for ``L_V`` in the same step, i.e. with ``V`` before this step's
+critic update (as CORL does; d3rlpy recomputes it after the update), which
+saves a forward pass of the target critics and of ``V`` per step.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Dict
+
+import torch
+from torch import nn
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory
+from ..models.policies import NormalPolicy, ValueFunction
+from ..models.q_functions import MeanQFunctionFactory
+from ..serialization import register
+from ._common import expectile_loss, freeze, soft_update, td_target
+from .base import LearnableConfig, QLearningAlgoBase, _check_positive_int
+
+__all__ = ["IQLConfig", "IQL", "GreedyNormalPolicy"]
+
+
+def _check_factories(config: Any, names: tuple, cls: type) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, cls):
+            raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+
+
+def _check_learning_rates(config: Any, names: tuple) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not float(value) > 0.0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class IQLConfig(LearnableConfig):
+    """Config of Implicit Q-Learning (see the module docstring for the losses).
+
+    Args:
+        actor_learning_rate: learning rate of the policy.
+        critic_learning_rate: learning rate of the Q-functions and the value function.
+        actor_optim_factory: optimizer of the policy (Adam).
+        critic_optim_factory: optimizer of the Q-functions and the value function (Adam).
+        actor_encoder_factory: encoder of the policy.
+        critic_encoder_factory: encoder of the Q-functions.
+        value_encoder_factory: encoder of the value function.
+        tau: Polyak averaging factor of the target Q-functions.
+        n_critics: number of Q-functions.
+        expectile: expectile of the value loss, in (0, 1) (0.5: mean; towards
+            1: the maximum over the dataset's actions).
+        weight_temp: inverse temperature of the advantage weights (0: behaviour cloning).
+        max_weight: upper clip of the advantage weights.
+    """
+
+    actor_learning_rate: float = 3e-4
+    critic_learning_rate: float = 3e-4
+    actor_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    critic_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    actor_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    critic_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    value_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    tau: float = 0.005
+    n_critics: int = 2
+    expectile: float = 0.7
+    weight_temp: float = 3.0
+    max_weight: float = 100.0
+
+    def validate(self) -> None:
+        super().validate()
+        _check_learning_rates(self, ("actor_learning_rate", "critic_learning_rate"))
+        _check_factories(self, ("actor_encoder_factory", "critic_encoder_factory", "value_encoder_factory"), EncoderFactory)
+        _check_positive_int(self.n_critics, "n_critics")
+        if not 0.0 <= float(self.tau) <= 1.0:
+            raise ValueError(f"tau must be in [0, 1], got {self.tau}")
+        if not 0.0 < float(self.expectile) < 1.0:
+            raise ValueError(f"expectile must be in (0, 1), got {self.expectile}")
+        if not float(self.weight_temp) >= 0.0:
+            raise ValueError(f"weight_temp must be >= 0, got {self.weight_temp}")
+        if not float(self.max_weight) > 0.0:
+            raise ValueError(f"max_weight must be > 0, got {self.max_weight}")
+
+    @staticmethod
+    def get_type() -> str:
+        return "iql"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return IQL
+
+
+class GreedyNormalPolicy(nn.Module):
+    """The greedy action ``tanh(mean)`` of a :class:`NormalPolicy`."""
+
+    def __init__(self, policy: NormalPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, x) -> torch.Tensor:
+        return self.policy.greedy(x)
+
+
+class IQL(QLearningAlgoBase):
+    """Implicit Q-Learning (see the module docstring)."""
+
+    _action_type = ActionSpace.CONTINUOUS
+    _policy_module = "policy"
+    _q_modules = ("q_function", "targ_q_function")
+    _policy_optim = "actor_optim"
+    _q_optim = "critic_optim"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        encoder = cfg.actor_encoder_factory.create(observation_shape)
+        policy = NormalPolicy(
+            encoder, compute_output_size(encoder, observation_shape), action_size,
+            min_logstd=-5.0, max_logstd=2.0, use_std_parameter=True,
+        )
+        q = MeanQFunctionFactory().create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
+        value_encoder = cfg.value_encoder_factory.create(observation_shape)
+        value = ValueFunction(value_encoder, compute_output_size(value_encoder, observation_shape))
+        self._add_module("policy", policy)
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        self._add_module("value_function", value)
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q, value], cfg.critic_learning_rate)
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        nets = self._nets
+        q, targ, value_function, policy = nets["q_function"], nets["targ_q_function"], nets["value_function"], nets["policy"]
+        obs, actions = batch.observations, batch.actions
+
+        with torch.no_grad():
+            targ_q = targ.expected(obs, actions).min(dim=0).values  # (B, 1)
+            target = td_target(batch.rewards, value_function(batch.next_observations), batch.terminals, cfg.gamma, batch.intervals)
+
+        value = value_function(obs)  # (B, 1)
+        v_loss = expectile_loss(targ_q - value, float(cfg.expectile))
+        pred, _ = q.at_action(obs, actions)  # (E, B, 1)
+        q_loss = q.loss(pred, target)
+        critic_loss = q_loss + v_loss
+
+        advantage = targ_q - value.detach()
+        weight = torch.exp(float(cfg.weight_temp) * advantage).clamp(max=float(cfg.max_weight)).view(-1)
+        actor_loss = -(weight * policy.log_prob(obs, actions)).mean()
+
+        # the two losses share no parameters: one backward pass serves both optimizers
+        critic_optim, actor_optim = self._optims["critic_optim"], self._optims["actor_optim"]
+        critic_optim.zero_grad()
+        actor_optim.zero_grad()
+        (critic_loss + actor_loss).backward()
+        critic_optim.step()
+        actor_optim.step()
+        soft_update(targ, q, float(cfg.tau))
+        return {
+            "critic_loss": critic_loss.detach(),
+            "q_loss": q_loss.detach(),
+            "v_loss": v_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+        }
+
+    def _predict(self, x) -> torch.Tensor:
+        return self._nets["policy"].greedy(x)
+
+    def _sample(self, x) -> torch.Tensor:
+        mean, logstd = self._nets["policy"](x)
+        action = torch.tanh(mean) + torch.randn_like(mean) * logstd.exp()
+        return action.clamp(-1.0, 1.0)
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        return self._nets["q_function"].expected(x, action).mean(dim=0)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        return GreedyNormalPolicy(self._nets["policy"])

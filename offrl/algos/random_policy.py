@@ -1,0 +1,139 @@
+"""Random policies: baselines that ignore the observation.
+
+``RandomPolicy`` draws continuous actions in the normalised range [-1, 1],
+
+    uniform:  a ~ U(-1, 1)^A
+    normal:   a = clip(eps, -1, 1),  eps ~ N(0, normal_std^2 I_A)
+
+and maps them through the action scaler's reverse transform when one is
+set (so ``MinMaxActionScaler(minimum, maximum)`` gives actions in
+``[minimum, maximum]``). ``DiscreteRandomPolicy`` draws action indices
+uniformly from ``{0, ..., A - 1}``.
+
+They have no networks and cannot be trained (``fit`` raises); build them
+with ``build_with_dataset``, ``build_with_env`` or ``create_impl``. Draws
+come from torch's generator on the algorithm's device, so ``offrl.seed``
+makes them reproducible. ``predict`` and ``sample_action`` both sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, NoReturn
+
+import torch
+from torch import nn
+
+from ..constants import ActionSpace
+from ..serialization import register
+from .base import LearnableConfig, QLearningAlgoBase
+
+__all__ = [
+    "RandomPolicyConfig",
+    "RandomPolicy",
+    "DiscreteRandomPolicyConfig",
+    "DiscreteRandomPolicy",
+]
+
+DISTRIBUTIONS = ("uniform", "normal")
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class RandomPolicyConfig(LearnableConfig):
+    """Config of the continuous random policy (see
+    :mod:`offrl.algos.random_policy`).
+
+    Args:
+        distribution: ``"uniform"`` on [-1, 1] or ``"normal"`` (clipped to
+            [-1, 1]), before the action scaler's reverse transform.
+        normal_std: standard deviation of the ``"normal"`` distribution.
+    """
+
+    distribution: str = "uniform"
+    normal_std: float = 1.0
+
+    def validate(self) -> None:
+        super().validate()
+        if self.distribution not in DISTRIBUTIONS:
+            raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {self.distribution!r}")
+        std = self.normal_std
+        if isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std <= 0:
+            raise ValueError(f"normal_std must be a finite number > 0, got {std!r}")
+
+    @staticmethod
+    def get_type() -> str:
+        return "random_policy"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return RandomPolicy
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class DiscreteRandomPolicyConfig(LearnableConfig):
+    """Config of the discrete random policy: uniform action indices."""
+
+    @staticmethod
+    def get_type() -> str:
+        return "discrete_random_policy"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DiscreteRandomPolicy
+
+
+def _batch_size(x: Any) -> int:
+    return int(x[0].shape[0] if isinstance(x, list) else x.shape[0])
+
+
+class _RandomPolicyBase(QLearningAlgoBase):
+    """What both random policies share: no networks, no training."""
+
+    _trainable = False
+    _random_predict = True
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        pass
+
+    def _cannot_train(self) -> NoReturn:
+        raise RuntimeError(
+            f"{type(self).__name__} has nothing to learn and cannot be trained; "
+            "build it with build_with_dataset, build_with_env or create_impl and call predict"
+        )
+
+    def fitter(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        self._cannot_train()
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        self._cannot_train()
+
+    def _sample(self, x) -> torch.Tensor:
+        return self._predict(x)
+
+    def policy_module(self) -> nn.Module:
+        raise NotImplementedError(f"{type(self).__name__} has no policy network to export")
+
+
+class RandomPolicy(_RandomPolicyBase):
+    """Random continuous actions (see the module docstring)."""
+
+    _action_type = ActionSpace.CONTINUOUS
+
+    def _predict(self, x) -> torch.Tensor:
+        shape = (_batch_size(x), int(self._action_size))
+        if self._config.distribution == "normal":
+            noise = torch.randn(shape, device=self._device)
+            return (noise * float(self._config.normal_std)).clamp(-1.0, 1.0)
+        return torch.rand(shape, device=self._device) * 2.0 - 1.0
+
+
+class DiscreteRandomPolicy(_RandomPolicyBase):
+    """Uniformly random action indices (see the module docstring)."""
+
+    _action_type = ActionSpace.DISCRETE
+
+    def _predict(self, x) -> torch.Tensor:
+        return torch.randint(int(self._action_size), (_batch_size(x),), device=self._device)

@@ -1,0 +1,253 @@
+"""Soft Actor-Critic.
+
+SAC (Haarnoja et al., 2018, "Soft Actor-Critic: Off-Policy Maximum Entropy
+Deep Reinforcement Learning with a Stochastic Actor"; "Soft Actor-Critic
+Algorithms and Applications" for the learned temperature) trains a
+tanh-squashed Gaussian policy ``pi`` against an ensemble of critics
+``Q_1..Q_E`` (twin critics by default, as in TD3):
+
+    critic:  L(theta_i) = E_{(s, a, r, s') ~ D} [ (y - Q_i(s, a))^2 ]
+             y = r + gamma^k (1 - d) ( min_j Q'_j(s', a') - alpha log pi(a'|s') ),   a' ~ pi(.|s')
+    actor:   J(phi) = E_{s ~ D, a ~ pi_phi(.|s)} [ alpha log pi_phi(a|s) - min_i Q_i(s, a) ]
+    temperature, alpha = exp(log_alpha):
+             J(log_alpha) = E_{s ~ D, a ~ pi(.|s)} [ -log_alpha (log pi(a|s) + H) ],   H = -action_size
+
+``Q'`` are target critics, moved towards the critics by ``tau`` after every
+step; ``k`` is the transition's interval and ``d`` its terminal flag. The
+critic losses are summed over the ensemble. The temperature is fixed at
+``initial_temperature`` when ``temp_learning_rate`` is 0. The greedy action
+is ``tanh(mean)``; ``sample_action`` draws from the squashed Gaussian.
+
+Each step updates the critics, then the actor and the temperature (one
+backward pass: their parameters are disjoint), then the target critics.
+
+The actor/critic building blocks and the actor/temperature step here are
+shared with :mod:`offrl.algos.cql`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory
+from ..models.parameters import ScalarParameter
+from ..models.policies import NormalPolicy, squashed_sample
+from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..serialization import Serializable, register
+from ._common import freeze, soft_update, td_target
+from .base import LearnableConfig, QLearningAlgoBase
+
+__all__ = ["SACConfig", "SAC", "SquashedGreedyPolicy"]
+
+
+def check_factory(value: Any, name: str, kind: str) -> None:
+    """Raise ``TypeError`` unless ``value`` is a factory of ``kind``
+    (``optimizer``, ``encoder``, ``q_function``)."""
+    if not (isinstance(value, Serializable) and getattr(value, "_kind", None) == kind):
+        what = {"optimizer": "an optimizer factory", "encoder": "an EncoderFactory", "q_function": "a QFunctionFactory"}[kind]
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+
+
+def check_learning_rate(value: Any, name: str, allow_zero: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (value >= 0 if allow_zero else value > 0):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def check_actor_critic_fields(config: Any, optimizers: Tuple[str, ...]) -> None:
+    """Checks shared by SAC and CQL configs."""
+    for name in optimizers:
+        check_factory(getattr(config, name), name, "optimizer")
+    for name in ("actor_encoder_factory", "critic_encoder_factory"):
+        check_factory(getattr(config, name), name, "encoder")
+    check_factory(config.q_func_factory, "q_func_factory", "q_function")
+    if isinstance(config.n_critics, bool) or not isinstance(config.n_critics, (int, np.integer)) or config.n_critics < 1:
+        raise ValueError(f"n_critics must be an int >= 1, got {config.n_critics!r}")
+    if not 0.0 < float(config.tau) <= 1.0:
+        raise ValueError(f"tau must be in (0, 1], got {config.tau}")
+    if not float(config.initial_temperature) > 0.0:
+        raise ValueError(f"initial_temperature must be > 0, got {config.initial_temperature}")
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class SACConfig(LearnableConfig):
+    """Config of Soft Actor-Critic (see the module docstring for the losses).
+
+    Args:
+        actor_learning_rate: learning rate of the policy.
+        critic_learning_rate: learning rate of the Q-functions.
+        temp_learning_rate: learning rate of the log temperature (0: fixed).
+        actor_optim_factory, critic_optim_factory, temp_optim_factory: optimizers.
+        actor_encoder_factory, critic_encoder_factory: encoders of the policy
+            and of the Q-functions.
+        q_func_factory: Q-function type.
+        tau: target network update rate.
+        n_critics: number of Q-functions in the ensemble.
+        initial_temperature: initial entropy temperature ``alpha``.
+    """
+
+    batch_size: int = 256
+    actor_learning_rate: float = 3e-4
+    critic_learning_rate: float = 3e-4
+    temp_learning_rate: float = 3e-4
+    actor_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    critic_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    temp_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    actor_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    critic_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    q_func_factory: QFunctionFactory = dataclasses.field(default_factory=MeanQFunctionFactory)
+    tau: float = 0.005
+    n_critics: int = 2
+    initial_temperature: float = 1.0
+
+    def validate(self) -> None:
+        super().validate()
+        check_learning_rate(self.actor_learning_rate, "actor_learning_rate", allow_zero=False)
+        check_learning_rate(self.critic_learning_rate, "critic_learning_rate", allow_zero=False)
+        check_learning_rate(self.temp_learning_rate, "temp_learning_rate", allow_zero=True)
+        check_actor_critic_fields(self, ("actor_optim_factory", "critic_optim_factory", "temp_optim_factory"))
+
+    @staticmethod
+    def get_type() -> str:
+        return "sac"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return SAC
+
+
+class SquashedGreedyPolicy(nn.Module):
+    """The greedy action ``tanh(mean)`` of a :class:`NormalPolicy` (for export)."""
+
+    def __init__(self, policy: NormalPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, x) -> torch.Tensor:
+        return torch.tanh(self.policy(x)[0])
+
+
+def build_policy(encoder_factory: EncoderFactory, observation_shape: Any, action_size: int) -> NormalPolicy:
+    """A state-dependent Gaussian policy with ``logstd`` in ``[-20, 2]``."""
+    encoder = encoder_factory.create(observation_shape)
+    return NormalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size, min_logstd=-20.0, max_logstd=2.0)
+
+
+def build_critics(config: Any, observation_shape: Any, action_size: int) -> Tuple[QFunction, QFunction]:
+    """The critic ensemble and its (frozen) target copy."""
+    q = config.q_func_factory.create(config.critic_encoder_factory, observation_shape, action_size, int(config.n_critics), discrete=False)
+    return q, freeze(copy.deepcopy(q))
+
+
+@contextlib.contextmanager
+def no_param_grads(params: List[nn.Parameter]) -> Iterator[None]:
+    """Temporarily stop gradients into ``params`` (gradients still flow
+    through the module to its inputs)."""
+    params = [p for p in params if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+def actor_temperature_step(
+    policy: NormalPolicy,
+    q: QFunction,
+    critic_params: List[nn.Parameter],
+    log_temp: ScalarParameter,
+    actor_optim: Any,
+    temp_optim: Optional[Any],
+    observations: Any,
+    target_entropy: float,
+) -> Dict[str, torch.Tensor]:
+    """One step of the SAC actor loss and (when ``temp_optim``) of the
+    temperature loss; returns ``actor_loss``, ``temp_loss`` and ``temp``."""
+    mean, logstd = policy(observations)
+    action, log_prob = squashed_sample(mean, logstd)
+    temp = log_temp()
+    with no_param_grads(critic_params):
+        q_value = q.expected(observations, action).min(dim=0).values.squeeze(-1)  # (B,)
+    actor_loss = (temp.detach() * log_prob - q_value).mean()
+    loss = actor_loss
+    if temp_optim is not None:
+        temp_loss = -(log_temp.log_value * (log_prob.detach() + target_entropy)).mean()
+        loss = loss + temp_loss
+        temp_optim.zero_grad()
+    else:
+        temp_loss = torch.zeros((), device=actor_loss.device)
+    actor_optim.zero_grad()
+    loss.backward()
+    actor_optim.step()
+    if temp_optim is not None:
+        temp_optim.step()
+    return {"actor_loss": actor_loss.detach(), "temp_loss": temp_loss.detach(), "temp": temp.detach()}
+
+
+class SAC(QLearningAlgoBase):
+    """Soft Actor-Critic (see the module docstring)."""
+
+    _action_type = ActionSpace.CONTINUOUS
+    _policy_module = "policy"
+    _q_modules = ("q_function", "targ_q_function")
+    _policy_optim = "actor_optim"
+    _q_optim = "critic_optim"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        policy = self._add_module("policy", build_policy(cfg.actor_encoder_factory, observation_shape, action_size))
+        q, targ = build_critics(cfg, observation_shape, action_size)
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", targ)
+        log_temp = self._add_module("log_temp", ScalarParameter(cfg.initial_temperature))
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
+        if cfg.temp_learning_rate > 0:
+            self._add_optimizer("temp_optim", cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        policy, q, targ = self._nets["policy"], self._nets["q_function"], self._nets["targ_q_function"]
+        log_temp = self._nets["log_temp"]
+        with torch.no_grad():
+            mean, logstd = policy(batch.next_observations)
+            next_action, next_log_prob = squashed_sample(mean, logstd)
+            next_dist, _ = targ.at_action(batch.next_observations, next_action)
+            next_value = q.reduce(next_dist, "min") - log_temp() * next_log_prob.unsqueeze(-1)
+            target = td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
+        pred, taus = q.at_action(batch.observations, batch.actions)
+        critic_loss = q.loss(pred, target, taus)
+        critic_optim = self._optims["critic_optim"]
+        critic_optim.zero_grad()
+        critic_loss.backward()
+        critic_optim.step()
+
+        metrics = actor_temperature_step(
+            policy, q, list(q.parameters()), log_temp, self._optims["actor_optim"], self._optims.get("temp_optim"),
+            batch.observations, -float(self._action_size),
+        )
+        soft_update(targ, q, float(self._config.tau))
+        return {"critic_loss": critic_loss.detach(), **metrics}
+
+    def _predict(self, x) -> torch.Tensor:
+        return torch.tanh(self._nets["policy"](x)[0])
+
+    def _sample(self, x) -> torch.Tensor:
+        mean, logstd = self._nets["policy"](x)
+        return squashed_sample(mean, logstd)[0]
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        return self._nets["q_function"].expected(x, action).mean(dim=0)
+
+    def policy_module(self) -> nn.Module:
+        return SquashedGreedyPolicy(self._nets["policy"])

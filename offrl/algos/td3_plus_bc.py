@@ -1,0 +1,197 @@
+"""TD3+BC: TD3 with a behaviour-cloning term in the actor loss.
+
+TD3+BC (Fujimoto and Gu, 2021, "A Minimalist Approach to Offline
+Reinforcement Learning", https://arxiv.org/abs/2106.06860) keeps TD3
+(Fujimoto, van Hoof and Meger, 2018, "Addressing Function Approximation
+Error in Actor-Critic Methods") and adds a squared-error pull towards the
+logged action to the deterministic policy's loss:
+
+    a'          = clip(pi_target(s') + clip(eps, -c, c), -1, 1),   eps ~ N(0, sigma^2)
+    y           = r + gamma^k (1 - d) min_i Q_target_i(s', a')
+    L_Q(theta)  = sum_i E_{(s, a, r, s') ~ D} [ l(y - Q_theta_i(s, a)) ]
+    L_pi(phi)   = E_{(s, a) ~ D} [ -lambda Q_theta_1(s, pi_phi(s)) + (pi_phi(s) - a)^2 ]
+    lambda      = alpha / E_{s ~ D} |Q_theta_1(s, pi_phi(s))|     (no gradient through lambda)
+
+with ``sigma = target_smoothing_sigma``, ``c = target_smoothing_clip``,
+``k`` the transition's interval, ``d`` its terminal flag and ``l`` the
+squared error (the quantile Huber loss for QR / IQN Q-functions). The
+critics are updated every step; the policy every ``update_actor_interval``
+steps (on steps where ``grad_step % update_actor_interval == 0``, as in
+d3rlpy), followed by Polyak averaging of the target policy and target
+critics with ``tau``. On steps without a policy update the reported
+``actor_loss`` is the last one computed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Dict
+
+import torch
+from torch import nn
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory
+from ..models.policies import DeterministicPolicy
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..serialization import register
+from ._common import freeze, soft_update, td_target
+from .base import LearnableConfig, QLearningAlgoBase, _check_positive_int
+
+__all__ = ["TD3PlusBCConfig", "TD3PlusBC", "smooth_target_action"]
+
+
+def _check_factories(config: Any, names: tuple, cls: type) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, cls):
+            raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+
+
+def _check_learning_rates(config: Any, names: tuple) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not float(value) > 0.0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class TD3PlusBCConfig(LearnableConfig):
+    """Config of TD3+BC (see the module docstring for the losses).
+
+    Args:
+        actor_learning_rate: learning rate of the policy.
+        critic_learning_rate: learning rate of the Q-functions.
+        actor_optim_factory: optimizer of the policy (Adam).
+        critic_optim_factory: optimizer of the Q-functions (Adam).
+        actor_encoder_factory: encoder of the policy.
+        critic_encoder_factory: encoder of the Q-functions.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        tau: Polyak averaging factor of the target networks.
+        n_critics: number of Q-functions.
+        target_smoothing_sigma: standard deviation of the target policy noise.
+        target_smoothing_clip: the target policy noise is clipped to ``[-clip, clip]``.
+        alpha: weight of the Q term against the behaviour-cloning term.
+        update_actor_interval: critic steps per policy (and target) update.
+    """
+
+    actor_learning_rate: float = 3e-4
+    critic_learning_rate: float = 3e-4
+    actor_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    critic_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    actor_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    critic_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    q_func_factory: QFunctionFactory = dataclasses.field(default_factory=MeanQFunctionFactory)
+    tau: float = 0.005
+    n_critics: int = 2
+    target_smoothing_sigma: float = 0.2
+    target_smoothing_clip: float = 0.5
+    alpha: float = 2.5
+    update_actor_interval: int = 2
+
+    def validate(self) -> None:
+        super().validate()
+        _check_learning_rates(self, ("actor_learning_rate", "critic_learning_rate"))
+        _check_factories(self, ("actor_encoder_factory", "critic_encoder_factory"), EncoderFactory)
+        _check_factories(self, ("q_func_factory",), QFunctionFactory)
+        _check_positive_int(self.n_critics, "n_critics")
+        _check_positive_int(self.update_actor_interval, "update_actor_interval")
+        if not 0.0 <= float(self.tau) <= 1.0:
+            raise ValueError(f"tau must be in [0, 1], got {self.tau}")
+        for name in ("target_smoothing_sigma", "target_smoothing_clip", "alpha"):
+            if not float(getattr(self, name)) >= 0.0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    @staticmethod
+    def get_type() -> str:
+        return "td3_plus_bc"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return TD3PlusBC
+
+
+def smooth_target_action(action: torch.Tensor, sigma: float, clip: float) -> torch.Tensor:
+    """``clip(action + clip(N(0, sigma^2), -clip, clip), -1, 1)``: TD3's
+    target policy smoothing."""
+    noise = (torch.randn_like(action) * sigma).clamp(-clip, clip)
+    return (action + noise).clamp(-1.0, 1.0)
+
+
+class TD3PlusBC(QLearningAlgoBase):
+    """TD3+BC (see the module docstring)."""
+
+    _action_type = ActionSpace.CONTINUOUS
+    _policy_module = "policy"
+    _q_modules = ("q_function", "targ_q_function")
+    _policy_optim = "actor_optim"
+    _q_optim = "critic_optim"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        encoder = cfg.actor_encoder_factory.create(observation_shape)
+        policy = DeterministicPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
+        q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
+        self._add_module("policy", policy)
+        self._add_module("targ_policy", freeze(copy.deepcopy(policy)))
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
+        # reported on steps without a policy update until the first one
+        self._last_actor_loss = torch.zeros((), device=self._device)
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        nets = self._nets
+        q, targ_q, policy, targ_policy = nets["q_function"], nets["targ_q_function"], nets["policy"], nets["targ_policy"]
+        obs, actions = batch.observations, batch.actions
+
+        with torch.no_grad():
+            next_actions = smooth_target_action(
+                targ_policy(batch.next_observations), float(cfg.target_smoothing_sigma), float(cfg.target_smoothing_clip)
+            )
+            next_dist, _ = targ_q.at_action(batch.next_observations, next_actions)
+            target = td_target(batch.rewards, targ_q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
+        pred, taus = q.at_action(obs, actions)
+        critic_loss = q.loss(pred, target, taus)
+        critic_optim = self._optims["critic_optim"]
+        critic_optim.zero_grad()
+        critic_loss.backward()
+        critic_optim.step()
+
+        if grad_step % int(cfg.update_actor_interval) == 0:
+            # gradients flow through the critic to the action, not into its weights
+            critic_params = [p for p in q.parameters() if p.requires_grad]
+            for p in critic_params:
+                p.requires_grad_(False)
+            try:
+                policy_actions = policy(obs)
+                q_first = q.expected(obs, policy_actions)[0]  # (B, 1)
+                lam = float(cfg.alpha) / q_first.abs().mean().detach()
+                actor_loss = -lam * q_first.mean() + ((policy_actions - actions) ** 2).mean()
+                actor_optim = self._optims["actor_optim"]
+                actor_optim.zero_grad()
+                actor_loss.backward()
+                actor_optim.step()
+            finally:
+                for p in critic_params:
+                    p.requires_grad_(True)
+            soft_update(targ_q, q, float(cfg.tau))
+            soft_update(targ_policy, policy, float(cfg.tau))
+            self._last_actor_loss = actor_loss.detach()
+
+        return {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss}
+
+    def _predict(self, x) -> torch.Tensor:
+        return self._nets["policy"](x)
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        return self._nets["q_function"].expected(x, action).mean(dim=0)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        return self._nets["policy"]

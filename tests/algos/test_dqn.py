@@ -1,0 +1,149 @@
+"""DQN / DoubleDQN: loss maths on a hand-built batch, target network, learning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import offrl
+from offrl.algos import DoubleDQNConfig, DQNConfig
+from offrl.dataset import MDPDataset, TransitionMiniBatch
+from offrl.logging import NoopAdapterFactory
+from offrl.models import QRQFunctionFactory, VectorEncoderFactory
+
+
+def _batch() -> TransitionMiniBatch:
+    obs = np.array([[0.1, 0.2], [0.3, -0.1], [-0.5, 0.4], [0.0, 1.0]], dtype=np.float32)
+    nxt = np.array([[0.2, 0.1], [0.0, 0.0], [0.6, -0.3], [1.0, 1.0]], dtype=np.float32)
+    return TransitionMiniBatch(
+        observations=obs,
+        actions=np.array([[0], [1], [2], [1]], dtype=np.int64),
+        rewards=np.array([[1.0], [0.0], [-1.0], [0.5]], dtype=np.float32),
+        next_observations=nxt,
+        next_actions=np.zeros((4, 1), dtype=np.int64),
+        terminals=np.array([[0.0], [1.0], [0.0], [0.0]], dtype=np.float32),
+        intervals=np.array([[1.0], [1.0], [2.0], [1.0]], dtype=np.float32),
+    )
+
+
+def _huber(x: np.ndarray) -> np.ndarray:
+    a = np.abs(x)
+    return np.where(a < 1.0, 0.5 * x**2, a - 0.5)
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_loss_matches_hand_computation(double):
+    offrl.seed(0)
+    cls = DoubleDQNConfig if double else DQNConfig
+    algo = cls(encoder_factory=VectorEncoderFactory(hidden_units=[8]), gamma=0.9).create()
+    algo.create_impl((2,), 3)
+    q, targ = algo.modules["q_function"], algo.modules["targ_q_function"]
+    # make the target network differ from the online one
+    with torch.no_grad():
+        for p in targ.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    batch = _batch()
+    with torch.no_grad():
+        q_now = q.expected(torch.from_numpy(batch.observations))[0].numpy()
+        q_next_online = q.expected(torch.from_numpy(batch.next_observations))[0].numpy()
+        q_next_target = targ.expected(torch.from_numpy(batch.next_observations))[0].numpy()
+    chooser = q_next_online if double else q_next_target
+    a_star = chooser.argmax(axis=1)
+    next_value = q_next_target[np.arange(4), a_star]
+    y = batch.rewards[:, 0] + 0.9 ** batch.intervals[:, 0] * (1 - batch.terminals[:, 0]) * next_value
+    pred = q_now[np.arange(4), batch.actions[:, 0]]
+    expected = _huber(pred - y).mean()
+    loss = algo.update(batch)["loss"]
+    assert loss == pytest.approx(float(expected), abs=1e-6)
+
+
+def test_target_network_synchronises_on_interval():
+    algo = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), target_update_interval=3, learning_rate=1e-2).create()
+    algo.create_impl((2,), 3)
+    q, targ = algo.modules["q_function"], algo.modules["targ_q_function"]
+
+    def same() -> bool:
+        return all(torch.equal(a, b) for a, b in zip(q.parameters(), targ.parameters()))
+
+    assert same()
+    algo.update(_batch())
+    algo.update(_batch())
+    assert not same()
+    algo.update(_batch())  # third step: copied
+    assert same()
+    assert all(not p.requires_grad for p in targ.parameters())
+
+
+def test_quantile_loss_matches_hand_computation():
+    offrl.seed(1)
+    algo = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), q_func_factory=QRQFunctionFactory(n_quantiles=4), gamma=0.5).create()
+    algo.create_impl((2,), 3)
+    q = algo.modules["q_function"]
+    batch = _batch()
+    with torch.no_grad():
+        dist = q.distribution(torch.from_numpy(batch.observations))[0].numpy()  # (B, A, N)
+        nxt = q.distribution(torch.from_numpy(batch.next_observations))[0].numpy()
+    a_star = nxt.mean(axis=2).argmax(axis=1)
+    target = batch.rewards + 0.5 ** batch.intervals * (1 - batch.terminals) * nxt[np.arange(4), a_star]  # (B, N)
+    pred = dist[np.arange(4), batch.actions[:, 0]]  # (B, N)
+    taus = (np.arange(4) + 0.5) / 4
+    total = 0.0
+    for b in range(4):
+        per = 0.0
+        for i in range(4):
+            for j in range(4):
+                u = target[b, j] - pred[b, i]
+                per += abs(taus[i] - (u < 0)) * _huber(np.array(u)) / 4
+        total += per
+    assert algo.update(batch)["loss"] == pytest.approx(total / 4, abs=1e-5)
+
+
+def chain_dataset(n_episodes: int = 200, seed: int = 0) -> MDPDataset:
+    """Logged random walk on a 5-state chain; reaching state 4 pays 1 and ends."""
+    rng = np.random.default_rng(seed)
+    obs, act, rew, term = [], [], [], []
+    for _ in range(n_episodes):
+        s = int(rng.integers(0, 4))
+        for t in range(12):
+            a = int(rng.integers(2))
+            ns = min(s + 1, 4) if a == 1 else max(s - 1, 0)
+            o = np.zeros(5, dtype=np.float32)
+            o[s] = 1.0
+            obs.append(o)
+            act.append(a)
+            rew.append(1.0 if ns == 4 else 0.0)
+            term.append(1.0 if ns == 4 else 0.0)
+            s = ns
+            if ns == 4:
+                break
+    return MDPDataset(np.array(obs), np.array(act), np.array(rew), np.array(term), action_size=2)
+
+
+@pytest.mark.parametrize("cls", [DQNConfig, DoubleDQNConfig])
+def test_learns_optimal_action_on_chain(cls):
+    offrl.seed(0)
+    dataset = chain_dataset()
+    algo = cls(encoder_factory=VectorEncoderFactory(hidden_units=[32]), learning_rate=3e-3, batch_size=64, target_update_interval=50, gamma=0.9).create()
+    algo.fit(dataset, n_steps=1500, n_steps_per_epoch=1500, logger_adapter=NoopAdapterFactory(), show_progress=False)
+    states = np.eye(5, dtype=np.float32)[:4]
+    np.testing.assert_array_equal(algo.predict(states), [1, 1, 1, 1])
+    values = algo.predict_value(states, np.ones(4, dtype=np.int64))
+    # Q(s, right) = gamma^(steps to the goal - 1)
+    np.testing.assert_allclose(values, 0.9 ** np.array([3, 2, 1, 0]), atol=0.1)
+
+
+def test_rejects_continuous_data():
+    dataset = MDPDataset(np.zeros((4, 2)), np.random.rand(4, 2), np.zeros(4), [0, 0, 0, 1])
+    with pytest.raises(ValueError, match="discrete actions"):
+        DQNConfig().create().fit(dataset, n_steps=1, logger_adapter=NoopAdapterFactory(), show_progress=False)
+
+
+def test_predict_value_checks_actions():
+    algo = DQNConfig().create()
+    algo.create_impl((2,), 3)
+    x = np.zeros((2, 2), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        algo.predict_value(x, np.array([0, 3]))
+    with pytest.raises(ValueError, match="shape"):
+        algo.predict_value(x, np.zeros((2, 2)))

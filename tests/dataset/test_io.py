@@ -1,0 +1,413 @@
+"""HDF5 dump / load: round trips, corrupt or foreign files, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import h5py
+import numpy as np
+import pytest
+
+import offrl
+from offrl import ActionSpace
+from offrl.dataset import (
+    Episode,
+    FIFOBuffer,
+    InfiniteBuffer,
+    MDPDataset,
+    ReplayBuffer,
+    create_infinite_replay_buffer,
+)
+
+# ------------------------------------------------------------------ data
+
+
+def _continuous(next_observations=True):
+    n = 30
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((n, 3)).astype(np.float32)
+    terminals = np.zeros(n)
+    timeouts = np.zeros(n)
+    terminals[[6, 19]] = 1
+    timeouts[12] = 1
+    kw = dict(next_observations=obs + 100.0) if next_observations else {}
+    return MDPDataset(obs, rng.standard_normal((n, 2)), rng.standard_normal(n), terminals, timeouts, **kw)
+
+
+def _discrete():
+    n = 25
+    obs = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
+    terminals = np.zeros(n)
+    terminals[[4, 15]] = 1
+    return MDPDataset(obs, np.arange(n) % 3, np.ones(n), terminals, action_size=5,
+                      next_observations=obs + 0.5)
+
+
+def _tuple():
+    n = 16
+    img = (np.arange(n * 2 * 3 * 3) % 256).astype(np.uint8).reshape(n, 2, 3, 3)
+    vec = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+    terminals = np.zeros(n)
+    terminals[7] = 1
+    return MDPDataset([img, vec], np.arange(n) % 2, np.arange(n, dtype=np.float32), terminals,
+                      next_observations=[img + 1, vec + 1])
+
+
+DATASETS = {"continuous": _continuous, "discrete": _discrete, "tuple": _tuple}
+
+
+def _columns(obs):
+    return list(obs) if isinstance(obs, (list, tuple)) else [obs]
+
+
+def assert_same_buffer(a, b):
+    assert a.size() == b.size()
+    assert a.transition_count == b.transition_count
+    assert a.action_space == b.action_space
+    assert a.action_size == b.action_size
+    assert a.dataset_info.observation_signature == b.dataset_info.observation_signature
+    assert a.dataset_info.action_signature == b.dataset_info.action_signature
+    for x, y in zip(a.episodes, b.episodes):
+        for cx, cy in zip(_columns(x.observations), _columns(y.observations)):
+            assert cx.dtype == cy.dtype
+            np.testing.assert_array_equal(cx, cy)
+        assert x.actions.dtype == y.actions.dtype
+        np.testing.assert_array_equal(x.actions, y.actions)
+        np.testing.assert_array_equal(x.rewards, y.rewards)
+        assert x.terminated == y.terminated
+        assert (x.final_observation is None) == (y.final_observation is None)
+        if x.final_observation is not None:
+            for fx, fy in zip(_columns(x.final_observation), _columns(y.final_observation)):
+                np.testing.assert_array_equal(fx, fy)
+    ax, ay = a.to_arrays(), b.to_arrays()
+    for key in ("actions", "rewards", "terminals", "timeouts", "episode_starts", "episode_ends"):
+        np.testing.assert_array_equal(ax[key], ay[key])
+    for cx, cy in zip(_columns(ax["observations"]), _columns(ay["observations"])):
+        np.testing.assert_array_equal(cx, cy)
+    # the same transitions come out, next observations included
+    for i in range(a.transition_count):
+        tx, ty = a.transition_picker(*a.buffer[i]), b.transition_picker(*b.buffer[i])
+        for cx, cy in zip(_columns(tx.next_observation), _columns(ty.next_observation)):
+            np.testing.assert_array_equal(cx, cy)
+        assert tx.terminal == ty.terminal
+
+
+# ------------------------------------------------------------ round trips
+
+
+@pytest.mark.parametrize("kind", list(DATASETS))
+def test_round_trip_path(tmp_path, kind):
+    ds = DATASETS[kind]()
+    path = tmp_path / "data.h5"
+    ds.dump(path)
+    loaded = ReplayBuffer.load(path)
+    assert isinstance(loaded.buffer, InfiniteBuffer)
+    assert_same_buffer(ds, loaded)
+    # str paths too
+    ds.dump(str(tmp_path / "again.h5"))
+    assert_same_buffer(ds, ReplayBuffer.load(str(tmp_path / "again.h5")))
+
+
+@pytest.mark.parametrize("kind", list(DATASETS))
+def test_round_trip_file_objects(tmp_path, kind):
+    ds = DATASETS[kind]()
+    path = tmp_path / "data.h5"
+    with open(path, "w+b") as f:
+        ds.dump(f)
+    with open(path, "rb") as f:
+        loaded = ReplayBuffer.load(f)
+    assert_same_buffer(ds, loaded)
+    # path and file-object dumps read back the same
+    ds.dump(tmp_path / "by_path.h5")
+    assert_same_buffer(loaded, ReplayBuffer.load(tmp_path / "by_path.h5"))
+
+
+def test_round_trip_stored_details(tmp_path):
+    ds = _discrete()
+    path = tmp_path / "d.h5"
+    ds.dump(path)
+    loaded = ReplayBuffer.load(path)
+    assert loaded.action_space == ActionSpace.DISCRETE
+    assert loaded.action_size == 5  # given, larger than max action + 1
+    eps = loaded.episodes
+    assert [e.terminated for e in eps] == [True, True, False]
+    assert eps[0].final_observation is None
+    np.testing.assert_array_equal(eps[2].final_observation, np.arange(96, 100, dtype=np.float32) + 0.5)
+    with h5py.File(path, "r") as h5:
+        assert h5.attrs["format"] == "offrl.dataset"
+        assert int(h5.attrs["schema_version"]) == 1
+        np.testing.assert_array_equal(h5["episode_starts"][()], [0, 5, 16])
+        np.testing.assert_array_equal(h5["episode_ends"][()], [5, 16, 25])
+        np.testing.assert_array_equal(h5["episode_has_final"][()], [False, False, True])
+        assert h5["actions"].shape == (26, 1)  # 25 steps + one final-observation row
+
+
+def test_compression_round_trip(tmp_path):
+    ds = _tuple()
+    ds.dump(tmp_path / "c.h5", compression="gzip")
+    assert_same_buffer(ds, ReplayBuffer.load(tmp_path / "c.h5"))
+
+
+def test_load_into_fifo_buffer(tmp_path):
+    ds = _continuous()
+    ds.dump(tmp_path / "d.h5")
+    big = ReplayBuffer.load(tmp_path / "d.h5", buffer=FIFOBuffer(1000))
+    assert isinstance(big.buffer, FIFOBuffer)
+    assert_same_buffer(ds, big)
+    # a smaller limit keeps the newest transitions
+    limit = 12
+    small = ReplayBuffer.load(tmp_path / "d.h5", buffer=FIFOBuffer(limit))
+    assert small.transition_count == limit
+    everything = [ds.transition_picker(*ds.buffer[i]) for i in range(ds.transition_count)]
+    kept = [small.transition_picker(*small.buffer[i]) for i in range(limit)]
+    for x, y in zip(everything[-limit:], kept):
+        np.testing.assert_array_equal(x.observation, y.observation)
+        np.testing.assert_array_equal(x.next_observation, y.next_observation)
+        np.testing.assert_array_equal(x.action, y.action)
+        assert x.terminal == y.terminal
+    # writing continues in the loaded FIFO buffer
+    small.append(np.zeros(3, np.float32), np.zeros(2, np.float32), 0.0)
+    small.append(np.ones(3, np.float32), np.zeros(2, np.float32), 0.0)
+    assert small.transition_count == limit
+
+
+def test_dump_of_fifo_buffer_holds_only_live_rows(tmp_path):
+    ds = _continuous()
+    ds.dump(tmp_path / "d.h5")
+    small = ReplayBuffer.load(tmp_path / "d.h5", buffer=FIFOBuffer(12))
+    small.dump(tmp_path / "small.h5")
+    again = ReplayBuffer.load(tmp_path / "small.h5")
+    assert_same_buffer(small, again)
+
+
+def test_load_into_non_empty_buffer_refused(tmp_path):
+    ds = _continuous()
+    ds.dump(tmp_path / "d.h5")
+    loaded = ReplayBuffer.load(tmp_path / "d.h5")
+    with pytest.raises(ValueError, match="empty buffer"):
+        ReplayBuffer.load(tmp_path / "d.h5", buffer=loaded.buffer)
+
+
+def test_online_buffer_round_trip(tmp_path):
+    rb = create_infinite_replay_buffer()
+    for t in range(5):
+        rb.append(np.array([t, -t], np.float32), np.array([t / 10], np.float32), float(t))
+    rb.clip_episode(False, np.array([99.0, 99.0], np.float32))
+    for t in range(3):
+        rb.append(np.array([t, t], np.float32), np.array([0.5], np.float32), 1.0)
+    rb.clip_episode(True)
+    rb.dump(tmp_path / "online.h5")
+    loaded = ReplayBuffer.load(tmp_path / "online.h5")
+    assert_same_buffer(rb, loaded)
+    np.testing.assert_array_equal(loaded.episodes[0].final_observation, [99.0, 99.0])
+
+
+class ListBuffer:
+    def __init__(self):
+        self.items, self._episodes = [], []
+
+    def append(self, episode, index):
+        self.items.append((episode, index))
+        if not self._episodes or self._episodes[-1] is not episode:
+            self._episodes.append(episode)
+
+    @property
+    def episodes(self):
+        return self._episodes
+
+    @property
+    def transition_count(self):
+        return len(self.items)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def test_user_buffer_round_trip(tmp_path):
+    user = ReplayBuffer(ListBuffer())
+    obs = np.arange(12, dtype=np.float32).reshape(6, 2)
+    user.append_episode(Episode(obs, np.array([[0], [1], [2], [0], [1], [2]]), np.ones((6, 1), np.float32), True))
+    user.append_episode(Episode(obs + 20, np.array([[1], [1], [0], [0], [2], [2]]), np.ones((6, 1), np.float32), False,
+                                final_observation=np.array([7.0, 7.0], np.float32)))
+    user.dump(tmp_path / "u.h5")
+    into_store = ReplayBuffer.load(tmp_path / "u.h5")
+    assert into_store.action_space == ActionSpace.DISCRETE and into_store.action_size == 3
+    assert into_store.transition_count == 12
+    np.testing.assert_array_equal(into_store.episodes[1].final_observation, [7.0, 7.0])
+    into_user = ReplayBuffer.load(tmp_path / "u.h5", buffer=ListBuffer())
+    assert isinstance(into_user.buffer, ListBuffer)
+    assert into_user.transition_count == 12
+    for x, y in zip(user.episodes, into_user.episodes):
+        np.testing.assert_array_equal(x.observations, y.observations)
+        np.testing.assert_array_equal(x.actions, y.actions)
+
+
+# ------------------------------------------------------------------ errors
+
+
+def _loads_with_error(target, match):
+    with pytest.raises(ValueError, match=match):
+        ReplayBuffer.load(target)
+
+
+def test_non_hdf5_file(tmp_path):
+    path = tmp_path / "notes.h5"
+    path.write_bytes(b"this is not an HDF5 file\n" * 100)
+    _loads_with_error(path, re.escape(str(path)) + ".*not an offrl dataset file")
+    with open(path, "rb") as f:
+        _loads_with_error(f, re.escape(str(path)))
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.h5"
+    path.write_bytes(b"")
+    _loads_with_error(path, re.escape(str(path)))
+
+
+def test_truncated_file(tmp_path):
+    ds = _tuple()
+    full = tmp_path / "full.h5"
+    ds.dump(full)
+    data = full.read_bytes()
+    half = tmp_path / "half.h5"
+    half.write_bytes(data[: len(data) // 2])
+    _loads_with_error(half, re.escape(str(half)) + ".*truncated")
+    with open(half, "rb") as f:
+        _loads_with_error(f, re.escape(str(half)))
+
+
+def test_foreign_hdf5_file(tmp_path):
+    path = tmp_path / "someone_else.h5"
+    with h5py.File(path, "w") as h5:
+        h5.create_dataset("observations", data=np.zeros((10, 3)))
+        h5.create_dataset("actions", data=np.zeros((10, 1)))
+        h5.attrs["creator"] = "another library"
+    _loads_with_error(path, re.escape(str(path)) + ".*not an offrl dataset file")
+
+
+def test_unknown_schema_version(tmp_path):
+    path = tmp_path / "future.h5"
+    _continuous().dump(path)
+    with h5py.File(path, "r+") as h5:
+        h5.attrs["schema_version"] = 99
+    _loads_with_error(path, re.escape(str(path)) + ".*schema version 99")
+
+
+def test_missing_dataset_in_file(tmp_path):
+    path = tmp_path / "missing.h5"
+    _continuous().dump(path)
+    with h5py.File(path, "r+") as h5:
+        del h5["rewards"]
+    _loads_with_error(path, re.escape(str(path)) + ".*missing.*rewards")
+
+
+@pytest.mark.parametrize(
+    "column,edit",
+    [
+        ("episode_ends", lambda a: a + np.array([0, 1, 0, 0], dtype=a.dtype)),  # overlapping episodes
+        ("episode_starts", lambda a: a + 1),  # first episode not at row 0
+        ("episode_ends", lambda a: a[:-1]),  # table columns of different lengths
+        ("episode_has_final", lambda a: np.ones_like(a)),  # final row after a terminated episode
+        ("episode_ends", lambda a: a - np.array([0, 0, 0, 1], dtype=a.dtype)),  # rows left over
+    ],
+)
+def test_inconsistent_episode_table(tmp_path, column, edit):
+    ds = _continuous()
+    assert ds.size() == 4
+    path = tmp_path / "bad_table.h5"
+    ds.dump(path)
+    with h5py.File(path, "r+") as h5:
+        value = edit(h5[column][()])
+        del h5[column]
+        h5.create_dataset(column, data=value)
+    _loads_with_error(path, re.escape(str(path)) + ".*corrupt")
+
+
+def test_discrete_action_out_of_range_in_file(tmp_path):
+    path = tmp_path / "bad_actions.h5"
+    _discrete().dump(path)
+    with h5py.File(path, "r+") as h5:
+        h5["actions"][3, 0] = 7
+    _loads_with_error(path, re.escape(str(path)) + r".*actions\[3\] is 7")
+
+
+def test_nan_in_file(tmp_path):
+    path = tmp_path / "nan.h5"
+    _continuous().dump(path)
+    with h5py.File(path, "r+") as h5:
+        h5["rewards"][4, 0] = np.nan
+    _loads_with_error(path, re.escape(str(path)) + r".*rewards\[4\] is nan")
+
+
+# ---------------------------------------------------------------- atomicity
+
+
+def _failing_after_first_call(monkeypatch):
+    original = h5py.File.create_dataset
+    calls = {"n": 0}
+
+    def create_dataset(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("disk on fire")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.File, "create_dataset", create_dataset)
+    return calls
+
+
+def test_failed_dump_leaves_existing_file_untouched(tmp_path, monkeypatch):
+    path = tmp_path / "data.h5"
+    old = _discrete()
+    old.dump(path)
+    before = path.read_bytes()
+    calls = _failing_after_first_call(monkeypatch)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        _continuous().dump(path)
+    assert calls["n"] == 2
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["data.h5"]  # no temporary file left
+    assert_same_buffer(old, ReplayBuffer.load(path))
+
+
+def test_failed_dump_to_new_path_leaves_nothing(tmp_path, monkeypatch):
+    _failing_after_first_call(monkeypatch)
+    with pytest.raises(RuntimeError):
+        _continuous().dump(tmp_path / "new.h5")
+    assert os.listdir(tmp_path) == []
+
+
+def test_failed_dump_to_file_object_writes_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "obj.h5"
+    _failing_after_first_call(monkeypatch)
+    with open(path, "w+b") as f:
+        with pytest.raises(RuntimeError):
+            _continuous().dump(f)
+    assert path.read_bytes() == b""
+
+
+def test_dump_overwrites_existing_file(tmp_path):
+    path = tmp_path / "data.h5"
+    _discrete().dump(path)
+    new = _continuous()
+    new.dump(path)
+    assert_same_buffer(new, ReplayBuffer.load(path))
+    assert sorted(os.listdir(tmp_path)) == ["data.h5"]
+
+
+def test_seeded_sampling_identical_after_round_trip(tmp_path):
+    ds = _continuous()
+    ds.dump(tmp_path / "d.h5")
+    loaded = ReplayBuffer.load(tmp_path / "d.h5")
+    offrl.seed(5)
+    a = ds.sample_transition_batch(64)
+    offrl.seed(5)
+    b = loaded.sample_transition_batch(64)
+    np.testing.assert_array_equal(a.observations, b.observations)
+    np.testing.assert_array_equal(a.next_observations, b.next_observations)
+    np.testing.assert_array_equal(a.terminals, b.terminals)
