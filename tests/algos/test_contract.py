@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import pkgutil
 
 import numpy as np
@@ -31,6 +32,9 @@ from offrl.serialization import registered
 for _module in pkgutil.iter_modules(offrl.algos.__path__):
     importlib.import_module(f"offrl.algos.{_module.name}")
 
+#: run the suite on another device, e.g. OFFRL_TEST_DEVICE=cuda:0 on a GPU machine
+DEVICE = os.environ.get("OFFRL_TEST_DEVICE", "cpu")
+
 CONFIGS = {name: cls for name, cls in sorted(registered("algorithm").items()) if not getattr(cls, "_contract_exempt", False)}
 
 
@@ -54,7 +58,7 @@ def _scalers(kind: str, discrete: bool) -> dict:
     return scalers
 
 
-def _make(name: str, kind: str, discrete: bool, device="cpu"):
+def _make(name: str, kind: str, discrete: bool, device=DEVICE):
     cls = CONFIGS[name]
     config = cls(batch_size=8, **_scalers(kind, discrete))
     return config, config.create(device=device)
@@ -139,7 +143,7 @@ def test_save_load_gives_identical_predictions(name, kind, discrete, tmp_path, d
         algo.build_with_dataset(dataset)
     path = tmp_path / "model.d3"
     algo.save(path)
-    loaded = offrl.load_learnable(path)
+    loaded = offrl.load_learnable(path, device=DEVICE)
     assert type(loaded) is type(algo)
     assert loaded.grad_step == algo.grad_step
     assert loaded.config.to_dict() == algo.config.to_dict()
@@ -154,7 +158,7 @@ def test_save_load_gives_identical_predictions(name, kind, discrete, tmp_path, d
         return
     np.testing.assert_array_equal(loaded.predict_value(x, _actions(dataset)), expected)
     # load_model into a fresh algorithm of the same config
-    fresh = copy.deepcopy(algo.config).create()
+    fresh = copy.deepcopy(algo.config).create(device=DEVICE)
     fresh.load_model(path)
     np.testing.assert_array_equal(fresh.predict_value(x, _actions(dataset)), expected)
 
