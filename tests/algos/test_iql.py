@@ -1,0 +1,261 @@
+"""IQL: the losses on a hand-built batch, the target update, learning on a
+one-step problem, config validation."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import offrl
+from offrl.algos.iql import IQL, IQLConfig
+from offrl.dataset import MDPDataset
+from offrl.dataset.batch import TransitionMiniBatch
+from offrl.logging import NoopAdapterFactory
+from offrl.models.encoders import VectorEncoderFactory
+from offrl.models.optimizers import SGDFactory
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Small networks gain nothing from intra-op threads, and on a loaded
+    machine the threads' spin-waiting makes the learning checks 10-20x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def small_factory() -> VectorEncoderFactory:
+    return VectorEncoderFactory(hidden_units=[16, 16])
+
+
+def hand_batch(action_size: int = 2) -> TransitionMiniBatch:
+    rng = np.random.default_rng(0)
+    return TransitionMiniBatch(
+        observations=rng.normal(size=(4, 3)).astype(np.float32),
+        actions=rng.uniform(-1.0, 1.0, size=(4, action_size)).astype(np.float32),
+        rewards=np.array([[1.0], [-0.5], [2.0], [0.0]], dtype=np.float32),
+        next_observations=rng.normal(size=(4, 3)).astype(np.float32),
+        next_actions=rng.uniform(-1.0, 1.0, size=(4, action_size)).astype(np.float32),
+        terminals=np.array([[0.0], [1.0], [0.0], [0.0]], dtype=np.float32),
+        intervals=np.array([[1.0], [1.0], [3.0], [1.0]], dtype=np.float32),
+    )
+
+
+def numpy_of(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(np.float64)
+
+
+def expected_losses(algo: IQL, batch: TransitionMiniBatch, cfg: IQLConfig) -> dict:
+    """The IQL losses computed by hand from the networks' outputs."""
+    nets = algo.modules
+    obs = torch.from_numpy(batch.observations)
+    next_obs = torch.from_numpy(batch.next_observations)
+    act = torch.from_numpy(batch.actions)
+    with torch.no_grad():
+        q = numpy_of(nets["q_function"].expected(obs, act))[..., 0]  # (E, B)
+        targ_q = numpy_of(nets["targ_q_function"].expected(obs, act))[..., 0]
+        v = numpy_of(nets["value_function"](obs))[:, 0]
+        next_v = numpy_of(nets["value_function"](next_obs))[:, 0]
+        mean, logstd = (numpy_of(t) for t in nets["policy"](obs))
+    r, d, k = batch.rewards[:, 0], batch.terminals[:, 0], batch.intervals[:, 0]
+    y = r + cfg.gamma**k * (1.0 - d) * next_v
+    q_loss = sum(np.mean((q[i] - y) ** 2) for i in range(q.shape[0]))
+    u = targ_q.min(axis=0) - v
+    v_loss = np.mean(np.where(u > 0, cfg.expectile, 1.0 - cfg.expectile) * u**2)
+    weight = np.minimum(np.exp(cfg.weight_temp * u), cfg.max_weight)
+    std = np.exp(logstd)
+    log_prob = np.sum(-0.5 * ((batch.actions - np.tanh(mean)) / std) ** 2 - logstd - 0.5 * math.log(2 * math.pi), axis=1)
+    actor_loss = -np.mean(weight * log_prob)
+    return {
+        "q_loss": q_loss, "v_loss": v_loss, "critic_loss": q_loss + v_loss, "actor_loss": actor_loss,
+        "advantage": u, "weight": weight,
+    }
+
+
+@pytest.mark.parametrize("weight_temp,max_weight", [(3.0, 100.0), (200.0, 2.0)])
+def test_losses_on_hand_built_batch(weight_temp, max_weight):
+    offrl.seed(0)
+    cfg = IQLConfig(
+        gamma=0.9, expectile=0.8, weight_temp=weight_temp, max_weight=max_weight, n_critics=3,
+        actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory(),
+    )
+    algo = cfg.create()
+    algo.create_impl((3,), 2)
+    # make the critics differ from their targets so that min over targets is not min over critics
+    with torch.no_grad():
+        for p in algo.modules["targ_q_function"].parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    batch = hand_batch()
+    # shift V so that the advantages have both signs (both expectile branches)
+    advantage = expected_losses(algo, batch, cfg)["advantage"]
+    with torch.no_grad():
+        algo.modules["value_function"].fc.bias.add_(float(np.median(advantage)))
+    expected = expected_losses(algo, batch, cfg)
+    assert (expected["advantage"] > 0).sum() == 2 and (expected["advantage"] < 0).sum() == 2
+    if max_weight == 2.0:
+        assert (expected["weight"] == max_weight).any(), "the weight clip should be exercised"
+    targ_before = [p.detach().clone() for p in algo.modules["targ_q_function"].parameters()]
+
+    losses = algo.update(batch)
+
+    assert set(losses) == {"critic_loss", "q_loss", "v_loss", "actor_loss"}
+    for name in ("critic_loss", "q_loss", "v_loss", "actor_loss"):
+        assert losses[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-5), name
+    # Polyak averaging of the target critics, after the critic step
+    for old, targ, online in zip(targ_before, algo.modules["targ_q_function"].parameters(), algo.modules["q_function"].parameters()):
+        torch.testing.assert_close(targ, (1 - cfg.tau) * old + cfg.tau * online, rtol=1e-6, atol=1e-6)
+    assert algo.grad_step == 1
+
+
+def test_critic_optimizer_covers_q_and_value_function():
+    cfg = IQLConfig(actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory())
+    algo = cfg.create()
+    algo.create_impl((3,), 1)
+    nets = algo.modules
+
+    def ids(optim):
+        return {id(p) for group in optim.optim.param_groups for p in group["params"]}
+
+    assert ids(algo._optims["critic_optim"]) == {id(p) for p in nets["q_function"].parameters()} | {
+        id(p) for p in nets["value_function"].parameters()
+    }
+    assert ids(algo._optims["actor_optim"]) == {id(p) for p in nets["policy"].parameters()}
+
+
+def test_value_function_gets_gradients_from_the_value_loss_only():
+    """The advantage weight is a constant for the actor loss: with SGD on the
+    critics, V moves by exactly ``-lr * grad L_V``."""
+    offrl.seed(0)
+    lr = 0.1
+    cfg = IQLConfig(
+        critic_learning_rate=lr, critic_optim_factory=SGDFactory(),
+        actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory(),
+    )
+    algo = cfg.create()
+    algo.create_impl((3,), 2)
+    batch = hand_batch()
+    obs, act = torch.from_numpy(batch.observations), torch.from_numpy(batch.actions)
+    value_function = copy.deepcopy(algo.modules["value_function"])
+    with torch.no_grad():
+        targ_q = algo.modules["targ_q_function"].expected(obs, act).min(dim=0).values
+    u = targ_q - value_function(obs)
+    v_loss = (torch.where(u > 0, cfg.expectile, 1 - cfg.expectile) * u**2).mean()
+    grads = torch.autograd.grad(v_loss, list(value_function.parameters()))
+    algo.update(batch)
+    for old, grad, new in zip(value_function.parameters(), grads, algo.modules["value_function"].parameters()):
+        torch.testing.assert_close(new.detach(), old.detach() - lr * grad, rtol=1e-5, atol=1e-7)
+
+
+def test_predict_sample_and_value():
+    offrl.seed(0)
+    cfg = IQLConfig(actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory())
+    algo = cfg.create()
+    algo.create_impl((3,), 2)
+    x = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
+    with torch.no_grad():
+        mean, logstd = algo.modules["policy"](torch.from_numpy(x))
+        q = algo.modules["q_function"].expected(torch.from_numpy(x), torch.zeros(6, 2))
+    np.testing.assert_allclose(algo.predict(x), np.tanh(mean.numpy()), rtol=1e-6)
+    np.testing.assert_allclose(algo.predict_value(x, np.zeros((6, 2), np.float32)), q.mean(dim=0)[:, 0].numpy(), rtol=1e-6)
+    samples = np.stack([algo.sample_action(x) for _ in range(200)])
+    assert samples.min() >= -1.0 and samples.max() <= 1.0
+    assert not np.allclose(samples[0], samples[1])
+    with torch.no_grad():
+        exported = algo.policy_module()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(exported, algo.predict(x), rtol=1e-6)
+
+
+def one_step_dataset(n: int = 1000, seed: int = 0) -> MDPDataset:
+    """Single-step episodes, logged actions uniform in [-1, 1], reward -(a - 0.5)^2."""
+    rng = np.random.default_rng(seed)
+    observations = rng.normal(size=(n, 3)).astype(np.float32)
+    actions = rng.uniform(-1.0, 1.0, size=(n, 1)).astype(np.float32)
+    rewards = -((actions[:, 0] - 0.5) ** 2)
+    return MDPDataset(observations, actions, rewards, np.ones(n, dtype=np.float32))
+
+
+def fit_one_step_problem(seed: int, n_steps: int) -> np.ndarray:
+    """|greedy action - 0.5| on 100 states after ``n_steps`` on the one-step problem."""
+    offrl.seed(seed)
+    dataset = one_step_dataset(seed=seed)
+    factory = VectorEncoderFactory(hidden_units=[64, 64])
+    algo = IQLConfig(
+        batch_size=64, actor_encoder_factory=factory, critic_encoder_factory=factory, value_encoder_factory=factory,
+    ).create()
+    algo.fit(dataset, n_steps=n_steps, n_steps_per_epoch=n_steps, logger_adapter=NoopAdapterFactory(), show_progress=False)
+    x = np.random.default_rng(seed + 100).normal(size=(100, 3)).astype(np.float32)
+    return algo.predict(x)[:, 0]
+
+
+def test_learns_the_best_logged_action():
+    """The logged actions average 0; the greedy action moves to about 0.5."""
+    prediction = fit_one_step_problem(seed=0, n_steps=1500)
+    assert abs(prediction.mean() - 0.5) < 0.25, prediction.mean()
+    assert np.median(np.abs(prediction - 0.5)) < 0.25, prediction
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_learns_the_best_logged_action_in_most_states(seed):
+    prediction = fit_one_step_problem(seed=seed, n_steps=3000)
+    assert abs(prediction.mean() - 0.5) < 0.2, prediction.mean()
+    assert np.quantile(np.abs(prediction - 0.5), 0.9) < 0.25, prediction
+
+
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        ({"expectile": 0.0}, "expectile"),
+        ({"expectile": 1.0}, "expectile"),
+        ({"expectile": float("nan")}, "expectile"),
+        ({"weight_temp": -1.0}, "weight_temp"),
+        ({"max_weight": 0.0}, "max_weight"),
+        ({"n_critics": 0}, "n_critics"),
+        ({"tau": 1.5}, "tau"),
+        ({"actor_learning_rate": 0.0}, "actor_learning_rate"),
+        ({"critic_learning_rate": -1e-3}, "critic_learning_rate"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+)
+def test_config_validation(changes, match):
+    with pytest.raises(ValueError, match=match):
+        IQLConfig(**changes)
+    config = IQLConfig()
+    with pytest.raises(ValueError, match=match):
+        config.set_params(**changes)
+
+
+def test_config_rejects_wrong_factory_types():
+    with pytest.raises(TypeError, match="value_encoder_factory"):
+        IQLConfig(value_encoder_factory="default")
+
+
+def test_defaults_mirror_d3rlpy():
+    cfg = IQLConfig()
+    assert (cfg.batch_size, cfg.gamma, cfg.actor_learning_rate, cfg.critic_learning_rate) == (256, 0.99, 3e-4, 3e-4)
+    assert (cfg.tau, cfg.n_critics, cfg.expectile, cfg.weight_temp, cfg.max_weight) == (0.005, 2, 0.7, 3.0, 100.0)
+    assert cfg.observation_scaler is None and cfg.action_scaler is None and cfg.reward_scaler is None
+    algo = cfg.create()
+    algo.create_impl((3,), 2)
+    policy = algo.modules["policy"]
+    assert (policy.min_logstd, policy.max_logstd, policy.use_std_parameter) == (-5.0, 2.0, True)
+
+
+def test_copy_q_function_and_policy_between_iql_instances():
+    offrl.seed(0)
+    cfg = IQLConfig(actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory())
+    a, b = cfg.create(), cfg.create()
+    a.create_impl((3,), 2)
+    b.create_impl((3,), 2)
+    x = np.random.default_rng(2).normal(size=(5, 3)).astype(np.float32)
+    actions = np.zeros((5, 2), np.float32)
+    assert not np.allclose(a.predict(x), b.predict(x))
+    b.copy_policy_from(a)
+    b.copy_q_function_from(a)
+    np.testing.assert_array_equal(a.predict(x), b.predict(x))
+    np.testing.assert_array_equal(a.predict_value(x, actions), b.predict_value(x, actions))
