@@ -57,9 +57,11 @@ class DeterministicPolicy(nn.Module):
 
 
 class NormalPolicy(nn.Module):
-    """Diagonal Gaussian head: ``forward(x) -> (mean, logstd)`` with
-    ``logstd`` clamped to ``[min_logstd, max_logstd]``; state-dependent, or
-    one learned parameter per action dimension (``use_std_parameter``).
+    """Diagonal Gaussian head: ``forward(x) -> (mean, logstd)``.
+
+    ``logstd`` is state-dependent and clamped to ``[min_logstd, max_logstd]``,
+    or (``use_std_parameter``) one learned parameter per action dimension
+    mapped into that range by a sigmoid (starting at its middle).
 
     SAC/CQL squash samples with tanh (:func:`squashed_sample`); IQL and
     stochastic BC use ``Normal(tanh(mean), std)`` (:meth:`log_prob`).
@@ -90,10 +92,11 @@ class NormalPolicy(nn.Module):
         h = self.encoder(x)
         mean = self.mu(h)
         if self.use_std_parameter:
-            logstd = self.logstd.expand_as(mean)
-        else:
-            logstd = self.logstd(h)
-        return mean, logstd.clamp(self.min_logstd, self.max_logstd)
+            # squashed into the range by a sigmoid, so the gradient never vanishes at the bounds
+            span = self.max_logstd - self.min_logstd
+            logstd = (self.min_logstd + torch.sigmoid(self.logstd) * span).expand_as(mean)
+            return mean, logstd
+        return mean, self.logstd(h).clamp(self.min_logstd, self.max_logstd)
 
     def greedy(self, x) -> torch.Tensor:
         return torch.tanh(self.forward(x)[0])
