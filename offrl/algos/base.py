@@ -37,6 +37,9 @@ __all__ = [
     "parse_device",
     "NonFiniteLossError",
     "DeviceArg",
+    "check_positive_int",
+    "check_positive_number",
+    "check_instance",
 ]
 
 DeviceArg = Union[bool, int, str, torch.device, None]
@@ -81,9 +84,35 @@ def parse_device(device: DeviceArg) -> torch.device:
     return target
 
 
-def _check_positive_int(value: Any, name: str) -> None:
+def check_positive_int(value: Any, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+_check_positive_int = check_positive_int
+
+
+def check_positive_number(value: Any, name: str, allow_zero: bool = False) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a finite
+    number > 0 (>= 0 with ``allow_zero``)."""
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float, np.integer, np.floating))
+        and np.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
+def check_instance(config: Any, names: Sequence[str], cls: type) -> None:
+    """Raise ``TypeError`` naming the field unless each ``config.<name>`` is a ``cls``."""
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, cls):
+            raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
 
 
 @dataclasses.dataclass
@@ -155,6 +184,8 @@ class QLearningAlgoBase:
     """Base of all algorithms: the estimator API (see module docstring)."""
 
     _action_type: ActionSpace = ActionSpace.BOTH
+    #: False for policies that only act (random policies): fit raises
+    _trainable: bool = True
     #: module / optimizer names used by copy_*_from
     _policy_module: Optional[str] = None
     _q_modules: Tuple[str, ...] = ()
@@ -542,6 +573,11 @@ class QLearningAlgoBase:
         """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
         from .training import fitter
 
+        if not self._trainable:
+            raise RuntimeError(
+                f"{type(self).__name__} cannot be trained; build it with build_with_dataset, "
+                "build_with_env or create_impl and use it to act"
+            )
         return fitter(self, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
                       show_progress, save_interval, evaluators, callback, epoch_callback)
 

@@ -28,7 +28,6 @@ Algorithms"). Greedy action ``argmax_a z_theta(s)_a``; sampling draws from
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Dict
 
 import torch
@@ -38,17 +37,16 @@ import torch.nn.functional as F
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.optimizers import AdamFactory
-from ..models.policies import CategoricalPolicy, DeterministicPolicy, NormalPolicy
+from ..models.optimizers import OptimizerFactory
+from ..models.policies import ArgmaxPolicy, CategoricalPolicy, DeterministicPolicy, GreedyNormalPolicy, NormalPolicy
 from ..serialization import register
-from .base import LearnableConfig, QLearningAlgoBase
+from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_number
 
 __all__ = [
     "BCConfig",
     "BC",
     "DiscreteBCConfig",
     "DiscreteBC",
-    "SquashedMeanPolicy",
-    "ArgmaxPolicy",
 ]
 
 POLICY_TYPES = ("deterministic", "stochastic")
@@ -56,18 +54,6 @@ POLICY_TYPES = ("deterministic", "stochastic")
 #: log-std bounds of the stochastic BC policy (d3rlpy's values)
 MIN_LOGSTD = -4.0
 MAX_LOGSTD = 15.0
-
-
-def _check_positive_number(value: Any, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-
-
-def _check_factories(config: Any) -> None:
-    if not isinstance(config.encoder_factory, EncoderFactory):
-        raise TypeError(f"encoder_factory must be an EncoderFactory, got {type(config.encoder_factory).__name__}")
-    if not callable(getattr(config.optim_factory, "create", None)):
-        raise TypeError(f"optim_factory must be an optimizer factory (e.g. AdamFactory()), got {type(config.optim_factory).__name__}")
 
 
 @register("algorithm")
@@ -92,10 +78,11 @@ class BCConfig(LearnableConfig):
 
     def validate(self) -> None:
         super().validate()
-        _check_positive_number(self.learning_rate, "learning_rate")
+        check_positive_number(self.learning_rate, "learning_rate")
         if self.policy_type not in POLICY_TYPES:
             raise ValueError(f"policy_type must be one of {list(POLICY_TYPES)}, got {self.policy_type!r}")
-        _check_factories(self)
+        check_instance(self, ("encoder_factory",), EncoderFactory)
+        check_instance(self, ("optim_factory",), OptimizerFactory)
 
     @staticmethod
     def get_type() -> str:
@@ -104,29 +91,6 @@ class BCConfig(LearnableConfig):
     @classmethod
     def algorithm_class(cls) -> type:
         return BC
-
-
-class SquashedMeanPolicy(nn.Module):
-    """The greedy action ``tanh(mean)`` of a :class:`NormalPolicy`."""
-
-    def __init__(self, policy: NormalPolicy) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, x) -> torch.Tensor:
-        mean, _ = self.policy(x)
-        return torch.tanh(mean)
-
-
-class ArgmaxPolicy(nn.Module):
-    """``argmax`` of a :class:`CategoricalPolicy`'s logits (int64 indices)."""
-
-    def __init__(self, policy: CategoricalPolicy) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, x) -> torch.Tensor:
-        return self.policy(x).argmax(dim=-1)
 
 
 class BC(QLearningAlgoBase):
@@ -182,7 +146,7 @@ class BC(QLearningAlgoBase):
     def policy_module(self) -> nn.Module:
         self._require_built()
         policy = self._nets["policy"]
-        return SquashedMeanPolicy(policy) if self._stochastic else policy
+        return GreedyNormalPolicy(policy) if self._stochastic else policy
 
 
 @register("algorithm")
@@ -206,10 +170,10 @@ class DiscreteBCConfig(LearnableConfig):
 
     def validate(self) -> None:
         super().validate()
-        _check_positive_number(self.learning_rate, "learning_rate")
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or not math.isfinite(self.beta) or self.beta < 0:
-            raise ValueError(f"beta must be a finite number >= 0, got {self.beta!r}")
-        _check_factories(self)
+        check_positive_number(self.learning_rate, "learning_rate")
+        check_positive_number(self.beta, "beta", allow_zero=True)
+        check_instance(self, ("encoder_factory",), EncoderFactory)
+        check_instance(self, ("optim_factory",), OptimizerFactory)
 
     @staticmethod
     def get_type() -> str:

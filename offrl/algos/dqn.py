@@ -27,11 +27,11 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, td_target
-from .base import LearnableConfig, QLearningAlgoBase
+from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
 
 __all__ = ["DQNConfig", "DQN", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy"]
 
@@ -60,12 +60,12 @@ class DQNConfig(LearnableConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if int(self.n_critics) < 1:
-            raise ValueError(f"n_critics must be >= 1, got {self.n_critics}")
-        if int(self.target_update_interval) < 1:
-            raise ValueError(f"target_update_interval must be >= 1, got {self.target_update_interval}")
+        check_positive_number(self.learning_rate, "learning_rate")
+        check_positive_int(self.n_critics, "n_critics")
+        check_positive_int(self.target_update_interval, "target_update_interval")
+        check_instance(self, ("encoder_factory",), EncoderFactory)
+        check_instance(self, ("q_func_factory",), QFunctionFactory)
+        check_instance(self, ("optim_factory",), OptimizerFactory)
 
     @staticmethod
     def get_type() -> str:

@@ -39,27 +39,13 @@ from torch import nn
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.optimizers import AdamFactory
-from ..models.policies import NormalPolicy, ValueFunction
+from ..models.policies import GreedyNormalPolicy, NormalPolicy, ValueFunction
 from ..models.q_functions import MeanQFunctionFactory
 from ..serialization import register
 from ._common import expectile_loss, freeze, soft_update, td_target
-from .base import LearnableConfig, QLearningAlgoBase, _check_positive_int
+from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
 
-__all__ = ["IQLConfig", "IQL", "GreedyNormalPolicy"]
-
-
-def _check_factories(config: Any, names: tuple, cls: type) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, cls):
-            raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
-
-
-def _check_learning_rates(config: Any, names: tuple) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if not float(value) > 0.0:
-            raise ValueError(f"{name} must be > 0, got {value}")
+__all__ = ["IQLConfig", "IQL"]
 
 
 @register("algorithm")
@@ -98,9 +84,10 @@ class IQLConfig(LearnableConfig):
 
     def validate(self) -> None:
         super().validate()
-        _check_learning_rates(self, ("actor_learning_rate", "critic_learning_rate"))
-        _check_factories(self, ("actor_encoder_factory", "critic_encoder_factory", "value_encoder_factory"), EncoderFactory)
-        _check_positive_int(self.n_critics, "n_critics")
+        check_positive_number(self.actor_learning_rate, "actor_learning_rate")
+        check_positive_number(self.critic_learning_rate, "critic_learning_rate")
+        check_instance(self, ("actor_encoder_factory", "critic_encoder_factory", "value_encoder_factory"), EncoderFactory)
+        check_positive_int(self.n_critics, "n_critics")
         if not 0.0 <= float(self.tau) <= 1.0:
             raise ValueError(f"tau must be in [0, 1], got {self.tau}")
         if not 0.0 < float(self.expectile) < 1.0:
@@ -117,17 +104,6 @@ class IQLConfig(LearnableConfig):
     @classmethod
     def algorithm_class(cls) -> type:
         return IQL
-
-
-class GreedyNormalPolicy(nn.Module):
-    """The greedy action ``tanh(mean)`` of a :class:`NormalPolicy`."""
-
-    def __init__(self, policy: NormalPolicy) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, x) -> torch.Tensor:
-        return self.policy.greedy(x)
 
 
 class IQL(QLearningAlgoBase):

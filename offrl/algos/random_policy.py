@@ -19,7 +19,6 @@ makes them reproducible. ``predict`` and ``sample_action`` both sample.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Dict, NoReturn
 
 import torch
@@ -27,7 +26,7 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..serialization import register
-from .base import LearnableConfig, QLearningAlgoBase
+from .base import LearnableConfig, QLearningAlgoBase, check_positive_number
 
 __all__ = [
     "RandomPolicyConfig",
@@ -58,9 +57,7 @@ class RandomPolicyConfig(LearnableConfig):
         super().validate()
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {self.distribution!r}")
-        std = self.normal_std
-        if isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std <= 0:
-            raise ValueError(f"normal_std must be a finite number > 0, got {std!r}")
+        check_positive_number(self.normal_std, "normal_std")
 
     @staticmethod
     def get_type() -> str:
@@ -103,9 +100,6 @@ class _RandomPolicyBase(QLearningAlgoBase):
             f"{type(self).__name__} has nothing to learn and cannot be trained; "
             "build it with build_with_dataset, build_with_env or create_impl and call predict"
         )
-
-    def fitter(self, *args: Any, **kwargs: Any):  # type: ignore[override]
-        self._cannot_train()
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         self._cannot_train()

@@ -38,23 +38,9 @@ from ..models.policies import DeterministicPolicy
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, soft_update, td_target
-from .base import LearnableConfig, QLearningAlgoBase, _check_positive_int
+from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
 
 __all__ = ["TD3PlusBCConfig", "TD3PlusBC", "smooth_target_action"]
-
-
-def _check_factories(config: Any, names: tuple, cls: type) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, cls):
-            raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
-
-
-def _check_learning_rates(config: Any, names: tuple) -> None:
-    for name in names:
-        value = getattr(config, name)
-        if not float(value) > 0.0:
-            raise ValueError(f"{name} must be > 0, got {value}")
 
 
 @register("algorithm")
@@ -94,11 +80,12 @@ class TD3PlusBCConfig(LearnableConfig):
 
     def validate(self) -> None:
         super().validate()
-        _check_learning_rates(self, ("actor_learning_rate", "critic_learning_rate"))
-        _check_factories(self, ("actor_encoder_factory", "critic_encoder_factory"), EncoderFactory)
-        _check_factories(self, ("q_func_factory",), QFunctionFactory)
-        _check_positive_int(self.n_critics, "n_critics")
-        _check_positive_int(self.update_actor_interval, "update_actor_interval")
+        check_positive_number(self.actor_learning_rate, "actor_learning_rate")
+        check_positive_number(self.critic_learning_rate, "critic_learning_rate")
+        check_instance(self, ("actor_encoder_factory", "critic_encoder_factory"), EncoderFactory)
+        check_instance(self, ("q_func_factory",), QFunctionFactory)
+        check_positive_int(self.n_critics, "n_critics")
+        check_positive_int(self.update_actor_interval, "update_actor_interval")
         if not 0.0 <= float(self.tau) <= 1.0:
             raise ValueError(f"tau must be in [0, 1], got {self.tau}")
         for name in ("target_smoothing_sigma", "target_smoothing_clip", "alpha"):

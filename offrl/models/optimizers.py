@@ -75,29 +75,15 @@ def _fast_kwargs(cls: type, kwargs: Dict[str, Any]) -> Dict[str, Any]:
     return kwargs
 
 
-class _FactoryBase(Serializable):
-    _kind = "optimizer"
-
-    def _optim_class(self) -> type:
-        raise NotImplementedError
-
-    def _kwargs(self) -> Dict[str, Any]:
-        raise NotImplementedError
-
-    def _param_groups(self, named_params: Iterable[Tuple[str, nn.Parameter]], lr: float):
-        return [p for _, p in named_params]
-
-    def create(self, named_params: Iterable[Tuple[str, nn.Parameter]], lr: float) -> OptimizerWrapper:
-        """Build the optimizer over ``named_params`` (a list of ``(name, param)``)."""
-        named = [(n, p) for n, p in named_params if p.requires_grad]
-        cls = self._optim_class()
-        optim = cls(self._param_groups(named, lr), lr=lr, **_fast_kwargs(cls, self._kwargs()))
-        return OptimizerWrapper(optim, [p for _, p in named], getattr(self, "clip_grad_norm", None))
-
-
 @register("optimizer")
-class OptimizerFactory(_FactoryBase):
-    """Any ``torch.optim`` optimizer: ``OptimizerFactory(torch.optim.Adam, weight_decay=1e-4)``."""
+class OptimizerFactory(Serializable):
+    """Any ``torch.optim`` optimizer: ``OptimizerFactory(torch.optim.Adam, weight_decay=1e-4)``.
+
+    Also the base class of the named factories (``AdamFactory`` ...), so
+    ``isinstance(f, OptimizerFactory)`` holds for every optimizer factory.
+    """
+
+    _kind = "optimizer"
 
     def __init__(self, optim_cls: Any = "Adam", clip_grad_norm: Optional[float] = None, **kwargs: Any) -> None:
         self.optim_cls = _optim_class(optim_cls).__name__
@@ -113,6 +99,16 @@ class OptimizerFactory(_FactoryBase):
 
     def _kwargs(self) -> Dict[str, Any]:
         return dict(self.kwargs)
+
+    def _param_groups(self, named_params, lr: float):
+        return [p for _, p in named_params]
+
+    def create(self, named_params: Iterable[Tuple[str, nn.Parameter]], lr: float) -> OptimizerWrapper:
+        """Build the optimizer over ``named_params`` (a list of ``(name, param)``)."""
+        named = [(n, p) for n, p in named_params if p.requires_grad]
+        cls = self._optim_class()
+        optim = cls(self._param_groups(named, lr), lr=lr, **_fast_kwargs(cls, self._kwargs()))
+        return OptimizerWrapper(optim, [p for _, p in named], self.clip_grad_norm)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
@@ -135,9 +131,17 @@ class OptimizerFactory(_FactoryBase):
         return f"OptimizerFactory({self.optim_cls}, clip_grad_norm={self.clip_grad_norm}{extra})"
 
 
+class _NamedFactory(OptimizerFactory):
+    """Base of the dataclass factories for one optimizer: their fields are
+    their parameters (plain ``Serializable`` JSON)."""
+
+    to_dict = Serializable.to_dict
+    from_dict = classmethod(Serializable.from_dict.__func__)  # type: ignore[assignment]
+
+
 @register("optimizer")
 @dataclasses.dataclass
-class SGDFactory(_FactoryBase):
+class SGDFactory(_NamedFactory):
     momentum: float = 0.0
     dampening: float = 0.0
     weight_decay: float = 0.0
@@ -157,7 +161,7 @@ class SGDFactory(_FactoryBase):
 
 @register("optimizer")
 @dataclasses.dataclass
-class AdamFactory(_FactoryBase):
+class AdamFactory(_NamedFactory):
     betas: Tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     weight_decay: float = 0.0
@@ -180,7 +184,7 @@ class AdamFactory(_FactoryBase):
 
 @register("optimizer")
 @dataclasses.dataclass
-class RMSpropFactory(_FactoryBase):
+class RMSpropFactory(_NamedFactory):
     alpha: float = 0.95
     eps: float = 1e-2
     weight_decay: float = 0.0
@@ -201,7 +205,7 @@ class RMSpropFactory(_FactoryBase):
 
 @register("optimizer")
 @dataclasses.dataclass
-class GPTAdamWFactory(_FactoryBase):
+class GPTAdamWFactory(_NamedFactory):
     """AdamW as used to train GPT: weight decay on the weights of linear
     (and convolution) layers only, not on biases, norms or embeddings."""
 

@@ -14,6 +14,8 @@ __all__ = [
     "NormalPolicy",
     "CategoricalPolicy",
     "ValueFunction",
+    "GreedyNormalPolicy",
+    "ArgmaxPolicy",
     "squashed_sample",
     "gaussian_log_prob",
 ]
@@ -129,3 +131,25 @@ class ValueFunction(nn.Module):
 
     def forward(self, x) -> torch.Tensor:
         return self.fc(self.encoder(x))
+
+
+class GreedyNormalPolicy(nn.Module):
+    """The greedy action ``tanh(mean)`` of a :class:`NormalPolicy` (for export)."""
+
+    def __init__(self, policy: NormalPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, x) -> torch.Tensor:
+        return torch.tanh(self.policy(x)[0])
+
+
+class ArgmaxPolicy(nn.Module):
+    """``argmax`` of a :class:`CategoricalPolicy`'s logits, int64 indices (for export)."""
+
+    def __init__(self, policy: CategoricalPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, x) -> torch.Tensor:
+        return self.policy(x).argmax(dim=-1)
