@@ -32,49 +32,35 @@ import copy
 import dataclasses
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
 import torch
 from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.parameters import ScalarParameter
 from ..models.policies import NormalPolicy, squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
-from ..serialization import Serializable, register
+from ..serialization import register
 from ._common import freeze, soft_update, td_target
-from .base import LearnableConfig, QLearningAlgoBase
+from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
 
 __all__ = ["SACConfig", "SAC", "SquashedGreedyPolicy"]
 
 
-def check_factory(value: Any, name: str, kind: str) -> None:
-    """Raise ``TypeError`` unless ``value`` is a factory of ``kind``
-    (``optimizer``, ``encoder``, ``q_function``)."""
-    if not (isinstance(value, Serializable) and getattr(value, "_kind", None) == kind):
-        what = {"optimizer": "an optimizer factory", "encoder": "an EncoderFactory", "q_function": "a QFunctionFactory"}[kind]
-        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
-
-
-def check_learning_rate(value: Any, name: str, allow_zero: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not (value >= 0 if allow_zero else value > 0):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-
-
 def check_actor_critic_fields(config: Any, optimizers: Tuple[str, ...]) -> None:
-    """Checks shared by SAC and CQL configs."""
-    for name in optimizers:
-        check_factory(getattr(config, name), name, "optimizer")
-    for name in ("actor_encoder_factory", "critic_encoder_factory"):
-        check_factory(getattr(config, name), name, "encoder")
-    check_factory(config.q_func_factory, "q_func_factory", "q_function")
-    if isinstance(config.n_critics, bool) or not isinstance(config.n_critics, (int, np.integer)) or config.n_critics < 1:
-        raise ValueError(f"n_critics must be an int >= 1, got {config.n_critics!r}")
-    if not 0.0 < float(config.tau) <= 1.0:
+    """Checks shared by the SAC and CQL configs."""
+    check_instance(config, optimizers, OptimizerFactory)
+    check_instance(config, ("actor_encoder_factory", "critic_encoder_factory"), EncoderFactory)
+    check_instance(config, ("q_func_factory",), QFunctionFactory)
+    check_positive_number(config.actor_learning_rate, "actor_learning_rate")
+    check_positive_number(config.critic_learning_rate, "critic_learning_rate")
+    check_positive_number(config.temp_learning_rate, "temp_learning_rate", allow_zero=True)
+    check_positive_int(config.n_critics, "n_critics")
+    check_positive_number(config.tau, "tau")
+    if config.tau > 1.0:
         raise ValueError(f"tau must be in (0, 1], got {config.tau}")
-    if not float(config.initial_temperature) > 0.0:
-        raise ValueError(f"initial_temperature must be > 0, got {config.initial_temperature}")
+    check_positive_number(config.initial_temperature, "initial_temperature")
 
 
 @register("algorithm")
@@ -111,9 +97,6 @@ class SACConfig(LearnableConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_learning_rate(self.actor_learning_rate, "actor_learning_rate", allow_zero=False)
-        check_learning_rate(self.critic_learning_rate, "critic_learning_rate", allow_zero=False)
-        check_learning_rate(self.temp_learning_rate, "temp_learning_rate", allow_zero=True)
         check_actor_critic_fields(self, ("actor_optim_factory", "critic_optim_factory", "temp_optim_factory"))
 
     @staticmethod

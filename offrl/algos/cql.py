@@ -1,0 +1,326 @@
+"""Conservative Q-Learning, continuous and discrete.
+
+CQL (Kumar et al., 2020, "Conservative Q-Learning for Offline Reinforcement
+Learning") adds to the critic loss a term that pushes Q down on actions
+the data does not support and up on the dataset's actions, so that the
+learned values lower-bound the policy's true values.
+
+Continuous CQL is SAC (:mod:`offrl.algos.sac`: same actor, temperature and
+target networks) whose critics ``Q_i`` also minimise, with a Lagrange
+multiplier ``alpha`` (``alpha = exp(log_alpha)``):
+
+    C_i = w ( E_{s ~ D} [ log sum_a exp Q_i(s, a) - E_{a ~ D} Q_i(s, a) ] - tau_c )
+    L(theta_i) = L_SAC(theta_i) + alpha C_i
+    J(log_alpha) = -alpha mean_i C_i             (alpha grows while the gap exceeds tau_c)
+
+with ``w = conservative_weight`` and ``tau_c = alpha_threshold``. The
+log-sum-exp over the action box is estimated by importance sampling
+(CQL(H), as in the paper's reference implementation) from ``N =
+n_action_samples`` actions of each of three proposals, all evaluated at
+``s``:
+
+    log sum_a exp Q(s, a) ~ logsumexp_k [ Q(s, a_k) - log q(a_k) ]
+    a_k ~ Uniform[-1, 1]^A  (log q = A log 0.5),  a_k ~ pi(.|s),  a_k ~ pi(.|s')
+
+(log-probabilities and sampled actions carry no gradient). All 3N actions
+of a batch go through the critics in one batched call. ``alpha`` is
+projected onto ``[1e-8, 1e6]`` after each step and stays at
+``initial_alpha`` when ``alpha_learning_rate`` is 0 (``alpha_loss`` then
+reads 0). With ``soft_q_backup`` the critic target is SAC's (with the
+entropy term); by default it is ``min_j Q'_j(s', tanh(mean(s')))`` at the
+policy's greedy action, without the entropy term. The critic and
+multiplier losses share one backward pass, as do the actor and temperature
+losses (their parameters are disjoint). ``critic_loss`` reports the TD loss
+plus ``conservative_loss`` (``sum_i alpha C_i``).
+
+Discrete CQL is Double DQN (:mod:`offrl.algos.dqn`) plus, for each critic,
+
+    alpha E_{(s, a) ~ D} [ log sum_a' exp Q_i(s, a') - Q_i(s, a) ]
+
+summed over the ensemble (the paper uses DQN; Double DQN as in d3rlpy).
+``conservative_loss`` reports the term without ``alpha``; ``loss`` is
+``td_loss + alpha * conservative_loss``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory
+from ..models.optimizers import AdamFactory
+from ..models.parameters import ScalarParameter
+from ..models.policies import squashed_sample
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..serialization import register
+from ._common import hard_update, soft_update, td_target
+from .base import LearnableConfig, QLearningAlgoBase, check_positive_int, check_positive_number
+from .dqn import DQN, DQNConfig
+from .sac import SquashedGreedyPolicy, actor_temperature_step, build_critics, build_policy, check_actor_critic_fields
+
+__all__ = ["CQLConfig", "CQL", "DiscreteCQLConfig", "DiscreteCQL"]
+
+#: range ``alpha`` is projected onto after each Lagrangian step
+ALPHA_RANGE = (1e-8, 1e6)
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class CQLConfig(LearnableConfig):
+    """Config of continuous CQL (see the module docstring for the losses).
+
+    Args:
+        actor_learning_rate, critic_learning_rate: learning rates of the
+            policy and of the Q-functions.
+        temp_learning_rate: learning rate of SAC's log temperature (0: fixed).
+        alpha_learning_rate: learning rate of the log Lagrange multiplier
+            (0: ``alpha`` fixed at ``initial_alpha``).
+        actor_optim_factory, critic_optim_factory, temp_optim_factory,
+            alpha_optim_factory: optimizers.
+        actor_encoder_factory, critic_encoder_factory: encoders.
+        q_func_factory: Q-function type.
+        tau: target network update rate.
+        n_critics: number of Q-functions in the ensemble.
+        initial_temperature: initial entropy temperature.
+        initial_alpha: initial Lagrange multiplier ``alpha``.
+        alpha_threshold: the gap ``tau_c`` the multiplier aims for.
+        conservative_weight: ``w``, scale of the conservative term.
+        n_action_samples: actions drawn from each proposal to estimate the
+            log-sum-exp.
+        soft_q_backup: keep SAC's entropy term in the critic target.
+    """
+
+    batch_size: int = 256
+    actor_learning_rate: float = 1e-4
+    critic_learning_rate: float = 3e-4
+    temp_learning_rate: float = 1e-4
+    alpha_learning_rate: float = 1e-4
+    actor_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    critic_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    temp_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    alpha_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
+    actor_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    critic_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
+    q_func_factory: QFunctionFactory = dataclasses.field(default_factory=MeanQFunctionFactory)
+    tau: float = 0.005
+    n_critics: int = 2
+    initial_temperature: float = 1.0
+    initial_alpha: float = 1.0
+    alpha_threshold: float = 10.0
+    conservative_weight: float = 5.0
+    n_action_samples: int = 10
+    soft_q_backup: bool = False
+
+    def validate(self) -> None:
+        super().validate()
+        check_actor_critic_fields(
+            self, ("actor_optim_factory", "critic_optim_factory", "temp_optim_factory", "alpha_optim_factory")
+        )
+        check_positive_number(self.alpha_learning_rate, "alpha_learning_rate", allow_zero=True)
+        check_positive_number(self.initial_alpha, "initial_alpha")
+        if not ALPHA_RANGE[0] <= self.initial_alpha <= ALPHA_RANGE[1]:
+            raise ValueError(f"initial_alpha must be in [{ALPHA_RANGE[0]}, {ALPHA_RANGE[1]}], got {self.initial_alpha}")
+        threshold = self.alpha_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) or not math.isfinite(threshold):
+            raise ValueError(f"alpha_threshold must be a finite number, got {self.alpha_threshold!r}")
+        check_positive_number(self.conservative_weight, "conservative_weight", allow_zero=True)
+        check_positive_int(self.n_action_samples, "n_action_samples")
+        if not isinstance(self.soft_q_backup, bool):
+            raise ValueError(f"soft_q_backup must be a bool, got {self.soft_q_backup!r}")
+
+    @staticmethod
+    def get_type() -> str:
+        return "cql"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return CQL
+
+
+def _uniform_actions(batch: int, n: int, action_size: int, device: torch.device) -> torch.Tensor:
+    """``(batch, n, action_size)`` actions uniform in ``[-1, 1]``."""
+    return torch.rand((batch, n, action_size), device=device) * 2.0 - 1.0
+
+
+def _repeat_observations(x: Any, n: int) -> Any:
+    """Each row repeated ``n`` times in place: row ``b * n + k`` is row ``b``."""
+    if isinstance(x, (list, tuple)):
+        return [v.repeat_interleave(n, dim=0) for v in x]
+    return x.repeat_interleave(n, dim=0)
+
+
+class CQL(QLearningAlgoBase):
+    """Conservative Q-Learning for continuous actions (see the module docstring)."""
+
+    _action_type = ActionSpace.CONTINUOUS
+    _policy_module = "policy"
+    _q_modules = ("q_function", "targ_q_function")
+    _policy_optim = "actor_optim"
+    _q_optim = "critic_optim"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        policy = self._add_module("policy", build_policy(cfg.actor_encoder_factory, observation_shape, action_size))
+        q, targ = build_critics(cfg, observation_shape, action_size)
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", targ)
+        log_temp = self._add_module("log_temp", ScalarParameter(cfg.initial_temperature))
+        log_alpha = self._add_module("log_alpha", ScalarParameter(cfg.initial_alpha))
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
+        if cfg.temp_learning_rate > 0:
+            self._add_optimizer("temp_optim", cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
+        if cfg.alpha_learning_rate > 0:
+            self._add_optimizer("alpha_optim", cfg.alpha_optim_factory, [log_alpha], cfg.alpha_learning_rate)
+
+    def _target(self, batch, next_mean: torch.Tensor, next_logstd: torch.Tensor) -> torch.Tensor:
+        targ = self._nets["targ_q_function"]
+        if self._config.soft_q_backup:
+            next_action, next_log_prob = squashed_sample(next_mean, next_logstd)
+            next_dist, _ = targ.at_action(batch.next_observations, next_action)
+            next_value = targ.reduce(next_dist, "min") - self._nets["log_temp"]() * next_log_prob.unsqueeze(-1)
+        else:
+            next_dist, _ = targ.at_action(batch.next_observations, torch.tanh(next_mean))
+            next_value = targ.reduce(next_dist, "min")
+        return td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
+
+    def _logsumexp_q(self, observations: Any, next_mean: torch.Tensor, next_logstd: torch.Tensor) -> torch.Tensor:
+        """Importance-sampled ``log sum_a exp Q_i(s, a)``, shape ``(E, B)``;
+        ``next_mean``, ``next_logstd``: the policy at ``s'``."""
+        policy, q = self._nets["policy"], self._nets["q_function"]
+        n, size, batch_size = int(self._config.n_action_samples), int(self._action_size), next_mean.shape[0]
+        with torch.no_grad():
+            actions_s, log_probs_s = squashed_sample(*policy(observations), n)  # (B, n, A), (B, n)
+            actions_next, log_probs_next = squashed_sample(next_mean, next_logstd, n)
+            uniform = _uniform_actions(batch_size, n, size, actions_s.device)
+            actions = torch.cat([uniform, actions_s, actions_next], dim=1)  # (B, 3n, A)
+            log_density = torch.cat(
+                [torch.full_like(log_probs_s, size * math.log(0.5)), log_probs_s, log_probs_next], dim=1
+            )  # (B, 3n)
+        values = q.expected(_repeat_observations(observations, 3 * n), actions.reshape(-1, size))  # (E, B*3n, 1)
+        values = values.view(values.shape[0], batch_size, 3 * n)
+        return torch.logsumexp(values - log_density, dim=2)
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
+        log_alpha: ScalarParameter = self._nets["log_alpha"]
+        with torch.no_grad():
+            next_mean, next_logstd = self._nets["policy"](batch.next_observations)
+            target = self._target(batch, next_mean, next_logstd)
+        pred, taus = q.at_action(batch.observations, batch.actions)
+        td_loss = q.loss(pred, target, taus)
+        data_values = pred.mean(dim=-1)  # (E, B): expected Q at the dataset's actions
+        logsumexp = self._logsumexp_q(batch.observations, next_mean, next_logstd)
+        # C_i of the module docstring, one per critic
+        terms = cfg.conservative_weight * ((logsumexp - data_values).mean(dim=1) - cfg.alpha_threshold)  # (E,)
+        alpha = log_alpha()
+        conservative_loss = (alpha.detach() * terms).sum()
+        alpha_optim = self._optims.get("alpha_optim")
+        if alpha_optim is not None:
+            alpha_loss = -(alpha * terms.detach()).mean()
+        else:
+            alpha_loss = torch.zeros((), device=alpha.device)
+        critic_optim = self._optims["critic_optim"]
+        critic_optim.zero_grad()
+        loss = td_loss + conservative_loss
+        if alpha_optim is not None:
+            # disjoint parameters: one backward pass serves both losses
+            alpha_optim.zero_grad()
+            loss = loss + alpha_loss
+        loss.backward()
+        critic_optim.step()
+        if alpha_optim is not None:
+            alpha_optim.step()
+            log_alpha.clamp_(*ALPHA_RANGE)
+
+        metrics = actor_temperature_step(
+            self._nets["policy"], q, list(q.parameters()), self._nets["log_temp"], self._optims["actor_optim"],
+            self._optims.get("temp_optim"), batch.observations, -float(self._action_size),
+        )
+        soft_update(targ, q, float(cfg.tau))
+        return {
+            "critic_loss": (td_loss + conservative_loss).detach(),
+            **metrics,
+            "alpha_loss": alpha_loss.detach(),
+            "alpha": alpha.detach(),
+            "conservative_loss": conservative_loss.detach(),
+        }
+
+    def _predict(self, x) -> torch.Tensor:
+        return torch.tanh(self._nets["policy"](x)[0])
+
+    def _sample(self, x) -> torch.Tensor:
+        mean, logstd = self._nets["policy"](x)
+        return squashed_sample(mean, logstd)[0]
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        return self._nets["q_function"].expected(x, action).mean(dim=0)
+
+    def policy_module(self) -> nn.Module:
+        return SquashedGreedyPolicy(self._nets["policy"])
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class DiscreteCQLConfig(DQNConfig):
+    """Config of discrete CQL: Double DQN plus the conservative term (see
+    the module docstring).
+
+    Args:
+        learning_rate, optim_factory, encoder_factory, q_func_factory,
+            n_critics, target_update_interval: as in :class:`~offrl.algos.dqn.DQNConfig`.
+        alpha: weight of the conservative term.
+    """
+
+    alpha: float = 1.0
+
+    def validate(self) -> None:
+        super().validate()
+        check_positive_number(self.alpha, "alpha", allow_zero=True)
+
+    @staticmethod
+    def get_type() -> str:
+        return "discrete_cql"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DiscreteCQL
+
+
+class DiscreteCQL(DQN):
+    """Conservative Q-Learning for discrete actions: Double DQN networks and
+    target, plus the conservative term (see the module docstring)."""
+
+    _double = True
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
+        with torch.no_grad():
+            next_action = q.expected(batch.next_observations).mean(dim=0).argmax(dim=-1)
+            next_dist, _ = targ.at_action(batch.next_observations, next_action)
+            target = td_target(batch.rewards, q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
+        values = q.expected(batch.observations)  # (E, B, A)
+        data_values = values.gather(2, batch.actions.long().view(1, -1, 1).expand(values.shape[0], -1, 1))  # (E, B, 1)
+        if isinstance(cfg.q_func_factory, MeanQFunctionFactory):
+            pred, taus = data_values, None  # the same forward pass serves the TD loss
+        else:
+            pred, taus = q.at_action(batch.observations, batch.actions)
+        data_values = data_values.squeeze(-1)
+        td_loss = q.loss(pred, target, taus)
+        conservative_loss = (torch.logsumexp(values, dim=2) - data_values).mean(dim=1).sum()
+        loss = td_loss + cfg.alpha * conservative_loss
+        optim = self._optims["optim"]
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        if (grad_step + 1) % int(cfg.target_update_interval) == 0:
+            hard_update(targ, q)
+        return {"loss": loss.detach(), "td_loss": td_loss.detach(), "conservative_loss": conservative_loss.detach()}
