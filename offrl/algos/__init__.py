@@ -1,15 +1,39 @@
 """Algorithms: one file each, sharing base.py and training.py."""
 
 from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, parse_device
+from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
+from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
+from .iql import IQL, IQLConfig
+from .random_policy import DiscreteRandomPolicy, DiscreteRandomPolicyConfig, RandomPolicy, RandomPolicyConfig
+from .sac import SAC, SACConfig
+from .td3_plus_bc import TD3PlusBC, TD3PlusBCConfig
 
 __all__ = [
     "LearnableConfig",
     "QLearningAlgoBase",
     "NonFiniteLossError",
     "parse_device",
+    "BCConfig",
+    "BC",
+    "DiscreteBCConfig",
+    "DiscreteBC",
     "DQNConfig",
     "DQN",
     "DoubleDQNConfig",
     "DoubleDQN",
+    "SACConfig",
+    "SAC",
+    "CQLConfig",
+    "CQL",
+    "DiscreteCQLConfig",
+    "DiscreteCQL",
+    "IQLConfig",
+    "IQL",
+    "TD3PlusBCConfig",
+    "TD3PlusBC",
+    "RandomPolicyConfig",
+    "RandomPolicy",
+    "DiscreteRandomPolicyConfig",
+    "DiscreteRandomPolicy",
 ]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+import contextlib
+from typing import Iterable, Iterator
 
 import torch
 from torch import nn
 
-__all__ = ["soft_update", "hard_update", "expectile_loss", "td_target", "freeze"]
+__all__ = ["soft_update", "hard_update", "expectile_loss", "td_target", "freeze", "no_param_grads"]
 
 
 @torch.no_grad()
@@ -45,3 +46,17 @@ def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
     """Asymmetric squared loss ``|expectile - 1(diff < 0)| * diff**2``, mean."""
     weight = torch.where(diff > 0, expectile, 1.0 - expectile)
     return (weight * diff**2).mean()
+
+
+@contextlib.contextmanager
+def no_param_grads(module: nn.Module) -> Iterator[None]:
+    """Temporarily stop gradients into ``module``'s parameters; gradients
+    still flow through it to its inputs (e.g. a critic in an actor step)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)

@@ -56,13 +56,13 @@ from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory
 from ..models.parameters import ScalarParameter
-from ..models.policies import squashed_sample
+from ..models.policies import GreedyNormalPolicy, squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import hard_update, soft_update, td_target
 from .base import LearnableConfig, QLearningAlgoBase, check_positive_int, check_positive_number
 from .dqn import DQN, DQNConfig
-from .sac import SquashedGreedyPolicy, actor_temperature_step, build_critics, build_policy, check_actor_critic_fields
+from .sac import actor_temperature_step, build_critics, build_policy, check_actor_critic_fields
 
 __all__ = ["CQLConfig", "CQL", "DiscreteCQLConfig", "DiscreteCQL"]
 
@@ -241,7 +241,7 @@ class CQL(QLearningAlgoBase):
             log_alpha.clamp_(*ALPHA_RANGE)
 
         metrics = actor_temperature_step(
-            self._nets["policy"], q, list(q.parameters()), self._nets["log_temp"], self._optims["actor_optim"],
+            self._nets["policy"], q, self._nets["log_temp"], self._optims["actor_optim"],
             self._optims.get("temp_optim"), batch.observations, -float(self._action_size),
         )
         soft_update(targ, q, float(cfg.tau))
@@ -264,7 +264,7 @@ class CQL(QLearningAlgoBase):
         return self._nets["q_function"].expected(x, action).mean(dim=0)
 
     def policy_module(self) -> nn.Module:
-        return SquashedGreedyPolicy(self._nets["policy"])
+        return GreedyNormalPolicy(self._nets["policy"])
 
 
 @register("algorithm")

@@ -27,10 +27,9 @@ shared with :mod:`offrl.algos.cql`.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import nn
@@ -39,13 +38,13 @@ from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.parameters import ScalarParameter
-from ..models.policies import NormalPolicy, squashed_sample
+from ..models.policies import GreedyNormalPolicy, NormalPolicy, squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
-from ._common import freeze, soft_update, td_target
+from ._common import freeze, no_param_grads, soft_update, td_target
 from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
 
-__all__ = ["SACConfig", "SAC", "SquashedGreedyPolicy"]
+__all__ = ["SACConfig", "SAC"]
 
 
 def check_actor_critic_fields(config: Any, optimizers: Tuple[str, ...]) -> None:
@@ -108,17 +107,6 @@ class SACConfig(LearnableConfig):
         return SAC
 
 
-class SquashedGreedyPolicy(nn.Module):
-    """The greedy action ``tanh(mean)`` of a :class:`NormalPolicy` (for export)."""
-
-    def __init__(self, policy: NormalPolicy) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, x) -> torch.Tensor:
-        return torch.tanh(self.policy(x)[0])
-
-
 def build_policy(encoder_factory: EncoderFactory, observation_shape: Any, action_size: int) -> NormalPolicy:
     """A state-dependent Gaussian policy with ``logstd`` in ``[-20, 2]``."""
     encoder = encoder_factory.create(observation_shape)
@@ -131,24 +119,9 @@ def build_critics(config: Any, observation_shape: Any, action_size: int) -> Tupl
     return q, freeze(copy.deepcopy(q))
 
 
-@contextlib.contextmanager
-def no_param_grads(params: List[nn.Parameter]) -> Iterator[None]:
-    """Temporarily stop gradients into ``params`` (gradients still flow
-    through the module to its inputs)."""
-    params = [p for p in params if p.requires_grad]
-    for p in params:
-        p.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad_(True)
-
-
 def actor_temperature_step(
     policy: NormalPolicy,
     q: QFunction,
-    critic_params: List[nn.Parameter],
     log_temp: ScalarParameter,
     actor_optim: Any,
     temp_optim: Optional[Any],
@@ -160,7 +133,7 @@ def actor_temperature_step(
     mean, logstd = policy(observations)
     action, log_prob = squashed_sample(mean, logstd)
     temp = log_temp()
-    with no_param_grads(critic_params):
+    with no_param_grads(q):
         q_value = q.expected(observations, action).min(dim=0).values.squeeze(-1)  # (B,)
     actor_loss = (temp.detach() * log_prob - q_value).mean()
     loss = actor_loss
@@ -216,7 +189,7 @@ class SAC(QLearningAlgoBase):
         critic_optim.step()
 
         metrics = actor_temperature_step(
-            policy, q, list(q.parameters()), log_temp, self._optims["actor_optim"], self._optims.get("temp_optim"),
+            policy, q, log_temp, self._optims["actor_optim"], self._optims.get("temp_optim"),
             batch.observations, -float(self._action_size),
         )
         soft_update(targ, q, float(self._config.tau))
@@ -233,4 +206,4 @@ class SAC(QLearningAlgoBase):
         return self._nets["q_function"].expected(x, action).mean(dim=0)
 
     def policy_module(self) -> nn.Module:
-        return SquashedGreedyPolicy(self._nets["policy"])
+        return GreedyNormalPolicy(self._nets["policy"])

@@ -37,7 +37,7 @@ from ..models.optimizers import AdamFactory
 from ..models.policies import DeterministicPolicy
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
-from ._common import freeze, soft_update, td_target
+from ._common import freeze, no_param_grads, soft_update, td_target
 from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
 
 __all__ = ["TD3PlusBCConfig", "TD3PlusBC", "smooth_target_action"]
@@ -152,10 +152,7 @@ class TD3PlusBC(QLearningAlgoBase):
 
         if grad_step % int(cfg.update_actor_interval) == 0:
             # gradients flow through the critic to the action, not into its weights
-            critic_params = [p for p in q.parameters() if p.requires_grad]
-            for p in critic_params:
-                p.requires_grad_(False)
-            try:
+            with no_param_grads(q):
                 policy_actions = policy(obs)
                 q_first = q.expected(obs, policy_actions)[0]  # (B, 1)
                 lam = float(cfg.alpha) / q_first.abs().mean().detach()
@@ -164,9 +161,6 @@ class TD3PlusBC(QLearningAlgoBase):
                 actor_optim.zero_grad()
                 actor_loss.backward()
                 actor_optim.step()
-            finally:
-                for p in critic_params:
-                    p.requires_grad_(True)
             soft_update(targ_q, q, float(cfg.tau))
             soft_update(targ_policy, policy, float(cfg.tau))
             self._last_actor_loss = actor_loss.detach()
