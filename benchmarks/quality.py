@@ -1,0 +1,235 @@
+"""Learning quality: evaluation returns after the same number of updates on
+the same data, offrl beside d3rlpy 2.8.1 (several seeds).
+
+    python benchmarks/quality.py [--quick] [--seeds 3] [--only DQN,IQL] [--no-d3rlpy]
+
+Data (made here with gymnasium, deterministic): CartPole-v1 logged by a
+noisy balancing heuristic (30 % random actions) and Pendulum-v1 logged by a
+noisy energy-pumping swing-up controller. Each algorithm trains with its
+documented default config for the same number of updates in both
+libraries, then its greedy policy is rolled out on the environment
+(10 episodes, fixed seeds). d3rlpy runs in its own interpreter
+(``--d3rlpy-python``, ``$D3RLPY_PYTHON`` or /opt/d3venv/bin/python) on the
+same arrays. This is a benchmark, not a test: read the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ALGOS = {
+    # name: (environment, updates, quick updates)
+    "DQN": ("cartpole", 10_000, 2_000),
+    "DiscreteCQL": ("cartpole", 10_000, 2_000),
+    "DiscreteBC": ("cartpole", 5_000, 1_000),
+    "BC": ("pendulum", 5_000, 1_000),
+    "TD3PlusBC": ("pendulum", 5_000, 1_000),
+    "IQL": ("pendulum", 5_000, 1_000),
+    "SAC": ("pendulum", 5_000, 1_000),
+    "CQL": ("pendulum", 2_000, 300),
+}
+ENV_IDS = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1"}
+N_EVAL_EPISODES = 10
+
+
+# ------------------------------------------------------------------ data
+def make_cartpole(n_steps: int, seed: int = 0) -> dict:
+    import gymnasium
+
+    env = gymnasium.make("CartPole-v1")
+    rng = np.random.default_rng(seed)
+    obs_list, act, rew, term, tout = [], [], [], [], []
+    obs, _ = env.reset(seed=seed)
+    while len(act) < n_steps:
+        action = int(obs[2] + 0.5 * obs[3] > 0)
+        if rng.random() < 0.3:
+            action = int(rng.integers(2))
+        nxt, r, terminated, truncated, _ = env.step(action)
+        obs_list.append(obs)
+        act.append(action)
+        rew.append(r)
+        term.append(float(terminated))
+        tout.append(float(truncated and not terminated))
+        obs = nxt
+        if terminated or truncated:
+            obs, _ = env.reset(seed=int(rng.integers(1 << 30)))
+    tout[-1] = 0.0 if term[-1] else 1.0
+    return {"observations": np.array(obs_list, np.float32), "actions": np.array(act), "rewards": np.array(rew, np.float32),
+            "terminals": np.array(term, np.float32), "timeouts": np.array(tout, np.float32)}
+
+
+def make_pendulum(n_steps: int, seed: int = 0) -> dict:
+    import gymnasium
+
+    env = gymnasium.make("Pendulum-v1")
+    rng = np.random.default_rng(seed)
+    obs_list, act, rew, term, tout = [], [], [], [], []
+    obs, _ = env.reset(seed=seed)
+    while len(act) < n_steps:
+        cos, sin, thdot = obs
+        theta = np.arctan2(sin, cos)
+        if cos > 0.85:
+            u = -(10.0 * theta + 2.0 * thdot)
+        else:
+            energy = 0.5 * thdot**2 + 10.0 * (cos - 1.0)
+            u = 2.0 * np.sign(thdot * -energy) if thdot != 0 else 2.0
+        u = float(np.clip(u + rng.normal(0.0, 0.6), -2.0, 2.0))
+        if rng.random() < 0.2:
+            u = float(rng.uniform(-2.0, 2.0))
+        nxt, r, terminated, truncated, _ = env.step(np.array([u], np.float32))
+        obs_list.append(obs)
+        act.append([u])
+        rew.append(r)
+        term.append(float(terminated))
+        tout.append(float(truncated and not terminated))
+        obs = nxt
+        if terminated or truncated:
+            obs, _ = env.reset(seed=int(rng.integers(1 << 30)))
+    tout[-1] = 0.0 if term[-1] else 1.0
+    return {"observations": np.array(obs_list, np.float32), "actions": np.array(act, np.float32), "rewards": np.array(rew, np.float32),
+            "terminals": np.array(term, np.float32), "timeouts": np.array(tout, np.float32)}
+
+
+def evaluate(predict, env_id: str) -> float:
+    import gymnasium
+
+    env = gymnasium.make(env_id)
+    returns = []
+    for episode in range(N_EVAL_EPISODES):
+        obs, _ = env.reset(seed=10_000 + episode)
+        total, done = 0.0, False
+        while not done:
+            action = predict(np.asarray(obs, np.float32)[None])[0]
+            obs, r, terminated, truncated, _ = env.step(action)
+            total += float(r)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+# --------------------------------------------------------------- backends
+def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int) -> dict:
+    import offrl
+    from offrl.dataset import MDPDataset
+    from offrl.logging import NoopAdapterFactory
+
+    offrl.seed(seed)
+    discrete = np.issubdtype(data["actions"].dtype, np.integer)
+    dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"],
+                         action_size=2 if discrete else None)
+    algo = getattr(offrl.algos, f"{name}Config")().create(device="cpu")
+    start = time.perf_counter()
+    algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, logger_adapter=NoopAdapterFactory(), show_progress=False)
+    seconds = time.perf_counter() - start
+    return {"return": evaluate(algo.predict, env_id), "seconds": seconds}
+
+
+def run_d3rlpy(name: str, data: dict, env_id: str, updates: int, seed: int) -> dict:
+    import d3rlpy
+
+    d3rlpy.seed(seed)
+    discrete = np.issubdtype(data["actions"].dtype, np.integer)
+    dataset = d3rlpy.dataset.MDPDataset(
+        data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"],
+        action_space=d3rlpy.ActionSpace.DISCRETE if discrete else d3rlpy.ActionSpace.CONTINUOUS,
+        action_size=2 if discrete else 1,
+    )
+    algo = getattr(d3rlpy.algos, f"{name}Config")().create(device="cpu:0")
+    start = time.perf_counter()
+    algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, show_progress=False,
+             logger_adapter=d3rlpy.logging.NoopAdapterFactory())
+    seconds = time.perf_counter() - start
+    return {"return": evaluate(algo.predict, env_id), "seconds": seconds}
+
+
+def _d3rlpy_python(arg: str | None) -> str | None:
+    for candidate in (arg, os.environ.get("D3RLPY_PYTHON"), "/opt/d3venv/bin/python"):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer updates and data (a smoke run)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--only", default="", help="comma-separated algorithm names")
+    parser.add_argument("--no-d3rlpy", action="store_true")
+    parser.add_argument("--d3rlpy-python", default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads in both libraries (default 1)")
+    parser.add_argument("--backend", choices=["offrl", "d3rlpy"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.backend is not None:  # child process: one (algorithm, seed) job on saved data
+        job = json.loads(args.job)
+        import torch
+
+        torch.set_num_threads(job["threads"])
+        data = dict(np.load(job["data"]))
+        runner = run_offrl if args.backend == "offrl" else run_d3rlpy
+        print(json.dumps(runner(job["name"], data, job["env_id"], job["updates"], job["seed"])))
+        return
+
+    names = [n for n in (args.only.split(",") if args.only else ALGOS) if n]
+    unknown = sorted(set(names) - set(ALGOS))
+    if unknown:
+        sys.exit(f"unknown algorithms {unknown}; known: {sorted(ALGOS)}")
+    n_steps = 10_000 if args.quick else 30_000
+    tmp = tempfile.mkdtemp(prefix="offrl-quality-")
+    files = {}
+    for env in sorted({ALGOS[n][0] for n in names}):
+        data = make_cartpole(n_steps) if env == "cartpole" else make_pendulum(n_steps)
+        files[env] = os.path.join(tmp, f"{env}.npz")
+        np.savez(files[env], **data)
+        returns = []
+        ends = np.flatnonzero(data["terminals"] + data["timeouts"]) + 1
+        starts = np.r_[0, ends[:-1]]
+        returns = [data["rewards"][s:e].sum() for s, e in zip(starts, ends)]
+        print(f"{ENV_IDS[env]}: {n_steps} logged steps, {len(returns)} episodes, behaviour return {np.mean(returns):.1f} ± {np.std(returns):.1f}")
+    d3_python = None if args.no_d3rlpy else _d3rlpy_python(args.d3rlpy_python)
+    print(f"d3rlpy: {'subprocess ' + d3_python if d3_python else 'not run'}; {args.seeds} seeds; {N_EVAL_EPISODES} evaluation episodes each; torch threads {args.threads}\n")
+
+    def job(backend: str, python: str, name: str, seed: int) -> dict:
+        env, updates, quick = ALGOS[name]
+        spec = {"name": name, "data": files[env], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates, "seed": seed, "threads": args.threads}
+        out = subprocess.run([python, os.path.abspath(__file__), "--backend", backend, "--job", json.dumps(spec)],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""} if backend == "d3rlpy" else None)
+        if out.returncode != 0:
+            return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    header = f"{'algorithm':<12} {'env':<14} {'updates':>7}  {'offrl return':>18}  {'d3rlpy return':>18}  {'offrl s':>8} {'d3rlpy s':>8}"
+    print(header)
+    print("-" * len(header))
+    for name in names:
+        env, updates, quick = ALGOS[name]
+        rows = {"offrl": [], "d3rlpy": []}
+        for seed in range(args.seeds):
+            rows["offrl"].append(job("offrl", sys.executable, name, seed))
+            if d3_python:
+                rows["d3rlpy"].append(job("d3rlpy", d3_python, name, seed))
+
+        def cell(results: list) -> tuple[str, str]:
+            ok = [r for r in results if "error" not in r]
+            if not results:
+                return "n/a", "n/a"
+            if not ok:
+                return "error: " + results[0]["error"][:40], "-"
+            values = np.array([r["return"] for r in ok])
+            return f"{values.mean():8.1f} ± {values.std():6.1f}", f"{np.mean([r['seconds'] for r in ok]):8.1f}"
+
+        (o_ret, o_s), (d_ret, d_s) = cell(rows["offrl"]), cell(rows["d3rlpy"])
+        print(f"{name:<12} {ENV_IDS[env]:<14} {quick if args.quick else updates:>7}  {o_ret:>18}  {d_ret:>18}  {o_s:>8} {d_s:>8}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
