@@ -1,0 +1,810 @@
+#!/usr/bin/env python
+"""Benchmark of offrl's algorithms (training throughput, fit overhead,
+predict latency) against the issue's targets, with d3rlpy 2.x side by side
+and a bare-torch reference of the same maths.
+
+    python benchmarks/algos.py                  # all algorithms (a few minutes)
+    python benchmarks/algos.py --quick          # short rounds, for a smoke run
+    python benchmarks/algos.py --only SAC,CQL   # some algorithms
+    python benchmarks/algos.py --threads 1      # torch.set_num_threads(1) in both libraries
+    python benchmarks/algos.py --no-d3rlpy      # offrl and the reference only
+    python benchmarks/algos.py --profile        # + torch.profiler / cProfile of offrl's _update
+
+Every algorithm runs at its documented default config (only ``device`` is
+set, to the CPU). Datasets are synthetic and seeded, 20,000 steps:
+
+* Pendulum-like (BC, TD3PlusBC, IQL, SAC, CQL): 3-dim float32 observations,
+  1-dim float32 actions uniform in [-2, 2], episodes of 200 steps ending in
+  a timeout;
+* CartPole-like (DQN, DiscreteCQL): 4-dim float32 observations, 2 discrete
+  actions, episodes of 10-199 steps ending in a terminal state.
+
+Measured for offrl (in this interpreter):
+
+1. updates per second of ``dataset.sample_transition_batch(batch_size)``
+   followed by ``algo.update(batch)`` (the public API, which returns floats),
+   and of the internal fast path ``fit`` uses (``_update`` on
+   ``_preprocess(batch.to_torch(device))``, losses left as tensors);
+2. the fast path against ``benchmarks/_reference.py``: the same maths
+   written in plain torch (``nn.Sequential`` MLPs, Adam, numpy gathers from
+   preallocated arrays), with the critic ensemble as separate networks and
+   as one batched-weight module; offrl is compared with the faster one;
+3. ``algo.fit(..., logger_adapter=NoopAdapterFactory(), n_steps_per_epoch
+   >= n_steps)`` with and without the progress bar (tqdm output is sent to
+   ``os.devnull``) against a plain loop of sample + ``algo.update`` and of
+   the fast path, for the same number of steps;
+4. ``algo.predict`` on one observation (batch of 1);
+5. updates per second with ``torch.set_num_threads(1)`` against the default
+   thread count (or against 1 and the machine default under ``--threads``).
+
+d3rlpy (``update`` after ``build_with_dataset``, sampling with its own
+``sample_transition_batch``; ``predict``; both thread settings) runs in the
+interpreter given by ``--d3rlpy-python``, ``$D3RLPY_PYTHON`` or
+``/opt/d3venv/bin/python``, which runs this same file with ``--backend
+d3rlpy --json`` (in-process when d3rlpy is importable here). The d3rlpy side
+never imports offrl.
+
+Timing: after a warm-up (20 updates, 5 with ``--quick``) the number of steps
+per round is calibrated to a round length; variants that are compared with
+each other (offrl / reference, fit / loop, 1 / N threads) run in interleaved
+rounds so that a change in machine load hits them alike, and ratios are
+medians of per-round ratios. Reported times are medians over rounds, with
+the garbage collector paused during a round. Algorithm files that do not
+exist yet are skipped with a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+N_STEPS = 20_000
+PENDULUM_EPISODE = 200
+CARTPOLE_EPISODES = (10, 200)  # episode lengths drawn from [10, 200)
+SEED = 0
+DEFAULT_D3RLPY_PYTHON = "/opt/d3venv/bin/python"
+JSON_MARKER = "@@offrl-benchmark-json@@"
+FIT_EPOCH = 10**9  # n_steps_per_epoch for the fit runs: one epoch
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgoSpec:
+    name: str
+    module: str  # offrl module holding the config
+    config: str  # config class name, in offrl and in d3rlpy.algos
+    data: str  # "pendulum" or "cartpole"
+    d3rlpy_earlier: float  # d3rlpy updates/s measured earlier on this machine (the issue's figure)
+    target_ratio: float  # offrl / d3rlpy updates per second
+
+
+ALGOS: Tuple[AlgoSpec, ...] = (
+    AlgoSpec("BC", "offrl.algos.bc", "BCConfig", "pendulum", 173.0, 2.0),
+    AlgoSpec("TD3PlusBC", "offrl.algos.td3_plus_bc", "TD3PlusBCConfig", "pendulum", 45.0, 1.6),
+    AlgoSpec("IQL", "offrl.algos.iql", "IQLConfig", "pendulum", 35.0, 1.6),
+    AlgoSpec("SAC", "offrl.algos.sac", "SACConfig", "pendulum", 35.0, 1.6),
+    AlgoSpec("CQL", "offrl.algos.cql", "CQLConfig", "pendulum", 6.2, 1.4),
+    AlgoSpec("DQN", "offrl.algos.dqn", "DQNConfig", "cartpole", 205.0, 2.0),
+    AlgoSpec("DiscreteCQL", "offrl.algos.cql", "DiscreteCQLConfig", "cartpole", 161.0, 2.0),
+)
+SPECS = {s.name: s for s in ALGOS}
+
+# the issue's targets
+TARGETS = {
+    "reference_ratio": 1.10,  # offrl fast path / bare torch
+    "fit_ratio": 1.10,  # fit / plain loop
+    "predict_us": 100.0,  # predict on one observation
+}
+D3RLPY_PREDICT_EARLIER_US = 271.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    warmup: int
+    main_round_s: float  # updates/s headline: rounds x round_s ~ 3-5 s
+    main_rounds: int
+    cmp_round_s: float  # interleaved comparisons
+    cmp_rounds: int
+    call_round_s: float  # predict / sampling
+    call_rounds: int
+
+
+FULL = Settings(warmup=20, main_round_s=0.8, main_rounds=5, cmp_round_s=0.5, cmp_rounds=3, call_round_s=0.2, call_rounds=5)
+QUICK = Settings(warmup=5, main_round_s=0.25, main_rounds=3, cmp_round_s=0.15, cmp_rounds=3, call_round_s=0.05, call_rounds=3)
+
+
+# --------------------------------------------------------------------- data
+def make_data(kind: str, steps: int = N_STEPS, seed: int = SEED) -> Dict[str, np.ndarray]:
+    """Seeded synthetic arrays (the same in both interpreters)."""
+    rng = np.random.default_rng(seed)
+    terminals = np.zeros(steps, dtype=np.float32)
+    timeouts = np.zeros(steps, dtype=np.float32)
+    if kind == "pendulum":
+        observations = rng.standard_normal((steps, 3), dtype=np.float32)
+        actions = rng.uniform(-2.0, 2.0, size=(steps, 1)).astype(np.float32)
+        rewards = rng.standard_normal(steps, dtype=np.float32)
+        timeouts[PENDULUM_EPISODE - 1 :: PENDULUM_EPISODE] = 1.0
+        timeouts[-1] = 1.0
+    elif kind == "cartpole":
+        observations = rng.standard_normal((steps, 4), dtype=np.float32)
+        actions = rng.integers(0, 2, size=steps).astype(np.int64)
+        rewards = np.ones(steps, dtype=np.float32)
+        ends, t = [], 0
+        while True:
+            t += int(rng.integers(*CARTPOLE_EPISODES))
+            if t >= steps:
+                break
+            ends.append(t - 1)
+        terminals[ends] = 1.0
+        terminals[-1] = 1.0
+    else:
+        raise ValueError(kind)
+    return {"observations": observations, "actions": actions, "rewards": rewards,
+            "terminals": terminals, "timeouts": timeouts}
+
+
+def reference_arrays(data: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Transitions as flat arrays for the bare-numpy sampler: every step
+    with a successor in its episode, and every terminal step (next
+    observation zeros); a timeout's last step has no successor and is left
+    out."""
+    obs, n = data["observations"], data["observations"].shape[0]
+    end = (data["terminals"] > 0) | (data["timeouts"] > 0)
+    keep = ~(data["timeouts"] > 0)
+    next_obs = np.zeros_like(obs)
+    next_obs[:-1] = obs[1:]
+    next_obs[end] = 0.0
+    actions = data["actions"]
+    if actions.ndim == 1:
+        actions = actions.reshape(-1, 1)
+    return {
+        "observations": obs[keep], "actions": actions[keep], "rewards": data["rewards"][keep],
+        "next_observations": next_obs[keep], "terminals": data["terminals"][keep],
+    }
+
+
+# ------------------------------------------------------------------ timing
+StepRunner = Callable[[int], Any]  # runs k steps
+
+
+def run_rounds(variants: Dict[str, StepRunner], round_s: float, rounds: int, warmup: int = 2,
+               min_steps: int = 2) -> Dict[str, dict]:
+    """Time each variant (a function running ``k`` steps) in interleaved
+    rounds of about ``round_s`` seconds; ms per step, median over rounds."""
+    names = list(variants)
+    for name in names:
+        if warmup:
+            variants[name](warmup)
+    steps: Dict[str, int] = {}
+    for name in names:  # calibrate
+        k = 1
+        while True:
+            t0 = time.perf_counter()
+            variants[name](k)
+            elapsed = time.perf_counter() - t0
+            if elapsed >= round_s / 4 or k >= 1 << 20:
+                break
+            k *= 2 if elapsed < round_s / 40 else 1 + int(round_s / 4 / max(elapsed, 1e-9))
+        steps[name] = max(min_steps, int(k * round_s / max(elapsed, 1e-9)))
+    per_round: Dict[str, List[float]] = {n: [] for n in names}
+    gc_was_enabled = gc.isenabled()
+    try:
+        for r in range(rounds):
+            order = names[r % len(names):] + names[: r % len(names)]  # rotate: no fixed position
+            for name in order:
+                gc.collect()
+                gc.disable()
+                t0 = time.perf_counter()
+                variants[name](steps[name])
+                per_round[name].append((time.perf_counter() - t0) / steps[name] * 1e3)
+                if gc_was_enabled:
+                    gc.enable()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {
+        n: {"ms": statistics.median(v), "min_ms": min(v), "max_ms": max(v), "steps": steps[n], "rounds": rounds,
+            "per_round": v}
+        for n, v in per_round.items()
+    }
+
+
+def warm_up(run: StepRunner, steps: int, max_s: float = 5.0) -> int:
+    """Run up to ``steps`` steps, stopping early (after at least 3) once
+    ``max_s`` seconds have passed; returns the steps run."""
+    t0, done = time.perf_counter(), 0
+    while done < steps:
+        run(1)
+        done += 1
+        if done >= 3 and time.perf_counter() - t0 > max_s:
+            break
+    return done
+
+
+def loop(fn: Callable[[], Any]) -> StepRunner:
+    def run(k: int) -> None:
+        for _ in range(k):
+            fn()
+    return run
+
+
+def paired_ratio(a: Optional[dict], b: Optional[dict]) -> Optional[float]:
+    """Median over rounds of ``a / b`` (interleaved rounds of the same call)."""
+    if a is None or b is None:
+        return None
+    return statistics.median(x / y for x, y in zip(a["per_round"], b["per_round"]))
+
+
+def with_threads(n: int, run: StepRunner, restore: int) -> StepRunner:
+    import torch
+
+    def wrapped(k: int) -> None:
+        torch.set_num_threads(n)
+        try:
+            run(k)
+        finally:
+            torch.set_num_threads(restore)
+    return wrapped
+
+
+def thread_settings(initial: int, requested: Optional[int]) -> Tuple[int, Optional[int]]:
+    """(main, alternative) thread counts: main is ``--threads`` or torch's
+    default; the alternative is 1, or the default when main is 1."""
+    main = requested or initial
+    alt = 1 if main != 1 else (initial if initial != 1 else None)
+    return main, alt
+
+
+# ---------------------------------------------------------------- offrl side
+def _import_offrl():
+    try:
+        import offrl  # noqa: F401
+    except ImportError:  # running from a checkout without installing it
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import offrl
+
+    return offrl
+
+
+def offrl_config_class(spec: AlgoSpec) -> Tuple[Optional[type], Optional[str]]:
+    """The config class, or why it is not available yet."""
+    if importlib.util.find_spec(spec.module) is None:
+        return None, f"{spec.module} does not exist yet"
+    try:
+        module = importlib.import_module(spec.module)
+    except Exception as e:  # a file being written by someone else
+        return None, f"import {spec.module} failed: {type(e).__name__}: {e}"
+    cls = getattr(module, spec.config, None)
+    if cls is None:
+        return None, f"{spec.module} has no {spec.config} yet"
+    return cls, None
+
+
+def measure_offrl_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, Optional[int]],
+                       log: Callable[[str], None]) -> dict:
+    import torch
+
+    offrl = _import_offrl()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _reference as ref_lib
+    from offrl.dataset import MDPDataset
+    from offrl.logging import NoopAdapterFactory
+
+    config_class, why = offrl_config_class(spec)
+    if config_class is None:
+        return {"skipped": why}
+    main_threads, alt_threads = threads
+    torch.set_num_threads(main_threads)
+    offrl.seed(SEED)
+    data = make_data(spec.data)
+    dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"])
+    config = config_class()
+    algo = config.create(device="cpu")
+    algo.build_with_dataset(dataset)
+    device = algo.device
+    batch_size = algo.batch_size
+    out: dict = {"batch_size": batch_size, "config": type(config).__name__,
+                 "transition_count": int(dataset.transition_count), "n_critics": getattr(config, "n_critics", None)}
+
+    def public_step() -> None:
+        algo.update(dataset.sample_transition_batch(batch_size))
+
+    def fast_step() -> None:
+        batch = algo._preprocess(dataset.sample_transition_batch(batch_size).to_torch(device))
+        algo._update(batch, algo._grad_step)
+        algo._grad_step += 1
+
+    log(f"[offrl] {spec.name}: warm-up, updates/s (sample + update)")
+    out["warmup_steps"] = warm_up(loop(public_step), settings.warmup)
+    out["update"] = run_rounds({"update": loop(public_step)}, settings.main_round_s, settings.main_rounds,
+                               warmup=0, min_steps=2)["update"]
+
+    # -- 2: bare torch reference
+    log(f"[offrl] {spec.name}: against the bare-torch reference")
+    arrays = reference_arrays(data)
+    sampler = ref_lib.NumpySampler(**arrays, seed=SEED + 1)
+    action_dim = int(algo.action_size)
+    kinds = [("list", False)]
+    if (out["n_critics"] or 1) > 1:
+        kinds.append(("batched", False))
+    kinds.append(("list", True))  # fused Adam: not offrl's optimizer kernel, shown apart
+    variants: Dict[str, StepRunner] = {"offrl": loop(fast_step)}
+    for kind, fused in kinds:
+        torch.manual_seed(SEED)
+        reference = ref_lib.make_reference(spec.name, arrays["observations"].shape[1], action_dim, kind, fused_adam=fused)
+        if reference.batch_size != batch_size:
+            out["reference_note"] = f"reference batch {reference.batch_size} != offrl's {batch_size}; using offrl's"
+
+        def ref_run(k: int, reference=reference, state={"step": 0}) -> None:
+            for _ in range(k):
+                reference.update(*sampler.sample(batch_size), state["step"])
+                state["step"] += 1
+
+        warm_up(ref_run, settings.warmup)
+        variants["ref_fused" if fused else f"ref_{kind}"] = ref_run
+    res = run_rounds(variants, settings.cmp_round_s, settings.cmp_rounds, warmup=0)
+    out["cmp_offrl"] = res.pop("offrl")
+    out["reference_fused"] = res.pop("ref_fused")
+    out["reference"] = res
+    best = min(res, key=lambda n: res[n]["ms"])
+    out["reference_best"] = best
+    out["reference_ratio"] = paired_ratio(out["cmp_offrl"], res[best])
+    samples = run_rounds({
+        "offrl": loop(lambda: algo._preprocess(dataset.sample_transition_batch(batch_size).to_torch(device))),
+        "numpy": loop(lambda: sampler.sample(batch_size)),
+    }, settings.call_round_s, settings.call_rounds)
+    out["sample_offrl"], out["sample_numpy"] = samples["offrl"], samples["numpy"]
+
+    # -- 3: fit overhead
+    log(f"[offrl] {spec.name}: fit against a plain loop")
+    devnull = open(os.devnull, "w")
+
+    def fit_run(show_progress: bool) -> StepRunner:
+        def run(k: int) -> None:
+            with contextlib.redirect_stderr(devnull):
+                algo.fit(dataset, n_steps=k, n_steps_per_epoch=max(k, FIT_EPOCH), logger_adapter=NoopAdapterFactory(),
+                         show_progress=show_progress, experiment_name="benchmark", with_timestamp=False)
+        return run
+
+    try:
+        out["fit"] = run_rounds({
+            "loop_update": loop(public_step),
+            "loop_fast": loop(fast_step),
+            "fit": fit_run(False),
+            "fit_progress": fit_run(True),
+        }, settings.cmp_round_s, settings.cmp_rounds, warmup=1)
+    finally:
+        devnull.close()
+
+    # -- 5: threads
+    if alt_threads is not None:
+        log(f"[offrl] {spec.name}: {main_threads} vs {alt_threads} threads")
+        res = run_rounds({
+            "main": with_threads(main_threads, loop(public_step), main_threads),
+            "alt": with_threads(alt_threads, loop(public_step), main_threads),
+        }, settings.cmp_round_s, settings.cmp_rounds, warmup=2)
+        out["threads_main"], out["threads_alt"] = res["main"], res["alt"]
+
+    # -- 4: predict on one observation
+    log(f"[offrl] {spec.name}: predict latency")
+    x1 = np.ascontiguousarray(data["observations"][:1])
+    algo.predict(x1)
+    out["predict"] = run_rounds({"predict": loop(lambda: algo.predict(x1))},
+                                settings.call_round_s, settings.call_rounds)["predict"]
+    out["predict_shape"] = list(np.shape(algo.predict(x1)))
+    return out
+
+
+def profile_offrl_algo(spec: AlgoSpec, steps: int, threads: int) -> str:
+    """torch.profiler's top ops and cProfile's top functions for ``steps``
+    fast-path updates (sampling included)."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    offrl = _import_offrl()
+    from offrl.dataset import MDPDataset
+
+    config_class, why = offrl_config_class(spec)
+    if config_class is None:
+        return f"{spec.name}: skipped ({why})"
+    torch.set_num_threads(threads)
+    offrl.seed(SEED)
+    data = make_data(spec.data)
+    dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"])
+    algo = config_class().create(device="cpu")
+    algo.build_with_dataset(dataset)
+    bs = algo.batch_size
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            batch = algo._preprocess(dataset.sample_transition_batch(bs).to_torch(algo.device))
+            algo._update(batch, algo._grad_step)
+            algo._grad_step += 1
+
+    run(10)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run(steps)
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=40)
+    pr = cProfile.Profile()
+    pr.enable()
+    run(steps)
+    pr.disable()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(15)
+    lines = [line for line in buf.getvalue().splitlines() if line.strip()]
+    return f"== {spec.name}: torch.profiler, {steps} steps (self CPU)\n{table}\n== {spec.name}: cProfile (tottime)\n" + "\n".join(lines[-17:])
+
+
+# --------------------------------------------------------------- d3rlpy side
+def measure_d3rlpy_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, Optional[int]],
+                        log: Callable[[str], None]) -> dict:
+    import d3rlpy
+    import torch
+
+    config_class = getattr(d3rlpy.algos, spec.config, None)
+    if config_class is None:
+        return {"skipped": f"d3rlpy.algos has no {spec.config}"}
+    main_threads, alt_threads = threads
+    torch.set_num_threads(main_threads)
+    d3rlpy.seed(SEED)
+    data = make_data(spec.data)
+    dataset = d3rlpy.dataset.MDPDataset(
+        data["observations"], data["actions"], data["rewards"], data["terminals"], timeouts=data["timeouts"]
+    )
+    algo = config_class().create(device="cpu:0")
+    algo.build_with_dataset(dataset)
+    batch_size = algo.config.batch_size
+    out: dict = {"batch_size": batch_size, "transition_count": int(dataset.transition_count)}
+
+    def step() -> None:
+        algo.update(dataset.sample_transition_batch(batch_size))
+
+    log(f"[d3rlpy] {spec.name}: warm-up, updates/s (sample + update)")
+    out["warmup_steps"] = warm_up(loop(step), settings.warmup)
+    out["update"] = run_rounds({"update": loop(step)}, settings.main_round_s, settings.main_rounds, warmup=0,
+                               min_steps=2)["update"]
+    if alt_threads is not None:
+        log(f"[d3rlpy] {spec.name}: {main_threads} vs {alt_threads} threads")
+        res = run_rounds({
+            "main": with_threads(main_threads, loop(step), main_threads),
+            "alt": with_threads(alt_threads, loop(step), main_threads),
+        }, settings.cmp_round_s, settings.cmp_rounds, warmup=2)
+        out["threads_main"], out["threads_alt"] = res["main"], res["alt"]
+    log(f"[d3rlpy] {spec.name}: predict latency")
+    x1 = np.ascontiguousarray(data["observations"][:1])
+    algo.predict(x1)
+    out["predict"] = run_rounds({"predict": loop(lambda: algo.predict(x1))},
+                                settings.call_round_s, settings.call_rounds)["predict"]
+    out["predict_shape"] = list(np.shape(algo.predict(x1)))
+    return out
+
+
+def measure(backend: str, names: Sequence[str], quick: bool, requested_threads: Optional[int],
+            log: Callable[[str], None]) -> dict:
+    import torch
+
+    initial_threads = torch.get_num_threads()
+    threads = thread_settings(initial_threads, requested_threads)
+    settings = QUICK if quick else FULL
+    out: dict = {
+        "backend": backend, "python": platform.python_version(), "numpy": np.__version__,
+        "torch": torch.__version__, "initial_threads": initial_threads, "threads": list(threads), "algos": {},
+    }
+    if backend == "offrl":
+        out["version"] = _import_offrl().__version__
+        measure_algo = measure_offrl_algo
+    else:
+        import d3rlpy
+
+        with contextlib.suppress(Exception):  # keep d3rlpy's info logs quiet
+            import logging
+
+            import structlog
+
+            structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        out["version"] = d3rlpy.__version__
+        measure_algo = measure_d3rlpy_algo
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            result = measure_algo(SPECS[name], settings, threads, log)
+        except Exception as e:  # one failing algorithm does not stop the others
+            result = {"error": f"{type(e).__name__}: {e}"}
+            log(f"[{backend}] {name}: {result['error']}")
+        result["elapsed_s"] = time.perf_counter() - t0
+        out["algos"][name] = result
+        gc.collect()
+    return out
+
+
+# -------------------------------------------------------------- d3rlpy run
+def d3rlpy_python(args: argparse.Namespace) -> Optional[str]:
+    if args.d3rlpy_python:
+        return args.d3rlpy_python
+    if os.environ.get("D3RLPY_PYTHON"):
+        return os.environ["D3RLPY_PYTHON"]
+    if os.path.exists(DEFAULT_D3RLPY_PYTHON):
+        return DEFAULT_D3RLPY_PYTHON
+    return None
+
+
+def run_d3rlpy(args: argparse.Namespace, names: Sequence[str], log: Callable[[str], None]) -> Tuple[Optional[dict], str]:
+    if args.no_d3rlpy:
+        return None, "skipped (--no-d3rlpy)"
+    if importlib.util.find_spec("d3rlpy") is not None:
+        return measure("d3rlpy", names, args.quick, args.threads, log), "in-process"
+    python = d3rlpy_python(args)
+    if python is None:
+        return None, "not available (install d3rlpy or pass --d3rlpy-python)"
+    cmd = [python, os.path.abspath(__file__), "--backend", "d3rlpy", "--json", "--only", ",".join(names)]
+    if args.quick:
+        cmd.append("--quick")
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    log(f"[d3rlpy] running {' '.join(cmd)}")
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if args.verbose else subprocess.PIPE,
+                              text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"failed to run {python}: {e}"
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(JSON_MARKER):
+            return json.loads(line[len(JSON_MARKER):]), f"subprocess {python}"
+    tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
+    return None, f"{python} exited with {proc.returncode}:\n{tail}"
+
+
+# ----------------------------------------------------------------- report
+def _ups(r: Optional[dict]) -> Optional[float]:
+    return None if r is None else 1e3 / r["ms"]
+
+
+def _f(v: Optional[float], fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _table(header: Sequence[str], rows: List[Sequence[Any]], left: int = 1) -> List[str]:
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max(len(str(r[i])) for r in rows + [list(header)]) for i in range(len(header))]
+
+    def fmt(r):
+        return "  ".join(c.ljust(w) if i < left or i >= len(header) - 1 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    return [fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows]
+
+
+def _ok(passed: Optional[bool]) -> str:
+    return "-" if passed is None else ("ok" if passed else "MISS")
+
+
+def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quick: bool,
+           load: Tuple[Tuple[float, ...], Tuple[float, ...]]) -> str:
+    main_threads, alt_threads = o["threads"]
+    lines = [
+        f"Algorithms at their default configs on the CPU; synthetic {N_STEPS:,}-step datasets, seed {SEED}: "
+        f"Pendulum-like (obs 3, action 1 in [-2, 2], {PENDULUM_EPISODE}-step episodes ending in a timeout) "
+        "for BC/TD3PlusBC/IQL/SAC/CQL, CartPole-like (obs 4, 2 discrete actions, terminal episodes of 10-199 "
+        "steps) for DQN/DiscreteCQL",
+        f"offrl {o['version']} (python {o['python']}, torch {o['torch']}, numpy {o['numpy']}); "
+        f"torch threads: {main_threads} (torch default here {o['initial_threads']}); {os.cpu_count()} CPUs; "
+        f"load average {load[0][0]:.1f} at start, {load[1][0]:.1f} at end",
+    ]
+    if d is not None:
+        lines.append(f"d3rlpy {d['version']} (python {d['python']}, torch {d['torch']}), {d_source}")
+    else:
+        lines.append(f"d3rlpy: {d_source}")
+    lines.append("")
+
+    A = o["algos"]
+    D = (d or {}).get("algos", {})
+    skipped = [(n, A[n].get("skipped") or A[n].get("error")) for n in names if "update" not in A[n]]
+    done = [n for n in names if "update" in A[n]]
+
+    def dget(n: str, key: str) -> Optional[dict]:
+        return D.get(n, {}).get(key)
+
+    # 1. updates per second
+    def ups_best(r: Optional[dict]) -> str:
+        return "-" if r is None else f"{1e3 / r['ms']:.1f} ({1e3 / r['min_ms']:.1f})"
+
+    rows = []
+    for n in done:
+        spec, a = SPECS[n], A[n]
+        ups = _ups(a["update"])
+        d_ups = _ups(dget(n, "update"))
+        base = d_ups if d_ups is not None else spec.d3rlpy_earlier
+        ratio = ups / base
+        rows.append([n, a["batch_size"], ups_best(a["update"]), _f(_ups(a["cmp_offrl"])), ups_best(dget(n, "update")),
+                     _f(spec.d3rlpy_earlier), f"{ratio:.2f}x" + ("" if d_ups is not None else "*"),
+                     f">= {spec.target_ratio:g}x", _ok(ratio >= spec.target_ratio)])
+    lines.append(f"1. Updates per second, sample_transition_batch(batch_size) + update(batch), {main_threads} threads; "
+                 "median (best round)")
+    lines += _table(("algorithm", "batch", "offrl", "offrl fast path", "d3rlpy", "d3rlpy earlier", "offrl/d3rlpy",
+                     "target", "result"), rows)
+    lines.append("")
+
+    # 2. reference
+    rows = []
+    for n in done:
+        a = A[n]
+        ref = a["reference"]
+        r = a["reference_ratio"]
+        o_ms, b_ms = a["cmp_offrl"]["ms"], ref[a["reference_best"]]["ms"]
+        excl = (o_ms - a["sample_offrl"]["ms"]) / (b_ms - a["sample_numpy"]["ms"])
+        rows.append([n, _f(o_ms, "{:.2f}"), _f(ref.get("ref_list", {}).get("ms"), "{:.2f}"),
+                     _f(ref.get("ref_batched", {}).get("ms"), "{:.2f}"), a["reference_best"].replace("ref_", ""),
+                     _f(r, "{:.2f}x"), _f(a["sample_offrl"]["ms"], "{:.3f}"), _f(a["sample_numpy"]["ms"], "{:.3f}"),
+                     f"{excl:.2f}x", _f(a["reference_fused"]["ms"], "{:.2f}"),
+                     _f(paired_ratio(a["cmp_offrl"], a["reference_fused"]), "{:.2f}x"),
+                     f"<= {TARGETS['reference_ratio']:.2f}x", _ok(None if r is None else r <= TARGETS["reference_ratio"])])
+    lines.append("2. offrl fast path (sample + to_torch + _update) vs the bare-torch reference (numpy gather + "
+                 "update), ms per step, interleaved rounds; target on offrl/ref (foreach Adam, like offrl)")
+    lines += _table(("algorithm", "offrl", "ref list", "ref batched", "best ref", "offrl/ref",
+                     "offrl sample", "numpy sample", "excl. sampling", "ref fused-Adam", "offrl/fused",
+                     "target", "result"), rows)
+    lines.append("")
+
+    # 3. fit
+    rows = []
+    for n in done:
+        f = A[n]["fit"]
+        r_fit = paired_ratio(f["fit"], f["loop_update"])
+        r_prog = paired_ratio(f["fit_progress"], f["loop_update"])
+        r_fit_fast = paired_ratio(f["fit"], f["loop_fast"])
+        r_prog_fast = paired_ratio(f["fit_progress"], f["loop_fast"])
+        worst = max(r_fit, r_prog)
+        rows.append([n, _f(f["loop_update"]["ms"], "{:.2f}"), _f(f["loop_fast"]["ms"], "{:.2f}"),
+                     _f(f["fit"]["ms"], "{:.2f}"), _f(f["fit_progress"]["ms"], "{:.2f}"), f["fit"]["steps"],
+                     f"{r_fit:.2f}x / {r_prog:.2f}x", f"{r_fit_fast:.2f}x / {r_prog_fast:.2f}x",
+                     f"<= {TARGETS['fit_ratio']:.2f}x", _ok(worst <= TARGETS["fit_ratio"])])
+    lines.append("3. fit(logger_adapter=NoopAdapterFactory(), n_steps_per_epoch >= n_steps) vs a plain loop, "
+                 "ms per step (sampling included everywhere)")
+    lines += _table(("algorithm", "loop update", "loop _update", "fit", "fit+progress", "fit steps",
+                     "fit/loop (plain/progress)", "fit/_update loop", "target", "result"), rows)
+    lines.append("")
+
+    # 4. predict
+    rows = []
+    for n in done:
+        us = A[n]["predict"]["ms"] * 1e3
+        d_pred = dget(n, "predict")
+        d_us = None if d_pred is None else d_pred["ms"] * 1e3
+        rows.append([n, _f(us), _f(d_us), _f(D3RLPY_PREDICT_EARLIER_US), _f(None if d_us is None else d_us / us, "{:.1f}x"),
+                     f"<= {TARGETS['predict_us']:g} us", _ok(us <= TARGETS["predict_us"])])
+    lines.append(f"4. predict on one observation (batch of 1), microseconds per call, {main_threads} threads")
+    lines += _table(("algorithm", "offrl us", "d3rlpy us", "d3rlpy earlier", "d3rlpy/offrl", "target", "result"), rows)
+    lines.append("")
+
+    # 5. threads
+    if alt_threads is not None:
+        rows = []
+        for n in done:
+            a = A[n]
+            if "threads_main" not in a:
+                continue
+            om, oa = _ups(a["threads_main"]), _ups(a["threads_alt"])
+            dm, da = _ups(dget(n, "threads_main")), _ups(dget(n, "threads_alt"))
+            spec = SPECS[n]
+            best_o, best_d = max(om, oa), (None if dm is None else max(dm, da))
+            ratio = None if best_d is None else best_o / best_d
+            rows.append([n, _f(om), _f(oa), _f(paired_ratio(a["threads_main"], a["threads_alt"]), "{:.2f}x"),
+                         _f(dm), _f(da), _f(None if dm is None else paired_ratio(dget(n, "threads_main"), dget(n, "threads_alt")), "{:.2f}x"),
+                         _f(ratio, "{:.2f}x"), f">= {spec.target_ratio:g}x", _ok(None if ratio is None else ratio >= spec.target_ratio)])
+        lines.append(f"5. Updates per second with {main_threads} vs {alt_threads} torch threads (sample + update, interleaved rounds)")
+        lines += _table(("algorithm", f"offrl {main_threads}t", f"offrl {alt_threads}t", f"offrl {alt_threads}t/{main_threads}t",
+                         f"d3rlpy {main_threads}t", f"d3rlpy {alt_threads}t", f"d3rlpy {alt_threads}t/{main_threads}t",
+                         "best/best", "target", "result"), rows)
+        lines.append("")
+
+    notes = []
+    for n, why in skipped:
+        notes.append(f"{n}: skipped ({why})")
+    for n in done:
+        if n in D and ("skipped" in D[n] or "error" in D[n]):
+            notes.append(f"{n}: d3rlpy not measured ({D[n].get('skipped') or D[n].get('error')})")
+        if n in D and "predict_shape" in D[n] and D[n]["predict_shape"] != A[n]["predict_shape"]:
+            notes.append(f"{n}: predict shapes differ: offrl {A[n]['predict_shape']}, d3rlpy {D[n]['predict_shape']}")
+        if n in D and "transition_count" in D[n] and D[n]["transition_count"] != A[n]["transition_count"]:
+            notes.append(f"{n}: transition counts differ: offrl {A[n]['transition_count']:,}, "
+                         f"d3rlpy {D[n]['transition_count']:,}")
+        if A[n].get("reference_note"):
+            notes.append(f"{n}: {A[n]['reference_note']}")
+    s = QUICK if quick else FULL
+    notes += [
+        "updates/s: median of %d rounds of ~%.2g s after %d warm-up updates (fewer when they take > 5 s; the public update returns floats: "
+        "one host read per loss); 'fast path' is what fit runs per step" % (s.main_rounds, s.main_round_s, s.warmup),
+        "offrl/d3rlpy uses this run's d3rlpy figure; * = no d3rlpy run, the earlier figure is used",
+        "tables 2, 3, 5: %d interleaved rounds of ~%.2g s per variant; ratios are medians of per-round ratios"
+        % (s.cmp_rounds, s.cmp_round_s),
+        "reference (benchmarks/_reference.py): nn.Sequential 256-256 ReLU MLPs, Adam(foreach=True), same losses, "
+        "batch sizes and critic counts; 'list' = separate critics, 'batched' = one (E, in, out)-weight ensemble; "
+        "offrl is compared with the faster; 'excl. sampling' = (offrl - offrl sample) / (ref - numpy sample); "
+        "'ref fused-Adam' = the list reference with Adam(fused=True), a kernel offrl does not use",
+        "fit: tqdm output goes to os.devnull; the plain loops sample with the same dataset object",
+        "the machine was shared with other jobs (see the load averages): absolute figures are noisy, paired ratios "
+        "less so",
+    ]
+    if quick:
+        notes.append("--quick: short rounds, figures are rough")
+    lines.extend(f"* {n}" for n in notes)
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short rounds (a smoke run)")
+    parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(SPECS)}")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) (both libraries)")
+    parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
+    parser.add_argument("--d3rlpy-python", default=None,
+                        help=f"interpreter with d3rlpy (default $D3RLPY_PYTHON or {DEFAULT_D3RLPY_PYTHON})")
+    parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None, help="measure one backend only")
+    parser.add_argument("--json", action="store_true", help="print the results of --backend as JSON")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print torch.profiler / cProfile tables of offrl's _update per algorithm")
+    parser.add_argument("--verbose", action="store_true", help="show the d3rlpy subprocess's progress")
+    args = parser.parse_args(argv)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        lookup = {n.lower(): n for n in SPECS}
+        unknown = [n for n in names if n.lower() not in lookup]
+        if unknown:
+            parser.error(f"unknown algorithms {unknown}; choose from {list(SPECS)}")
+        names = [lookup[n.lower()] for n in names]
+    else:
+        names = list(SPECS)
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be >= 1")
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    if args.backend is not None:
+        real_stdout = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):  # library chatter stays off the JSON
+            results = measure(args.backend, names, args.quick, args.threads, log)
+        real_stdout.write((JSON_MARKER + json.dumps(results)) if args.json else json.dumps(results, indent=2))
+        real_stdout.write("\n")
+        return 0
+
+    load_start = os.getloadavg()
+    offrl_results = measure("offrl", names, args.quick, args.threads, log)
+    gc.collect()
+    measured = [n for n in names if "update" in offrl_results["algos"][n]]  # no d3rlpy run for skipped ones
+    d3_results, d3_source = run_d3rlpy(args, measured, log) if measured else (None, "nothing to compare")
+    load_end = os.getloadavg()
+    print(report(offrl_results, d3_results, d3_source, names, args.quick, (load_start, load_end)))
+    if args.profile:
+        import torch
+
+        main_threads = thread_settings(torch.get_num_threads(), args.threads)[0]
+        for name in names:
+            steps = 10 if name == "CQL" else 50
+            print()
+            print(profile_offrl_algo(SPECS[name], steps, main_threads))
+    print(f"* total benchmark time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
