@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterable, Iterator
+import weakref
+from typing import Iterable, Iterator, List, Tuple
 
 import torch
 from torch import nn
@@ -11,22 +12,37 @@ from torch import nn
 __all__ = ["soft_update", "hard_update", "expectile_loss", "td_target", "freeze", "no_param_grads"]
 
 
+_PARAMS: "weakref.WeakKeyDictionary[nn.Module, Tuple[List[torch.Tensor], List[torch.Tensor]]]" = weakref.WeakKeyDictionary()
+
+
+def _tensors(module: nn.Module) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+    """A module's parameters and buffers, listed once (the hot loop calls
+    this every step; networks do not change their tensors after building)."""
+    cached = _PARAMS.get(module)
+    if cached is None:
+        cached = (list(module.parameters()), list(module.buffers()))
+        _PARAMS[module] = cached
+    return cached
+
+
 @torch.no_grad()
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """``target <- (1 - tau) * target + tau * source`` (one foreach op)."""
-    targets = list(target.parameters())
-    sources = list(source.parameters())
-    torch._foreach_lerp_(targets, sources, tau)
-    for tb, sb in zip(target.buffers(), source.buffers()):
-        tb.copy_(sb)
+    target_params, target_buffers = _tensors(target)
+    source_params, source_buffers = _tensors(source)
+    torch._foreach_lerp_(target_params, source_params, tau)
+    if target_buffers:
+        torch._foreach_copy_(target_buffers, source_buffers)
 
 
 @torch.no_grad()
 def hard_update(target: nn.Module, source: nn.Module) -> None:
     """``target <- source``."""
-    torch._foreach_copy_(list(target.parameters()), list(source.parameters()))
-    for tb, sb in zip(target.buffers(), source.buffers()):
-        tb.copy_(sb)
+    target_params, target_buffers = _tensors(target)
+    source_params, source_buffers = _tensors(source)
+    torch._foreach_copy_(target_params, source_params)
+    if target_buffers:
+        torch._foreach_copy_(target_buffers, source_buffers)
 
 
 def freeze(module: nn.Module) -> nn.Module:
@@ -52,7 +68,7 @@ def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
 def no_param_grads(module: nn.Module) -> Iterator[None]:
     """Temporarily stop gradients into ``module``'s parameters; gradients
     still flow through it to its inputs (e.g. a critic in an actor step)."""
-    params = [p for p in module.parameters() if p.requires_grad]
+    params = [p for p in _tensors(module)[0] if p.requires_grad]
     for p in params:
         p.requires_grad_(False)
     try:

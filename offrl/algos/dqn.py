@@ -105,11 +105,8 @@ class DQN(QLearningAlgoBase):
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         q, targ = self._nets["q_function"], self._nets["targ_q_function"]
         with torch.no_grad():
-            chooser = q if self._double else targ
-            next_action = chooser.expected(batch.next_observations).mean(dim=0).argmax(dim=-1)
-            next_dist, _ = targ.at_action(batch.next_observations, next_action)
             target = td_target(
-                batch.rewards, q.reduce(next_dist, "min"), batch.terminals, self._config.gamma, batch.intervals
+                batch.rewards, self._next_value(batch.next_observations), batch.terminals, self._config.gamma, batch.intervals
             )
         pred, taus = q.at_action(batch.observations, batch.actions)
         loss = q.loss(pred, target, taus)
@@ -120,6 +117,16 @@ class DQN(QLearningAlgoBase):
         if (grad_step + 1) % int(self._config.target_update_interval) == 0:
             hard_update(targ, q)
         return {"loss": loss.detach()}
+
+    def _next_value(self, next_observations) -> torch.Tensor:
+        """``Q_target(s', a*)`` reduced over the ensemble, ``(B, N)``: one
+        target forward pass for all actions, then a gather."""
+        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
+        dist = targ.distribution(next_observations, greedy_taus=False)  # (E, B, A, N)
+        chooser = q.expected(next_observations) if self._double else dist.mean(dim=-1)
+        next_action = chooser.mean(dim=0).argmax(dim=-1)  # (B,)
+        index = next_action.view(1, -1, 1, 1).expand(dist.shape[0], -1, 1, dist.shape[-1])
+        return q.reduce(dist.gather(2, index).squeeze(2), "min")
 
     def _predict(self, x) -> torch.Tensor:
         return self._nets["q_function"].expected(x).mean(dim=0).argmax(dim=-1)

@@ -51,10 +51,14 @@ def test_bad_encoder_params(bad):
         VectorEncoderFactory(**bad)
 
 
-def test_optimizers_use_foreach_and_clip():
+def test_optimizers_use_fast_kernels_and_clip():
     model = nn.Linear(3, 2)
     opt = AdamFactory(clip_grad_norm=0.5).create(list(model.named_parameters()), lr=1e-3)
-    assert opt.optim.defaults["foreach"] is True
+    assert opt.optim.defaults["fused"] is True
+    rms = OptimizerFactory("RMSprop").create(list(model.named_parameters()), lr=1e-3)
+    assert rms.optim.defaults.get("fused") or rms.optim.defaults.get("foreach")
+    explicit = OptimizerFactory("Adam", foreach=True).create(list(model.named_parameters()), lr=1e-3)
+    assert explicit.optim.defaults["foreach"] is True and not explicit.optim.defaults.get("fused")
     (model(torch.ones(1, 3)) * 100).sum().backward()
     opt.step()
     total = torch.sqrt(sum((p.grad**2).sum() for p in model.parameters()))
