@@ -53,9 +53,10 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.ensemble_size == 1:  # one member: a plain fused addmm
-            flat = x if x.dim() == 2 else x[0]
-            return torch.addmm(self.bias[0], flat, self.weight[0]).unsqueeze(0)
+        if self.ensemble_size == 1:  # one member: a plain fused addmm (views, whose backward is free)
+            flat = x if x.dim() == 2 else x.view(x.shape[1], x.shape[2])
+            weight = self.weight.view(self.in_features, self.out_features)
+            return torch.addmm(self.bias.view(self.out_features), flat, weight).unsqueeze(0)
         if x.dim() == 2:
             return torch.matmul(x, self.weight) + self.bias
         return torch.baddbmm(self.bias, x, self.weight)
