@@ -232,3 +232,26 @@ def test_bad_input(name, dataset_factory):
         fresh = _make(name, "vector", discrete)[1]
         with pytest.raises(ValueError, match="actions"):
             fresh.fit(other, n_steps=1, logger_adapter=NoopAdapterFactory(), show_progress=False)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_build_with_env(name):
+    import gymnasium
+
+    discrete = _action_kinds(CONFIGS[name])[0]
+    env = gymnasium.make("CartPole-v1" if discrete else "Pendulum-v1")
+    config = CONFIGS[name](batch_size=8)
+    algo = config.create(device=DEVICE)
+    algo.build_with_env(env)
+    observation, _ = env.reset(seed=0)
+    action = algo.predict(observation[None])[0]
+    if discrete:
+        assert env.action_space.contains(int(action))
+        assert algo.action_size == 2 and algo.observation_shape == (4,)
+    else:
+        assert action.shape == (1,) and algo.observation_shape == (3,)
+    env.step(int(action) if discrete else action)
+    other = gymnasium.make("Pendulum-v1" if discrete else "CartPole-v1")
+    if algo.get_action_type() != ActionSpace.BOTH:
+        with pytest.raises(ValueError, match="actions"):
+            CONFIGS[name]().create(device=DEVICE).build_with_env(other)
