@@ -373,10 +373,10 @@ class QLearningAlgoBase:
     def build_with_env(self, env: Any) -> None:
         """Build networks for a gymnasium environment's spaces (scalers that
         can be fitted from the spaces are)."""
-        from ..dataset.replay_buffer import _signatures_from_env
+        from ..dataset.signature import signatures_from_env
         from ..dataset.writer import BasicWriterPreprocess
 
-        obs_sig, _, _, space, size = _signatures_from_env(env, BasicWriterPreprocess())
+        obs_sig, _, _, space, size = signatures_from_env(env, BasicWriterPreprocess())
         self._check_action_space(space)
         for scaler in (self._observation_scaler, self._action_scaler, self._reward_scaler):
             if scaler is not None and not scaler.built:

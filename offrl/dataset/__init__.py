@@ -20,10 +20,10 @@ from .pickers import (
     MultiStepTransitionPicker,
     TransitionPickerProtocol,
 )
+from .mixed import MixedReplayBuffer
 from .replay_buffer import (
     DatasetInfo,
     MDPDataset,
-    MixedReplayBuffer,
     ReplayBuffer,
     ReplayBufferBase,
     create_fifo_replay_buffer,

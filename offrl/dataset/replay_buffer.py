@@ -23,13 +23,14 @@ from .pickers import BasicTransitionPicker, TransitionPickerProtocol
 from .signature import Observation, Signature
 from .slicers import BasicTrajectorySlicer, TrajectorySlicerProtocol
 from .storage import BufferProtocol, ColumnStore, FIFOBuffer, InfiniteBuffer
+from .summary import format_summary, summary_dict
+from .signature import normalise_action_signature, signatures_from_env
 from .writer import BasicWriterPreprocess, WriterPreprocessProtocol
 
 __all__ = [
     "DatasetInfo",
     "ReplayBufferBase",
     "ReplayBuffer",
-    "MixedReplayBuffer",
     "MDPDataset",
     "create_infinite_replay_buffer",
     "create_fifo_replay_buffer",
@@ -55,56 +56,6 @@ def _positive_int(value: Any, name: str) -> int:
     if value <= 0:
         raise ValueError(f"{name} must be > 0, got {value}")
     return int(value)
-
-
-def _signatures_from_env(env: Any, writer: WriterPreprocessProtocol):
-    """Signatures and action space of a gymnasium environment."""
-    from gymnasium import spaces
-
-    obs_space = env.observation_space
-    if isinstance(obs_space, spaces.Tuple):
-        parts = list(obs_space.spaces)
-    elif isinstance(obs_space, spaces.Dict):
-        parts = list(obs_space.spaces.values())
-    else:
-        parts = [obs_space]
-    sample = []
-    for k, space in enumerate(parts):
-        if space.shape is None:
-            raise ValueError(f"observation space element {k} ({space}) has no fixed shape")
-        dt = np.dtype(space.dtype) if space.dtype is not None else np.dtype(np.float32)
-        if np.issubdtype(dt, np.floating):
-            dt = np.dtype(np.float32)
-        sample.append(np.zeros(space.shape, dtype=dt))
-    processed = writer.process_observation(sample if len(sample) > 1 else sample[0])
-    processed = list(processed) if isinstance(processed, (list, tuple)) else [processed]
-    observation_signature = Signature(
-        dtype=[np.asarray(p).dtype for p in processed], shape=[np.asarray(p).shape for p in processed]
-    )
-    act_space = env.action_space
-    if isinstance(act_space, spaces.Discrete):
-        action_signature = Signature(dtype=[np.int64], shape=[(1,)])
-        action_space, action_size = ActionSpace.DISCRETE, int(act_space.n)
-    elif isinstance(act_space, spaces.Box):
-        if len(act_space.shape) != 1:
-            raise ValueError(f"continuous action spaces must be 1-dimensional, got shape {act_space.shape}")
-        action_signature = Signature(dtype=[np.float32], shape=[act_space.shape])
-        action_space, action_size = ActionSpace.CONTINUOUS, int(act_space.shape[0])
-    else:
-        raise ValueError(f"unsupported action space {act_space}: expected Discrete or Box")
-    reward_signature = Signature(dtype=[np.float32], shape=[(1,)])
-    return observation_signature, action_signature, reward_signature, action_space, action_size
-
-
-def _normalise_action_signature(signature: Signature, action_space: Optional[ActionSpace]):
-    dt = signature.dtype[0]
-    shape = tuple(signature.shape[0]) or (1,)
-    space = ActionSpace.parse(action_space) if action_space is not None else None
-    if space is None:
-        space = ActionSpace.DISCRETE if np.issubdtype(dt, np.integer) else ActionSpace.CONTINUOUS
-    if space == ActionSpace.DISCRETE:
-        return Signature(dtype=[np.int64], shape=[(1,)]), space
-    return Signature(dtype=[np.float32], shape=[shape]), space
 
 
 class ReplayBufferBase:
@@ -171,54 +122,17 @@ class ReplayBufferBase:
         returns = self.compute_returns()
         lengths = np.array([e.size() for e in episodes], dtype=np.int64)
         terminated = int(sum(bool(e.terminated) for e in episodes)) if len(episodes) < 10_000 else None
-        return _summary_dict(info, returns, lengths, terminated, self.transition_count)
+        return summary_dict(info, returns, lengths, terminated, self.transition_count)
 
     def __repr__(self) -> str:
         try:
-            return _format_summary(type(self).__name__, self.summary())
+            return format_summary(type(self).__name__, self.summary())
         except _EmptyBufferError:
             return f"{type(self).__name__}(empty)"
 
 
 class _EmptyBufferError(ValueError):
     pass
-
-
-def _summary_dict(info, returns, lengths, terminated, transitions) -> dict:
-    def stats(x: np.ndarray) -> dict:
-        if x.size == 0:
-            return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan")}
-        return {"mean": float(x.mean()), "std": float(x.std()), "min": float(x.min()), "max": float(x.max())}
-
-    return {
-        "episodes": int(lengths.shape[0]),
-        "terminated_episodes": terminated,
-        "transitions": int(transitions),
-        "steps": int(lengths.sum()),
-        "observation_signature": info.observation_signature,
-        "action_signature": info.action_signature,
-        "reward_signature": info.reward_signature,
-        "action_space": info.action_space,
-        "action_size": info.action_size,
-        "episode_return": stats(returns),
-        "episode_length": stats(lengths.astype(np.float64)),
-    }
-
-
-def _format_summary(name: str, s: dict) -> str:
-    r, ln = s["episode_return"], s["episode_length"]
-    ended = ""
-    if s["terminated_episodes"] is not None:
-        ended = f" ({s['terminated_episodes']} terminated, {s['episodes'] - s['terminated_episodes']} truncated)"
-    space = s["action_space"].name.lower()
-    return (
-        f"{name}: {s['episodes']} episodes{ended}, {s['transitions']} transitions, {s['steps']} steps\n"
-        f"  observations: {s['observation_signature']!r}\n"
-        f"  actions: {space}, {s['action_signature']!r}, action_size={s['action_size']}\n"
-        f"  rewards: {s['reward_signature']!r}\n"
-        f"  episode return: mean {r['mean']:.4g}, std {r['std']:.4g}, min {r['min']:.4g}, max {r['max']:.4g}\n"
-        f"  episode length: mean {ln['mean']:.4g}, min {ln['min']:.0f}, max {ln['max']:.0f}"
-    )
 
 
 class ReplayBuffer(ReplayBufferBase):
@@ -279,10 +193,10 @@ class ReplayBuffer(ReplayBufferBase):
                 except (ValueError, TypeError) as e:
                     raise type(e)(f"episodes[{i}]: {e}") from None
         elif env is not None:
-            obs_sig, act_sig, rew_sig, space, size = _signatures_from_env(env, self._writer_preprocessor)
+            obs_sig, act_sig, rew_sig, space, size = signatures_from_env(env, self._writer_preprocessor)
             self._set_info(obs_sig, act_sig, rew_sig, action_space or space, action_size or size)
         elif observation_signature is not None and action_signature is not None:
-            act_sig, space = _normalise_action_signature(action_signature, action_space)
+            act_sig, space = normalise_action_signature(action_signature, action_space)
             if action_size is None:
                 if space == ActionSpace.DISCRETE:
                     raise ValueError("action_size is needed with a discrete action_signature")
@@ -596,7 +510,7 @@ class ReplayBuffer(ReplayBufferBase):
             return super().summary()
         info = self.dataset_info
         starts, ends, terminated, _ = self._store.episode_table()
-        return _summary_dict(
+        return summary_dict(
             info, self.compute_returns(), ends - starts, int(terminated.sum()), self.transition_count
         )
 
@@ -697,125 +611,6 @@ class ReplayBuffer(ReplayBufferBase):
             action_space=self.action_space, action_size=self.action_size,
         )
         return out
-
-
-class MixedReplayBuffer(ReplayBufferBase):
-    """Samples a fixed share of each batch from a secondary buffer.
-
-    A batch of ``B`` holds ``round(secondary_mix_ratio * B)`` items from the
-    secondary buffer; a single sample comes from it with probability
-    ``secondary_mix_ratio``. Writing goes to the primary buffer (e.g. online
-    data mixed with an offline dataset).
-    """
-
-    def __init__(
-        self,
-        primary_replay_buffer: ReplayBuffer,
-        secondary_replay_buffer: ReplayBuffer,
-        secondary_mix_ratio: float,
-    ) -> None:
-        if not 0.0 <= float(secondary_mix_ratio) <= 1.0:
-            raise ValueError(f"secondary_mix_ratio must be in [0, 1], got {secondary_mix_ratio}")
-        self._primary = primary_replay_buffer
-        self._secondary = secondary_replay_buffer
-        self._ratio = float(secondary_mix_ratio)
-        try:
-            a, b = primary_replay_buffer.dataset_info, secondary_replay_buffer.dataset_info
-        except _EmptyBufferError:
-            return
-        if (a.observation_signature, a.action_signature, a.action_space) != (
-            b.observation_signature, b.action_signature, b.action_space
-        ):
-            raise ValueError(
-                "primary and secondary buffers hold different data: "
-                f"observations {a.observation_signature!r} vs {b.observation_signature!r}, "
-                f"actions {a.action_signature!r} ({a.action_space.name}) vs "
-                f"{b.action_signature!r} ({b.action_space.name})"
-            )
-
-    @property
-    def primary_replay_buffer(self) -> ReplayBuffer:
-        return self._primary
-
-    @property
-    def secondary_replay_buffer(self) -> ReplayBuffer:
-        return self._secondary
-
-    @property
-    def secondary_mix_ratio(self) -> float:
-        return self._ratio
-
-    def append(self, observation: Observation, action: Any, reward: Any) -> None:
-        self._primary.append(observation, action, reward)
-
-    def append_episode(self, episode: EpisodeBase) -> None:
-        self._primary.append_episode(episode)
-
-    def clip_episode(self, terminated: bool, final_observation: Optional[Observation] = None) -> None:
-        self._primary.clip_episode(terminated, final_observation)
-
-    def _split(self, batch_size: int) -> tuple[int, int]:
-        secondary = int(round(self._ratio * batch_size))
-        return batch_size - secondary, secondary
-
-    def sample_transition(self) -> Transition:
-        source = self._secondary if get_rng().random() < self._ratio else self._primary
-        return source.sample_transition()
-
-    def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
-        batch_size = _positive_int(batch_size, "batch_size")
-        n_primary, n_secondary = self._split(batch_size)
-        parts = []
-        if n_primary:
-            parts.append(self._primary.sample_transition_batch(n_primary))
-        if n_secondary:
-            parts.append(self._secondary.sample_transition_batch(n_secondary))
-        return _concat_batches(parts)
-
-    def sample_trajectory(self, length: int) -> PartialTrajectory:
-        source = self._secondary if get_rng().random() < self._ratio else self._primary
-        return source.sample_trajectory(length)
-
-    def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
-        batch_size = _positive_int(batch_size, "batch_size")
-        n_primary, n_secondary = self._split(batch_size)
-        parts = []
-        if n_primary:
-            parts.append(self._primary.sample_trajectory_batch(n_primary, length))
-        if n_secondary:
-            parts.append(self._secondary.sample_trajectory_batch(n_secondary, length))
-        return _concat_batches(parts)
-
-    @property
-    def episodes(self) -> Sequence[EpisodeBase]:
-        return list(self._primary.episodes) + list(self._secondary.episodes)
-
-    @property
-    def transition_count(self) -> int:
-        return self._primary.transition_count + self._secondary.transition_count
-
-    @property
-    def dataset_info(self) -> DatasetInfo:
-        try:
-            return self._primary.dataset_info
-        except _EmptyBufferError:
-            return self._secondary.dataset_info
-
-
-def _concat_batches(parts: list):
-    if len(parts) == 1:
-        return parts[0]
-    first = parts[0]
-    values = {}
-    for field in dataclasses.fields(first):
-        items = [getattr(p, field.name) for p in parts]
-        if field.name == "length":
-            values["length"] = items[0]
-        elif isinstance(items[0], list):
-            values[field.name] = [np.concatenate([it[k] for it in items]) for k in range(len(items[0]))]
-        else:
-            values[field.name] = np.concatenate(items)
-    return type(first)(**values)
 
 
 def create_infinite_replay_buffer(

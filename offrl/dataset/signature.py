@@ -7,7 +7,9 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
-__all__ = ["Signature", "Observation", "ObservationSequence"]
+from ..constants import ActionSpace
+
+__all__ = ["Signature", "Observation", "ObservationSequence", "signatures_from_env", "normalise_action_signature"]
 
 #: One observation: an array, or a tuple of arrays (e.g. an image and a vector).
 Observation = Union[np.ndarray, Sequence[np.ndarray]]
@@ -83,3 +85,54 @@ class Signature:
 
     def __hash__(self) -> int:
         return hash((tuple(d.str for d in self.dtype), tuple(self.shape)))
+
+
+def signatures_from_env(env: Any, writer: Any):
+    """``(observation, action, reward signatures, action space, action size)``
+    of a gymnasium environment, observations as ``writer`` stores them."""
+    from gymnasium import spaces
+
+    obs_space = env.observation_space
+    if isinstance(obs_space, spaces.Tuple):
+        parts = list(obs_space.spaces)
+    elif isinstance(obs_space, spaces.Dict):
+        parts = list(obs_space.spaces.values())
+    else:
+        parts = [obs_space]
+    sample = []
+    for k, space in enumerate(parts):
+        if space.shape is None:
+            raise ValueError(f"observation space element {k} ({space}) has no fixed shape")
+        dt = np.dtype(space.dtype) if space.dtype is not None else np.dtype(np.float32)
+        if np.issubdtype(dt, np.floating):
+            dt = np.dtype(np.float32)
+        sample.append(np.zeros(space.shape, dtype=dt))
+    processed = writer.process_observation(sample if len(sample) > 1 else sample[0])
+    processed = list(processed) if isinstance(processed, (list, tuple)) else [processed]
+    observation_signature = Signature(
+        dtype=[np.asarray(p).dtype for p in processed], shape=[np.asarray(p).shape for p in processed]
+    )
+    act_space = env.action_space
+    if isinstance(act_space, spaces.Discrete):
+        action_signature = Signature(dtype=[np.int64], shape=[(1,)])
+        action_space, action_size = ActionSpace.DISCRETE, int(act_space.n)
+    elif isinstance(act_space, spaces.Box):
+        if len(act_space.shape) != 1:
+            raise ValueError(f"continuous action spaces must be 1-dimensional, got shape {act_space.shape}")
+        action_signature = Signature(dtype=[np.float32], shape=[act_space.shape])
+        action_space, action_size = ActionSpace.CONTINUOUS, int(act_space.shape[0])
+    else:
+        raise ValueError(f"unsupported action space {act_space}: expected Discrete or Box")
+    reward_signature = Signature(dtype=[np.float32], shape=[(1,)])
+    return observation_signature, action_signature, reward_signature, action_space, action_size
+
+
+def normalise_action_signature(signature: Signature, action_space: Optional[ActionSpace]):
+    dt = signature.dtype[0]
+    shape = tuple(signature.shape[0]) or (1,)
+    space = ActionSpace.parse(action_space) if action_space is not None else None
+    if space is None:
+        space = ActionSpace.DISCRETE if np.issubdtype(dt, np.integer) else ActionSpace.CONTINUOUS
+    if space == ActionSpace.DISCRETE:
+        return Signature(dtype=[np.int64], shape=[(1,)]), space
+    return Signature(dtype=[np.float32], shape=[shape]), space
