@@ -657,7 +657,7 @@ def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quic
                      _f(paired_ratio(a["cmp_offrl"], a["reference_fused"]), "{:.2f}x"),
                      f"<= {TARGETS['reference_ratio']:.2f}x", _ok(None if r is None else r <= TARGETS["reference_ratio"])])
     lines.append("2. offrl fast path (sample + to_torch + _update) vs the bare-torch reference (numpy gather + "
-                 "update), ms per step, interleaved rounds; target on offrl/ref (foreach Adam, like offrl)")
+                 "update), ms per step, interleaved rounds; target on offrl/ref (offrl uses fused Adam; compare with the fused-Adam column too)")
     lines += _table(("algorithm", "offrl", "ref list", "ref batched", "best ref", "offrl/ref",
                      "offrl sample", "numpy sample", "excl. sampling", "ref fused-Adam", "offrl/fused",
                      "target", "result"), rows)
@@ -738,7 +738,7 @@ def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quic
         "reference (benchmarks/_reference.py): nn.Sequential 256-256 ReLU MLPs, Adam(foreach=True), same losses, "
         "batch sizes and critic counts; 'list' = separate critics, 'batched' = one (E, in, out)-weight ensemble; "
         "offrl is compared with the faster; 'excl. sampling' = (offrl - offrl sample) / (ref - numpy sample); "
-        "'ref fused-Adam' = the list reference with Adam(fused=True), a kernel offrl does not use",
+        "'ref fused-Adam' = the list reference with Adam(fused=True), the kernel offrl uses by default",
         "fit: tqdm output goes to os.devnull; the plain loops sample with the same dataset object",
         "the machine was shared with other jobs (see the load averages): absolute figures are noisy, paired ratios "
         "less so",
