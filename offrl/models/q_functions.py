@@ -78,7 +78,7 @@ class QFunction(nn.Module):
         self.action_size = action_size
         self.n_critics = n_critics
         self.discrete = discrete
-        self.head = EnsembleLinear(n_critics, feature_size, outputs)
+        self.head = EnsembleLinear(n_critics, feature_size, outputs) if n_critics > 1 else _SingleLinear(feature_size, outputs)
 
     # -- subclasses define _distribution(x, action, taus) -> (E, B, A or 1, N)
     def _features(self, x, action: Optional[torch.Tensor]) -> torch.Tensor:
@@ -155,6 +155,27 @@ class QFunction(nn.Module):
     def fixed_taus(self, device: torch.device) -> torch.Tensor:
         n = self.n_quantiles
         return (torch.arange(n, device=device, dtype=torch.float32) + 0.5) / n
+
+
+class _SingleMember(nn.Module):
+    """A plain encoder presented as a one-member ensemble, ``(1, B, F)``:
+    with ``n_critics == 1`` the layers stay ordinary ``nn.Linear`` (one fused
+    op each, the cheapest form for small networks)."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, x, action: Optional[torch.Tensor] = None) -> torch.Tensor:
+        h = self.encoder(x) if action is None else self.encoder(x, action)
+        return h.unsqueeze(0)
+
+
+class _SingleLinear(nn.Linear):
+    """``nn.Linear`` on one-member ensemble activations ``(1, B, F)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return F.linear(x.squeeze(0), self.weight, self.bias).unsqueeze(0)
 
 
 def _batch_size(x) -> int:
@@ -248,7 +269,10 @@ class QFunctionFactory(Serializable):
 
     @staticmethod
     def _encoder(encoder_factory: EncoderFactory, observation_shape: ShapeLike, action_size: int, n_critics: int, discrete: bool):
-        if discrete:
+        if n_critics == 1:
+            plain = encoder_factory.create(observation_shape) if discrete else encoder_factory.create_with_action(observation_shape, action_size)
+            encoder = _SingleMember(plain)
+        elif discrete:
             encoder = encoder_factory.create_ensemble(observation_shape, n_critics)
         else:
             encoder = encoder_factory.create_ensemble(observation_shape, n_critics, action_size)
