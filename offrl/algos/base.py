@@ -556,6 +556,13 @@ class QLearningAlgoBase:
         """The greedy policy on scaled observations, as a module (for export)."""
         raise NotImplementedError(f"{type(self).__name__} has no exportable policy")
 
+    def save_policy(self, fname: str) -> None:
+        """Export the greedy policy with its scalers: ``.pt`` TorchScript,
+        ``.onnx`` ONNX; verified against :meth:`predict` after writing."""
+        from ..export import save_policy
+
+        save_policy(self, fname)
+
     # ------------------------------------------------------------- training
     def fit(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
             with_timestamp: bool = True, logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,

@@ -253,3 +253,38 @@ def test_build_with_env(name):
     if algo.get_action_type() != ActionSpace.BOTH:
         with pytest.raises(ValueError, match="actions"):
             CONFIGS[name]().create(device=DEVICE).build_with_env(other)
+
+
+EXPORT_CASES = [c for c in CASES if c[1] != "image" and getattr(CONFIGS[c[0]].algorithm_class(), "_trainable", True)]
+
+
+@pytest.mark.parametrize("name,kind,discrete", EXPORT_CASES, ids=[f"{n}-{k}-{'discrete' if d else 'continuous'}" for n, k, d in EXPORT_CASES])
+def test_exported_policy_matches_predict(name, kind, discrete, tmp_path, dataset_factory):
+    import json
+
+    from offrl.export import load_onnx_policy, load_torchscript_policy
+
+    offrl.seed(4)
+    dataset = dataset_factory(kind, discrete)
+    _, algo = _make(name, kind, discrete)
+    _fit(algo, dataset, steps=2)
+    for ext, loader in ((".pt", load_torchscript_policy), (".onnx", load_onnx_policy)):
+        path = tmp_path / f"policy{ext}"
+        algo.save_policy(path)
+        policy = loader(path)
+        for batch in (1, 7):
+            x = _observations(dataset, batch)
+            inputs = x if isinstance(x, list) else [x]
+            got = policy(*inputs)
+            expected = algo.predict(x)
+            if discrete:
+                assert got.dtype == np.int64
+                np.testing.assert_array_equal(got, expected)
+            else:
+                assert got.dtype == np.float32
+                np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+        meta = policy.metadata
+        assert meta["algorithm"] == name and meta["action_space"] == ("discrete" if discrete else "continuous")
+        assert int(meta["action_size"]) == 2
+        assert json.loads(meta["observation_shapes"]) == ([[3], [1, 36, 36]] if kind == "tuple" else [[3]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx", "policy.pt"]

@@ -1,0 +1,206 @@
+"""Policy export to TorchScript (``.pt``) and ONNX (``.onnx``).
+
+The exported graph holds the observation scaler, the greedy policy and the
+action scaler's inverse: it takes raw observations (float32, batch axis
+dynamic; one input per element of a tuple observation, named
+``observation`` or ``observation_<k>``) and returns ``action`` in the
+environment's units (float32), or action indices (int64) for discrete
+policies. After writing, the file is loaded back (``torch.jit.load`` /
+onnxruntime) and compared with ``algo.predict`` on a few observations; a
+mismatch is an error and no file is left behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+import warnings
+from typing import Any, List
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._version import __version__
+from .constants import ActionSpace
+
+__all__ = ["save_policy", "PolicyGraph", "load_onnx_policy", "load_torchscript_policy", "ExportError"]
+
+#: largest allowed difference between an exported policy and ``predict``
+TOLERANCE = 1e-5
+
+
+class ExportError(ValueError):
+    """An exported policy could not be written or does not match the model."""
+
+
+class PolicyGraph(nn.Module):
+    """Raw observations -> actions in environment units (the exported graph)."""
+
+    def __init__(self, algo: Any) -> None:
+        super().__init__()
+        self.policy = algo.policy_module()
+        self.observation_scaler = algo.observation_scaler
+        self.action_scaler = algo.action_scaler if algo.get_action_type() != ActionSpace.DISCRETE else None
+        self.n_inputs = len(algo.observation_shape) if isinstance(algo.observation_shape, list) else 1
+
+    def forward(self, *observations: torch.Tensor) -> torch.Tensor:
+        if self.n_inputs == 1:
+            x: Any = observations[0]
+            x = self.observation_scaler.transform(x) if self.observation_scaler is not None else x.float()
+        else:
+            x = list(observations)
+            if self.observation_scaler is not None:
+                x = self.observation_scaler.transform(x)
+            else:
+                x = [v.float() for v in x]
+        action = self.policy(x)
+        if self.action_scaler is not None:
+            action = self.action_scaler.reverse_transform(action)
+        return action
+
+
+def _input_names(algo: Any) -> List[str]:
+    shape = algo.observation_shape
+    if isinstance(shape, list):
+        return [f"observation_{k}" for k in range(len(shape))]
+    return ["observation"]
+
+
+def _example_inputs(algo: Any, batch: int, seed: int = 0) -> List[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shapes = algo.observation_shape if isinstance(algo.observation_shape, list) else [algo.observation_shape]
+    scaler = algo.observation_scaler
+    out = []
+    for k, shape in enumerate(shapes):
+        element = scaler.observation_scalers[k] if scaler is not None and hasattr(scaler, "observation_scalers") else scaler
+        if element is not None and element.get_type() == "pixel":
+            out.append(rng.integers(0, 256, size=(batch,) + tuple(shape)).astype(np.float32))
+        elif element is not None and element.get_type() == "standard" and element.built:
+            mean, std = element.mean.cpu().numpy(), element.std.cpu().numpy()
+            out.append((mean + std * rng.normal(size=(batch,) + tuple(shape))).astype(np.float32))
+        elif element is not None and element.get_type() == "min_max" and element.built:
+            low, high = element.minimum.cpu().numpy(), element.maximum.cpu().numpy()
+            out.append((low + (high - low) * rng.random(size=(batch,) + tuple(shape))).astype(np.float32))
+        else:
+            out.append(rng.normal(size=(batch,) + tuple(shape)).astype(np.float32))
+    return out
+
+
+def _metadata(algo: Any) -> dict:
+    shape = algo.observation_shape
+    return {
+        "offrl_version": __version__,
+        "algorithm": algo.config.get_type(),
+        "observation_shapes": json.dumps([list(s) for s in shape] if isinstance(shape, list) else [list(shape)]),
+        "action_space": algo.get_action_type().name.lower(),
+        "action_size": str(algo.action_size),
+        "inputs": json.dumps(_input_names(algo)),
+    }
+
+
+def _expected(algo: Any, inputs: List[np.ndarray]) -> np.ndarray:
+    return algo.predict(inputs if len(inputs) > 1 else inputs[0])
+
+
+def _compare(path: str, got: np.ndarray, expected: np.ndarray, discrete: bool) -> None:
+    if got.shape != expected.shape:
+        raise ExportError(f"{path}: the exported policy returns shape {got.shape}, predict returns {expected.shape}")
+    if discrete:
+        if not np.array_equal(got.astype(np.int64), expected.astype(np.int64)):
+            raise ExportError(f"{path}: the exported policy chooses other actions than predict")
+    elif not np.allclose(got, expected, atol=TOLERANCE, rtol=0):
+        raise ExportError(f"{path}: the exported policy differs from predict by {np.abs(got - expected).max():.3g}")
+
+
+def save_policy(algo: Any, fname: str) -> None:
+    """Write the greedy policy of ``algo`` to ``fname`` (``.pt`` TorchScript,
+    ``.onnx`` ONNX), verified against ``algo.predict``."""
+    algo._require_built()
+    path = os.fspath(fname)
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in (".pt", ".onnx"):
+        raise ValueError(f"save_policy chooses the format by extension: use .pt (TorchScript) or .onnx, got {path!r}")
+    discrete = algo.get_action_type() == ActionSpace.DISCRETE
+    graph = copy.deepcopy(PolicyGraph(algo)).to("cpu").eval()  # the algorithm keeps its device
+    example = [torch.from_numpy(a) for a in _example_inputs(algo, 3)]
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".offrl-", suffix=extension, dir=directory)
+    os.close(fd)
+    try:
+        with torch.no_grad():
+            if extension == ".pt":
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    traced = torch.jit.trace(graph, tuple(example), check_trace=False)
+                    torch.jit.save(traced, tmp, _extra_files={"offrl_metadata.json": json.dumps(_metadata(algo))})
+            else:
+                _export_onnx(graph, example, algo, tmp)
+        for batch in (1, 7):
+            inputs = _example_inputs(algo, batch, seed=batch)
+            runner = load_torchscript_policy(tmp) if extension == ".pt" else load_onnx_policy(tmp)
+            got = runner(*inputs)
+            _compare(path, np.asarray(got), _expected(algo, inputs), discrete)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _export_onnx(graph: nn.Module, example: List[torch.Tensor], algo: Any, tmp: str) -> None:
+    import onnx
+
+    names = _input_names(algo)
+    axes = {name: {0: "batch"} for name in names}
+    axes["action"] = {0: "batch"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            graph, tuple(example), tmp, input_names=names, output_names=["action"],
+            dynamic_axes=axes, dynamo=False, opset_version=17,
+        )
+    model = onnx.load(tmp)
+    for key, value in _metadata(algo).items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, tmp)
+
+
+class _OnnxPolicy:
+    def __init__(self, path: str) -> None:
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        self.names = [i.name for i in self.session.get_inputs()]
+        self.metadata = dict(self.session.get_modelmeta().custom_metadata_map)
+
+    def __call__(self, *observations: np.ndarray) -> np.ndarray:
+        feed = {n: np.asarray(o, dtype=np.float32) for n, o in zip(self.names, observations)}
+        return self.session.run(["action"], feed)[0]
+
+
+class _TorchScriptPolicy:
+    def __init__(self, path: str) -> None:
+        extra = {"offrl_metadata.json": ""}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
+        self.metadata = json.loads(extra["offrl_metadata.json"] or "{}")
+
+    def __call__(self, *observations: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return self.module(*[torch.as_tensor(np.asarray(o, dtype=np.float32)) for o in observations]).numpy()
+
+
+def load_onnx_policy(path: str) -> _OnnxPolicy:
+    """An exported ONNX policy as a callable ``policy(*observations) -> actions``
+    with its ``metadata`` (needs only onnxruntime)."""
+    return _OnnxPolicy(os.fspath(path))
+
+
+def load_torchscript_policy(path: str) -> _TorchScriptPolicy:
+    """An exported TorchScript policy as a callable with its ``metadata``."""
+    return _TorchScriptPolicy(os.fspath(path))
