@@ -17,7 +17,7 @@ import json
 import os
 import tempfile
 import warnings
-from typing import Any, List
+from typing import Any, List, Optional
 
 import numpy as np
 import torch
@@ -118,15 +118,22 @@ def _compare(path: str, got: np.ndarray, expected: np.ndarray, discrete: bool) -
 def save_policy(algo: Any, fname: str) -> None:
     """Write the greedy policy of ``algo`` to ``fname`` (``.pt`` TorchScript,
     ``.onnx`` ONNX), verified against ``algo.predict``."""
-    algo._require_built()
     path = os.fspath(fname)
     extension = os.path.splitext(path)[1].lower()
     if extension not in (".pt", ".onnx"):
         raise ValueError(f"save_policy chooses the format by extension: use .pt (TorchScript) or .onnx, got {path!r}")
-    discrete = algo.get_action_type() == ActionSpace.DISCRETE
-    graph = copy.deepcopy(PolicyGraph(algo)).to("cpu").eval()  # the algorithm keeps its device
-    example = [torch.from_numpy(a) for a in _example_inputs(algo, 3)]
+    if not algo.is_built:
+        raise ValueError(f"{type(algo).__name__} is not built yet: fit it (or build_with_dataset / build_with_env) before save_policy")
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(f"cannot write {path}: the directory {directory} does not exist")
+    try:
+        graph = PolicyGraph(algo)
+    except NotImplementedError as e:
+        raise ValueError(f"{type(algo).__name__} has no policy network to export: {e}") from None
+    discrete = algo.get_action_type() == ActionSpace.DISCRETE
+    graph = copy.deepcopy(graph).to("cpu").eval()  # the algorithm keeps its device
+    example = [torch.from_numpy(a) for a in _example_inputs(algo, 3)]
     fd, tmp = tempfile.mkstemp(prefix=".offrl-", suffix=extension, dir=directory)
     os.close(fd)
     try:
@@ -170,16 +177,23 @@ def _export_onnx(graph: nn.Module, example: List[torch.Tensor], algo: Any, tmp: 
 
 
 class _OnnxPolicy:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, threads: Optional[int] = None) -> None:
         import onnxruntime as ort
 
-        self.session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = int(threads)
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         self.names = [i.name for i in self.session.get_inputs()]
         self.metadata = dict(self.session.get_modelmeta().custom_metadata_map)
 
     def __call__(self, *observations: np.ndarray) -> np.ndarray:
         feed = {n: np.asarray(o, dtype=np.float32) for n, o in zip(self.names, observations)}
         return self.session.run(["action"], feed)[0]
+
+    def predict(self, x: Any) -> np.ndarray:
+        """``algo.predict``'s interface (a batch, or a list for tuple observations)."""
+        return self(*x) if isinstance(x, (list, tuple)) else self(x)
 
 
 class _TorchScriptPolicy:
@@ -194,11 +208,16 @@ class _TorchScriptPolicy:
         with torch.no_grad():
             return self.module(*[torch.as_tensor(np.asarray(o, dtype=np.float32)) for o in observations]).numpy()
 
+    def predict(self, x: Any) -> np.ndarray:
+        """``algo.predict``'s interface (a batch, or a list for tuple observations)."""
+        return self(*x) if isinstance(x, (list, tuple)) else self(x)
 
-def load_onnx_policy(path: str) -> _OnnxPolicy:
+
+def load_onnx_policy(path: str, threads: Optional[int] = None) -> _OnnxPolicy:
     """An exported ONNX policy as a callable ``policy(*observations) -> actions``
-    with its ``metadata`` (needs only onnxruntime)."""
-    return _OnnxPolicy(os.fspath(path))
+    with its ``metadata`` (needs only onnxruntime; ``threads`` sets
+    onnxruntime's intra-op threads)."""
+    return _OnnxPolicy(os.fspath(path), threads)
 
 
 def load_torchscript_policy(path: str) -> _TorchScriptPolicy:
