@@ -50,19 +50,17 @@ from typing import Any, Dict
 
 import numpy as np
 import torch
-from torch import nn
 
-from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory
 from ..models.parameters import ScalarParameter
-from ..models.policies import GreedyNormalPolicy, squashed_sample
+from ..models.policies import squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import hard_update, soft_update, td_target
-from .base import LearnableConfig, QLearningAlgoBase, check_positive_int, check_positive_number
+from .base import LearnableConfig, check_positive_int, check_positive_number
 from .dqn import DQN, DQNConfig
-from .sac import actor_temperature_step, build_critics, build_policy, check_actor_critic_fields
+from .sac import SAC, actor_temperature_step, check_actor_critic_fields
 
 __all__ = ["CQLConfig", "CQL", "DiscreteCQLConfig", "DiscreteCQL"]
 
@@ -155,27 +153,15 @@ def _repeat_observations(x: Any, n: int) -> Any:
     return x.repeat_interleave(n, dim=0)
 
 
-class CQL(QLearningAlgoBase):
-    """Conservative Q-Learning for continuous actions (see the module docstring)."""
-
-    _action_type = ActionSpace.CONTINUOUS
-    _policy_module = "policy"
-    _q_modules = ("q_function", "targ_q_function")
-    _policy_optim = "actor_optim"
-    _q_optim = "critic_optim"
+class CQL(SAC):
+    """Conservative Q-Learning for continuous actions (see the module
+    docstring): SAC's networks, acting and actor step, with the conservative
+    critic update."""
 
     def _build(self, observation_shape, action_size: int) -> None:
+        super()._build(observation_shape, action_size)
         cfg = self._config
-        policy = self._add_module("policy", build_policy(cfg.actor_encoder_factory, observation_shape, action_size))
-        q, targ = build_critics(cfg, observation_shape, action_size)
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", targ)
-        log_temp = self._add_module("log_temp", ScalarParameter(cfg.initial_temperature))
         log_alpha = self._add_module("log_alpha", ScalarParameter(cfg.initial_alpha))
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
-        if cfg.temp_learning_rate > 0:
-            self._add_optimizer("temp_optim", cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
         if cfg.alpha_learning_rate > 0:
             self._add_optimizer("alpha_optim", cfg.alpha_optim_factory, [log_alpha], cfg.alpha_learning_rate)
 
@@ -252,19 +238,6 @@ class CQL(QLearningAlgoBase):
             "alpha": alpha.detach(),
             "conservative_loss": conservative_loss.detach(),
         }
-
-    def _predict(self, x) -> torch.Tensor:
-        return torch.tanh(self._nets["policy"](x)[0])
-
-    def _sample(self, x) -> torch.Tensor:
-        mean, logstd = self._nets["policy"](x)
-        return squashed_sample(mean, logstd)[0]
-
-    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._nets["q_function"].expected(x, action).mean(dim=0)
-
-    def policy_module(self) -> nn.Module:
-        return GreedyNormalPolicy(self._nets["policy"])
 
 
 @register("algorithm")
