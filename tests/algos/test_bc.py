@@ -226,16 +226,6 @@ def test_copy_policy_between_bc_algorithms():
 
 
 # ------------------------------------------------------------- learning
-@pytest.fixture
-def one_thread():
-    """Small networks train fastest on one thread (and do not fight other
-    processes for the cores); restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _episodes_terminals(n: int, length: int = 50) -> np.ndarray:
     terminals = np.zeros(n, dtype=np.float32)
     terminals[length - 1 :: length] = 1.0
@@ -253,7 +243,7 @@ def _linear_behaviour(noise: float, n: int = 2000, seed: int = 0):
     return obs, actions, mean
 
 
-def test_bc_recovers_a_linear_behaviour_policy(one_thread):
+def test_bc_recovers_a_linear_behaviour_policy():
     offrl.seed(0)
     obs, actions, _ = _linear_behaviour(noise=0.01)
     # logged in a [0, 10] x [-3, 1] actuator range; the scaler maps it to [-1, 1]
@@ -273,7 +263,7 @@ def test_bc_recovers_a_linear_behaviour_policy(one_thread):
     assert error.mean() < 0.015
 
 
-def test_stochastic_bc_mean_approaches_the_behaviour_mean(one_thread):
+def test_stochastic_bc_mean_approaches_the_behaviour_mean():
     offrl.seed(0)
     obs, actions, _ = _linear_behaviour(noise=0.1)
     dataset = MDPDataset(obs, actions, np.zeros(len(obs), dtype=np.float32), _episodes_terminals(len(obs)))
@@ -287,7 +277,7 @@ def test_stochastic_bc_mean_approaches_the_behaviour_mean(one_thread):
     assert results[-1][1]["loss"] < 0.0  # the NLL of a narrow Gaussian is negative
 
 
-def test_discrete_bc_recovers_a_deterministic_rule(one_thread):
+def test_discrete_bc_recovers_a_deterministic_rule():
     offrl.seed(0)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(2000, 2)).astype(np.float32)

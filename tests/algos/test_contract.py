@@ -12,7 +12,6 @@ import pkgutil
 
 import numpy as np
 import pytest
-import torch
 from sklearn.base import clone
 
 import offrl

@@ -23,16 +23,6 @@ from offrl.models.encoders import VectorEncoderFactory
 from offrl.models.q_functions import IQNQFunctionFactory, MeanQFunctionFactory, QRQFunctionFactory
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Small networks gain nothing from intra-op threads, and on a loaded
-    machine the threads' spin-waiting makes the learning checks 10-20x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def small_factory() -> VectorEncoderFactory:
     return VectorEncoderFactory(hidden_units=[16, 16])
 
