@@ -954,3 +954,25 @@ def test_infinite_buffer_repr_and_buffer_types():
     assert "InfiniteBuffer(episodes=0, transitions=0)" == repr(rb.buffer)
     fifo = create_fifo_replay_buffer(7, **SIG)
     assert isinstance(fifo.buffer, FIFOBuffer) and fifo.buffer.limit == 7
+
+
+def test_from_episode_generator_holds_every_episode_in_order():
+    from offrl.dataset import Episode, FIFOBuffer, ReplayBuffer
+
+    def generate():
+        for k in range(4):
+            n = k + 2
+            yield Episode(
+                observations=np.full((n, 2), k, dtype=np.float32),
+                actions=np.full((n, 1), 0.5 * k, dtype=np.float32),
+                rewards=np.arange(n, dtype=np.float32)[:, None],
+                terminated=k % 2 == 0,
+            )
+
+    rb = ReplayBuffer.from_episode_generator(generate(), FIFOBuffer(100))
+    assert rb.size() == 4
+    assert [e.size() for e in rb.episodes] == [2, 3, 4, 5]
+    assert [bool(e.terminated) for e in rb.episodes] == [True, False, True, False]
+    for k, e in enumerate(rb.episodes):
+        np.testing.assert_array_equal(e.observations, np.full((k + 2, 2), k, dtype=np.float32))
+    assert rb.transition_count == 2 + 2 + 4 + 4
