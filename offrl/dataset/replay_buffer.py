@@ -367,10 +367,20 @@ class ReplayBuffer(ReplayBufferBase):
         action_space: Optional[ActionSpace] = None,
         action_size: Optional[int] = None,
     ) -> None:
-        """Append a whole episode (its arrays are copied into the buffer)."""
+        """Append a whole episode (its arrays are copied into the buffer).
+
+        The first episode of a buffer without signatures sets them; its
+        actions are discrete when their dtype is integer (or when
+        ``action_space`` says so), continuous otherwise."""
         if self._info is None:
             observations = _checks.as_observation_columns(episode.observations, "episode.observations")
             n = observations[0].shape[0]
+            if action_space is None:
+                # an episode's dtype states its intent (one episode is too little
+                # data to guess from values): integer actions are discrete
+                dtype = np.asarray(episode.actions).dtype
+                discrete = np.issubdtype(dtype, np.integer) or dtype == np.bool_
+                action_space = ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS
             actions, space, size = _checks.as_actions(episode.actions, n, action_space, action_size, "episode.actions")
             self._set_info(
                 get_observation_signature(observations),
