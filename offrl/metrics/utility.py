@@ -1,0 +1,69 @@
+"""Rolling a policy out in a gymnasium environment."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import numpy as np
+
+__all__ = ["evaluate_qlearning_with_environment", "rollout_returns"]
+
+
+def _batched(observation: Any) -> Any:
+    """One observation with a batch axis of 1 (tuple observations: a list)."""
+    if isinstance(observation, dict):
+        observation = tuple(observation[k] for k in sorted(observation))
+    if isinstance(observation, (list, tuple)):
+        return [np.asarray(o)[None] for o in observation]
+    return np.asarray(observation)[None]
+
+
+def _check_finite(observation: Any, episode: int, step: int) -> None:
+    parts = observation if isinstance(observation, list) else [observation]
+    for part in parts:
+        if np.issubdtype(part.dtype, np.floating) and not np.isfinite(part).all():
+            raise ValueError(f"the environment returned a non-finite observation at episode {episode}, step {step}")
+
+
+def rollout_returns(
+    algo: Any,
+    env: Any,
+    n_trials: int = 10,
+    epsilon: float = 0.0,
+    seed: Optional[int] = None,
+) -> List[float]:
+    """Undiscounted returns of ``n_trials`` episodes of ``algo``'s greedy
+    policy in ``env`` (gymnasium 1.x API). With probability ``epsilon`` an
+    action is drawn from ``env.action_space`` instead. ``seed`` seeds the
+    first reset (later resets continue the environment's generator)."""
+    if isinstance(n_trials, bool) or not isinstance(n_trials, (int, np.integer)) or n_trials <= 0:
+        raise ValueError(f"n_trials must be a positive int, got {n_trials!r}")
+    if not 0.0 <= float(epsilon) <= 1.0:
+        raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
+    if not getattr(algo, "is_built", False):
+        raise ValueError(f"{type(algo).__name__} is not built: fit it or build it before evaluating it in an environment")
+    rng = np.random.default_rng(seed)
+    returns: List[float] = []
+    for trial in range(int(n_trials)):
+        observation, _ = env.reset(seed=seed if trial == 0 else None)
+        total = 0.0
+        step = 0
+        while True:
+            if epsilon > 0.0 and rng.random() < epsilon:
+                action = env.action_space.sample()
+            else:
+                batch = _batched(observation)
+                _check_finite(batch, trial, step)
+                action = algo.predict(batch)[0]
+            observation, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            step += 1
+            if terminated or truncated:
+                break
+        returns.append(total)
+    return returns
+
+
+def evaluate_qlearning_with_environment(algo: Any, env: Any, n_trials: int = 10, epsilon: float = 0.0) -> float:
+    """Mean undiscounted return of ``n_trials`` episodes (d3rlpy's name)."""
+    return float(np.mean(rollout_returns(algo, env, n_trials, epsilon)))
