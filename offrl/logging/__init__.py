@@ -4,6 +4,7 @@ from .base import LoggerAdapter, LoggerAdapterFactory
 from .combine_adapter import CombineAdapter, CombineAdapterFactory
 from .file_adapter import FileAdapter, FileAdapterFactory
 from .noop_adapter import NoopAdapter, NoopAdapterFactory
+from .tensorboard_adapter import TensorboardAdapter, TensorboardAdapterFactory
 
 __all__ = [
     "LoggerAdapter",
@@ -14,4 +15,6 @@ __all__ = [
     "NoopAdapterFactory",
     "CombineAdapter",
     "CombineAdapterFactory",
+    "TensorboardAdapter",
+    "TensorboardAdapterFactory",
 ]

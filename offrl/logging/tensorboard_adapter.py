@@ -1,0 +1,74 @@
+"""Logging to TensorBoard event files (optional extra: ``pip install offrl[tensorboard]``).
+
+Scalars are written under ``metrics/<name>`` with the run's total step
+(gradient steps offline, environment steps online) on the x-axis, so curves
+of runs with different epoch lengths line up; the epoch is logged as the
+``epoch`` scalar at the same step. Parameters go in as a JSON text entry.
+Models are not saved by this adapter: combine it with
+:class:`~offrl.logging.FileAdapterFactory` through
+:class:`~offrl.logging.CombineAdapterFactory` to keep snapshots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict
+
+__all__ = ["TensorboardAdapter", "TensorboardAdapterFactory"]
+
+
+def _summary_writer_class() -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ImportError(
+            "TensorboardAdapterFactory needs the tensorboard package: pip install 'offrl[tensorboard]'"
+        ) from None
+    return SummaryWriter
+
+
+class TensorboardAdapter:
+    """Writes one TensorBoard run into ``logdir``."""
+
+    def __init__(self, logdir: str) -> None:
+        writer_class = _summary_writer_class()
+        self.logdir = logdir
+        os.makedirs(logdir, exist_ok=True)
+        self._writer = writer_class(log_dir=logdir)
+
+    def write_params(self, params: Dict[str, Any]) -> None:
+        text = json.dumps(params, indent=2, default=str)
+        # four leading spaces: TensorBoard renders the text as code (markdown)
+        self._writer.add_text("params", "\n".join("    " + line for line in text.splitlines()), 0)
+
+    def before_write_metric(self, epoch: int, step: int) -> None:
+        pass
+
+    def write_metric(self, epoch: int, step: int, name: str, value: float) -> None:
+        self._writer.add_scalar(f"metrics/{name}", float(value), int(step))
+
+    def after_write_metric(self, epoch: int, step: int) -> None:
+        self._writer.add_scalar("epoch", int(epoch), int(step))
+        self._writer.flush()
+
+    def save_model(self, epoch: int, algo: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class TensorboardAdapterFactory:
+    """One TensorBoard run per experiment, in ``root_dir/runs/<experiment_name>``
+    (the layout d3rlpy uses, so ``tensorboard --logdir root_dir`` shows all)."""
+
+    def __init__(self, root_dir: str = "tensorboard_logs") -> None:
+        self.root_dir = root_dir
+        _summary_writer_class()  # fail at construction, not when training starts
+
+    def create(self, experiment_name: str) -> TensorboardAdapter:
+        return TensorboardAdapter(os.path.join(self.root_dir, "runs", experiment_name))
+
+    def __repr__(self) -> str:
+        return f"TensorboardAdapterFactory(root_dir={self.root_dir!r})"
