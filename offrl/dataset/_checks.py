@@ -18,6 +18,7 @@ __all__ = [
     "as_flags",
     "as_rewards",
     "as_actions",
+    "as_behaviour_probabilities",
     "episode_columns",
     "first_index",
 ]
@@ -215,6 +216,31 @@ def as_actions(
     return actions, action_space, action_size
 
 
+def as_behaviour_probabilities(
+    value: Any, n: int, action_space: ActionSpace, name: str = "behaviour_probabilities"
+) -> np.ndarray:
+    """Logged behaviour probabilities as ``(n,)`` float64: probabilities in
+    (0, 1] for discrete actions, densities > 0 for continuous ones."""
+    array = _as_array(value, name)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1:
+        raise ValueError(f"{name} must have shape (n,) or (n, 1), got {array.shape}")
+    if array.shape[0] != n:
+        raise ValueError(f"{name} has {array.shape[0]} rows, observations has {n}")
+    if not (np.issubdtype(array.dtype, np.number) and not np.issubdtype(array.dtype, np.complexfloating)):
+        raise TypeError(f"{name} must be numeric, got dtype {array.dtype}")
+    array = np.array(array, dtype=np.float64, order="C", copy=True)
+    check_finite(array, name)
+    discrete = ActionSpace.parse(action_space) == ActionSpace.DISCRETE
+    bad = (array <= 0) | (array > 1) if discrete else array <= 0
+    if bad.any():
+        i = first_index(bad)
+        expected = "a probability in (0, 1]" if discrete else "a density > 0"
+        raise ValueError(f"{name}[{i}] is {_show(array[i])}, expected {expected}")
+    return array
+
+
 def as_single_observation(observation: Any, signature, name: str = "observation") -> list[np.ndarray]:
     """One observation (no step axis) as a list of arrays in the signature's dtypes."""
     if signature.is_tuple or isinstance(observation, (list, tuple)):
@@ -240,8 +266,11 @@ def as_single_observation(observation: Any, signature, name: str = "observation"
     return out
 
 
-def episode_columns(episode: Any, store: Any) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, Optional[list[np.ndarray]]]:
-    """An episode's arrays validated and converted to ``store``'s dtypes."""
+def episode_columns(
+    episode: Any, store: Any
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, Optional[list[np.ndarray]], Optional[np.ndarray]]:
+    """An episode's arrays validated and converted to ``store``'s dtypes:
+    ``(observations, actions, rewards, final_observation, behaviour_probabilities)``."""
     observations = as_observation_columns(episode.observations, "episode.observations")
     n = observations[0].shape[0]
     if n == 0:
@@ -250,8 +279,13 @@ def episode_columns(episode: Any, store: Any) -> tuple[list[np.ndarray], np.ndar
     if store.action_signature is not None:
         is_discrete = np.issubdtype(store.action_signature.dtype[0], np.integer)
         action_space = ActionSpace.DISCRETE if is_discrete else ActionSpace.CONTINUOUS
-    actions, _, _ = as_actions(episode.actions, n, action_space, None, "episode.actions")
+    actions, action_space, _ = as_actions(episode.actions, n, action_space, None, "episode.actions")
     rewards = as_rewards(episode.rewards, n, "episode.rewards")
+    behaviour = getattr(episode, "behaviour_probabilities", None)
+    if behaviour is not None:
+        behaviour = as_behaviour_probabilities(
+            behaviour, n, action_space, "episode.behaviour_probabilities"
+        )
     final = getattr(episode, "final_observation", None)
     final_columns = None
     if final is not None:
@@ -263,4 +297,4 @@ def episode_columns(episode: Any, store: Any) -> tuple[list[np.ndarray], np.ndar
         observations = [
             o.astype(d, copy=False) for o, d in zip(observations, store.observation_signature.dtype)
         ]
-    return observations, actions, rewards, final_columns
+    return observations, actions, rewards, final_columns, behaviour

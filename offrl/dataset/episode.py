@@ -88,6 +88,10 @@ class Episode:
             storing ``T + 1`` observations). With it, the last step is a
             usable transition; without it, the last step has no next
             observation and is not a transition.
+        behaviour_probabilities: ``(T,)`` float64 logged probability (discrete
+            actions) or density (continuous actions) of each step's action
+            under the policy that collected the data; None when not logged.
+            Used by importance-sampling off-policy evaluation.
     """
 
     observations: ObservationSequence
@@ -95,6 +99,7 @@ class Episode:
     rewards: np.ndarray
     terminated: bool
     final_observation: Optional[Observation] = None
+    behaviour_probabilities: Optional[np.ndarray] = None
 
     def size(self) -> int:
         """Number of steps."""

@@ -7,6 +7,11 @@ element), ``actions``, ``rewards`` (rows, including one final-observation row
 after each truncated episode that has one), and the episode table
 ``episode_starts``, ``episode_ends``, ``episode_terminated``,
 ``episode_has_final``. Files hold arrays only; nothing in them is executed.
+
+Schema 1.1 (root attribute ``schema_minor_version = 1``) adds the optional
+dataset ``behaviour_probabilities`` (float64, one per row; NaN where a step
+has none). Readers accept any 1.x file: a 1.0 file (no minor attribute) loads
+without behaviour probabilities, and a 1.0 reader ignores the extra dataset.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from ..constants import ActionSpace
 from . import _checks
 from .episode import EpisodeBase
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "dump_store", "dump_episodes", "read_dataset_file"]
+__all__ = ["FORMAT", "SCHEMA_VERSION", "SCHEMA_MINOR_VERSION", "dump_store", "dump_episodes", "read_dataset_file"]
 
 FORMAT = "offrl.dataset"
 SCHEMA_VERSION = 1
+SCHEMA_MINOR_VERSION = 1
 
 PathOrFile = Union[str, os.PathLike, BinaryIO]
 
@@ -80,10 +86,12 @@ def _write(
     has_final: np.ndarray,
     info: Any,
     compression: Optional[str],
+    behaviour_probabilities: Optional[np.ndarray] = None,
 ) -> None:
     with _atomic_h5(f) as h5:
         h5.attrs["format"] = FORMAT
         h5.attrs["schema_version"] = SCHEMA_VERSION
+        h5.attrs["schema_minor_version"] = SCHEMA_MINOR_VERSION
         h5.attrs["offrl_version"] = __version__
         h5.attrs["action_space"] = info.action_space.name.lower()
         h5.attrs["action_size"] = int(info.action_size)
@@ -96,12 +104,19 @@ def _write(
         h5.create_dataset("episode_ends", data=np.asarray(ends, dtype=np.int64))
         h5.create_dataset("episode_terminated", data=np.asarray(terminated, dtype=bool))
         h5.create_dataset("episode_has_final", data=np.asarray(has_final, dtype=bool))
+        if behaviour_probabilities is not None:
+            h5.create_dataset(
+                "behaviour_probabilities",
+                data=np.asarray(behaviour_probabilities, dtype=np.float64),
+                compression=compression,
+            )
 
 
 def dump_store(store: Any, info: Any, f: PathOrFile, compression: Optional[str] = None) -> None:
     """Write the live rows and episodes of a columnar store."""
     head, tail = store.head, store.tail
     starts, ends, terminated, has_final = store.episode_table()
+    behaviour = store.behaviour_probabilities
     _write(
         f,
         [o[head:tail] for o in store.observations],
@@ -113,6 +128,7 @@ def dump_store(store: Any, info: Any, f: PathOrFile, compression: Optional[str] 
         has_final,
         info,
         compression,
+        None if behaviour is None else behaviour[head:tail],
     )
 
 
@@ -122,7 +138,7 @@ def dump_episodes(episodes: Sequence[EpisodeBase], info: Any, f: PathOrFile, com
 
     store = InfiniteBuffer()
     for episode in episodes:
-        obs, actions, rewards, final = _checks.episode_columns(episode, store)
+        obs, actions, rewards, final, behaviour = _checks.episode_columns(episode, store)
         if not store.is_initialized:
             from .episode import get_observation_signature
             from .signature import Signature
@@ -132,7 +148,7 @@ def dump_episodes(episodes: Sequence[EpisodeBase], info: Any, f: PathOrFile, com
                 Signature(dtype=[actions.dtype], shape=[actions.shape[1:]]),
                 Signature(dtype=[np.float32], shape=[(1,)]),
             )
-        store.add_episode(obs, actions, rewards, bool(episode.terminated), final)
+        store.add_episode(obs, actions, rewards, bool(episode.terminated), final, behaviour)
     if not store.is_initialized:
         raise ValueError("cannot dump a buffer with no episodes")
     dump_store(store, info, f, compression)
@@ -163,7 +179,7 @@ def read_dataset_file(f: PathOrFile) -> dict:
             if version != SCHEMA_VERSION:
                 raise ValueError(
                     f"{name} has dataset schema version {version}; this offrl "
-                    f"({__version__}) reads version {SCHEMA_VERSION}"
+                    f"({__version__}) reads version {SCHEMA_VERSION}.x"
                 )
             n_columns = int(attrs["n_observation_columns"])
             keys = [f"observations_{k}" for k in range(n_columns)] + [
@@ -174,6 +190,8 @@ def read_dataset_file(f: PathOrFile) -> dict:
             if missing:
                 raise ValueError(f"{name} is not a complete offrl dataset file: it is missing {missing}")
             data = {k: h5[k][()] for k in keys}
+            if "behaviour_probabilities" in h5:
+                data["behaviour_probabilities"] = h5["behaviour_probabilities"][()]
     except ValueError:
         raise
     except (OSError, KeyError, TypeError) as e:
@@ -200,6 +218,18 @@ def _check_layout(name: str, data: dict, action_space: ActionSpace, action_size:
         raise ValueError(f"{name} is corrupt: rewards has shape {data['rewards'].shape}, expected ({rows}, 1)")
     _checks.check_finite(data["rewards"], f"{name}: rewards")
     _checks.check_finite(data["actions"], f"{name}: actions")
+    behaviour = data.get("behaviour_probabilities")
+    if behaviour is not None:
+        if behaviour.shape != (rows,) or not np.issubdtype(behaviour.dtype, np.floating):
+            raise ValueError(
+                f"{name} is corrupt: behaviour_probabilities has shape {behaviour.shape} "
+                f"and dtype {behaviour.dtype}, expected ({rows},) floats"
+            )
+        bad = ~(behaviour > 0) & ~np.isnan(behaviour)  # NaN marks a step without one
+        bad |= np.isinf(behaviour)
+        if bad.any():
+            i = _checks.first_index(bad)
+            raise ValueError(f"{name} is corrupt: behaviour_probabilities[{i}] is {float(behaviour[i])}, expected > 0")
     starts, ends = data["episode_starts"], data["episode_ends"]
     terminated, has_final = data["episode_terminated"], data["episode_has_final"]
     n = starts.shape[0]

@@ -260,6 +260,25 @@ class ReplayBuffer(ReplayBufferBase):
     def transition_count(self) -> int:
         return int(self._buffer.transition_count)
 
+    @property
+    def behaviour_probabilities(self) -> Optional[np.ndarray]:
+        """Logged behaviour probability (discrete actions) or density
+        (continuous actions) of every step's action, ``(steps,)`` float64,
+        aligned with ``np.concatenate([ep.actions for ep in dataset.episodes])``;
+        None when the data has none. Steps written without one (e.g. appended
+        online to a dataset that has them) hold NaN."""
+        if self._store is not None:
+            column = self._store.behaviour_probabilities
+            return None if column is None else column[self._store.step_rows()]
+        episodes = self.episodes
+        columns = [getattr(e, "behaviour_probabilities", None) for e in episodes]
+        if all(c is None for c in columns):
+            return None
+        return np.concatenate([
+            np.full(e.size(), np.nan) if c is None else np.asarray(c, np.float64).reshape(-1)
+            for e, c in zip(episodes, columns)
+        ])
+
     def size(self) -> int:
         """Number of episodes."""
         return len(self._buffer.episodes)
@@ -390,9 +409,9 @@ class ReplayBuffer(ReplayBufferBase):
                 size,
             )
         if self._store is not None:
-            obs, actions, rewards, final = _checks.episode_columns(episode, self._store)
+            obs, actions, rewards, final, behaviour = _checks.episode_columns(episode, self._store)
             self._check_episode_actions(actions)
-            self._store.add_episode(obs, actions, rewards, bool(episode.terminated), final)
+            self._store.add_episode(obs, actions, rewards, bool(episode.terminated), final, behaviour)
         else:
             for i in range(episode.transition_count):
                 self._buffer.append(episode, i)
@@ -478,7 +497,8 @@ class ReplayBuffer(ReplayBufferBase):
     def to_arrays(self) -> dict:
         """The steps as arrays: ``observations`` (an array, or a list for tuple
         observations), ``actions``, ``rewards``, ``terminals`` and
-        ``timeouts`` (0/1 per step, MDPDataset's convention), and
+        ``timeouts`` (0/1 per step, MDPDataset's convention),
+        ``behaviour_probabilities`` (``(n,)`` float64, or None), and
         ``episode_starts`` / ``episode_ends`` (row offsets). Views when the
         buffer holds no final observations, copies otherwise."""
         if self._store is None:
@@ -495,12 +515,14 @@ class ReplayBuffer(ReplayBufferBase):
             terminals[new_ends[terminated] - 1] = 1.0
             timeouts[new_ends[~terminated] - 1] = 1.0
         observations = [o[rows] for o in store.observations]
+        behaviour = store.behaviour_probabilities
         return {
             "observations": observations[0] if len(observations) == 1 else observations,
             "actions": store.actions[rows],
             "rewards": store.rewards[rows],
             "terminals": terminals,
             "timeouts": timeouts,
+            "behaviour_probabilities": None if behaviour is None else behaviour[rows],
             "episode_starts": new_starts,
             "episode_ends": new_ends,
         }
@@ -566,6 +588,7 @@ class ReplayBuffer(ReplayBufferBase):
             buffer.set_columns(
                 data["observations"], data["actions"], data["rewards"], data["episode_starts"],
                 data["episode_ends"], data["episode_terminated"], data["episode_has_final"],
+                data.get("behaviour_probabilities"),
             )
             ReplayBuffer.__init__(out, buffer, **components)
             return out
@@ -573,6 +596,7 @@ class ReplayBuffer(ReplayBufferBase):
         store.set_columns(
             data["observations"], data["actions"], data["rewards"], data["episode_starts"],
             data["episode_ends"], data["episode_terminated"], data["episode_has_final"],
+            data.get("behaviour_probabilities"),
         )
         ReplayBuffer.__init__(out, buffer, episodes=list(store.episodes), **components)
         return out
@@ -606,6 +630,7 @@ class ReplayBuffer(ReplayBufferBase):
         offsets = np.repeat(starts[idx] - new_starts, spans)
         rows = np.arange(int(spans.sum()), dtype=np.int64) + offsets
         new = InfiniteBuffer()
+        behaviour = store.behaviour_probabilities
         new.set_columns(
             [o[rows] for o in store.observations],
             store.actions[rows],
@@ -614,6 +639,7 @@ class ReplayBuffer(ReplayBufferBase):
             new_starts + (ends - starts)[idx],
             terminated[idx],
             has_final[idx],
+            None if behaviour is None else behaviour[rows],
         )
         out = ReplayBuffer.__new__(type(self) if isinstance(self, MDPDataset) else ReplayBuffer)
         ReplayBuffer.__init__(
@@ -673,6 +699,10 @@ class MDPDataset(ReplayBuffer):
         next_observations: optional ``(N, *obs_shape)`` (as in D4RL files):
             used as the final observation of each truncated episode so its
             last step stays a usable transition.
+        behaviour_probabilities: optional ``(N,)`` logged probability of each
+            step's action under the data-collecting policy, in (0, 1] for
+            discrete actions (a density > 0 for continuous ones); kept for
+            importance-sampling off-policy evaluation.
     """
 
     def __init__(
@@ -687,6 +717,7 @@ class MDPDataset(ReplayBuffer):
         action_space: Optional[ActionSpace] = None,
         action_size: Optional[int] = None,
         next_observations: Any = None,
+        behaviour_probabilities: Any = None,
     ) -> None:
         obs_columns = _checks.as_observation_columns(observations)
         n = obs_columns[0].shape[0]
@@ -696,6 +727,9 @@ class MDPDataset(ReplayBuffer):
             actions, n, None if action_space is None else ActionSpace.parse(action_space), action_size
         )
         reward_array = _checks.as_rewards(rewards, n)
+        behaviour = None
+        if behaviour_probabilities is not None:
+            behaviour = _checks.as_behaviour_probabilities(behaviour_probabilities, n, space)
         terminal_flags = _checks.as_flags(terminals, "terminals", n)
         if timeouts is None:
             timeout_flags = np.zeros(n, dtype=bool)
@@ -732,12 +766,14 @@ class MDPDataset(ReplayBuffer):
             ]
             action_array = np.insert(action_array, insert_at, 0, axis=0)
             reward_array = np.insert(reward_array, insert_at, 0, axis=0)
+            if behaviour is not None:
+                behaviour = np.insert(behaviour, insert_at, 1.0)
             shift = np.concatenate(([0], np.cumsum(has_final)[:-1]))
             starts = starts + shift
             ends = ends + shift
 
         store = InfiniteBuffer()
-        store.set_columns(obs_columns, action_array, reward_array, starts, ends, terminated, has_final)
+        store.set_columns(obs_columns, action_array, reward_array, starts, ends, terminated, has_final, behaviour)
         super().__init__(
             store,
             transition_picker=transition_picker,

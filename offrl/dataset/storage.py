@@ -8,6 +8,12 @@ reached after the last step of a truncated episode, it is stored as one extra
 row right after the episode's steps, so that the next observation of any
 non-terminal step ``r`` is simply row ``r + 1``.
 
+An optional ``behaviour_probabilities`` column (float64, one value per row)
+holds the logged probability (or density) of each step's action under the
+policy that collected the data, for off-policy evaluation. It exists once any
+written step carries one; steps written without one hold NaN, and
+final-observation rows hold 1.0.
+
 :class:`InfiniteBuffer` keeps everything; :class:`FIFOBuffer` keeps the
 newest ``limit`` transitions. Both also implement d3rlpy's ``BufferProtocol``
 (``append(episode, index)``, ``episodes``, ``transition_count``,
@@ -104,6 +110,7 @@ class ColumnStore:
         self._observations: Optional[list[np.ndarray]] = None
         self._actions: Optional[np.ndarray] = None
         self._rewards: Optional[np.ndarray] = None
+        self._behaviour: Optional[np.ndarray] = None
         self._tail = 0
         self._ep_start = np.zeros(0, dtype=np.int64)
         self._ep_end = np.zeros(0, dtype=np.int64)
@@ -165,14 +172,20 @@ class ColumnStore:
         ends: np.ndarray,
         terminated: np.ndarray,
         has_final: np.ndarray,
+        behaviour_probabilities: Optional[np.ndarray] = None,
     ) -> None:
         """Adopt whole, already validated columns (used when building a dataset
-        from arrays or loading a file). The store must be empty."""
+        from arrays or loading a file). The store must be empty.
+        ``behaviour_probabilities``: optional float64 ``(rows,)`` column."""
         if self._ep_tail != self._ep_head:
             raise ValueError("set_columns needs an empty buffer")
         self._observations = list(observations)
         self._actions = actions
         self._rewards = rewards
+        self._behaviour = (
+            None if behaviour_probabilities is None
+            else np.ascontiguousarray(behaviour_probabilities, dtype=np.float64)
+        )
         self.observation_signature = Signature(
             dtype=[o.dtype for o in observations], shape=[o.shape[1:] for o in observations]
         )
@@ -201,6 +214,11 @@ class ColumnStore:
     @property
     def rewards(self) -> np.ndarray:
         return self._rewards  # type: ignore[return-value]
+
+    @property
+    def behaviour_probabilities(self) -> Optional[np.ndarray]:
+        """The behaviour-probability column (all rows), or None."""
+        return self._behaviour
 
     @property
     def head(self) -> int:
@@ -313,6 +331,7 @@ class ColumnStore:
             rewards=self._rewards[start:end],
             terminated=bool(self._ep_terminated[i]),
             final_observation=final,
+            behaviour_probabilities=None if self._behaviour is None else self._behaviour[start:end],
         )
 
     @property
@@ -333,6 +352,8 @@ class ColumnStore:
         self._observations = [_grow(o, capacity, head, self._tail) for o in self._observations]
         self._actions = _grow(self._actions, capacity, head, self._tail)
         self._rewards = _grow(self._rewards, capacity, head, self._tail)
+        if self._behaviour is not None:
+            self._behaviour = _grow(self._behaviour, capacity, head, self._tail)
         self._ep_start[self._ep_head : self._ep_tail] -= head
         self._ep_end[self._ep_head : self._ep_tail] -= head
         self._tail = live
@@ -355,6 +376,8 @@ class ColumnStore:
         observations: Sequence[np.ndarray],
         actions: np.ndarray,
         rewards: Optional[np.ndarray],
+        behaviour_probabilities: Optional[np.ndarray] = None,
+        is_final_row: bool = False,
     ) -> int:
         n = actions.shape[0]
         self._reserve_rows(n)
@@ -366,6 +389,16 @@ class ColumnStore:
             self._rewards[t : t + n] = 0
         else:
             self._rewards[t : t + n] = rewards
+        if behaviour_probabilities is not None and self._behaviour is None:
+            # the first step with a logged probability: earlier rows have none
+            self._behaviour = np.full(self._actions.shape[0], np.nan)
+        if self._behaviour is not None:
+            if is_final_row:
+                self._behaviour[t : t + n] = 1.0
+            elif behaviour_probabilities is None:
+                self._behaviour[t : t + n] = np.nan
+            else:
+                self._behaviour[t : t + n] = behaviour_probabilities
         self._tail = t + n
         return t
 
@@ -395,6 +428,7 @@ class ColumnStore:
                 [o[None] for o in final_observation],
                 np.zeros((1,) + self._actions.shape[1:], self._actions.dtype),
                 None,
+                is_final_row=True,
             )
             self._ep_has_final[i] = True
         self._open = False
@@ -407,8 +441,10 @@ class ColumnStore:
         rewards: np.ndarray,
         terminated: bool,
         final_observation: Optional[Sequence[np.ndarray]] = None,
+        behaviour_probabilities: Optional[np.ndarray] = None,
     ) -> None:
-        """Append a whole, closed episode (arrays already in the store's dtypes)."""
+        """Append a whole, closed episode (arrays already in the store's dtypes;
+        ``behaviour_probabilities`` validated, ``(n,)``)."""
         if self._open:
             raise ValueError(
                 "an episode is being written with append(); call clip_episode() "
@@ -420,12 +456,13 @@ class ColumnStore:
         has_final = final_observation is not None and not terminated
         self._reserve_episode()
         self._reserve_rows(n + int(has_final))
-        start = self._write_rows(observations, actions, rewards)
+        start = self._write_rows(observations, actions, rewards, behaviour_probabilities)
         if has_final:
             self._write_rows(
                 [o[None] for o in final_observation],
                 np.zeros((1,) + actions.shape[1:], actions.dtype),
                 None,
+                is_final_row=True,
             )
         i = self._ep_tail
         self._ep_start[i] = start
@@ -461,8 +498,8 @@ class ColumnStore:
             return
         from ._checks import episode_columns
 
-        obs, actions, rewards, final = episode_columns(episode, self)
-        self.add_episode(obs, actions, rewards, bool(episode.terminated), final)
+        obs, actions, rewards, final, behaviour = episode_columns(episode, self)
+        self.add_episode(obs, actions, rewards, bool(episode.terminated), final, behaviour)
         self._protocol_episode = episode
 
 
