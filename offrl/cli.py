@@ -1,37 +1,647 @@
-"""The ``offrl`` command. Subcommands so far: ``export``."""
+"""The ``offrl`` command.
+
+``offrl quickstart`` runs the whole job on a built-in dataset; ``fit``,
+``evaluate``, ``export``, ``info``, ``plot`` / ``plot-all`` / ``stats``,
+``record`` and ``play`` are the pieces. Every subcommand has ``--help``.
+A user error (a missing file, an unknown name, a malformed override) prints
+one line on stderr and exits with status 2 (argparse's usage errors too);
+``--debug`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from typing import List, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["main"]
+__all__ = ["main", "CLIError", "parse_overrides", "apply_overrides", "resolve_algorithm", "load_dataset"]
 
 
-def _export(args: argparse.Namespace) -> int:
+class CLIError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+# ----------------------------------------------------------- algorithms
+def _algorithm_configs() -> Dict[str, type]:
+    import offrl.algos  # noqa: F401  (registers the algorithms)
+    from .serialization import registered
+
+    return {name: cls for name, cls in registered("algorithm").items() if not getattr(cls, "_contract_exempt", False)}
+
+
+def resolve_algorithm(name: str) -> type:
+    """The config class of an algorithm named by its type (``discrete_cql``),
+    class (``DiscreteCQL``) or config class (``DiscreteCQLConfig``); the
+    error lists the valid names."""
+    configs = _algorithm_configs()
+    wanted = name.strip().lower().replace("-", "_")
+    for type_name, cls in configs.items():
+        aliases = {type_name, cls.__name__.lower(), cls.__name__.lower().removesuffix("config")}
+        if wanted in aliases or wanted.replace("_", "") in {a.replace("_", "") for a in aliases}:
+            return cls
+    raise CLIError(f"unknown algorithm {name!r}; valid: {', '.join(sorted(configs))}")
+
+
+_FIELD_KINDS = (
+    ("observation_scaler", "observation_scaler"),
+    ("action_scaler", "action_scaler"),
+    ("reward_scaler", "reward_scaler"),
+    ("encoder_factory", "encoder"),
+    ("optim_factory", "optimizer"),
+    ("q_func_factory", "q_function"),
+)
+
+
+def _kind_of_field(field: str, current: Any) -> Optional[str]:
+    if isinstance(current, dict) and set(current) == {"kind", "type", "params"}:
+        return current["kind"]
+    for suffix, kind in _FIELD_KINDS:
+        if field.endswith(suffix):
+            return kind
+    return None
+
+
+def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
+    """``["batch_size=64", "encoder_factory.hidden_units=[64,64]"]`` ->
+    ``{"batch_size": 64, ...}``; values are JSON when they parse as JSON
+    (numbers, lists, true/false/null, objects), strings otherwise."""
+    overrides: Dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise CLIError(f"malformed override {item!r}: expected key=value (e.g. batch_size=64)")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        overrides[key] = value
+    return overrides
+
+
+def apply_overrides(config_cls: type, overrides: Dict[str, Any], base: Optional[Dict[str, Any]] = None) -> Any:
+    """A config of ``config_cls`` with ``overrides`` applied to its JSON form.
+
+    Keys are field names, dotted for nested factories
+    (``critic_encoder_factory.hidden_units``). A string given to a
+    factory or scaler field names its type (``q_func_factory=qr``,
+    ``observation_scaler=standard``), with that type's defaults; a JSON
+    object gives ``{"type": ..., "params": {...}}``.
+    """
+    from .serialization import from_json_value, lookup
+
+    data = base if base is not None else config_cls().to_dict()
+    data = json.loads(json.dumps(data))
+    for key, value in overrides.items():
+        parts = key.split(".")
+        node = data
+        for depth, part in enumerate(parts):
+            params = node["params"]
+            if part not in params:
+                where = ".".join(parts[:depth]) or config_cls.__name__
+                raise CLIError(f"unknown config key {'.'.join(parts[: depth + 1])!r} in {where}; valid: {', '.join(sorted(params))}")
+            if depth < len(parts) - 1:
+                child = params[part]
+                if not (isinstance(child, dict) and "params" in child):
+                    raise CLIError(f"{'.'.join(parts[: depth + 1])} is not a factory or scaler, so {key!r} cannot go inside it")
+                node = child
+                continue
+            current = params[part]
+            kind = _kind_of_field(part, current)
+            if kind is not None and isinstance(value, str):
+                try:
+                    cls = lookup(kind, value)
+                except ValueError as e:
+                    raise CLIError(f"{key}: {e}") from None
+                value = cls().to_dict()
+            elif kind is not None and isinstance(value, dict) and "type" in value:
+                try:
+                    cls = lookup(kind, value["type"])
+                except ValueError as e:
+                    raise CLIError(f"{key}: {e}") from None
+                full = cls().to_dict()
+                unknown = set(value.get("params", {})) - set(full["params"])
+                if unknown:
+                    raise CLIError(f"{key}: {cls.__name__} has no parameters {sorted(unknown)}; valid: {', '.join(sorted(full['params']))}")
+                full["params"].update(value.get("params", {}))
+                value = full
+            params[part] = value
+    try:
+        return from_json_value(data)
+    except (TypeError, ValueError) as e:
+        raise CLIError(f"invalid config for {config_cls.__name__}: {e}") from None
+
+
+def _config_from_args(config_cls: type, config_file: Optional[str], overrides: Sequence[str]) -> Any:
+    base = None
+    extra: Dict[str, Any] = {}
+    if config_file:
+        if not os.path.isfile(config_file):
+            raise CLIError(f"{config_file}: no such config file")
+        try:
+            with open(config_file) as f:
+                loaded = json.load(f)
+        except json.JSONDecodeError as e:
+            raise CLIError(f"{config_file}: not valid JSON ({e})") from None
+        if not isinstance(loaded, dict):
+            raise CLIError(f"{config_file}: expected a JSON object of config values")
+        if set(loaded) == {"kind", "type", "params"}:
+            if loaded["type"] != config_cls.get_type():
+                raise CLIError(f"{config_file} holds a {loaded['type']!r} config, not {config_cls.get_type()!r}")
+            base = loaded
+        else:
+            extra = loaded
+    extra.update(parse_overrides(overrides))
+    return apply_overrides(config_cls, extra, base)
+
+
+# -------------------------------------------------------------- datasets
+def load_dataset(spec: str) -> Tuple[Any, Any]:
+    """``(dataset, env or None)`` for a dataset file (offrl HDF5, D4RL-format
+    HDF5), a Minari dataset directory, or a built-in dataset name."""
+    from .dataset import MDPDataset
+
+    if os.path.isdir(spec):
+        from .datasets import get_minari
+
+        return get_minari(spec)
+    if os.path.isfile(spec):
+        import h5py
+
+        try:
+            with h5py.File(spec, "r") as h5:
+                is_offrl = h5.attrs.get("format") is not None
+        except OSError:
+            raise CLIError(f"{spec}: not an HDF5 file") from None
+        if is_offrl:
+            return MDPDataset.load(spec), None
+        from .datasets import load_d4rl_hdf5
+
+        return load_d4rl_hdf5(spec), None
+    if os.sep in spec or spec.endswith((".h5", ".hdf5")):
+        raise CLIError(f"{spec}: no such dataset file")
+    try:
+        from .datasets import get_dataset
+    except ImportError:
+        raise CLIError(f"{spec}: no such dataset file") from None
+    return get_dataset(spec)
+
+
+def _load_model(path: str) -> Any:
     from .serialization import load_learnable
 
-    algo = load_learnable(args.model)
+    if not os.path.isfile(path):
+        raise CLIError(f"{path}: no such model file")
+    return load_learnable(path)
+
+
+def _make_env(env_id: str, render_mode: Optional[str] = None) -> Any:
+    import gymnasium
+
+    try:
+        return gymnasium.make(env_id, render_mode=render_mode)
+    except gymnasium.error.Error as e:
+        raise CLIError(f"cannot make environment {env_id!r}: {e}") from None
+
+
+# ------------------------------------------------------------ evaluators
+_EVALUATORS: Dict[str, Tuple[str, str]] = {
+    # name: (class in offrl.metrics, what it needs)
+    "td_error": ("TDErrorEvaluator", "q"),
+    "advantage": ("DiscountedSumOfAdvantageEvaluator", "q"),
+    "average_value": ("AverageValueEstimationEvaluator", "q"),
+    "init_value": ("InitialStateValueEstimationEvaluator", "q"),
+    "soft_opc": ("SoftOPCEvaluator", "q"),
+    "action_diff": ("ContinuousActionDiffEvaluator", "continuous"),
+    "action_match": ("DiscreteActionMatchEvaluator", "discrete"),
+    "environment": ("EnvironmentEvaluator", "env"),
+}
+
+
+def _predicts_values(algo: Any) -> bool:
+    from .algos.base import QLearningAlgoBase
+
+    return type(algo)._predict_value is not QLearningAlgoBase._predict_value
+
+
+def build_evaluators(names: Sequence[str], algo: Any, episodes: Any, env: Any, soft_opc_threshold: Optional[float] = None) -> Dict[str, Any]:
+    """Evaluator objects for ``names`` (``"auto"``: those that suit ``algo``)."""
+    from . import metrics
+    from .constants import ActionSpace
+
+    discrete = algo.get_action_type() == ActionSpace.DISCRETE
+    chosen = list(names)
+    if chosen == ["auto"]:
+        chosen = ["action_match" if discrete else "action_diff"]
+        if _predicts_values(algo):
+            chosen = ["td_error", "init_value", "average_value"] + chosen
+        if env is not None:
+            chosen.append("environment")
+    out: Dict[str, Any] = {}
+    for name in chosen:
+        if name not in _EVALUATORS:
+            raise CLIError(f"unknown evaluator {name!r}; valid: auto, {', '.join(_EVALUATORS)}")
+        class_name, needs = _EVALUATORS[name]
+        cls = getattr(metrics, class_name)
+        if needs == "env":
+            if env is None:
+                raise CLIError("the environment evaluator needs an environment: give --env ENV_ID")
+            out[name] = cls(env)
+        elif name == "soft_opc":
+            if soft_opc_threshold is None:
+                raise CLIError("soft_opc needs --return-threshold")
+            out[name] = cls(soft_opc_threshold, episodes=episodes)
+        else:
+            out[name] = cls(episodes=episodes)
+    return out
+
+
+# ----------------------------------------------------------- subcommands
+def _cmd_fit(args: argparse.Namespace) -> int:
+    from ._random import seed as seed_everything
+    from .logging import FileAdapterFactory
+
+    config_cls = resolve_algorithm(args.algo)
+    if not config_cls.algorithm_class()._trainable:
+        raise CLIError(f"{config_cls.get_type()} only acts and cannot be trained")
+    config = _config_from_args(config_cls, args.config, args.overrides)
+    dataset, env = load_dataset(args.dataset)
+    if args.env:
+        env = _make_env(args.env)
+    if args.seed is not None:
+        seed_everything(args.seed)
+    algo = config.create(device=args.device)
+    output = args.output_dir or os.path.join("offrl_runs", f"{config.get_type()}_{time.strftime('%Y%m%d%H%M%S')}")
+    os.makedirs(output, exist_ok=True)
+    test_episodes = dataset.episodes
+    algo.build_with_dataset(dataset)
+    evaluators = build_evaluators(args.evaluators.split(","), algo, test_episodes, env) if args.evaluators else {}
+    results = algo.fit(
+        dataset,
+        n_steps=args.steps,
+        n_steps_per_epoch=min(args.steps_per_epoch, args.steps),
+        experiment_name="logs",
+        with_timestamp=False,
+        logger_adapter=FileAdapterFactory(output),
+        show_progress=not args.no_progress,
+        evaluators=evaluators,
+    )
+    model_path = os.path.join(output, "model.d3")
+    algo.save(model_path)
+    print(f"trained {type(algo).__name__} for {args.steps} steps on {args.dataset}")
+    for name, value in results[-1][1].items():
+        if not name.startswith("time_"):
+            print(f"  {name}: {value:.6g}")
+    print(f"model: {model_path}")
+    print(f"logs:  {os.path.join(output, 'logs')}")
+    if args.export:
+        algo.save_policy(args.export)
+        print(f"policy: {args.export} (verified against the model)")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    algo = _load_model(args.model)
+    if args.dataset is None and args.env is None:
+        raise CLIError("give --dataset DATASET and/or --env ENV_ID to evaluate on")
+    env = _make_env(args.env) if args.env else None
+    report: Dict[str, float] = {}
+    if env is not None and args.dataset is None:
+        from .metrics.utility import rollout_returns
+
+        returns = rollout_returns(algo, env, args.n_trials, args.epsilon, seed=args.seed)
+        report["environment_return_mean"] = float(sum(returns) / len(returns))
+        report["environment_return_min"] = float(min(returns))
+        report["environment_return_max"] = float(max(returns))
+    if args.dataset is not None:
+        dataset, dataset_env = load_dataset(args.dataset)
+        env = env if env is not None else dataset_env
+        names = args.evaluators.split(",") if args.evaluators else ["auto"]
+        evaluators = build_evaluators(names, algo, dataset.episodes, env, args.return_threshold)
+        for name, evaluator in evaluators.items():
+            report[name] = float(evaluator(algo, dataset))
+        for name in (args.ope.split(",") if args.ope else []):
+            report.update(_run_ope(name, algo, dataset, args))
+    width = max(len(k) for k in report)
+    for name, value in report.items():
+        print(f"{name:<{width}}  {value:.6g}")
+    if args.json:
+        _write_json(args.json, report)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _run_ope(name: str, algo: Any, dataset: Any, args: argparse.Namespace) -> Dict[str, float]:
+    from . import ope
+
+    if name == "fqe":
+        from .constants import ActionSpace
+
+        config_cls = ope.DiscreteFQEConfig if algo.get_action_type() == ActionSpace.DISCRETE else ope.FQEConfig
+        fqe_cls = ope.DiscreteFQE if config_cls is ope.DiscreteFQEConfig else ope.FQE
+        fqe = fqe_cls(algo=algo, config=config_cls())
+        fqe.fit(dataset, n_steps=args.fqe_steps, n_steps_per_epoch=args.fqe_steps, show_progress=False,
+                logger_adapter=_noop())
+        from .metrics import InitialStateValueEstimationEvaluator
+
+        return {"fqe_initial_value": float(InitialStateValueEstimationEvaluator()(fqe, dataset))}
+    estimators = _is_estimators()
+    if name not in estimators:
+        raise CLIError(f"unknown OPE estimator {name!r}; valid: fqe, {', '.join(estimators)}")
+    result = estimators[name](algo, dataset)
+    out = {f"{name}": float(result.estimate), f"{name}_lower": float(result.lower), f"{name}_upper": float(result.upper)}
+    if not result.reliable:
+        print(f"warning: {name} is unreliable: {'; '.join(result.warnings)}", file=sys.stderr)
+    return out
+
+
+def _is_estimators() -> Dict[str, Callable[..., Any]]:
+    return {}
+
+
+def _noop() -> Any:
+    from .logging import NoopAdapterFactory
+
+    return NoopAdapterFactory()
+
+
+def _write_json(path: str, data: Any) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    algo = _load_model(args.model)
     algo.save_policy(args.output)
     print(f"wrote {args.output} ({type(algo).__name__}, verified against the model)")
     return 0
 
 
+def _cmd_info(args: argparse.Namespace) -> int:
+    path = args.path
+    if not os.path.exists(path):
+        raise CLIError(f"{path}: no such file or directory")
+    if os.path.isdir(path) or path.endswith((".h5", ".hdf5")):
+        dataset, env = load_dataset(path)
+        print(f"dataset {path}")
+        for key, value in dataset.summary().items():
+            print(f"  {key}: {value}")
+        if env is not None:
+            print(f"  environment: {env.spec.id if env.spec else env}")
+        return 0
+    from .serialization import read_model_file
+
+    payload = read_model_file(path)
+    algo = _load_model(path)
+    print(f"model {path}")
+    print(f"  algorithm: {type(algo).__name__} ({algo.config.get_type()})")
+    print(f"  observation_shape: {algo.observation_shape}")
+    print(f"  action_size: {algo.action_size} ({algo.get_action_type().name.lower()})")
+    print(f"  grad_step: {algo.grad_step}")
+    n_params = sum(p.numel() for p in algo.modules.parameters())
+    print(f"  parameters: {n_params}")
+    for name in ("observation_scaler", "action_scaler", "reward_scaler"):
+        scaler = getattr(algo, name)
+        if scaler is not None:
+            print(f"  {name}: {scaler.get_type()}")
+    if args.verbose:
+        print(json.dumps(payload.get("config", algo.config.to_dict()), indent=2))
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from .plotting import metric_stats, plot_curves, read_metric_csv
+
+    for path in args.paths:
+        stats = metric_stats(read_metric_csv(path))
+        print(f"{path}: " + ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in stats.items()))
+    plot_curves(args.paths, window=args.window, show_steps=args.show_steps, show_max=args.show_max, labels=args.label,
+                xlim=args.xlim, ylim=args.ylim, title=args.title, ylabel=args.ylabel, save=args.save)
+    if args.save:
+        print(f"wrote {args.save}")
+    return 0
+
+
+def _cmd_plot_all(args: argparse.Namespace) -> int:
+    from .plotting import plot_all, read_params
+
+    params = read_params(args.path)
+    if params is not None:
+        print(f"{args.path}: {params.get('algorithm', '?')}")
+    plot_all(args.path, window=args.window, title=args.title, save=args.save)
+    if args.save:
+        print(f"wrote {args.save}")
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from .plotting import metric_stats, read_metric_csv
+
+    for path in args.paths:
+        print(path)
+        for key, value in metric_stats(read_metric_csv(path)).items():
+            print(f"  {key}: {value:.6g}" if isinstance(value, float) else f"  {key}: {value}")
+    return 0
+
+
+def _run_episodes(algo: Any, env: Any, n_episodes: int, seed: Optional[int]) -> List[float]:
+    from .metrics.utility import rollout_returns
+
+    return rollout_returns(algo, env, n_episodes, 0.0, seed=seed)
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    algo = _load_model(args.model)
+    try:
+        import moviepy  # noqa: F401
+    except ImportError:
+        raise CLIError("recording videos needs moviepy: pip install 'offrl[video]'") from None
+    from gymnasium.wrappers import RecordVideo
+
+    env = _make_env(args.env, render_mode="rgb_array")
+    env = RecordVideo(env, args.out, episode_trigger=lambda _: True, name_prefix=args.prefix, disable_logger=True)
+    try:
+        returns = _run_episodes(algo, env, args.n_episodes, args.seed)
+    except ImportError as e:  # gymnasium's renderers (pygame, mujoco) are optional
+        raise CLIError(f"cannot render {args.env}: {e}") from None
+    finally:
+        env.close()
+    videos = sorted(f for f in os.listdir(args.out) if f.startswith(args.prefix) and f.endswith(".mp4"))
+    for i, value in enumerate(returns):
+        print(f"episode {i}: return {value:.6g}")
+    print(f"wrote {len(videos)} videos to {args.out}")
+    return 0
+
+
+def _cmd_play(args: argparse.Namespace) -> int:
+    algo = _load_model(args.model)
+    env = _make_env(args.env, render_mode="human")
+    try:
+        returns = _run_episodes(algo, env, args.n_episodes, args.seed)
+    except ImportError as e:
+        raise CLIError(f"cannot render {args.env}: {e}") from None
+    finally:
+        env.close()
+    for i, value in enumerate(returns):
+        print(f"episode {i}: return {value:.6g}")
+    return 0
+
+
+def _cmd_quickstart(args: argparse.Namespace) -> int:
+    from .quickstart import run_quickstart
+
+    run_quickstart(dataset_name=args.dataset, algorithm=args.algo, n_steps=args.steps, output_dir=args.output_dir,
+                   fqe_steps=args.fqe_steps, n_trials=args.n_trials, show_progress=not args.no_progress,
+                   seed=args.seed)
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ._version import __version__
+
+    parser = argparse.ArgumentParser(prog="offrl", description="offline-first reinforcement learning: fit, judge and export policies")
+    parser.add_argument("--version", action="version", version=f"offrl {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks for errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = commands.add_parser("quickstart", help="the whole job on a built-in dataset: train, evaluate, export, plot",
+                            description="Build a built-in dataset, train an offline algorithm on it, score it with the "
+                                        "metric evaluators, FQE and the environment, export the policy to ONNX (checked "
+                                        "against the model), draw the learning curve and print a report.")
+    p.add_argument("--dataset", default="cartpole-replay", help="built-in dataset name (default: cartpole-replay)")
+    p.add_argument("--algo", default=None, help="algorithm (default: discrete_cql for discrete, cql for continuous actions)")
+    p.add_argument("--steps", type=_positive_int, default=5000, help="gradient steps (default: 5000)")
+    p.add_argument("--fqe-steps", type=_positive_int, default=2000, help="FQE gradient steps (default: 2000)")
+    p.add_argument("--n-trials", type=_positive_int, default=10, help="evaluation episodes in the environment")
+    p.add_argument("--output-dir", default="offrl_quickstart", help="where to write (default: offrl_quickstart)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(run=_cmd_quickstart)
+
+    p = commands.add_parser("fit", help="train an algorithm on a dataset",
+                            description="Train ALGO on DATASET (a built-in dataset name, an offrl or D4RL-format HDF5 "
+                                        "file, or a Minari dataset directory). Config values: key=value overrides "
+                                        "(JSON values; dotted keys reach inside factories, e.g. "
+                                        "encoder_factory=vector encoder_factory.hidden_units=[64,64]) and/or --config FILE.json.")
+    p.add_argument("dataset")
+    p.add_argument("algo", help="algorithm name, e.g. cql, discrete_cql, iql, bc, dqn")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    p.add_argument("--config", help="JSON file: a full config (as written in params.json) or an object of overrides")
+    p.add_argument("--steps", type=_positive_int, default=10000)
+    p.add_argument("--steps-per-epoch", type=_positive_int, default=1000)
+    p.add_argument("--evaluators", default=None, help="comma-separated: auto, " + ", ".join(_EVALUATORS))
+    p.add_argument("--env", default=None, help="gymnasium env id for the environment evaluator")
+    p.add_argument("--output-dir", default=None, help="run directory (default: offrl_runs/<algo>_<time>)")
+    p.add_argument("--export", default=None, help="also export the policy (.onnx or .pt)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(run=_cmd_fit)
+
+    p = commands.add_parser("evaluate", help="score a saved model on a dataset or in an environment",
+                            description="Score MODEL with metric evaluators and OPE estimators on --dataset, and/or by "
+                                        "running it in the gymnasium environment --env.")
+    p.add_argument("model")
+    p.add_argument("--dataset", default=None)
+    p.add_argument("--env", default=None, help="gymnasium env id")
+    p.add_argument("--evaluators", default=None, help="comma-separated (default: auto): " + ", ".join(_EVALUATORS))
+    p.add_argument("--ope", default=None, help="comma-separated OPE estimators, e.g. fqe")
+    p.add_argument("--fqe-steps", type=_positive_int, default=5000)
+    p.add_argument("--return-threshold", type=float, default=None, help="success threshold for soft_opc")
+    p.add_argument("--n-trials", type=_positive_int, default=10)
+    p.add_argument("--epsilon", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    p.set_defaults(run=_cmd_evaluate)
+
+    p = commands.add_parser("export", help="export a saved model's policy to ONNX or TorchScript",
+                            description="Export the greedy policy of MODEL (a file written by algo.save) "
+                                        "with its scalers to OUT: .onnx for ONNX, .pt for TorchScript.")
+    p.add_argument("model", help="model file written by algo.save (e.g. model_10000.d3)")
+    p.add_argument("output", help="destination, .onnx or .pt")
+    p.set_defaults(run=_cmd_export)
+
+    p = commands.add_parser("info", help="summary of a dataset file or a model file")
+    p.add_argument("path")
+    p.add_argument("-v", "--verbose", action="store_true", help="also print the full config")
+    p.set_defaults(run=_cmd_info)
+
+    p = commands.add_parser("plot", help="plot metric CSV logs (needs matplotlib)",
+                            description="Plot one curve per metric CSV (rows epoch,step,value) on shared axes.")
+    p.add_argument("paths", nargs="+", metavar="CSV")
+    p.add_argument("--window", type=_positive_int, default=1, help="moving-average window (default: 1)")
+    p.add_argument("--show-steps", action="store_true", help="steps instead of epochs on the x-axis")
+    p.add_argument("--show-max", action="store_true", help="dashed line at the maximum value")
+    p.add_argument("--label", action="append", default=None, help="legend label, once per CSV")
+    p.add_argument("--xlim", nargs=2, type=float, metavar=("LOW", "HIGH"))
+    p.add_argument("--ylim", nargs=2, type=float, metavar=("LOW", "HIGH"))
+    p.add_argument("--title")
+    p.add_argument("--ylabel", default="value")
+    p.add_argument("--save", help="write the figure to this file instead of showing it")
+    p.set_defaults(run=_cmd_plot)
+
+    p = commands.add_parser("plot-all", help="plot every metric of a run directory in a grid (needs matplotlib)")
+    p.add_argument("path", help="a run's log directory (holding the metric CSVs)")
+    p.add_argument("--window", type=_positive_int, default=1)
+    p.add_argument("--title")
+    p.add_argument("--save")
+    p.set_defaults(run=_cmd_plot_all)
+
+    p = commands.add_parser("stats", help="statistics of metric CSV logs")
+    p.add_argument("paths", nargs="+", metavar="CSV")
+    p.set_defaults(run=_cmd_stats)
+
+    for name, run, text in (("record", _cmd_record, "record episodes of a saved model to video files (needs moviepy)"),
+                            ("play", _cmd_play, "render episodes of a saved model on screen")):
+        p = commands.add_parser(name, help=text)
+        p.add_argument("model")
+        p.add_argument("--env", required=True, help="gymnasium env id, e.g. CartPole-v1")
+        p.add_argument("--n-episodes", type=_positive_int, default=3)
+        p.add_argument("--seed", type=int, default=None)
+        if name == "record":
+            p.add_argument("--out", default="videos", help="output directory (default: videos)")
+            p.add_argument("--prefix", default="offrl", help="video file name prefix")
+        p.set_defaults(run=run)
+    return parser
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="offrl", description="offline-first reinforcement learning")
-    commands = parser.add_subparsers(dest="command", required=True)
-    export = commands.add_parser("export", help="export a saved model's policy to ONNX or TorchScript",
-                                 description="Export the greedy policy of MODEL (a file written by algo.save) "
-                                             "with its scalers to OUT: .onnx for ONNX, .pt for TorchScript.")
-    export.add_argument("model", help="model file written by algo.save (e.g. model_10000.d3)")
-    export.add_argument("output", help="destination, .onnx or .pt")
-    export.set_defaults(run=_export)
-    args = parser.parse_args(argv)
+    parser = build_parser()
+    # key=value overrides of `fit` may come after its options
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "command", None) == "fit":
+        args.overrides += [e for e in extra if "=" in e and not e.startswith("-")]
+        extra = [e for e in extra if not ("=" in e and not e.startswith("-"))]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"offrl {args.command}: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"offrl {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (CLIError, ValueError, TypeError, FileNotFoundError, ImportError, OSError) as e:
+        if args.debug:
+            raise
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"offrl {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -1,15 +1,45 @@
+"""The ``offrl`` command: subcommands in-process (fast) and through a real
+subprocess (the console script's exit codes and stderr)."""
+
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
-from offrl.algos import SACConfig
-from offrl.cli import main
+from offrl.algos import DiscreteCQLConfig, SACConfig
+from offrl.cli import CLIError, apply_overrides, main, parse_overrides, resolve_algorithm
+from offrl.dataset import MDPDataset
 from offrl.export import load_onnx_policy
+from offrl.models.encoders import VectorEncoderFactory
+from offrl.preprocessing import StandardObservationScaler
+from offrl.serialization import load_learnable
 
 
+def _run(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "offrl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def dataset_file(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 120
+    dataset = MDPDataset(
+        rng.normal(size=(n, 3)).astype(np.float32),
+        rng.integers(0, 2, size=n),
+        rng.normal(size=n).astype(np.float32),
+        (np.arange(n) % 20 == 19).astype(np.float32),
+    )
+    path = tmp_path / "data.h5"
+    dataset.dump(path)
+    return path
+
+
+# ----------------------------------------------------------------- export
 def test_export_command(tmp_path, capsys):
     algo = SACConfig().create()
     algo.create_impl((3,), 2)
@@ -22,12 +52,209 @@ def test_export_command(tmp_path, capsys):
 
 def test_export_command_errors(tmp_path, capsys):
     assert main(["export", str(tmp_path / "missing.d3"), str(tmp_path / "p.onnx")]) == 2
-    assert "no model file" in capsys.readouterr().err
+    assert "no such model file" in capsys.readouterr().err
     (tmp_path / "bad.d3").write_bytes(b"junk")
     assert main(["export", str(tmp_path / "bad.d3"), str(tmp_path / "p.onnx")]) == 2
     assert "bad.d3" in capsys.readouterr().err
 
 
 def test_help_runs_as_module():
-    out = subprocess.run([sys.executable, "-m", "offrl.cli", "export", "--help"], capture_output=True, text=True)
+    out = _run("export", "--help")
     assert out.returncode == 0 and "ONNX" in out.stdout
+
+
+def test_every_subcommand_has_help():
+    for command in ("quickstart", "fit", "evaluate", "export", "info", "plot", "plot-all", "stats", "record", "play"):
+        with pytest.raises(SystemExit) as exc:
+            main([command, "--help"])
+        assert exc.value.code == 0
+
+
+# --------------------------------------------------------------- overrides
+def test_parse_overrides_reads_json_values_and_strings():
+    assert parse_overrides(["batch_size=64", "gamma=0.9", "name=abc", "units=[1, 2]", "flag=true", "x=null"]) == {
+        "batch_size": 64, "gamma": 0.9, "name": "abc", "units": [1, 2], "flag": True, "x": None,
+    }
+    for bad in ("batch_size", "=3", "a..b=1"):
+        with pytest.raises(CLIError, match="malformed override"):
+            parse_overrides([bad])
+
+
+def test_apply_overrides_sets_fields_types_and_nested_params():
+    config = apply_overrides(DiscreteCQLConfig, {
+        "batch_size": 16,
+        "encoder_factory": "vector",
+        "encoder_factory.hidden_units": [8, 4],
+        "observation_scaler": "standard",
+        "q_func_factory": {"type": "qr", "params": {"n_quantiles": 7}},
+    })
+    assert config.batch_size == 16
+    assert isinstance(config.encoder_factory, VectorEncoderFactory) and list(config.encoder_factory.hidden_units) == [8, 4]
+    assert isinstance(config.observation_scaler, StandardObservationScaler)
+    assert config.q_func_factory.get_type() == "qr" and config.q_func_factory.n_quantiles == 7
+    assert DiscreteCQLConfig().batch_size != 16  # defaults untouched
+
+
+def test_apply_overrides_errors_list_the_valid_keys():
+    with pytest.raises(CLIError, match=r"unknown config key 'bogus' in DiscreteCQLConfig; valid: .*batch_size"):
+        apply_overrides(DiscreteCQLConfig, {"bogus": 1})
+    with pytest.raises(CLIError, match=r"unknown config key 'encoder_factory.nope' in encoder_factory; valid: activation"):
+        apply_overrides(DiscreteCQLConfig, {"encoder_factory.nope": 1})
+    with pytest.raises(CLIError, match=r"batch_size is not a factory"):
+        apply_overrides(DiscreteCQLConfig, {"batch_size.x": 1})
+    with pytest.raises(CLIError, match=r"unknown q_function type 'zzz'"):
+        apply_overrides(DiscreteCQLConfig, {"q_func_factory": "zzz"})
+    with pytest.raises(CLIError, match=r"invalid config for DiscreteCQLConfig: batch_size must be a positive int"):
+        apply_overrides(DiscreteCQLConfig, {"batch_size": -1})
+
+
+def test_resolve_algorithm_accepts_type_class_and_config_names():
+    assert resolve_algorithm("discrete_cql") is DiscreteCQLConfig
+    assert resolve_algorithm("DiscreteCQL") is DiscreteCQLConfig
+    assert resolve_algorithm("DiscreteCQLConfig") is DiscreteCQLConfig
+    assert resolve_algorithm("discrete-cql") is DiscreteCQLConfig
+    with pytest.raises(CLIError, match=r"unknown algorithm 'nope'; valid: bc, cql, .*td3_plus_bc"):
+        resolve_algorithm("nope")
+
+
+# ---------------------------------------------------------------- fit / info
+def test_fit_writes_model_logs_and_policy(dataset_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["fit", str(dataset_file), "discrete_cql", "batch_size=8", "encoder_factory=vector",
+                 "encoder_factory.hidden_units=[16]", "--steps", "6", "--steps-per-epoch", "3",
+                 "--output-dir", str(out), "--export", str(tmp_path / "p.onnx"), "--no-progress", "--seed", "1"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert str(out / "model.d3") in printed
+    algo = load_learnable(str(out / "model.d3"))
+    assert algo.grad_step == 6 and algo.config.batch_size == 8
+    assert list(algo.config.encoder_factory.hidden_units) == [16]
+    params = json.loads((out / "logs" / "params.json").read_text())
+    assert params["config"]["params"]["batch_size"] == 8
+    rows = (out / "logs" / "loss.csv").read_text().splitlines()
+    assert [r.split(",")[:2] for r in rows] == [["1", "3"], ["2", "6"]]
+    x = np.zeros((2, 3), dtype=np.float32)
+    np.testing.assert_array_equal(load_onnx_policy(tmp_path / "p.onnx").predict(x), algo.predict(x))
+
+
+def test_fit_takes_a_json_config_file(dataset_file, tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({"batch_size": 4, "learning_rate": 0.01}))
+    assert main(["fit", str(dataset_file), "dqn", "--config", str(tmp_path / "c.json"), "target_update_interval=5",
+                 "--steps", "2", "--output-dir", str(tmp_path / "r"), "--no-progress"]) == 0
+    config = load_learnable(str(tmp_path / "r" / "model.d3")).config
+    assert (config.batch_size, config.learning_rate, config.target_update_interval) == (4, 0.01, 5)
+    # a full config as written in params.json
+    full = json.loads((tmp_path / "r" / "logs" / "params.json").read_text())["config"]
+    (tmp_path / "full.json").write_text(json.dumps(full))
+    assert main(["fit", str(dataset_file), "dqn", "--config", str(tmp_path / "full.json"), "--steps", "1",
+                 "--output-dir", str(tmp_path / "r2"), "--no-progress"]) == 0
+    assert load_learnable(str(tmp_path / "r2" / "model.d3")).config.learning_rate == 0.01
+
+
+def test_info_on_dataset_and_model(dataset_file, tmp_path, capsys):
+    assert main(["info", str(dataset_file)]) == 0
+    out = capsys.readouterr().out
+    assert "episodes: 6" in out and "transitions: 120" in out
+    algo = DiscreteCQLConfig().create()
+    algo.create_impl((3,), 2)
+    algo.save(tmp_path / "m.d3")
+    assert main(["info", str(tmp_path / "m.d3")]) == 0
+    out = capsys.readouterr().out
+    n_params = sum(p.numel() for p in algo.modules.parameters())
+    assert "DiscreteCQL" in out and "action_size: 2 (discrete)" in out and f"parameters: {n_params}" in out
+
+
+# -------------------------------------------------------------- plotting
+def _write_log(directory, name, values):
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [f"{i + 1},{(i + 1) * 100},{float(v)!r}" for i, v in enumerate(values)]
+    (directory / f"{name}.csv").write_text("\n".join(lines) + "\n")
+    return directory / f"{name}.csv"
+
+
+def test_plot_writes_a_non_trivial_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from matplotlib.image import imread
+
+    a = _write_log(tmp_path / "run_a", "loss", np.linspace(5.0, 1.0, 30))
+    b = _write_log(tmp_path / "run_b", "loss", np.linspace(4.0, 0.5, 30) ** 2)
+    png = tmp_path / "plots" / "loss.png"
+    assert main(["plot", str(a), str(b), "--window", "3", "--show-steps", "--show-max", "--label", "A", "--label", "B",
+                 "--xlim", "0", "3000", "--ylim", "0", "20", "--title", "losses", "--save", str(png)]) == 0
+    assert f"wrote {png}" in capsys.readouterr().out
+    image = imread(png)
+    assert image.shape[0] >= 300 and image.shape[1] >= 500
+    # drawn content, not a blank canvas: many distinct colours
+    assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 20
+    assert not list((tmp_path / "plots").glob("*.tmp*"))
+
+
+def test_plot_all_and_stats(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    run = tmp_path / "run"
+    for name in ("loss", "td_error", "environment"):
+        _write_log(run, name, np.arange(5, dtype=float))
+    assert main(["plot-all", str(run), "--save", str(tmp_path / "all.png")]) == 0
+    assert (tmp_path / "all.png").stat().st_size > 10000
+    assert main(["stats", str(run / "loss.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "max: 4" in out and "step: 500" in out
+
+
+def test_moving_average_matches_a_loop():
+    from offrl.plotting import moving_average
+
+    values = np.random.default_rng(0).normal(size=50)
+    for window in (1, 2, 7, 60):
+        expected = [np.mean(values[max(0, i - window + 1): i + 1]) for i in range(len(values))]
+        np.testing.assert_allclose(moving_average(values, window), expected)
+
+
+# ---------------------------------------------------------------- errors
+@pytest.mark.parametrize("args, message", [
+    (["fit", "MISSING.h5", "dqn"], "MISSING.h5: no such dataset file"),
+    (["fit", "{data}", "nope"], "unknown algorithm 'nope'; valid: bc, cql"),
+    (["fit", "{data}", "dqn", "bogus=1"], "unknown config key 'bogus' in DQNConfig; valid:"),
+    (["fit", "{data}", "dqn", "batch_size"], "malformed override 'batch_size'"),
+    (["fit", "{data}", "random_policy"], "random_policy only acts and cannot be trained"),
+    (["evaluate", "missing.d3", "--env", "CartPole-v1"], "missing.d3: no such model file"),
+    (["info", "nothing-here"], "nothing-here: no such file or directory"),
+    (["plot", "missing.csv", "--save", "x.png"], "missing.csv: no such metric file"),
+    (["plot-all", "{tmp}", "--save", "x.png"], "holds no metric CSV files"),
+])
+def test_user_errors_print_one_line_and_exit_2(args, message, dataset_file, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = [a.replace("{data}", str(dataset_file)).replace("{tmp}", str(empty)) for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_subprocess_exit_codes_usage_errors_and_debug(dataset_file, tmp_path):
+    bad = _run("fit", str(dataset_file), "nope")
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("offrl fit: error: unknown algorithm")
+    assert "Traceback" not in bad.stderr
+    usage = _run("fit")
+    assert usage.returncode == 2 and "usage: offrl fit" in usage.stderr
+    unknown = _run("frobnicate")
+    assert unknown.returncode == 2 and "invalid choice" in unknown.stderr
+    debug = _run("--debug", "fit", str(dataset_file), "nope")
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_record_writes_videos(tmp_path, capsys):
+    pytest.importorskip("moviepy", reason="the video extra is not installed")
+    pytest.importorskip("pygame", reason="the video extra is not installed")
+    from offrl.algos import DiscreteRandomPolicyConfig
+
+    algo = DiscreteRandomPolicyConfig().create()
+    algo.create_impl((4,), 2)
+    algo.save(tmp_path / "m.d3")
+    out = tmp_path / "videos"
+    assert main(["record", str(tmp_path / "m.d3"), "--env", "CartPole-v1", "--n-episodes", "2", "--seed", "0",
+                 "--out", str(out)]) == 0
+    videos = sorted(os.listdir(out))
+    assert videos == ["offrl-episode-0.mp4", "offrl-episode-1.mp4"]
+    assert all((out / v).stat().st_size > 1000 for v in videos)
+    assert "wrote 2 videos" in capsys.readouterr().out

@@ -32,7 +32,7 @@ class FileAdapter:
     def write_metric(self, epoch: int, step: int, name: str, value: float) -> None:
         safe = name.replace(os.sep, "_")
         with open(os.path.join(self.logdir, f"{safe}.csv"), "a") as f:
-            f.write(f"{epoch},{step},{value!r}\n")
+            f.write(f"{int(epoch)},{int(step)},{float(value)!r}\n")
 
     def after_write_metric(self, epoch: int, step: int) -> None:
         pass
