@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+from typing import Iterator
 
 import numpy as np
 
-__all__ = ["get_rng", "seed"]
+__all__ = ["get_rng", "seed", "seeded"]
 
 _rng = np.random.default_rng()
 
@@ -34,3 +36,23 @@ def seed(n: int) -> None:
     except ImportError:  # pragma: no cover - torch is a dependency
         return
     torch.manual_seed(n)
+
+
+@contextlib.contextmanager
+def seeded(n: int) -> Iterator[None]:
+    """Run a block under :func:`seed` ``(n)`` and restore every random
+    state afterwards (offrl's generator, Python's, numpy's global one,
+    torch's CPU one), so library code can be deterministic without changing
+    the caller's random streams."""
+    global _rng
+    import torch
+
+    saved = (_rng, random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+    try:
+        seed(n)
+        yield
+    finally:
+        _rng = saved[0]
+        random.setstate(saved[1])
+        np.random.set_state(saved[2])
+        torch.random.set_rng_state(saved[3])

@@ -67,3 +67,22 @@ def test_seed_accepts_numpy_ints_and_rejects_others():
         offrl.seed(1.5)
     with pytest.raises(TypeError, match="seed must be an int"):
         offrl.seed(True)
+
+
+def test_seeded_block_is_reproducible_and_restores_the_callers_streams():
+    import random
+
+    import torch
+
+    from offrl._random import get_rng, seeded
+
+    offrl.seed(7)
+    expected_after = (get_rng().random(), random.random(), np.random.random(), torch.rand(1).item())
+    offrl.seed(7)
+    with seeded(123):
+        inside = (get_rng().random(), random.random(), np.random.random(), torch.rand(1).item())
+    # the caller's streams continue as if the block had not run
+    assert (get_rng().random(), random.random(), np.random.random(), torch.rand(1).item()) == expected_after
+    with seeded(123):
+        again = (get_rng().random(), random.random(), np.random.random(), torch.rand(1).item())
+    assert inside == again
