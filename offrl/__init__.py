@@ -4,7 +4,7 @@ Fit a policy on logged decisions with a scikit-learn-like API, judge it
 without touching the real system, and export it to run anywhere.
 """
 
-from . import algos, dataset, logging, models, preprocessing
+from . import algos, dataset, logging, metrics, models, preprocessing
 from ._random import seed
 from ._version import __version__
 from .constants import ActionSpace
@@ -18,6 +18,7 @@ __all__ = [
     "algos",
     "dataset",
     "logging",
+    "metrics",
     "models",
     "preprocessing",
 ]

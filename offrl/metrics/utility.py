@@ -6,7 +6,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-__all__ = ["evaluate_qlearning_with_environment", "rollout_returns"]
+__all__ = ["check_rollout_args", "evaluate_qlearning_with_environment", "rollout_returns"]
 
 
 def _batched(observation: Any) -> Any:
@@ -25,6 +25,16 @@ def _check_finite(observation: Any, episode: int, step: int) -> None:
             raise ValueError(f"the environment returned a non-finite observation at episode {episode}, step {step}")
 
 
+def check_rollout_args(n_trials: Any, epsilon: Any) -> None:
+    """Raise ``ValueError`` unless ``n_trials`` is a positive int and
+    ``epsilon`` a probability."""
+    if isinstance(n_trials, bool) or not isinstance(n_trials, (int, np.integer)) or n_trials <= 0:
+        raise ValueError(f"n_trials must be a positive int, got {n_trials!r}")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.integer, np.floating)) \
+            or not 0.0 <= float(epsilon) <= 1.0:
+        raise ValueError(f"epsilon must be a number in [0, 1], got {epsilon!r}")
+
+
 def rollout_returns(
     algo: Any,
     env: Any,
@@ -36,10 +46,7 @@ def rollout_returns(
     policy in ``env`` (gymnasium 1.x API). With probability ``epsilon`` an
     action is drawn from ``env.action_space`` instead. ``seed`` seeds the
     first reset (later resets continue the environment's generator)."""
-    if isinstance(n_trials, bool) or not isinstance(n_trials, (int, np.integer)) or n_trials <= 0:
-        raise ValueError(f"n_trials must be a positive int, got {n_trials!r}")
-    if not 0.0 <= float(epsilon) <= 1.0:
-        raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
+    check_rollout_args(n_trials, epsilon)
     if not getattr(algo, "is_built", False):
         raise ValueError(f"{type(algo).__name__} is not built: fit it or build it before evaluating it in an environment")
     rng = np.random.default_rng(seed)
