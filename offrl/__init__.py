@@ -5,6 +5,7 @@ without touching the real system, and export it to run anywhere.
 """
 
 from . import algos, dataset, logging, metrics, models, preprocessing
+from . import datasets
 from ._random import seed
 from ._version import __version__
 from .constants import ActionSpace
@@ -17,6 +18,7 @@ __all__ = [
     "load_learnable",
     "algos",
     "dataset",
+    "datasets",
     "logging",
     "metrics",
     "models",

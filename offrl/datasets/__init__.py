@@ -1,0 +1,13 @@
+"""Datasets: importers for logged data kept in other formats (Minari folders,
+D4RL-format HDF5 files, tables of logged decisions) and the Minari exporter."""
+
+from .d4rl import load_d4rl_hdf5
+from .minari import get_minari, to_minari
+from .tabular import from_dataframe
+
+__all__ = [
+    "get_minari",
+    "to_minari",
+    "load_d4rl_hdf5",
+    "from_dataframe",
+]

@@ -1,0 +1,141 @@
+"""D4RL-format HDF5 files (the layout of D4RL's dataset files and of files
+written to match it).
+
+A file holds step-aligned datasets at its root: ``observations`` ``(N, ...)``,
+``actions`` ``(N, action_dim)``, ``rewards`` ``(N,)``, ``terminals`` ``(N,)``
+and ``timeouts`` ``(N,)`` (0/1 flags), optionally ``next_observations``
+``(N, ...)``, per-step ``infos/*`` (e.g. ``infos/qpos``,
+``infos/action_log_probs``) and ``metadata/*`` (e.g. ``metadata/algorithm``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from ..constants import ActionSpace
+from ..dataset.replay_buffer import MDPDataset
+
+__all__ = ["load_d4rl_hdf5", "D4RL_REQUIRED_KEYS"]
+
+D4RL_REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals", "timeouts")
+_LOG_PROBS = "infos/action_log_probs"
+
+PathLike = Union[str, os.PathLike]
+
+
+def _collect(group: Any, prefix: str) -> dict:
+    """Every dataset under ``group`` by its path relative to it."""
+    out: dict = {}
+
+    def visit(name: str, node: Any) -> None:
+        if hasattr(node, "shape"):
+            value = node[()]
+            if isinstance(value, bytes):
+                value = value.decode()
+            out[name] = value
+
+    if prefix in group:
+        group[prefix].visititems(visit)
+    return out
+
+
+def load_d4rl_hdf5(
+    path: PathLike,
+    transition_picker: Any = None,
+    trajectory_slicer: Any = None,
+    action_space: Optional[ActionSpace] = None,
+    action_size: Optional[int] = None,
+    return_extras: bool = False,
+) -> Union[MDPDataset, tuple[MDPDataset, dict]]:
+    """Read a D4RL-format HDF5 file into an :class:`MDPDataset`.
+
+    Episodes end at a step whose ``terminals`` (terminal state) or
+    ``timeouts`` (cut by a time limit) flag is set; a step with both is
+    terminal. A file that ends mid-episode keeps that last stretch as a
+    truncated episode. With ``next_observations``, every truncated episode
+    keeps the observation after its last step, so that step stays a
+    transition. ``infos/action_log_probs``, when present, gives the logged
+    behaviour probabilities (``exp`` of it; densities for continuous actions).
+
+    Args:
+        path: the ``.hdf5`` file.
+        transition_picker, trajectory_slicer: for the returned dataset.
+        action_space, action_size: override the inferred ones.
+        return_extras: also return ``{"infos": {...}, "metadata": {...}}``
+            (every dataset under ``infos/`` and ``metadata/`` by name).
+
+    Raises:
+        ValueError naming the file and the key: not HDF5, a required key
+        missing, lengths that differ, NaN / inf values, bad flags.
+    """
+    import h5py
+
+    name = os.fspath(path)
+    try:
+        f = h5py.File(name, "r")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{name} is not a readable HDF5 file: {e}") from None
+    with f:
+        missing = [k for k in D4RL_REQUIRED_KEYS if k not in f or not hasattr(f[k], "shape")]
+        if missing:
+            raise ValueError(
+                f"{name} is not a D4RL-format file: it has no {', '.join(repr(k) for k in missing)} "
+                f"dataset (a D4RL file holds {', '.join(D4RL_REQUIRED_KEYS)}; found {sorted(f.keys())})"
+            )
+        data = {k: f[k][()] for k in D4RL_REQUIRED_KEYS}
+        next_observations = f["next_observations"][()] if "next_observations" in f else None
+        log_probs = f[_LOG_PROBS][()] if _LOG_PROBS in f else None
+        extras = {"infos": _collect(f, "infos"), "metadata": _collect(f, "metadata")} if return_extras else None
+
+    n = data["observations"].shape[0] if data["observations"].ndim else 0
+    for key in D4RL_REQUIRED_KEYS[1:]:
+        rows = data[key].shape[0] if data[key].ndim else 0
+        if rows != n:
+            raise ValueError(f"{name}: {key} has {rows} rows, observations has {n}")
+    if next_observations is not None and next_observations.shape != data["observations"].shape:
+        raise ValueError(
+            f"{name}: next_observations has shape {next_observations.shape}, "
+            f"observations has {data['observations'].shape}"
+        )
+
+    terminals = data["terminals"]
+    timeouts = data["timeouts"]
+    for key, flags in (("terminals", terminals), ("timeouts", timeouts)):
+        if flags.dtype != np.bool_:
+            flags = flags.reshape(n, -1)[:, 0] if flags.ndim > 1 else flags
+            bad = (flags != 0) & (flags != 1)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"{name}: {key}[{i}] is {flags[i].item()!r}, expected 0 or 1")
+    terminals = np.asarray(terminals).reshape(n).astype(bool)
+    timeouts = np.asarray(timeouts).reshape(n).astype(bool) & ~terminals
+
+    behaviour = None
+    if log_probs is not None:
+        log_probs = np.asarray(log_probs, dtype=np.float64).reshape(-1)
+        if log_probs.shape[0] != n:
+            raise ValueError(f"{name}: {_LOG_PROBS} has {log_probs.shape[0]} rows, observations has {n}")
+        with np.errstate(over="ignore", under="ignore"):
+            behaviour = np.exp(log_probs)
+        if not (np.isfinite(behaviour).all() and (behaviour > 0).all()):
+            warnings.warn(
+                f"{name}: {_LOG_PROBS} has values whose exp is 0, inf or nan; behaviour probabilities are not kept"
+            )
+            behaviour = None
+
+    try:
+        dataset = MDPDataset(
+            data["observations"], data["actions"], data["rewards"], terminals, timeouts,
+            transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
+            action_space=action_space, action_size=action_size,
+            next_observations=next_observations, behaviour_probabilities=behaviour,
+        )
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"{name}: {e}") from None
+    if return_extras:
+        return dataset, extras
+    return dataset

@@ -1,0 +1,728 @@
+"""Minari datasets on disk, read and written without the ``minari`` package.
+
+The layout followed is Minari 0.5's (``minari_version`` 0.5.x). A dataset is
+a folder whose ``data/`` folder holds ``metadata.json``: ``dataset_id``,
+``total_episodes``, ``total_steps``, ``data_format`` (``"hdf5"`` or
+``"arrow"``), ``observation_space`` and ``action_space`` (gymnasium spaces as
+JSON strings: ``{"type": "Box", "dtype", "shape", "low", "high"}``,
+``{"type": "Discrete", "n", "start"}``, ``{"type": "Tuple", "subspaces": [..]}``,
+``{"type": "Dict", "subspaces": {..}}``) and optionally ``env_spec``
+(gymnasium's ``EnvSpec.to_json()``).
+
+* HDF5 backend: ``data/main_data.hdf5`` with one group ``episode_{id}`` per
+  episode of ``N`` steps holding ``observations`` (``N + 1`` rows: the reset
+  observation and the one after every step; a group keyed like a Dict space,
+  or with ``_index_{i}`` members for a Tuple space), ``actions``, ``rewards``,
+  ``terminations`` and ``truncations`` (``N`` rows), optional ``infos``
+  (ignored here), and attributes ``id`` and ``total_steps``.
+* Arrow backend: one folder ``data/{id}/`` per episode with Arrow IPC files
+  of ``N + 1`` rows (``actions``, ``rewards`` and the flags padded with one
+  row; Box values as fixed-size lists, Dict / Tuple spaces as structs with
+  fields named by key / position) and the episode's ``metadata.json``.
+
+Datasets of Minari 0.4 and earlier (metadata as attributes of
+``main_data.hdf5``, no ``metadata.json``) are read as well.
+
+offrl adds two things that Minari readers ignore: an optional
+``behaviour_probabilities`` member per episode (``N`` values, ``N + 1`` padded
+in Arrow), and the episode attribute ``offrl_final_observation_missing`` on a
+truncated episode whose observation after the last step was never logged (its
+stored last observation is zeros, and offrl reads the episode back without it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import shutil
+import warnings
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from .._version import __version__
+from ..constants import ActionSpace
+from ..dataset.replay_buffer import MDPDataset, ReplayBufferBase
+from ._build import dataset_from_rows, episode_layout
+
+__all__ = ["get_minari", "to_minari", "MINARI_LAYOUT_VERSION"]
+
+MINARI_LAYOUT_VERSION = "0.5.4"
+_MAIN_FILE = "main_data.hdf5"
+_METADATA_FILE = "metadata.json"
+_MISSING_FINAL = "offrl_final_observation_missing"
+_BEHAVIOUR = "behaviour_probabilities"
+
+PathLike = Union[str, os.PathLike]
+
+
+# --------------------------------------------------------------- spaces
+@dataclasses.dataclass(frozen=True)
+class _Leaf:
+    """One array-valued part of a space: ``path`` of Dict keys / Tuple
+    positions from the top, ``kind`` ``"Box"`` or ``"Discrete"``."""
+
+    path: tuple
+    kind: str
+    shape: tuple
+    dtype: np.dtype
+    start: int = 0
+    n: int = 0
+
+
+def _parse_space(value: Any, where: str) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where} is not a JSON space description: {e}") from None
+    if not isinstance(value, dict) or "type" not in value:
+        raise ValueError(f"{where} is not a space description (a JSON object with a 'type')")
+    return value
+
+
+def _leaves(space: dict, where: str, path: tuple = ()) -> list[_Leaf]:
+    """The array leaves of a space, depth first (Dict members in stored order)."""
+    kind = space.get("type")
+    try:
+        if kind == "Box":
+            return [_Leaf(path, "Box", tuple(int(s) for s in space["shape"]), np.dtype(space["dtype"]))]
+        if kind == "Discrete":
+            return [_Leaf(path, "Discrete", (), np.dtype(np.int64), int(space.get("start", 0)), int(space["n"]))]
+        if kind == "Tuple":
+            return [
+                leaf for i, sub in enumerate(space["subspaces"]) for leaf in _leaves(sub, where, path + (i,))
+            ]
+        if kind == "Dict":
+            return [leaf for key, sub in space["subspaces"].items() for leaf in _leaves(sub, where, path + (key,))]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{where}: a {kind} space description lacks {e}") from None
+    raise ValueError(f"{where}: {kind!r} spaces are not supported (Box, Discrete, Tuple and Dict are)")
+
+
+def _space_to_dict(space: Any) -> dict:
+    """A gymnasium space in Minari's JSON layout."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Box):
+        return {
+            "type": "Box", "dtype": str(space.dtype), "shape": list(space.shape),
+            "low": space.low.tolist(), "high": space.high.tolist(),
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "dtype": "int64", "start": int(space.start), "n": int(space.n)}
+    if isinstance(space, spaces.Tuple):
+        return {"type": "Tuple", "subspaces": [_space_to_dict(s) for s in space.spaces]}
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "subspaces": {k: _space_to_dict(s) for k, s in space.spaces.items()}}
+    raise TypeError(f"cannot write a {type(space).__name__} space: Box, Discrete, Tuple and Dict are supported")
+
+
+def _unbounded_box(shape: Sequence[int], dtype: np.dtype) -> dict:
+    size = int(np.prod(shape)) if len(shape) else 1
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        low, high = [int(info.min)] * size, [int(info.max)] * size
+    else:
+        low, high = [-math.inf] * size, [math.inf] * size
+    return {
+        "type": "Box", "dtype": str(np.dtype(dtype)), "shape": list(shape),
+        "low": np.reshape(low, shape).tolist(), "high": np.reshape(high, shape).tolist(),
+    }
+
+
+# --------------------------------------------------------------- finding
+def _default_root() -> pathlib.Path:
+    root = os.environ.get("MINARI_DATASETS_PATH")
+    return pathlib.Path(root) if root else pathlib.Path.home() / ".minari" / "datasets"
+
+
+def _data_folder(dataset_id_or_path: PathLike) -> pathlib.Path:
+    if not isinstance(dataset_id_or_path, (str, os.PathLike)):
+        raise TypeError(f"dataset_id_or_path must be a str or a path, got {type(dataset_id_or_path).__name__}")
+    given = pathlib.Path(dataset_id_or_path)
+    if given.exists():
+        if given.is_file():
+            if given.name in (_METADATA_FILE, _MAIN_FILE):
+                return given.parent
+            raise ValueError(f"{given} is not a Minari dataset: give its folder, its data/ folder or {_MAIN_FILE}")
+        for folder in (given, given / "data"):
+            if (folder / _METADATA_FILE).is_file() or (folder / _MAIN_FILE).is_file():
+                return folder
+        raise ValueError(
+            f"{given} holds no Minari dataset: found neither data/{_METADATA_FILE} nor data/{_MAIN_FILE} in it"
+        )
+    root = _default_root()
+    folder = root / str(dataset_id_or_path) / "data"
+    if folder.is_dir():
+        return folder
+    raise ValueError(
+        f"unknown Minari dataset {str(dataset_id_or_path)!r}: it is not a path, and there is no {folder} "
+        "(the local Minari root is $MINARI_DATASETS_PATH or ~/.minari/datasets; offrl does not download "
+        "datasets: fetch it with minari first, or give the dataset's path)"
+    )
+
+
+def _read_metadata(folder: pathlib.Path) -> tuple[dict, pathlib.Path]:
+    path = folder / _METADATA_FILE
+    if path.is_file():
+        try:
+            with open(path) as f:
+                metadata = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path} is not readable JSON: {e}") from None
+        if not isinstance(metadata, dict):
+            raise ValueError(f"{path} does not hold a JSON object")
+        return metadata, path
+    import h5py
+
+    path = folder / _MAIN_FILE
+    try:
+        with h5py.File(path, "r") as f:  # Minari <= 0.4: metadata as root attributes
+            metadata = {k: _attr(v) for k, v in f.attrs.items()}
+    except OSError as e:
+        raise ValueError(f"{path} is not a readable HDF5 file: {e}") from None
+    metadata.setdefault("data_format", "hdf5")
+    return metadata, path
+
+
+def _attr(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+# ----------------------------------------------------------- environment
+def _recover_env(env_spec: Any, render_mode: Optional[str]) -> Any:
+    """``gymnasium.make`` of a stored env spec, or None (with a warning
+    saying why) when gymnasium cannot build it here."""
+    if not env_spec:
+        return None
+    import gymnasium
+    from gymnasium.envs.registration import EnvSpec
+
+    try:
+        parsed = json.loads(env_spec) if isinstance(env_spec, str) else dict(env_spec)
+        known = {f.name for f in dataclasses.fields(EnvSpec) if f.init}
+        parsed = {k: v for k, v in parsed.items() if k in known}
+        parsed.setdefault("additional_wrappers", [])
+        spec = EnvSpec.from_json(json.dumps(parsed))
+        kwargs = {} if render_mode is None else {"render_mode": render_mode}
+        return gymnasium.make(spec, **kwargs)
+    except Exception as e:  # gymnasium raises many kinds for unknown / uninstalled envs
+        warnings.warn(f"the dataset's environment cannot be rebuilt here ({type(e).__name__}: {e}); env is None")
+        return None
+
+
+# --------------------------------------------------------------- reading
+class _Episodes:
+    """Per-episode arrays collected by a backend reader."""
+
+    def __init__(self, n_obs: int) -> None:
+        self.names: list[str] = []
+        self.lengths: list[int] = []
+        self.terminated: list[bool] = []
+        self.has_final: list[bool] = []
+        self.observations: list[list[np.ndarray]] = [[] for _ in range(n_obs)]
+        self.actions: list[np.ndarray] = []
+        self.rewards: list[np.ndarray] = []
+        self.behaviour: list[Optional[np.ndarray]] = []
+
+    def add(
+        self, name: str, observations: list[np.ndarray], actions: np.ndarray, rewards: np.ndarray,
+        terminations: np.ndarray, truncations: np.ndarray, final_missing: bool,
+        behaviour: Optional[np.ndarray], total_steps: Any,
+    ) -> None:
+        n = actions.shape[0]
+        if n == 0:
+            raise ValueError(f"{name} has no steps")
+        if total_steps is not None and int(total_steps) != n:
+            raise ValueError(f"{name} says total_steps={int(total_steps)} but holds {n} actions")
+        for label, values in (("rewards", rewards), ("terminations", terminations), ("truncations", truncations)):
+            if values.shape[0] != n:
+                raise ValueError(f"{name}: {label} has {values.shape[0]} rows, actions has {n}")
+        for k, obs in enumerate(observations):
+            if obs.shape[0] != n + 1:
+                label = "observations" if len(observations) == 1 else f"observations[{k}]"
+                raise ValueError(
+                    f"{name}: {label} has {obs.shape[0]} rows, expected {n + 1} (one more than its {n} steps)"
+                )
+        terminations = terminations.reshape(n, -1)[:, 0].astype(bool)
+        truncations = truncations.reshape(n, -1)[:, 0].astype(bool)
+        early = (terminations | truncations)[:-1]
+        if early.any():
+            i = int(np.argmax(early))
+            flag = "terminations" if terminations[i] else "truncations"
+            raise ValueError(
+                f"{name}: {flag}[{i}] is True but the episode goes on to {n} steps "
+                "(an episode ends at its first termination or truncation)"
+            )
+        terminated = bool(terminations[-1])
+        has_final = not terminated and not final_missing
+        keep = n + int(has_final)
+        self.names.append(name)
+        self.lengths.append(n)
+        self.terminated.append(terminated)
+        self.has_final.append(has_final)
+        for column, obs in zip(self.observations, observations):
+            column.append(obs[:keep])
+        self.actions.append(actions)
+        self.rewards.append(rewards.reshape(n))
+        if behaviour is not None:
+            behaviour = np.asarray(behaviour, dtype=np.float64).reshape(-1)[:n]
+            if behaviour.shape[0] != n:
+                raise ValueError(f"{name}: {_BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
+        self.behaviour.append(behaviour)
+
+
+def _episode_ids(names: Sequence[str], prefix: str, where: Any) -> list[tuple[int, str]]:
+    out = []
+    for name in names:
+        suffix = name[len(prefix):]
+        if not suffix.isdigit():
+            continue
+        out.append((int(suffix), name))
+    if not out:
+        raise ValueError(f"{where} holds no episodes")
+    return sorted(out)
+
+
+def _hdf5_node(group: Any, path: tuple, where: str) -> Any:
+    node = group
+    for part in path:
+        key = f"_index_{part}" if isinstance(part, int) else part
+        if key not in node:
+            raise ValueError(f"{where} has no {node.name}/{key}")
+        node = node[key]
+    if not hasattr(node, "shape"):
+        raise ValueError(f"{where}: {node.name} is a group, expected a dataset")
+    return node[()]
+
+
+def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Episodes:
+    import h5py
+
+    path = folder / _MAIN_FILE
+    if not path.is_file():
+        raise ValueError(f"{folder} has data_format 'hdf5' but no {_MAIN_FILE}")
+    episodes = _Episodes(len(obs_leaves))
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise ValueError(f"{path} is not a readable HDF5 file: {e}") from None
+    with f:
+        for _, key in _episode_ids(list(f.keys()), "episode_", path):
+            group = f[key]
+            where = f"{path}: {key}"
+            for required in ("observations", "actions", "rewards", "terminations", "truncations"):
+                if required not in group:
+                    raise ValueError(f"{where} has no {required!r}")
+            observations = [_hdf5_node(group["observations"], leaf.path, where) for leaf in obs_leaves]
+            actions = _hdf5_node(group["actions"], act_leaf.path, where)
+            behaviour = group[_BEHAVIOUR][()] if _BEHAVIOUR in group else None
+            attrs = group.attrs
+            episodes.add(
+                where, observations, actions, group["rewards"][()], group["terminations"][()],
+                group["truncations"][()], bool(attrs.get(_MISSING_FINAL, False)), behaviour,
+                attrs.get("total_steps"),
+            )
+    return episodes
+
+
+def _arrow_values(array: Any, leaf: _Leaf) -> np.ndarray:
+    import pyarrow as pa
+
+    for part in leaf.path:
+        array = array.field(part if isinstance(part, str) else str(part))
+    if pa.types.is_fixed_size_list(array.type) or pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        flat = array.flatten().to_numpy(zero_copy_only=False)
+        return flat.reshape((len(array),) + leaf.shape)
+    return array.to_numpy(zero_copy_only=False)
+
+
+def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Episodes:
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc
+    except ImportError:
+        raise ImportError(
+            "reading a Minari dataset in Arrow format needs pyarrow: pip install 'offrl[minari]'"
+        ) from None
+    episodes = _Episodes(len(obs_leaves))
+    dirs = [d.name for d in folder.iterdir() if d.is_dir()]
+    for _, name in _episode_ids(dirs, "", folder):
+        directory = folder / name
+        where = f"{directory}"
+        files = sorted(
+            p for p in directory.iterdir()
+            if p.is_file() and not p.name.startswith(("_", ".")) and p.name != _METADATA_FILE
+        )
+        if not files:
+            raise ValueError(f"{where} holds no Arrow file")
+        try:
+            tables = [pa.ipc.open_file(p).read_all() for p in files]
+        except (OSError, pa.ArrowInvalid) as e:
+            raise ValueError(f"{where} holds a file that is not Arrow IPC: {e}") from None
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        for required in ("observations", "actions", "rewards", "terminations", "truncations"):
+            if required not in table.column_names:
+                raise ValueError(f"{where} has no {required!r} column")
+        meta: dict = {}
+        if (directory / _METADATA_FILE).is_file():
+            with open(directory / _METADATA_FILE) as f:
+                meta = json.load(f)
+        column = {k: table.column(k).combine_chunks() for k in table.column_names}
+        observations = [_arrow_values(column["observations"], leaf) for leaf in obs_leaves]
+        rows = len(table)
+        actions = _arrow_values(column["actions"], act_leaf)[: rows - 1]
+        behaviour = column[_BEHAVIOUR].to_numpy(zero_copy_only=False)[: rows - 1] if _BEHAVIOUR in column else None
+        episodes.add(
+            where, observations, actions,
+            column["rewards"].to_numpy(zero_copy_only=False)[: rows - 1],
+            column["terminations"].to_numpy(zero_copy_only=False)[: rows - 1],
+            column["truncations"].to_numpy(zero_copy_only=False)[: rows - 1],
+            bool(meta.get(_MISSING_FINAL, False)), behaviour, meta.get("total_steps"),
+        )
+    return episodes
+
+
+def get_minari(
+    dataset_id_or_path: PathLike,
+    transition_picker: Any = None,
+    trajectory_slicer: Any = None,
+    render_mode: Optional[str] = None,
+) -> tuple[MDPDataset, Any]:
+    """Read a Minari dataset from disk (no ``minari`` package needed).
+
+    Args:
+        dataset_id_or_path: a dataset folder, its ``data/`` folder or its
+            ``main_data.hdf5``; or a dataset id (``"D4RL/door/human-v2"``)
+            looked up under ``$MINARI_DATASETS_PATH`` (default
+            ``~/.minari/datasets``). Nothing is downloaded.
+        transition_picker, trajectory_slicer: for the returned dataset.
+        render_mode: passed to ``gymnasium.make`` for the environment.
+
+    Returns:
+        ``(dataset, env)``: an :class:`MDPDataset` and the environment rebuilt
+        from the stored env spec, or ``None`` (with a warning) when gymnasium
+        cannot build it here. Episodes keep Minari's order (by id); an episode
+        ending in a termination is terminated, otherwise truncated, and the
+        observation after a truncated episode's last step is kept as its final
+        observation. Dict and Tuple observation spaces become tuple
+        observations, one element per Box/Discrete leaf, depth first (Dict
+        members in the stored space's order, which gymnasium sorts by key).
+        Discrete actions become indices ``value - start``.
+    """
+    folder = _data_folder(dataset_id_or_path)
+    metadata, meta_path = _read_metadata(folder)
+    env = _recover_env(metadata.get("env_spec"), render_mode)
+    spaces = {}
+    for key in ("observation_space", "action_space"):
+        if key in metadata:
+            spaces[key] = _parse_space(metadata[key], f"{meta_path}: {key}")
+        elif env is not None:
+            spaces[key] = _space_to_dict(getattr(env, key))
+        else:
+            raise ValueError(
+                f"{meta_path} has no {key} and no env_spec gymnasium can build here, so the data cannot be decoded"
+            )
+    obs_leaves = _leaves(spaces["observation_space"], f"{meta_path}: observation_space")
+    act_leaves = _leaves(spaces["action_space"], f"{meta_path}: action_space")
+    if len(act_leaves) != 1:
+        raise ValueError(
+            f"{meta_path}: the action space has {len(act_leaves)} parts; offrl datasets take one Box or Discrete action"
+        )
+    act_leaf = act_leaves[0]
+
+    data_format = metadata.get("data_format", "hdf5")
+    if data_format == "hdf5":
+        episodes = _read_hdf5(folder, obs_leaves, act_leaf)
+    elif data_format == "arrow":
+        episodes = _read_arrow(folder, obs_leaves, act_leaf)
+    else:
+        raise ValueError(f"{meta_path}: data_format {data_format!r} is not supported (hdf5 and arrow are)")
+
+    lengths = np.asarray(episodes.lengths, dtype=np.int64)
+    for key, found in (("total_episodes", len(lengths)), ("total_steps", int(lengths.sum()))):
+        if key in metadata and int(metadata[key]) != found:
+            raise ValueError(f"{meta_path} says {key}={int(metadata[key])} but the data holds {found}")
+
+    has_final = np.asarray(episodes.has_final, dtype=bool)
+    terminated = np.asarray(episodes.terminated, dtype=bool)
+    starts, ends, step_rows = episode_layout(lengths, has_final)
+    rows = int(ends[-1] + has_final[-1])
+    observations = [np.concatenate(column) for column in episodes.observations]
+    step_actions = np.concatenate(episodes.actions)
+    if act_leaf.kind == "Discrete":
+        space, size = ActionSpace.DISCRETE, act_leaf.n
+        step_actions = step_actions.reshape(-1).astype(np.int64) - act_leaf.start
+        actions = np.zeros((rows, 1), dtype=np.int64)
+        actions[step_rows, 0] = step_actions
+    else:
+        space = ActionSpace.CONTINUOUS
+        step_actions = step_actions.reshape(step_actions.shape[0], -1)
+        size = step_actions.shape[1]
+        actions = np.zeros((rows, size), dtype=np.float32)
+        actions[step_rows] = step_actions
+    rewards = np.zeros(rows, dtype=np.float32)
+    rewards[step_rows] = np.concatenate(episodes.rewards)
+
+    behaviour = None
+    if any(b is not None for b in episodes.behaviour):
+        behaviour = np.ones(rows, dtype=np.float64)
+        behaviour[step_rows] = np.concatenate(
+            [np.full(n, np.nan) if b is None else b for b, n in zip(episodes.behaviour, lengths)]
+        )
+        bad = ~(behaviour > 0) & ~np.isnan(behaviour)
+        if space == ActionSpace.DISCRETE:
+            bad |= behaviour > 1
+        if bad.any():
+            row = int(np.argmax(bad))
+            e = int(np.searchsorted(starts, row, side="right")) - 1
+            raise ValueError(
+                f"{episodes.names[e]}: {_BEHAVIOUR}[{row - starts[e]}] is {behaviour[row]}, "
+                "expected a probability in (0, 1] (a density > 0 for continuous actions)"
+            )
+
+    dataset = dataset_from_rows(
+        observations, actions, rewards, starts, ends, terminated, has_final, space, size,
+        transition_picker, trajectory_slicer, behaviour, episodes.names,
+    )
+    return dataset, env
+
+
+# --------------------------------------------------------------- writing
+def _nest(leaves: list[_Leaf], values: list[Any]) -> Any:
+    """Leaf values back into the nesting of their space (dicts keyed like it)."""
+    if len(leaves) == 1 and leaves[0].path == ():
+        return values[0]
+    tree: dict = {}
+    for leaf, value in zip(leaves, values):
+        node = tree
+        for part in leaf.path[:-1]:
+            node = node.setdefault(part, {})
+        node[leaf.path[-1]] = value
+    return tree
+
+
+def _write_hdf5_tree(group: Any, name: str, tree: Any) -> None:
+    if isinstance(tree, dict):
+        sub = group.create_group(name)
+        for key, value in tree.items():
+            _write_hdf5_tree(sub, f"_index_{key}" if isinstance(key, int) else key, value)
+    else:
+        group.create_dataset(name, data=tree)
+
+
+def _arrow_array(tree: Any, leaves_by_path: dict, path: tuple = ()) -> Any:
+    import pyarrow as pa
+
+    if isinstance(tree, dict):
+        names = [str(k) for k in tree]
+        arrays = [_arrow_array(v, leaves_by_path, path + (k,)) for k, v in tree.items()]
+        return pa.StructArray.from_arrays(arrays, names=names)
+    leaf = leaves_by_path[path]
+    values = np.ascontiguousarray(tree)
+    if leaf.kind == "Discrete":
+        return pa.array(values.reshape(-1).astype(np.int32))
+    width = int(np.prod(values.shape[1:])) if values.ndim > 1 else 1
+    flat = values.reshape(values.shape[0], width)
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), width)
+
+
+def to_minari(
+    dataset: ReplayBufferBase,
+    path: PathLike,
+    dataset_id: Optional[str] = None,
+    data_format: str = "hdf5",
+    env: Any = None,
+    observation_space: Any = None,
+    action_space: Any = None,
+    metadata: Optional[dict] = None,
+    overwrite: bool = False,
+) -> pathlib.Path:
+    """Write ``dataset`` as a Minari dataset folder ``path`` (``path/data/...``).
+
+    Args:
+        dataset: a replay buffer or :class:`MDPDataset`.
+        path: the dataset folder to create (for ``minari.load_dataset``, put
+            it at ``~/.minari/datasets/<dataset_id>``).
+        dataset_id: stored as ``dataset_id``; defaults to the folder name.
+        data_format: ``"hdf5"`` or ``"arrow"`` (needs pyarrow).
+        env: a gymnasium env whose spaces and spec are stored (so the
+            environment can be rebuilt when the dataset is read).
+        observation_space, action_space: gymnasium spaces to store instead;
+            by default unbounded Boxes (a Tuple of them for tuple
+            observations) and ``Discrete(action_size)``.
+        metadata: extra JSON-serialisable entries for ``metadata.json``
+            (``author``, ``algorithm_name``, ...).
+        overwrite: replace an existing dataset at ``path``.
+
+    Each episode of ``N`` steps is written with ``N + 1`` observations: the
+    final observation of a truncated episode when the dataset has it, zeros
+    after a terminal step, and zeros marked with the episode attribute
+    ``offrl_final_observation_missing`` when a truncated episode has none.
+    Behaviour probabilities, when present, are written per episode.
+
+    Returns:
+        the dataset folder.
+    """
+    import h5py
+
+    if data_format not in ("hdf5", "arrow"):
+        raise ValueError(f"data_format must be 'hdf5' or 'arrow', got {data_format!r}")
+    root = pathlib.Path(path)
+    folder = root / "data"
+    if folder.exists():
+        if not overwrite:
+            raise ValueError(f"{folder} already exists: pass overwrite=True to replace it")
+        shutil.rmtree(folder)
+    episodes = list(dataset.episodes)
+    if not episodes:
+        raise ValueError("cannot write a dataset with no episodes to Minari format")
+    info = dataset.dataset_info
+
+    obs_sig = info.observation_signature
+    if observation_space is None and env is not None:
+        observation_space = env.observation_space
+    if action_space is None and env is not None:
+        action_space = env.action_space
+    if observation_space is not None:
+        obs_space = _space_to_dict(observation_space)
+    elif len(obs_sig.shape) == 1:
+        obs_space = _unbounded_box(obs_sig.shape[0], obs_sig.dtype[0])
+    else:
+        obs_space = {"type": "Tuple", "subspaces": [_unbounded_box(s, d) for s, d in zip(obs_sig.shape, obs_sig.dtype)]}
+    discrete = info.action_space == ActionSpace.DISCRETE
+    if action_space is not None:
+        act_space = _space_to_dict(action_space)
+    elif discrete:
+        act_space = {"type": "Discrete", "dtype": "int64", "start": 0, "n": int(info.action_size)}
+    else:
+        act_space = _unbounded_box((int(info.action_size),), np.dtype(np.float32))
+    obs_leaves = _leaves(obs_space, "observation_space")
+    if len(obs_leaves) != len(obs_sig.shape):
+        raise ValueError(
+            f"observation_space has {len(obs_leaves)} parts, the dataset's observations have {len(obs_sig.shape)}"
+        )
+    act_leaves = _leaves(act_space, "action_space")
+    if len(act_leaves) != 1 or (act_leaves[0].kind == "Discrete") != discrete:
+        raise ValueError(f"action_space {act_space['type']} does not match the dataset's {info.action_space.name} actions")
+    act_leaf = act_leaves[0]
+    leaves_by_path = {leaf.path: leaf for leaf in obs_leaves}
+
+    folder.mkdir(parents=True)
+    total_steps = 0
+    h5 = h5py.File(folder / _MAIN_FILE, "w", track_order=True) if data_format == "hdf5" else None
+    try:
+        for i, episode in enumerate(episodes):
+            obs = episode.observations
+            columns = list(obs) if isinstance(obs, (list, tuple)) else [obs]
+            n = int(episode.actions.shape[0])
+            final = episode.final_observation
+            missing = final is None and not episode.terminated
+            if final is None:
+                finals = [np.zeros_like(c[0]) for c in columns]
+            else:
+                finals = list(final) if isinstance(final, (list, tuple)) else [final]
+            full = [
+                np.concatenate([np.asarray(c), np.asarray(f, dtype=c.dtype).reshape((1,) + c.shape[1:])])
+                for c, f in zip(columns, finals)
+            ]
+            full = [
+                c.reshape((c.shape[0],) + tuple(leaf.shape)) if leaf.kind == "Box" else c.reshape(-1)
+                for c, leaf in zip(full, obs_leaves)
+            ]
+            actions = np.asarray(episode.actions)
+            if discrete:
+                actions = actions.reshape(-1).astype(np.int64) + act_leaf.start
+            else:
+                actions = actions.reshape((n,) + act_leaf.shape).astype(act_leaf.dtype, copy=False)
+            rewards = np.asarray(episode.rewards, dtype=np.float64).reshape(n)
+            terminations = np.zeros(n, dtype=bool)
+            truncations = np.zeros(n, dtype=bool)
+            (terminations if episode.terminated else truncations)[-1] = True
+            behaviour = getattr(episode, _BEHAVIOUR, None)
+            total_steps += n
+            if h5 is not None:
+                group = h5.create_group(f"episode_{i}")
+                group.attrs["id"] = i
+                group.attrs["total_steps"] = n
+                if missing:
+                    group.attrs[_MISSING_FINAL] = True
+                _write_hdf5_tree(group, "observations", _nest(obs_leaves, full))
+                group.create_dataset("actions", data=actions)
+                group.create_dataset("rewards", data=rewards)
+                group.create_dataset("terminations", data=terminations)
+                group.create_dataset("truncations", data=truncations)
+                if behaviour is not None:
+                    group.create_dataset(_BEHAVIOUR, data=np.asarray(behaviour, dtype=np.float64))
+            else:
+                _write_arrow_episode(
+                    folder / str(i), i, n, missing, _nest(obs_leaves, full), actions, rewards,
+                    terminations, truncations, behaviour, leaves_by_path, act_leaf,
+                )
+    finally:
+        if h5 is not None:
+            h5.close()
+
+    record = {
+        "dataset_id": dataset_id if dataset_id is not None else root.name,
+        "total_episodes": len(episodes),
+        "total_steps": total_steps,
+        "data_format": data_format,
+        "observation_space": json.dumps(obs_space),
+        "action_space": json.dumps(act_space),
+        "minari_version": MINARI_LAYOUT_VERSION,
+        "offrl_version": __version__,
+    }
+    spec = getattr(env, "spec", None)
+    if spec is not None:
+        try:
+            record["env_spec"] = spec.to_json()
+        except Exception as e:  # specs with callables in kwargs cannot be serialised
+            warnings.warn(f"the env spec is not JSON-serialisable ({e}); it is not stored")
+    for key, value in (metadata or {}).items():
+        if key in record:
+            raise ValueError(f"metadata[{key!r}] is written by to_minari itself")
+        record[key] = value
+    with open(folder / _METADATA_FILE, "w") as f:
+        json.dump(record, f)
+    return root
+
+
+def _write_arrow_episode(
+    directory: pathlib.Path, episode_id: int, n: int, missing: bool, observations: Any, actions: np.ndarray,
+    rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray, behaviour: Any,
+    leaves_by_path: dict, act_leaf: _Leaf,
+) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.ipc
+    except ImportError:
+        raise ImportError("writing Minari's Arrow format needs pyarrow: pip install 'offrl[minari]'") from None
+    directory.mkdir()
+    pad_actions = np.concatenate([actions, np.zeros((1,) + actions.shape[1:], actions.dtype)])
+    columns = {
+        "observations": _arrow_array(observations, leaves_by_path),
+        "actions": _arrow_array(pad_actions, {(): act_leaf}),
+        "rewards": pa.array(np.append(rewards, 0.0)),
+        "terminations": pa.array(np.append(terminations, False)),
+        "truncations": pa.array(np.append(truncations, False)),
+    }
+    if behaviour is not None:
+        columns[_BEHAVIOUR] = pa.array(np.append(np.asarray(behaviour, dtype=np.float64), 1.0))
+    batch = pa.RecordBatch.from_pydict(columns)
+    with pa.OSFile(str(directory / "part-0.arrow"), "wb") as sink:
+        with pa.ipc.new_file(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+    meta = {"id": episode_id, "total_steps": n}
+    if missing:
+        meta[_MISSING_FINAL] = True
+    with open(directory / _METADATA_FILE, "w") as f:
+        json.dump(meta, f)
