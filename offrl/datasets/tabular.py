@@ -35,7 +35,12 @@ class _Rows:
     def __call__(self, position: int) -> str:
         if self._labels is None:
             return f"row {position}"
-        return f"row {position} (index {self._labels[position]!r})"
+        return f"row {position} (index {_show(self._labels[position])})"
+
+
+def _show(value: Any) -> str:
+    """A value as users write it (``0``, ``'u1'``), not numpy's ``np.int64(0)``."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
 
 
 def _column_list(value: Columns, role: str) -> list[str]:
@@ -80,9 +85,10 @@ def _numeric(df: Any, names: list[str], role: str, rows: _Rows) -> np.ndarray:
 def _row_error(error: Exception, label: str, rows: _Rows) -> Exception:
     """A ``name[i] is ...`` error from the array checks, restated for row ``i``."""
     match = re.match(r"^\w+\[(\d+)\] is (.*)$", str(error))
-    if match:
-        return type(error)(f"{label} is {match.group(2)} in {rows(int(match.group(1)))}")
-    return type(error)(f"{label}: {error}")
+    if not match:
+        return type(error)(f"{label}: {error}")
+    value, _, rest = match.group(2).partition(", ")
+    return type(error)(f"{label} is {value} in {rows(int(match.group(1)))}" + (f", {rest}" if rest else ""))
 
 
 def _flags(df: Any, name: Optional[str], role: str, rows: _Rows, n: int) -> np.ndarray:
@@ -92,7 +98,7 @@ def _flags(df: Any, name: Optional[str], role: str, rows: _Rows, n: int) -> np.n
     bad = (values != 0) & (values != 1)
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{role} column {name!r} is {values[i].item()!r} in {rows(i)}, expected 0 or 1")
+        raise ValueError(f"{role} column {name!r} is {_show(values[i])} in {rows(i)}, expected 0 or 1")
     return values.astype(bool)
 
 
@@ -199,8 +205,8 @@ def from_dataframe(
             k = int(np.argmax(same))
             a, b = sorted((int(order[k]), int(order[k + 1])))
             raise ValueError(
-                f"{rows(a)} and {rows(b)} both hold step {steps.iloc[a]!r} of episode "
-                f"{uniques[codes[a]]!r} (column {step_column!r}): each step must be logged once"
+                f"{rows(a)} and {rows(b)} both hold step {_show(steps.iloc[a])} of episode "
+                f"{_show(uniques[codes[a]])} (column {step_column!r}): each step must be logged once"
             )
     else:
         order = np.argsort(codes, kind="stable")
@@ -243,7 +249,7 @@ def from_dataframe(
             remaining = int(np.argmax(last[k:]))
             hint = "" if step_column is not None else " (rows are kept in table order: give step_column to sort them)"
             raise ValueError(
-                f"{rows(i)} sets {role} column {column!r} but episode {uniques[codes[i]]!r} goes on for "
+                f"{rows(i)} sets {role} column {column!r} but episode {_show(uniques[codes[i]])} goes on for "
                 f"{remaining} more step(s){hint}"
             )
     terminals = terminal[order] & last

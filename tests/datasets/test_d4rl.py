@@ -1,0 +1,154 @@
+"""D4RL-format HDF5 files written here with h5py: episode boundaries at
+terminals and timeouts, a file ending mid-episode, next_observations, infos
+and metadata, and errors naming the file and the key."""
+
+from __future__ import annotations
+
+import re
+
+import h5py
+import numpy as np
+import pytest
+
+from offrl import ActionSpace
+from offrl.datasets import load_d4rl_hdf5
+
+N = 14
+# terminal at step 4, timeout at step 9, steps 10..13 end the file mid-episode
+TERMINAL_AT, TIMEOUT_AT = 4, 9
+
+
+def _arrays(**changes):
+    rng = np.random.default_rng(0)
+    arrays = {
+        "observations": rng.standard_normal((N, 3)).astype(np.float32),
+        "actions": rng.uniform(-1, 1, (N, 2)).astype(np.float32),
+        "rewards": np.arange(N, dtype=np.float32),
+        "terminals": np.zeros(N, dtype=bool),
+        "timeouts": np.zeros(N, dtype=bool),
+    }
+    arrays["terminals"][TERMINAL_AT] = True
+    arrays["timeouts"][TIMEOUT_AT] = True
+    arrays.update(changes)
+    return {k: v for k, v in arrays.items() if v is not None}
+
+
+def _write(path, arrays, infos=None, metadata=None):
+    with h5py.File(path, "w") as f:
+        for key, value in arrays.items():
+            f.create_dataset(key, data=value)
+        for key, value in (infos or {}).items():
+            f.create_dataset(f"infos/{key}", data=value)
+        for key, value in (metadata or {}).items():
+            f.create_dataset(f"metadata/{key}", data=value)
+    return path
+
+
+def test_episode_boundaries(tmp_path):
+    arrays = _arrays()
+    ds = load_d4rl_hdf5(_write(tmp_path / "d.hdf5", arrays))
+    assert ds.action_space == ActionSpace.CONTINUOUS and ds.action_size == 2
+    assert [e.size() for e in ds.episodes] == [5, 5, 4]
+    assert [e.terminated for e in ds.episodes] == [True, False, False]
+    assert all(e.final_observation is None for e in ds.episodes)
+    # without next_observations a truncated episode's last step is no transition
+    assert ds.transition_count == 5 + 4 + 3
+    np.testing.assert_array_equal(ds.episodes[1].observations, arrays["observations"][5:10])
+    np.testing.assert_array_equal(ds.episodes[2].actions, arrays["actions"][10:])
+    np.testing.assert_array_equal(ds.compute_returns(), [0 + 1 + 2 + 3 + 4, 5 + 6 + 7 + 8 + 9, 10 + 11 + 12 + 13])
+    arr = ds.to_arrays()
+    np.testing.assert_array_equal(arr["terminals"], arrays["terminals"])
+    # the unflagged end of the file becomes a truncated episode
+    np.testing.assert_array_equal(np.flatnonzero(arr["timeouts"]), [TIMEOUT_AT, N - 1])
+
+
+def test_next_observations_keep_the_final_observation_of_truncated_episodes(tmp_path):
+    arrays = _arrays()
+    arrays["next_observations"] = arrays["observations"] + 50
+    ds = load_d4rl_hdf5(_write(tmp_path / "d.hdf5", arrays))
+    assert ds.transition_count == N
+    np.testing.assert_array_equal(ds.episodes[1].final_observation, arrays["next_observations"][TIMEOUT_AT])
+    np.testing.assert_array_equal(ds.episodes[2].final_observation, arrays["next_observations"][N - 1])
+    assert ds.episodes[0].final_observation is None
+
+
+def test_a_step_flagged_terminal_and_timeout_is_terminal(tmp_path):
+    timeouts = np.zeros(N, dtype=bool)
+    timeouts[[TERMINAL_AT, TIMEOUT_AT]] = True
+    ds = load_d4rl_hdf5(_write(tmp_path / "d.hdf5", _arrays(timeouts=timeouts)))
+    assert [e.terminated for e in ds.episodes] == [True, False, False]
+
+
+def test_discrete_actions_and_integer_flags(tmp_path):
+    arrays = _arrays(actions=np.arange(N) % 3, terminals=_arrays()["terminals"].astype(np.float32))
+    ds = load_d4rl_hdf5(_write(tmp_path / "d.hdf5", arrays), action_size=4)
+    assert ds.action_space == ActionSpace.DISCRETE and ds.action_size == 4
+    np.testing.assert_array_equal(ds.episodes[0].actions[:, 0], [0, 1, 2, 0, 1])
+
+
+def test_infos_metadata_and_logged_probabilities(tmp_path):
+    log_probs = np.log(np.linspace(0.2, 3.0, N))
+    qpos = np.arange(N * 2, dtype=np.float64).reshape(N, 2)
+    path = _write(tmp_path / "d.hdf5", _arrays(), infos={"action_log_probs": log_probs, "qpos": qpos},
+                  metadata={"algorithm": "SAC", "policy/fc0/weight": np.ones((2, 2))})
+    ds, extras = load_d4rl_hdf5(path, return_extras=True)
+    np.testing.assert_allclose(ds.behaviour_probabilities, np.linspace(0.2, 3.0, N))
+    np.testing.assert_array_equal(extras["infos"]["qpos"], qpos)
+    assert extras["metadata"]["algorithm"] == "SAC"
+    np.testing.assert_array_equal(extras["metadata"]["policy/fc0/weight"], np.ones((2, 2)))
+    assert load_d4rl_hdf5(path).behaviour_probabilities is not None
+
+
+def test_underflowing_log_probabilities_are_dropped_with_a_warning(tmp_path):
+    log_probs = np.zeros(N)
+    log_probs[3] = -1e4
+    path = _write(tmp_path / "d.hdf5", _arrays(), infos={"action_log_probs": log_probs})
+    with pytest.warns(UserWarning, match="behaviour probabilities are not kept"):
+        ds = load_d4rl_hdf5(path)
+    assert ds.behaviour_probabilities is None
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_missing_key(tmp_path):
+    path = _write(tmp_path / "d.hdf5", _arrays(timeouts=None))
+    with pytest.raises(ValueError, match=re.escape(f"{path} is not a D4RL-format file: it has no 'timeouts' dataset")):
+        load_d4rl_hdf5(path)
+
+
+def test_mismatched_lengths(tmp_path):
+    path = _write(tmp_path / "d.hdf5", _arrays(rewards=np.zeros(N - 1, np.float32)))
+    with pytest.raises(ValueError, match=re.escape(f"{path}: rewards has {N - 1} rows, observations has {N}")):
+        load_d4rl_hdf5(path)
+
+
+def test_nan_reward(tmp_path):
+    rewards = np.zeros(N, np.float32)
+    rewards[7] = np.nan
+    path = _write(tmp_path / "d.hdf5", _arrays(rewards=rewards))
+    with pytest.raises(ValueError, match=re.escape(f"{path}: rewards[7] is nan")):
+        load_d4rl_hdf5(path)
+
+
+def test_bad_flag_value(tmp_path):
+    terminals = np.zeros(N)
+    terminals[2] = 2
+    path = _write(tmp_path / "d.hdf5", _arrays(terminals=terminals))
+    with pytest.raises(ValueError, match=re.escape(f"{path}: terminals[2] is 2.0, expected 0 or 1")):
+        load_d4rl_hdf5(path)
+
+
+def test_not_hdf5(tmp_path):
+    path = tmp_path / "d.hdf5"
+    path.write_text("not hdf5")
+    with pytest.raises(ValueError, match=re.escape(f"{path} is not a readable HDF5 file")):
+        load_d4rl_hdf5(path)
+
+
+def test_next_observations_shape(tmp_path):
+    arrays = _arrays()
+    arrays["next_observations"] = arrays["observations"][:, :2]
+    path = _write(tmp_path / "d.hdf5", arrays)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: next_observations has shape ({N}, 2)")):
+        load_d4rl_hdf5(path)
