@@ -417,7 +417,9 @@ class QLearningAlgoBase:
             next_actions = self._action_scaler.transform(next_actions)
         if self._reward_scaler is not None:
             rewards = self._reward_scaler.transform(rewards)
-        return TorchTransitionMiniBatch(obs, actions, rewards, next_obs, next_actions, batch.terminals, batch.intervals)
+        return TorchTransitionMiniBatch(
+            obs, actions, rewards, next_obs, next_actions, batch.terminals, batch.intervals, batch.weights, batch.indices
+        )
 
     def update(self, batch: Union[TransitionMiniBatch, TorchTransitionMiniBatch]) -> Dict[str, float]:
         """One gradient step on a mini-batch; returns the losses as floats."""

@@ -39,7 +39,10 @@ Discrete CQL is Double DQN (:mod:`offrl.algos.dqn`) plus, for each critic,
 
 summed over the ensemble (the paper uses DQN; Double DQN as in d3rlpy).
 ``conservative_loss`` reports the term without ``alpha``; ``loss`` is
-``td_loss + alpha * conservative_loss``.
+``td_loss + alpha * conservative_loss``. With prioritized replay the
+importance weights scale the TD loss only (the conservative term is a
+regulariser over the states sampled, left unweighted) and the TD errors
+become the new priorities, as in DQN.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import hard_update, soft_update, td_target
 from .base import LearnableConfig, check_positive_int, check_positive_number
-from .dqn import DQN, DQNConfig
+from .dqn import DQN, DQNConfig, abs_td_errors
 from .sac import SAC, actor_temperature_step, check_actor_critic_fields
 
 __all__ = ["CQLConfig", "CQL", "DiscreteCQLConfig", "DiscreteCQL"]
@@ -287,7 +290,9 @@ class DiscreteCQL(DQN):
         else:
             pred, taus = q.at_action(batch.observations, batch.actions)
         data_values = data_values.squeeze(-1)
-        td_loss = q.loss(pred, target, taus)
+        td_loss = q.loss(pred, target, taus, batch.weights)
+        if batch.weights is not None:
+            self._td_errors = abs_td_errors(pred.detach(), target)
         conservative_loss = (torch.logsumexp(values, dim=2) - data_values).mean(dim=1).sum()
         loss = td_loss + cfg.alpha * conservative_loss
         optim = self._optims["optim"]

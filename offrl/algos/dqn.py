@@ -14,13 +14,19 @@ multi-step pickers) and ``d`` its terminal flag. With ``n_critics > 1`` the
 greedy action uses the ensemble mean and the target the ensemble minimum.
 The target network is copied from the online one every
 ``target_update_interval`` steps.
+
+With prioritized replay (:class:`~offrl.dataset.PrioritizedReplayBuffer`,
+Schaul et al., 2016) the loss is ``mean_i w_i l(delta_i)`` with the batch's
+importance weights ``w_i``, and ``|delta_i|`` (expectations of target and
+prediction for quantile Q-functions, averaged over the ensemble) becomes
+sample ``i``'s new priority.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torch import nn
@@ -33,7 +39,7 @@ from ..serialization import register
 from ._common import freeze, hard_update, td_target
 from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
 
-__all__ = ["DQNConfig", "DQN", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy"]
+__all__ = ["DQNConfig", "DQN", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy", "abs_td_errors"]
 
 
 @register("algorithm")
@@ -87,10 +93,24 @@ class DiscreteGreedyPolicy(nn.Module):
         return self.q_function.expected(x).mean(dim=0).argmax(dim=-1)
 
 
+def abs_td_errors(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-sample ``|E[target] - E[pred]|``, averaged over the ensemble, ``(B,)``:
+    the priority signal for prioritized replay. ``pred``: ``(E, B, N)``,
+    ``target``: ``(B, M)`` (quantiles are averaged to their expectation)."""
+    return (target.mean(dim=-1).unsqueeze(0) - pred.mean(dim=-1)).abs().mean(dim=0)
+
+
 class DQN(QLearningAlgoBase):
-    """Deep Q-Network (see the module docstring)."""
+    """Deep Q-Network (see the module docstring).
+
+    With a prioritized buffer (batches carrying ``weights``) the loss is the
+    importance-weighted mean and ``_td_errors`` keeps the step's
+    :func:`abs_td_errors` (detached, on the device) for ``update_priorities``.
+    """
 
     _action_type = ActionSpace.DISCRETE
+    _supports_priorities = True
+    _td_errors: Optional[torch.Tensor] = None
     _q_modules = ("q_function", "targ_q_function")
     _q_optim = "optim"
     _double = False
@@ -109,7 +129,9 @@ class DQN(QLearningAlgoBase):
                 batch.rewards, self._next_value(batch.next_observations), batch.terminals, self._config.gamma, batch.intervals
             )
         pred, taus = q.at_action(batch.observations, batch.actions)
-        loss = q.loss(pred, target, taus)
+        loss = q.loss(pred, target, taus, batch.weights)
+        if batch.weights is not None:
+            self._td_errors = abs_td_errors(pred.detach(), target)
         optim = self._optims["optim"]
         optim.zero_grad()
         loss.backward()

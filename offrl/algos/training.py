@@ -17,7 +17,7 @@ import torch
 
 from .base import NonFiniteLossError, QLearningAlgoBase
 
-__all__ = ["fitter", "LossTracker", "CHECK_INTERVAL"]
+__all__ = ["fitter", "LossTracker", "CHECK_INTERVAL", "feed_priorities"]
 
 #: steps between reads of the loss buffer (progress bar, NaN check)
 CHECK_INTERVAL = 100
@@ -76,6 +76,28 @@ class LossTracker:
         return metrics
 
 
+def check_priority_support(algo: QLearningAlgoBase) -> None:
+    """Raise when ``algo`` cannot train from a prioritized buffer (its loss
+    takes no importance weights and it reports no TD errors)."""
+    if not getattr(algo, "_supports_priorities", False):
+        raise ValueError(
+            f"{type(algo).__name__} does not support prioritized replay (its loss takes no importance "
+            "weights): use a plain ReplayBuffer, or DQN, DoubleDQN or DiscreteCQL"
+        )
+
+
+def feed_priorities(algo: QLearningAlgoBase, buffer: Any, batch: Any) -> None:
+    """Give ``buffer`` (a prioritized one) the TD errors of ``algo``'s last
+    update on ``batch`` (a batch sampled from it, numpy or torch): one
+    device-to-host copy of ``B`` floats."""
+    errors = getattr(algo, "_td_errors", None)
+    if errors is None or batch.indices is None:
+        check_priority_support(algo)
+        raise ValueError("the batch carries no importance weights or indices: sample it from the prioritized buffer")
+    algo._td_errors = None
+    buffer.update_priorities(batch.indices, errors)
+
+
 def _check_steps(n_steps: Any, n_steps_per_epoch: Any) -> None:
     for name, value in (("n_steps", n_steps), ("n_steps_per_epoch", n_steps_per_epoch)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
@@ -132,6 +154,9 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
 
     info = dataset.dataset_info
     algo._check_action_space(info.action_space)
+    prioritized = hasattr(dataset, "update_priorities")
+    if prioritized:
+        check_priority_support(algo)
     if not algo.is_built:
         algo.build_with_dataset(dataset)
     else:
@@ -166,6 +191,8 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
                 batch = algo._preprocess(dataset.sample_transition_batch(batch_size).to_torch(algo.device))
                 t1 = time.perf_counter()
                 losses = algo._update(batch, algo._grad_step)
+                if prioritized:
+                    feed_priorities(algo, dataset, batch)
                 update_time += time.perf_counter() - t1
                 sample_time += t1 - t0
                 algo._grad_step += 1

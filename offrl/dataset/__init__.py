@@ -21,6 +21,7 @@ from .pickers import (
     TransitionPickerProtocol,
 )
 from .mixed import MixedReplayBuffer
+from .prioritized import PrioritizedReplayBuffer, SumTree, create_prioritized_replay_buffer
 from .replay_buffer import (
     DatasetInfo,
     MDPDataset,
@@ -66,6 +67,9 @@ __all__ = [
     "ReplayBufferBase",
     "ReplayBuffer",
     "MixedReplayBuffer",
+    "PrioritizedReplayBuffer",
+    "SumTree",
+    "create_prioritized_replay_buffer",
     "MDPDataset",
     "create_infinite_replay_buffer",
     "create_fifo_replay_buffer",

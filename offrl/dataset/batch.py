@@ -7,7 +7,7 @@ with non-blocking transfers on CUDA).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -60,7 +60,9 @@ class TransitionMiniBatch:
     observations / next_observations: ``(B, *obs_shape)`` or a list of such
     arrays for tuple observations; actions / next_actions: ``(B, action_dim)``
     (``(B, 1)`` int64 for discrete actions); rewards, terminals, intervals:
-    ``(B, 1)`` float32.
+    ``(B, 1)`` float32. From a prioritized buffer also ``weights``, ``(B, 1)``
+    float32 importance weights, and ``indices``, ``(B,)`` int64 transition
+    ids for ``update_priorities`` (both None otherwise).
     """
 
     observations: ObservationBatch
@@ -70,6 +72,8 @@ class TransitionMiniBatch:
     next_actions: np.ndarray
     terminals: np.ndarray
     intervals: np.ndarray
+    weights: Optional[np.ndarray] = None
+    indices: Optional[np.ndarray] = None
 
     @classmethod
     def from_transitions(cls, transitions: Sequence[Transition]) -> "TransitionMiniBatch":
@@ -109,12 +113,21 @@ class TransitionMiniBatch:
             next_actions=_to_tensor(self.next_actions, device),
             terminals=_to_tensor(self.terminals, device),
             intervals=_to_tensor(self.intervals, device),
+            weights=None if self.weights is None else _to_tensor(self.weights, device),
+            indices=None if self.indices is None else _ids_tensor(self.indices),
         )
+
+
+def _ids_tensor(indices: np.ndarray):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(indices, dtype=np.int64))
 
 
 @dataclasses.dataclass(frozen=True)
 class TorchTransitionMiniBatch:
-    """:class:`TransitionMiniBatch` as torch tensors on one device."""
+    """:class:`TransitionMiniBatch` as torch tensors on one device, except
+    ``indices`` (bookkeeping ids, not model input), which stays on the CPU."""
 
     observations: Any
     actions: Any
@@ -123,6 +136,8 @@ class TorchTransitionMiniBatch:
     next_actions: Any
     terminals: Any
     intervals: Any
+    weights: Any = None
+    indices: Any = None
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])

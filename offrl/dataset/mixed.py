@@ -128,6 +128,8 @@ def _concat_batches(parts: list):
         items = [getattr(p, field.name) for p in parts]
         if field.name == "length":
             values["length"] = items[0]
+        elif any(it is None for it in items):  # optional fields (weights, indices)
+            values[field.name] = None
         elif isinstance(items[0], list):
             values[field.name] = [np.concatenate([it[k] for it in items]) for k in range(len(items[0]))]
         else:
