@@ -323,8 +323,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         evaluators = build_evaluators(names, algo, dataset.episodes, env, args.return_threshold)
         for name, evaluator in evaluators.items():
             report[name] = float(evaluator(algo, dataset))
-        for name in (args.ope.split(",") if args.ope else []):
-            report.update(_run_ope(name, algo, dataset, args))
+        if args.ope:
+            report.update(_run_ope(args.ope.split(","), algo, dataset, args))
     width = max(len(k) for k in report)
     for name, value in report.items():
         print(f"{name:<{width}}  {value:.6g}")
@@ -334,32 +334,44 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_ope(name: str, algo: Any, dataset: Any, args: argparse.Namespace) -> Dict[str, float]:
+def _train_fqe(algo: Any, dataset: Any, n_steps: int) -> Any:
     from . import ope
+    from .constants import ActionSpace
 
-    if name == "fqe":
-        from .constants import ActionSpace
+    if algo.get_action_type() == ActionSpace.DISCRETE:
+        fqe = ope.DiscreteFQE(algo=algo, config=ope.DiscreteFQEConfig())
+    else:
+        fqe = ope.FQE(algo=algo, config=ope.FQEConfig())
+    fqe.fit(dataset, n_steps=n_steps, n_steps_per_epoch=n_steps, show_progress=False, logger_adapter=_noop())
+    return fqe
 
-        config_cls = ope.DiscreteFQEConfig if algo.get_action_type() == ActionSpace.DISCRETE else ope.FQEConfig
-        fqe_cls = ope.DiscreteFQE if config_cls is ope.DiscreteFQEConfig else ope.FQE
-        fqe = fqe_cls(algo=algo, config=config_cls())
-        fqe.fit(dataset, n_steps=args.fqe_steps, n_steps_per_epoch=args.fqe_steps, show_progress=False,
-                logger_adapter=_noop())
-        from .metrics import InitialStateValueEstimationEvaluator
 
-        return {"fqe_initial_value": float(InitialStateValueEstimationEvaluator()(fqe, dataset))}
-    estimators = _is_estimators()
-    if name not in estimators:
-        raise CLIError(f"unknown OPE estimator {name!r}; valid: fqe, {', '.join(estimators)}")
-    result = estimators[name](algo, dataset)
-    out = {f"{name}": float(result.estimate), f"{name}_lower": float(result.lower), f"{name}_upper": float(result.upper)}
-    if not result.reliable:
-        print(f"warning: {name} is unreliable: {'; '.join(result.warnings)}", file=sys.stderr)
+def _run_ope(names: Sequence[str], algo: Any, dataset: Any, args: argparse.Namespace) -> Dict[str, float]:
+    """FQE's estimate (``fqe``) and the importance-sampling family
+    (``is``, ``wis``, ``pdis``, ``wpdis``, ``dr``, ``wdr``; DR uses FQE as
+    its model), each with its bootstrap interval."""
+    from .ope import ESTIMATORS, estimate_policy_value
+
+    valid = ["fqe", *ESTIMATORS]
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+        raise CLIError(f"unknown OPE estimator {unknown[0]!r}; valid: {', '.join(valid)}")
+    fqe = None
+    if "fqe" in names or any(ESTIMATORS[n][1] for n in names if n in ESTIMATORS):
+        fqe = _train_fqe(algo, dataset, args.fqe_steps)
+    out: Dict[str, float] = {}
+    for name in names:
+        if name == "fqe":
+            estimate = fqe.estimate_policy_value(dataset.episodes)
+            out.update({"fqe": estimate.value, "fqe_lower": estimate.lower, "fqe_upper": estimate.upper})
+            continue
+        result = estimate_policy_value(algo, dataset, name, q_model=fqe if ESTIMATORS[name][1] else None,
+                                       seed=args.seed if args.seed is not None else 0)
+        out.update({name: result.value, f"{name}_lower": result.lower, f"{name}_upper": result.upper,
+                    f"{name}_effective_sample_size": result.effective_sample_size})
+        if not result.reliable:
+            print(f"warning: {name} is unreliable: {'; '.join(result.warnings)}", file=sys.stderr)
     return out
-
-
-def _is_estimators() -> Dict[str, Callable[..., Any]]:
-    return {}
 
 
 def _noop() -> Any:
@@ -563,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default=None)
     p.add_argument("--env", default=None, help="gymnasium env id")
     p.add_argument("--evaluators", default=None, help="comma-separated (default: auto): " + ", ".join(_EVALUATORS))
-    p.add_argument("--ope", default=None, help="comma-separated OPE estimators, e.g. fqe")
+    p.add_argument("--ope", default=None, help="comma-separated OPE estimators: fqe, is, wis, pdis, wpdis, dr, wdr")
     p.add_argument("--fqe-steps", type=_positive_int, default=5000)
     p.add_argument("--return-threshold", type=float, default=None, help="success threshold for soft_opc")
     p.add_argument("--n-trials", type=_positive_int, default=10)

@@ -258,3 +258,49 @@ def test_record_writes_videos(tmp_path, capsys):
     assert videos == ["offrl-episode-0.mp4", "offrl-episode-1.mp4"]
     assert all((out / v).stat().st_size > 1000 for v in videos)
     assert "wrote 2 videos" in capsys.readouterr().out
+
+
+def test_fit_evaluate_export_through_the_console(dataset_file, tmp_path):
+    run = tmp_path / "run"
+    fit = _run("fit", str(dataset_file), "discrete_cql", "batch_size=8", "--steps", "10", "--steps-per-epoch", "5",
+               "--evaluators", "td_error,action_match", "--output-dir", str(run), "--no-progress")
+    assert fit.returncode == 0, fit.stderr
+    assert (run / "model.d3").is_file() and (run / "logs" / "td_error.csv").is_file()
+    assert len((run / "logs" / "action_match.csv").read_text().splitlines()) == 2
+
+    report = tmp_path / "eval.json"
+    evaluate = _run("evaluate", str(run / "model.d3"), "--dataset", str(dataset_file), "--evaluators",
+                    "td_error,init_value,action_match", "--ope", "fqe,wis,dr", "--fqe-steps", "20", "--seed", "0",
+                    "--json", str(report))
+    assert evaluate.returncode == 0, evaluate.stderr
+    figures = json.loads(report.read_text())
+    assert {"td_error", "init_value", "action_match", "fqe", "fqe_lower", "fqe_upper", "wis", "wis_lower", "dr"} <= set(figures)
+    assert figures["fqe_lower"] <= figures["fqe"] <= figures["fqe_upper"]
+    # the figures equal the library's own evaluators on the same model and data
+    from offrl.metrics import DiscreteActionMatchEvaluator, TDErrorEvaluator
+
+    algo = load_learnable(str(run / "model.d3"))
+    dataset = MDPDataset.load(str(dataset_file))
+    assert figures["td_error"] == pytest.approx(TDErrorEvaluator()(algo, dataset), rel=1e-5)
+    assert figures["action_match"] == pytest.approx(DiscreteActionMatchEvaluator()(algo, dataset))
+
+    export = _run("export", str(run / "model.d3"), str(tmp_path / "policy.onnx"))
+    assert export.returncode == 0, export.stderr
+    x = dataset.to_arrays()["observations"][:16]
+    np.testing.assert_array_equal(load_onnx_policy(tmp_path / "policy.onnx").predict(x), algo.predict(x))
+
+
+def test_evaluate_in_an_environment(tmp_path, capsys):
+    from offrl.algos import DiscreteRandomPolicyConfig
+
+    algo = DiscreteRandomPolicyConfig().create()
+    algo.create_impl((4,), 2)
+    algo.save(tmp_path / "m.d3")
+    assert main(["evaluate", str(tmp_path / "m.d3"), "--env", "CartPole-v1", "--n-trials", "3", "--seed", "0",
+                 "--json", str(tmp_path / "r.json")]) == 0
+    figures = json.loads((tmp_path / "r.json").read_text())
+    assert 8 <= figures["environment_return_min"] <= figures["environment_return_mean"] <= figures["environment_return_max"] <= 500
+    assert main(["evaluate", str(tmp_path / "m.d3"), "--env", "Nope-v9"]) == 2
+    assert "cannot make environment 'Nope-v9'" in capsys.readouterr().err
+    assert main(["evaluate", str(tmp_path / "m.d3")]) == 2
+    assert "give --dataset" in capsys.readouterr().err

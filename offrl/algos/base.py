@@ -590,6 +590,29 @@ class QLearningAlgoBase:
         return fitter(self, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
                       show_progress, save_interval, evaluators, callback, epoch_callback)
 
+    def fit_online(self, env: Any, buffer: Any = None, explorer: Any = None, n_steps: int = 1000000,
+                   n_steps_per_epoch: int = 10000, update_interval: int = 1, update_start_step: int = 0,
+                   random_steps: int = 0, eval_env: Any = None, eval_epsilon: float = 0.0, save_interval: int = 1,
+                   experiment_name: Optional[str] = None, with_timestamp: bool = True, logger_adapter: Any = None,
+                   show_progress: bool = True, callback: Optional[Callable[..., None]] = None, n_updates: int = 1,
+                   eval_n_trials: int = 10,
+                   epoch_callback: Optional[Callable[..., None]] = None) -> List[Tuple[int, Dict[str, float]]]:
+        """Train while acting in a gymnasium environment; returns
+        ``[(epoch, metrics), ...]``. See :func:`offrl.algos.online.fit_online`."""
+        from .online import fit_online
+
+        return fit_online(self, env, buffer, explorer, n_steps, n_steps_per_epoch, update_interval, update_start_step,
+                          random_steps, eval_env, eval_epsilon, save_interval, experiment_name, with_timestamp,
+                          logger_adapter, show_progress, callback, n_updates, eval_n_trials, epoch_callback)
+
+    def collect(self, env: Any, buffer: Any = None, explorer: Any = None, deterministic: bool = False,
+                n_steps: int = 1000000, show_progress: bool = True) -> Any:
+        """Act in ``env`` for ``n_steps`` steps, writing them into ``buffer``;
+        returns the buffer. See :func:`offrl.algos.online.collect`."""
+        from .online import collect
+
+        return collect(self, env, buffer, explorer, deterministic, n_steps, show_progress)
+
     # ---------------------------------------------------- saving / loading
     def save(self, fname: str) -> None:
         """Write config, networks, optimizer states, fitted scalers and
