@@ -4,6 +4,16 @@ from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, parse_
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
 from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
+from .explorers import (
+    AdditiveOU,
+    Boltzmann,
+    ConstantEpsilonGreedy,
+    Explorer,
+    ExplorerProtocol,
+    LinearDecayEpsilonGreedy,
+    NormalNoise,
+)
+from .hooks import LinearInterpolationHook, combine_callbacks, set_config, set_learning_rate
 from .iql import IQL, IQLConfig
 from .random_policy import DiscreteRandomPolicy, DiscreteRandomPolicyConfig, RandomPolicy, RandomPolicyConfig
 from .sac import SAC, SACConfig
@@ -36,4 +46,15 @@ __all__ = [
     "RandomPolicy",
     "DiscreteRandomPolicyConfig",
     "DiscreteRandomPolicy",
+    "Explorer",
+    "ExplorerProtocol",
+    "ConstantEpsilonGreedy",
+    "LinearDecayEpsilonGreedy",
+    "Boltzmann",
+    "NormalNoise",
+    "AdditiveOU",
+    "LinearInterpolationHook",
+    "set_learning_rate",
+    "set_config",
+    "combine_callbacks",
 ]

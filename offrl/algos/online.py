@@ -1,0 +1,502 @@
+"""Online training (``fit_online``) and data collection (``collect``) in a
+gymnasium 1.x environment.
+
+Each environment step writes ``(observation, action, reward)`` into the
+replay buffer. An episode that ends with ``terminated=True`` is closed as
+terminal (its last transition does not bootstrap); one that ends with
+``truncated=True`` is closed with the observation the environment returned,
+so its last transition bootstraps from that real final observation.
+
+Randomness: the first ``env.reset`` and ``env.action_space`` (used for
+``random_steps``) are seeded with a number drawn from offrl's generator,
+explorers draw from it too, and each evaluation's first reset gets a seed
+drawn from it, so after ``offrl.seed(n)`` a run is reproducible (later
+resets continue the environment's own generator, as gymnasium intends).
+
+If training stops early (an exception, a non-finite loss, Ctrl-C), the
+episode being written is closed as truncated, so the buffer holds every step
+taken so far and can be dumped; model files saved before stay intact (saves
+are atomic). When ``fit_online`` created the buffer itself, the exception
+carries it as ``exception.offrl_buffer``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .._random import get_rng
+from ..constants import ActionSpace
+from .base import QLearningAlgoBase
+from .explorers import check_explorer
+from .training import LossTracker, experiment_directory_name
+
+__all__ = ["fit_online", "collect"]
+
+#: metric names written per epoch besides the losses and timings
+ROLLOUT_RETURN = "rollout_return"
+ROLLOUT_LENGTH = "rollout_episode_length"
+EVALUATION = "evaluation"
+
+
+# ------------------------------------------------------------------ checks
+def _check_int(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        bound = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+    return int(value)
+
+
+def _check_env(env: Any, name: str = "env") -> None:
+    missing = [a for a in ("reset", "step", "observation_space", "action_space") if not hasattr(env, a)]
+    if missing:
+        raise TypeError(f"{name} must be a gymnasium environment; {type(env).__name__} has no {', '.join(missing)}")
+
+
+def _check_callable(value: Any, name: str) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be callable as {name}(algo, epoch, total_step), got {type(value).__name__}")
+
+
+def _env_signature(env: Any, writer: Any = None):
+    from ..dataset.signature import signatures_from_env
+    from ..dataset.writer import BasicWriterPreprocess
+
+    return signatures_from_env(env, writer if writer is not None else BasicWriterPreprocess())
+
+
+def _shape_of(signature: Any) -> Any:
+    shapes = [tuple(int(d) for d in s) for s in signature.shape]
+    return shapes if len(shapes) > 1 else shapes[0]
+
+
+def _prepare(algo: QLearningAlgoBase, env: Any, buffer: Any, explorer: Any, make_buffer: Callable[[], Any]) -> Tuple[Any, ActionSpace]:
+    """Check the environment, explorer and buffer against the algorithm;
+    build the algorithm for the environment if needed. Returns the buffer
+    and the environment's action space."""
+    _check_env(env)
+    obs_sig, _, _, space, size = _env_signature(env)
+    algo._check_action_space(space)
+    check_explorer(explorer, space, type(algo).__name__)
+    name = type(algo).__name__
+    if not algo.is_built:
+        algo.build_with_env(env)
+    else:
+        shape = _shape_of(obs_sig)
+        if shape != algo.observation_shape:
+            raise ValueError(f"the environment's observations have shape {shape}, {name} was built for {algo.observation_shape}")
+        if size != algo.action_size:
+            raise ValueError(
+                f"the environment has {size} {'actions' if space == ActionSpace.DISCRETE else 'action dimensions'}, "
+                f"{name} was built for action_size={algo.action_size}"
+            )
+        for scaler in (algo.observation_scaler, algo.action_scaler, algo.reward_scaler):
+            if scaler is not None and not scaler.built:
+                scaler.fit_with_env(env)
+    for field, scaler in (("observation_scaler", algo.observation_scaler), ("action_scaler", algo.action_scaler),
+                          ("reward_scaler", algo.reward_scaler)):
+        if scaler is not None and not scaler.built:
+            raise ValueError(
+                f"{field} {type(scaler).__name__} is not fitted and cannot be fitted from the environment: "
+                "give its statistics, or fit the algorithm on a dataset first"
+            )
+    if buffer is None:
+        return make_buffer(), space
+    for method in ("append", "clip_episode", "sample_transition_batch"):
+        if not callable(getattr(buffer, method, None)):
+            raise TypeError(f"buffer must be a replay buffer (e.g. create_fifo_replay_buffer(limit, env=env)); "
+                            f"{type(buffer).__name__} has no {method}()")
+    try:
+        info = buffer.dataset_info
+    except ValueError:  # an empty buffer without signatures takes the environment's
+        return buffer, space
+    if info.action_space != space or info.action_size != size:
+        raise ValueError(
+            f"the buffer holds {info.action_space.name.lower()} actions of size {info.action_size}, "
+            f"the environment has {space.name.lower()} actions of size {size}"
+        )
+    writer = getattr(buffer, "writer_preprocessor", None)
+    stored = _shape_of(_env_signature(env, writer)[0])
+    if stored != _shape_of(info.observation_signature):
+        raise ValueError(
+            f"the buffer stores observations of shape {_shape_of(info.observation_signature)}, "
+            f"the environment's are stored as {stored}"
+        )
+    return buffer, space
+
+
+# -------------------------------------------------------------- stepping
+def _observation(raw: Any) -> Any:
+    """An environment observation as offrl takes it: an array, or a list of
+    arrays for tuple / dict observations (dict keys in the space's order)."""
+    if type(raw) is np.ndarray:
+        return raw
+    if isinstance(raw, dict):
+        return [np.asarray(v) for v in raw.values()]
+    if isinstance(raw, (list, tuple)):
+        return [np.asarray(v) for v in raw]
+    return np.asarray(raw)
+
+
+def _batched(observation: Any) -> Any:
+    if isinstance(observation, list):
+        return [o[None] for o in observation]
+    return observation[None]
+
+
+def _non_finite(observation: Any) -> Optional[str]:
+    parts = observation if isinstance(observation, list) else [observation]
+    for k, part in enumerate(parts):
+        if part.dtype.kind == "f" and not np.isfinite(part).all():
+            where = tuple(int(i) for i in np.argwhere(~np.isfinite(part))[0])
+            prefix = f"observation[{k}]" if len(parts) > 1 else "observation"
+            index = f"[{', '.join(map(str, where))}]" if where else ""
+            return f"{prefix}{index} is {part[where]}"
+    return None
+
+
+class _Rollout:
+    """Steps one environment with a behaviour policy and writes the steps
+    into a buffer, with gymnasium's terminated / truncated semantics."""
+
+    def __init__(self, algo: Any, env: Any, buffer: Any, explorer: Any, deterministic: bool, random_steps: int) -> None:
+        self.algo = algo
+        self.env = env
+        self.buffer = buffer
+        self.explorer = explorer
+        self.reset_explorer = getattr(explorer, "reset", None) if explorer is not None else None
+        self.random_steps = random_steps
+        self.act = algo.predict if deterministic else algo.sample_action
+        self.episode = 0
+        self.episode_step = 0
+        self.episode_return = 0.0
+        self.open_episode = False
+        self.finished: List[Tuple[float, int]] = []  # (return, length) of episodes ended since last read
+        self.time_inference = 0.0
+        self.time_environment = 0.0
+        seed = int(get_rng().integers(2**31 - 1))
+        if hasattr(env.action_space, "seed"):
+            env.action_space.seed(seed)
+        self.observation = self._reset(seed)
+
+    def _reset(self, seed: Optional[int] = None) -> Any:
+        raw, _ = self.env.reset(seed=seed) if seed is not None else self.env.reset()
+        observation = _observation(raw)
+        problem = _non_finite(observation)
+        if problem is not None:
+            raise ValueError(f"the environment returned a non-finite observation on reset (episode {self.episode}): {problem}")
+        if self.reset_explorer is not None:
+            self.reset_explorer()
+        return observation
+
+    def step(self, total_step: int) -> None:
+        t0 = time.perf_counter()
+        if total_step <= self.random_steps:
+            action = self.env.action_space.sample()
+        elif self.explorer is not None:
+            action = self.explorer.sample(self.algo, _batched(self.observation), total_step)[0]
+        else:
+            action = self.act(_batched(self.observation))[0]
+        t1 = time.perf_counter()
+        raw, reward, terminated, truncated, _ = self.env.step(action)
+        t2 = time.perf_counter()
+        self.time_inference += t1 - t0
+        self.time_environment += t2 - t1
+        next_observation = _observation(raw)
+        problem = _non_finite(next_observation)
+        if problem is not None:
+            raise ValueError(
+                f"the environment returned a non-finite observation at step {total_step} "
+                f"(episode {self.episode}, step {self.episode_step + 1} of the episode): {problem}"
+            )
+        reward = float(reward)
+        if not math.isfinite(reward):
+            raise ValueError(
+                f"the environment returned reward {reward} at step {total_step} "
+                f"(episode {self.episode}, step {self.episode_step + 1} of the episode)"
+            )
+        self.buffer.append(self.observation, action, reward)
+        self.open_episode = True
+        self.episode_return += reward
+        self.episode_step += 1
+        if terminated or truncated:
+            self.buffer.clip_episode(bool(terminated), None if terminated else next_observation)
+            self.open_episode = False
+            self.finished.append((self.episode_return, self.episode_step))
+            self.episode += 1
+            self.episode_step = 0
+            self.episode_return = 0.0
+            self.observation = self._reset()
+        else:
+            self.observation = next_observation
+
+    def close(self) -> None:
+        """Close the episode being written as truncated at the current observation."""
+        if self.open_episode:
+            self.buffer.clip_episode(False, self.observation)
+            self.open_episode = False
+
+
+def _attach_buffer(error: BaseException, buffer: Any) -> None:
+    try:
+        error.offrl_buffer = buffer  # type: ignore[attr-defined]
+    except Exception:  # pragma: no cover - exceptions with __slots__
+        pass
+
+
+def _close_quietly(rollout: Optional[_Rollout]) -> None:
+    """Close the open episode while another error propagates (that error wins)."""
+    if rollout is None:
+        return
+    try:
+        rollout.close()
+    except Exception:  # pragma: no cover - the buffer itself is failing
+        pass
+
+
+def _progress(show: bool, total: int, desc: str):
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, mininterval=0.5)
+
+
+# ----------------------------------------------------------- fit_online
+def _priority_feeder(algo: Any, buffer: Any) -> Optional[Callable[[Any, Any, Any], None]]:
+    """``training.feed_priorities`` for a prioritized buffer (one with
+    ``update_priorities``), after checking the algorithm supports it; None otherwise."""
+    if not hasattr(buffer, "update_priorities"):
+        return None
+    from . import training
+
+    check = getattr(training, "check_priority_support", None)
+    if check is not None:
+        check(algo)
+    feed = getattr(training, "feed_priorities", None)
+    if feed is None:  # pragma: no cover - prioritized replay not installed
+        raise ValueError("this offrl has no prioritized replay support (offrl.algos.training.feed_priorities)")
+    return feed
+
+
+def fit_online(
+    algo: QLearningAlgoBase,
+    env: Any,
+    buffer: Any = None,
+    explorer: Any = None,
+    n_steps: int = 1000000,
+    n_steps_per_epoch: int = 10000,
+    update_interval: int = 1,
+    update_start_step: int = 0,
+    random_steps: int = 0,
+    eval_env: Any = None,
+    eval_epsilon: float = 0.0,
+    save_interval: int = 1,
+    experiment_name: Optional[str] = None,
+    with_timestamp: bool = True,
+    logger_adapter: Any = None,
+    show_progress: bool = True,
+    callback: Optional[Callable[[Any, int, int], None]] = None,
+    n_updates: int = 1,
+    eval_n_trials: int = 10,
+    epoch_callback: Optional[Callable[[Any, int, int], None]] = None,
+) -> List[Tuple[int, Dict[str, float]]]:
+    """Train ``algo`` while it acts in ``env``; returns ``[(epoch, metrics), ...]``.
+
+    Each of the ``n_steps`` environment steps picks an action (uniformly
+    from ``env.action_space`` for the first ``random_steps`` steps, then
+    from ``explorer``, or ``algo.sample_action`` without one), steps the
+    environment and writes the step into ``buffer`` (a FIFO buffer of
+    1,000,000 transitions by default). Once more than ``update_start_step``
+    steps are taken and the buffer holds more than ``batch_size``
+    transitions, every ``update_interval``-th step runs ``n_updates``
+    gradient steps on mini-batches sampled from the buffer.
+
+    Every ``n_steps_per_epoch`` steps (and after the last) the epoch's
+    metrics are logged: loss means, ``rollout_return`` and
+    ``rollout_episode_length`` (means over the episodes that ended in the
+    epoch), ``evaluation`` (mean return of ``eval_n_trials`` greedy episodes
+    in ``eval_env`` with ``eval_epsilon``-greedy actions, when given) and
+    timings; the model is saved through the logger every ``save_interval``
+    epochs and after the last. ``callback(algo, epoch, total_step)`` runs
+    after every environment step, ``epoch_callback`` after every epoch.
+    See the module docstring for episode endings, seeding and interruptions.
+    """
+    if not getattr(algo, "_trainable", True):
+        raise RuntimeError(f"{type(algo).__name__} cannot be trained; use collect to gather data with it")
+    n_steps = _check_int(n_steps, "n_steps", 1)
+    n_steps_per_epoch = _check_int(n_steps_per_epoch, "n_steps_per_epoch", 1)
+    update_interval = _check_int(update_interval, "update_interval", 1)
+    n_updates = _check_int(n_updates, "n_updates", 1)
+    update_start_step = _check_int(update_start_step, "update_start_step", 0)
+    random_steps = _check_int(random_steps, "random_steps", 0)
+    save_interval = _check_int(save_interval, "save_interval", 1)
+    eval_n_trials = _check_int(eval_n_trials, "eval_n_trials", 1)
+    if update_start_step >= n_steps:
+        raise ValueError(
+            f"update_start_step={update_start_step} is not below n_steps={n_steps}: no update would happen "
+            "(use collect to gather data without training)"
+        )
+    if isinstance(eval_epsilon, bool) or not isinstance(eval_epsilon, (int, float, np.integer, np.floating)) or not 0.0 <= eval_epsilon <= 1.0:
+        raise ValueError(f"eval_epsilon must be a number in [0, 1], got {eval_epsilon!r}")
+    _check_callable(callback, "callback")
+    _check_callable(epoch_callback, "epoch_callback")
+    if eval_env is not None:
+        _check_env(eval_env, "eval_env")
+
+    def default_buffer():
+        from ..dataset.replay_buffer import create_fifo_replay_buffer
+
+        return create_fifo_replay_buffer(limit=1000000, env=env)
+
+    buffer, _ = _prepare(algo, env, buffer, explorer, default_buffer)
+    if eval_env is not None:
+        eval_space = _env_signature(eval_env)
+        env_space = _env_signature(env)
+        if _shape_of(eval_space[0]) != _shape_of(env_space[0]) or eval_space[3:] != env_space[3:]:
+            raise ValueError("eval_env's observation and action spaces must match env's")
+
+    from ..logging import FileAdapterFactory
+
+    factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
+    logger = factory.create(experiment_directory_name(algo, experiment_name or f"{type(algo).__name__}_online", with_timestamp))
+    logger.write_params(algo.to_params())
+
+    feed_priorities = _priority_feeder(algo, buffer)
+    batch_size = algo.batch_size
+    device = algo.device
+    n_epochs = (n_steps + n_steps_per_epoch - 1) // n_steps_per_epoch
+    tracker = LossTracker()
+    results: List[Tuple[int, Dict[str, float]]] = []
+    progress = None
+    rollout: Optional[_Rollout] = None
+    updates_ready = False
+    total_step = 0
+    try:
+        rollout = _Rollout(algo, env, buffer, explorer, False, random_steps)
+        progress = _progress(show_progress, n_steps, f"{type(algo).__name__} online")
+        for epoch in range(1, n_epochs + 1):
+            steps = min(n_steps_per_epoch, n_steps - total_step)
+            rollout.time_inference = rollout.time_environment = 0.0
+            sample_time = update_time = 0.0
+            epoch_start = time.perf_counter()
+            for _ in range(steps):
+                total_step += 1
+                rollout.step(total_step)
+                if total_step > update_start_step and total_step % update_interval == 0:
+                    if not updates_ready:
+                        # transition counts only grow (a FIFO buffer stays at its limit)
+                        updates_ready = buffer.transition_count > batch_size
+                    if updates_ready:
+                        for _ in range(n_updates):
+                            t0 = time.perf_counter()
+                            batch = algo._preprocess(buffer.sample_transition_batch(batch_size).to_torch(device))
+                            t1 = time.perf_counter()
+                            losses = algo._update(batch, algo._grad_step)
+                            if feed_priorities is not None:
+                                feed_priorities(algo, buffer, batch)
+                            update_time += time.perf_counter() - t1
+                            sample_time += t1 - t0
+                            algo._grad_step += 1
+                            tracker.add(losses, algo._grad_step)
+                if progress is not None:
+                    if tracker.rows == 0 and tracker.last:
+                        progress.set_postfix({k: f"{v:.4g}" for k, v in tracker.last.items()}, refresh=False)
+                    progress.update(1)
+                if callback is not None:
+                    callback(algo, epoch, total_step)
+            elapsed = time.perf_counter() - epoch_start
+            metrics = tracker.epoch_metrics()
+            if rollout.finished:
+                returns, lengths = zip(*rollout.finished)
+                metrics[ROLLOUT_RETURN] = float(np.mean(returns))
+                metrics[ROLLOUT_LENGTH] = float(np.mean(lengths))
+                rollout.finished.clear()
+            compute_epsilon = getattr(explorer, "compute_epsilon", None)
+            if callable(compute_epsilon):
+                metrics["epsilon"] = float(compute_epsilon(total_step))
+            metrics["time_inference"] = rollout.time_inference / steps
+            metrics["time_environment_step"] = rollout.time_environment / steps
+            metrics["time_sample_batch"] = sample_time / steps
+            metrics["time_algorithm_update"] = update_time / steps
+            metrics["time_step"] = elapsed / steps
+            if eval_env is not None:
+                from ..metrics.utility import rollout_returns
+
+                seed = int(get_rng().integers(2**31 - 1))
+                metrics[EVALUATION] = float(np.mean(rollout_returns(algo, eval_env, eval_n_trials, float(eval_epsilon), seed)))
+            logger.before_write_metric(epoch, total_step)
+            for name, value in metrics.items():
+                logger.write_metric(epoch, total_step, name, value)
+            logger.after_write_metric(epoch, total_step)
+            if epoch % save_interval == 0 or epoch == n_epochs:
+                logger.save_model(epoch, algo)
+            if epoch_callback is not None:
+                epoch_callback(algo, epoch, total_step)
+            results.append((epoch, metrics))
+    except BaseException as error:
+        _attach_buffer(error, buffer)
+        _close_quietly(rollout)
+        raise
+    finally:
+        if progress is not None:
+            progress.close()
+        logger.close()
+    rollout.close()
+    return results
+
+
+# -------------------------------------------------------------- collect
+def collect(
+    algo: QLearningAlgoBase,
+    env: Any,
+    buffer: Any = None,
+    explorer: Any = None,
+    deterministic: bool = False,
+    n_steps: int = 1000000,
+    show_progress: bool = True,
+) -> Any:
+    """Act in ``env`` for ``n_steps`` steps and write them into ``buffer``
+    (a new unbounded buffer by default); returns the buffer.
+
+    Actions come from ``algo.predict`` with ``deterministic=True``, else
+    from ``explorer`` when given, else from ``algo.sample_action``. The
+    episode still running at the end is closed as truncated with its current
+    observation as final observation, so an empty buffer ends up holding
+    exactly ``n_steps`` transitions. Random policies collect too (random
+    datasets, D4RL style); a trained algorithm makes "medium"/"expert"
+    datasets and ``fit_online``'s buffer a "replay" one.
+    """
+    n_steps = _check_int(n_steps, "n_steps", 1)
+    if not isinstance(deterministic, (bool, np.bool_)):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
+    if deterministic and explorer is not None:
+        raise ValueError("give either deterministic=True (greedy actions) or an explorer, not both")
+
+    def default_buffer():
+        from ..dataset.replay_buffer import create_infinite_replay_buffer
+
+        return create_infinite_replay_buffer(env=env)
+
+    buffer, _ = _prepare(algo, env, buffer, explorer, default_buffer)
+    rollout: Optional[_Rollout] = None
+    progress = None
+    try:
+        rollout = _Rollout(algo, env, buffer, explorer, bool(deterministic), 0)
+        progress = _progress(show_progress, n_steps, f"{type(algo).__name__} collect")
+        for total_step in range(1, n_steps + 1):
+            rollout.step(total_step)
+            if progress is not None:
+                progress.update(1)
+    except BaseException as error:
+        _attach_buffer(error, buffer)
+        _close_quietly(rollout)
+        raise
+    finally:
+        if progress is not None:
+            progress.close()
+    rollout.close()
+    return buffer
