@@ -49,6 +49,9 @@ __all__ = [
     "NormalNoise",
     "AdditiveOU",
     "check_explorer",
+    "action_values",
+    "action_bounds",
+    "inverse_cdf",
 ]
 
 Bound = Union[float, np.ndarray, None]
@@ -175,6 +178,15 @@ def action_values(algo: Any, x: Any) -> np.ndarray:
     return np.asarray(algo.predict_value(repeated, actions)).reshape(batch, n_actions)
 
 
+def inverse_cdf(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Per row ``i`` of ``probs`` ``(B, A)``, the first index ``k`` with
+    ``probs[i, :k + 1].sum() > u[i]`` (``u`` uniform in [0, 1)): one draw per
+    row from each row's categorical distribution. The last index is returned
+    when rounding leaves a row's total just below ``u``."""
+    cdf = np.cumsum(probs, axis=1)
+    return np.minimum((cdf <= np.asarray(u)[:, None]).sum(axis=1), probs.shape[1] - 1)
+
+
 class Boltzmann(Explorer):
     """Boltzmann (softmax) exploration: action ``a`` is drawn with
     probability ``exp(Q(s, a) / T) / sum_b exp(Q(s, b) / T)``, ``T`` the
@@ -195,9 +207,7 @@ class Boltzmann(Explorer):
 
     def sample(self, algo: Any, x: Any, step: int) -> np.ndarray:
         probs = self.probabilities(action_values(algo, x))
-        u = get_rng().random((probs.shape[0], 1))
-        # inverse CDF per row; the clip guards against a cumsum that ends just below 1
-        return np.minimum((np.cumsum(probs, axis=1) <= u).sum(axis=1), probs.shape[1] - 1)
+        return inverse_cdf(probs, get_rng().random(probs.shape[0]))
 
     def __repr__(self) -> str:
         return f"Boltzmann(temperature={self.temperature})"

@@ -28,7 +28,12 @@ from offrl.algos import (
     set_learning_rate,
 )
 from offrl.constants import ActionSpace
-from offrl.dataset import ReplayBuffer, create_fifo_replay_buffer, create_infinite_replay_buffer
+from offrl.dataset import (
+    ReplayBuffer,
+    create_fifo_replay_buffer,
+    create_infinite_replay_buffer,
+    create_prioritized_replay_buffer,
+)
 from offrl.logging import FileAdapterFactory, NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
 from offrl.preprocessing import MinMaxActionScaler, StandardObservationScaler
@@ -552,3 +557,22 @@ def test_sac_online_learns_the_continuous_corridor(seed):
     assert (algo.predict(positions)[:, 0] > 0.8).all()
     # optimal: four steps of +0.25, return 1 (distance) + 1 (goal)
     assert results[-1][1]["evaluation"] == pytest.approx(2.0, abs=1e-5)
+
+
+# ------------------------------------------------------ prioritized replay
+def test_fit_online_feeds_td_errors_to_a_prioritized_buffer():
+    offrl.seed(0)
+    env = Corridor(length=4, max_steps=6)
+    buffer = create_prioritized_replay_buffer(limit=1000, env=env)
+    algo = small_dqn()
+    fit_online(algo, env, buffer=buffer, n_steps=40)
+    assert buffer.sampled_batches == algo.grad_step > 0
+    priorities = buffer.priorities
+    assert priorities.shape == (40,)
+    assert len(np.unique(priorities)) > 5  # set from TD errors, not all the initial 1.0
+
+
+def test_prioritized_buffer_needs_an_algorithm_that_supports_it():
+    env = ContinuousCorridor()
+    with pytest.raises(ValueError, match="SAC does not support prioritized replay"):
+        fit_online(small_sac(), env, buffer=create_prioritized_replay_buffer(limit=100, env=env), n_steps=10)
