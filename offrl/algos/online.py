@@ -129,13 +129,14 @@ def _prepare(algo: QLearningAlgoBase, env: Any, buffer: Any, explorer: Any, make
 
 
 # -------------------------------------------------------------- stepping
-def _observation(raw: Any) -> Any:
+def _observation(raw: Any, keys: Optional[List[Any]] = None) -> Any:
     """An environment observation as offrl takes it: an array, or a list of
-    arrays for tuple / dict observations (dict keys in the space's order)."""
+    arrays for tuple / dict observations (dict values in ``keys`` order, the
+    observation space's)."""
     if type(raw) is np.ndarray:
         return raw
     if isinstance(raw, dict):
-        return [np.asarray(v) for v in raw.values()]
+        return [np.asarray(raw[k]) for k in (keys if keys is not None else raw)]
     if isinstance(raw, (list, tuple)):
         return [np.asarray(v) for v in raw]
     return np.asarray(raw)
@@ -169,6 +170,8 @@ class _Rollout:
         self.explorer = explorer
         self.reset_explorer = getattr(explorer, "reset", None) if explorer is not None else None
         self.random_steps = random_steps
+        spaces = getattr(env.observation_space, "spaces", None)
+        self.keys = list(spaces) if isinstance(spaces, dict) else None
         self.act = algo.predict if deterministic else algo.sample_action
         self.episode = 0
         self.episode_step = 0
@@ -184,7 +187,7 @@ class _Rollout:
 
     def _reset(self, seed: Optional[int] = None) -> Any:
         raw, _ = self.env.reset(seed=seed) if seed is not None else self.env.reset()
-        observation = _observation(raw)
+        observation = _observation(raw, self.keys)
         problem = _non_finite(observation)
         if problem is not None:
             raise ValueError(f"the environment returned a non-finite observation on reset (episode {self.episode}): {problem}")
@@ -205,7 +208,7 @@ class _Rollout:
         t2 = time.perf_counter()
         self.time_inference += t1 - t0
         self.time_environment += t2 - t1
-        next_observation = _observation(raw)
+        next_observation = _observation(raw, self.keys)
         problem = _non_finite(next_observation)
         if problem is not None:
             raise ValueError(

@@ -78,17 +78,24 @@ class ScriptedEnv(gymnasium.Env):
     step ``t``. With ``tuple_obs`` observations are ``([e, t], [t])``
     (a Tuple space). ``nan_at`` (a global step number, 1-based) makes that
     step return a NaN observation; ``raise_at`` makes it raise RuntimeError.
+    With ``dict_obs`` observations are ``{"time": [t], "position": [e, t]}``
+    (a Dict space, whose keys gymnasium sorts: "position", "time").
     """
 
     def __init__(self, script: Sequence[Tuple[int, str]] = ((3, "terminated"), (4, "truncated")),
                  tuple_obs: bool = False, nan_at: Optional[int] = None, raise_at: Optional[int] = None,
-                 continuous: bool = False) -> None:
+                 continuous: bool = False, dict_obs: bool = False) -> None:
         self.script = list(script)
         self.tuple_obs = tuple_obs
+        self.dict_obs = dict_obs
         self.nan_at = nan_at
         self.raise_at = raise_at
         box = spaces.Box(-np.inf, np.inf, (2,), np.float32)
-        self.observation_space = spaces.Tuple((box, spaces.Box(-np.inf, np.inf, (1,), np.float32))) if tuple_obs else box
+        aux = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        if dict_obs:
+            self.observation_space = spaces.Dict({"time": aux, "position": box})
+        else:
+            self.observation_space = spaces.Tuple((box, aux)) if tuple_obs else box
         self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32) if continuous else spaces.Discrete(2)
         self.episode = -1
         self.t = 0
@@ -97,6 +104,8 @@ class ScriptedEnv(gymnasium.Env):
 
     def _obs(self) -> Any:
         main = np.array([self.episode, self.t], dtype=np.float32)
+        if self.dict_obs:
+            return {"time": np.array([self.t], dtype=np.float32), "position": main}
         if self.tuple_obs:
             return (main, np.array([self.t], dtype=np.float32))
         return main

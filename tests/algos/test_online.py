@@ -96,6 +96,12 @@ def test_collect_writes_exactly_n_steps_with_episode_endings(n_steps, tuple_obs)
     assert_buffer_holds(buffer, scripted_episodes(SCRIPT, n_steps), tuple_obs)
 
 
+def test_collect_dict_observations_in_the_space_key_order():
+    env = ScriptedEnv(SCRIPT, dict_obs=True)
+    buffer = DiscreteRandomPolicyConfig().create().collect(env, n_steps=9, show_progress=False)
+    assert_buffer_holds(buffer, scripted_episodes(SCRIPT, 9), tuple_obs=True)  # ["position", "time"]
+
+
 def test_truncated_last_transition_bootstraps_terminated_does_not():
     env = ScriptedEnv([(2, "terminated"), (2, "truncated")])
     buffer = DiscreteRandomPolicyConfig().create().collect(env, n_steps=4, show_progress=False)

@@ -1,0 +1,420 @@
+#!/usr/bin/env python
+"""Benchmark of ``fit_online``: environment steps per second of DQN on
+CartPole-v1 and SAC on Pendulum-v1, offrl next to d3rlpy 2.x, and (with
+``--learning``) a learning check.
+
+    python benchmarks/online.py                 # throughput, both cases (about 2-4 minutes)
+    python benchmarks/online.py --quick         # shorter rounds
+    python benchmarks/online.py --only DQN      # one case
+    python benchmarks/online.py --threads 2     # torch.set_num_threads(2) in both libraries (default 1)
+    python benchmarks/online.py --no-d3rlpy     # offrl only
+    python benchmarks/online.py --learning      # DQN >= 475 on CartPole-v1, SAC >= -200 on Pendulum-v1
+
+Throughput: both libraries run ``algo.fit_online(env, buffer, n_steps=R,
+n_steps_per_epoch=R, show_progress=False)`` with the algorithm's default
+config (``device="cpu"``), the default ``fit_online`` settings (no
+explorer: ``sample_action``; an update after every step) and a logger that
+only keeps the epoch's metrics. Each library runs in its own worker process
+(d3rlpy in ``--d3rlpy-python``, ``$D3RLPY_PYTHON`` or
+``/opt/d3venv/bin/python``, running this file as ``--backend d3rlpy
+--serve``; it never imports offrl) that keeps its algorithm, environment and
+a FIFO buffer warm between rounds; the buffer is first filled by a warm-up
+call. Rounds alternate between the two workers, so a change in machine load
+hits both; the ratio is the median of per-round ratios. Each library's own
+epoch timings (inference, environment step, batch sampling, update) are
+printed as a per-step breakdown.
+
+Learning (``--learning``, offrl only, in this process): the settings of
+d3rlpy's online tutorials, seeded:
+
+* DQN on CartPole-v1: ``batch_size=32, learning_rate=2.5e-4,
+  target_update_interval=100``, ``LinearDecayEpsilonGreedy(1.0, 0.1,
+  10000)``, ``update_interval=10``, 30,000 steps in epochs of 1,000; target:
+  an epoch's evaluation (mean of 10 greedy episodes) >= 475.
+* SAC on Pendulum-v1: default config with a ``MinMaxActionScaler`` (fitted
+  to the action space, so actions span [-2, 2]), ``update_start_step=1000``,
+  up to 100,000 steps in epochs of 1,000; target: an epoch's evaluation >= -200.
+
+Each case prints its per-epoch evaluation returns and stops once the target
+is reached (``--full-budget`` runs the whole budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+CASES = {
+    "DQN": {"env": "CartPole-v1", "config": "DQNConfig"},
+    "SAC": {"env": "Pendulum-v1", "config": "SACConfig"},
+}
+TARGET_RATIO = 1.5
+DEFAULT_D3RLPY_PYTHON = "/opt/d3venv/bin/python"
+WARMUP_STEPS = 1000
+BREAKDOWN = ("time_inference", "time_environment_step", "time_sample_batch", "time_algorithm_update")
+
+
+# ------------------------------------------------------------------ worker
+class _Capture:
+    """A logger adapter (both libraries' protocol) that keeps the last metrics."""
+
+    def __init__(self) -> None:
+        self.metrics: Dict[str, float] = {}
+
+    def write_params(self, params: Any) -> None:
+        pass
+
+    def before_write_metric(self, epoch: int, step: int) -> None:
+        pass
+
+    def write_metric(self, epoch: int, step: int, name: str, value: float) -> None:
+        self.metrics[name] = float(value)
+
+    def after_write_metric(self, epoch: int, step: int) -> None:
+        pass
+
+    def save_model(self, epoch: int, algo: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def watch_model(self, epoch: int, step: int) -> None:
+        pass
+
+
+class _CaptureFactory:
+    def __init__(self) -> None:
+        self.adapter = _Capture()
+
+    def create(self, *args: Any, **kwargs: Any) -> _Capture:
+        self.adapter = _Capture()
+        return self.adapter
+
+
+class Worker:
+    """Keeps one algorithm, environment and buffer per case; runs rounds."""
+
+    def __init__(self, backend: str, threads: int) -> None:
+        import gymnasium
+        import torch
+
+        torch.set_num_threads(threads)
+        self.backend = backend
+        self.gymnasium = gymnasium
+        if backend == "offrl":
+            import offrl
+
+            self.lib = offrl
+            self.versions = {"offrl": offrl.__version__}
+        else:
+            import d3rlpy
+
+            self.lib = d3rlpy
+            self.versions = {"d3rlpy": d3rlpy.__version__}
+        self.versions.update(python=platform.python_version(), torch=torch.__version__, threads=torch.get_num_threads())
+        self.state: Dict[str, Any] = {}
+
+    def _setup(self, case: str) -> Any:
+        if case in self.state:
+            return self.state[case]
+        spec = CASES[case]
+        self.lib.seed(0)
+        env = self.gymnasium.make(spec["env"])
+        env.reset(seed=0)
+        config = getattr(self.lib.algos, spec["config"])()
+        algo = config.create(device="cpu:0" if self.backend == "d3rlpy" else "cpu")
+        buffer = self.lib.dataset.create_fifo_replay_buffer(limit=1000000, env=env)
+        state = (algo, env, buffer)
+        self.state[case] = state
+        self._fit(case, WARMUP_STEPS)
+        return state
+
+    def _fit(self, case: str, steps: int) -> Dict[str, float]:
+        algo, env, buffer = self.state[case]
+        factory = _CaptureFactory()
+        algo.fit_online(env, buffer, n_steps=steps, n_steps_per_epoch=steps, logger_adapter=factory,
+                        show_progress=False, with_timestamp=False)
+        return factory.adapter.metrics
+
+    def run(self, case: str, steps: int) -> Dict[str, Any]:
+        self._setup(case)
+        t0 = time.perf_counter()
+        metrics = self._fit(case, steps)
+        elapsed = time.perf_counter() - t0
+        return {"steps": steps, "seconds": elapsed, "metrics": {k: metrics[k] for k in BREAKDOWN if k in metrics}}
+
+
+def serve(backend: str, threads: int) -> int:
+    """Answer one JSON command per stdin line with one JSON line on stdout."""
+    real_stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):  # library chatter stays off the protocol
+        worker = Worker(backend, threads)
+        real_stdout.write(json.dumps({"ready": worker.versions}) + "\n")
+        real_stdout.flush()
+        for line in sys.stdin:
+            command = json.loads(line)
+            if command.get("quit"):
+                break
+            try:
+                reply = worker.run(command["case"], int(command["steps"]))
+            except Exception as e:  # reported to the parent, which prints it
+                reply = {"error": f"{type(e).__name__}: {e}"}
+            real_stdout.write(json.dumps(reply) + "\n")
+            real_stdout.flush()
+    return 0
+
+
+class Client:
+    """A worker process of one backend."""
+
+    def __init__(self, python: str, backend: str, threads: int) -> None:
+        cmd = [python, os.path.abspath(__file__), "--backend", backend, "--serve", "--threads", str(threads)]
+        env = dict(os.environ)
+        if backend == "offrl":
+            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        self.backend = backend
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, env=env)
+        self.info = self._read().get("ready", {})
+
+    def _read(self) -> Dict[str, Any]:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.backend} worker exited (code {self.proc.poll()})")
+        return json.loads(line)
+
+    def run(self, case: str, steps: int) -> Dict[str, Any]:
+        self.proc.stdin.write(json.dumps({"case": case, "steps": steps}) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read()
+        if "error" in reply:
+            raise RuntimeError(f"{self.backend} {case}: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
+            self.proc.stdin.flush()
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=30)
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+# --------------------------------------------------------------- throughput
+def measure_case(clients: Sequence[Client], case: str, round_s: float, rounds: int, log) -> Dict[str, Any]:
+    steps: Dict[str, int] = {}
+    for client in clients:  # warm-up (fills the buffer) and calibration
+        log(f"[{client.backend}] {case}: warm-up and calibration")
+        probe = client.run(case, 100)
+        steps[client.backend] = max(50, int(round_s * probe["steps"] / probe["seconds"]))
+    per_round: Dict[str, List[Dict[str, Any]]] = {c.backend: [] for c in clients}
+    for r in range(rounds):
+        order = list(clients) if r % 2 == 0 else list(reversed(clients))
+        for client in order:
+            per_round[client.backend].append(client.run(case, steps[client.backend]))
+        log(f"{case} round {r + 1}/{rounds}: " + ", ".join(
+            f"{b} {rs[-1]['steps'] / rs[-1]['seconds']:.0f} steps/s" for b, rs in per_round.items()))
+    out: Dict[str, Any] = {}
+    for backend, results in per_round.items():
+        rates = [x["steps"] / x["seconds"] for x in results]
+        breakdown = {k: statistics.median(x["metrics"][k] for x in results) for k in BREAKDOWN
+                     if all(k in x["metrics"] for x in results)}
+        out[backend] = {"steps_per_s": statistics.median(rates), "rates": rates, "steps": steps[backend],
+                        "breakdown_ms": {k: v * 1e3 for k, v in breakdown.items()}}
+    if len(per_round) == 2:
+        a, b = out["offrl"]["rates"], out["d3rlpy"]["rates"]
+        out["ratio"] = statistics.median(x / y for x, y in zip(a, b))
+    return out
+
+
+def d3rlpy_python(args: argparse.Namespace) -> Optional[str]:
+    for candidate in (args.d3rlpy_python, os.environ.get("D3RLPY_PYTHON")):
+        if candidate:
+            return candidate
+    return DEFAULT_D3RLPY_PYTHON if os.path.exists(DEFAULT_D3RLPY_PYTHON) else None
+
+
+def throughput(args: argparse.Namespace, names: Sequence[str]) -> int:
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    clients = [Client(sys.executable, "offrl", args.threads)]
+    d3_note = "skipped (--no-d3rlpy)"
+    if not args.no_d3rlpy:
+        python = d3rlpy_python(args)
+        if python is None:
+            d3_note = "not available (pass --d3rlpy-python)"
+        else:
+            try:
+                clients.append(Client(python, "d3rlpy", args.threads))
+                d3_note = f"worker {python}"
+            except (OSError, RuntimeError) as e:
+                d3_note = f"failed to start {python}: {e}"
+    round_s, rounds = (1.0, 3) if args.quick else (2.5, 5)
+    load_start = os.getloadavg()
+    started = time.perf_counter()
+    results = {}
+    try:
+        for case in names:
+            results[case] = measure_case(clients, case, round_s, rounds, log)
+    finally:
+        for client in clients:
+            client.close()
+    load_end = os.getloadavg()
+
+    info = ", ".join(f"{c.backend}: " + " ".join(f"{k} {v}" for k, v in c.info.items()) for c in clients)
+    print(f"fit_online throughput, default configs on the CPU, {rounds} alternating rounds of ~{round_s} s per library")
+    print(f"{info}; d3rlpy {d3_note}")
+    print(f"{os.cpu_count()} CPUs; load average {load_start[0]:.1f} at start, {load_end[0]:.1f} at end")
+    print()
+    header = ["case", "env", "offrl steps/s", "d3rlpy steps/s", "offrl/d3rlpy", "target", "result"]
+    rows = []
+    for case in names:
+        r = results[case]
+        ratio = r.get("ratio")
+        rows.append([case, CASES[case]["env"], f"{r['offrl']['steps_per_s']:.0f}",
+                     f"{r['d3rlpy']['steps_per_s']:.0f}" if "d3rlpy" in r else "-",
+                     f"{ratio:.2f}x" if ratio is not None else "-", f">= {TARGET_RATIO}x",
+                     "-" if ratio is None else ("ok" if ratio >= TARGET_RATIO else "MISS")])
+    print(_table(header, rows))
+    print()
+    print("per environment step, ms (medians over rounds, from each library's epoch metrics)")
+    header = ["case", "library", "inference", "env step", "sample batch", "update", "other", "total"]
+    rows = []
+    for case in names:
+        for backend, r in results[case].items():
+            if backend == "ratio":
+                continue
+            b = r["breakdown_ms"]
+            total = 1e3 / r["steps_per_s"]
+            known = sum(b.get(k, 0.0) for k in BREAKDOWN)
+            rows.append([case, backend] + [f"{b[k]:.3f}" if k in b else "-" for k in BREAKDOWN]
+                        + [f"{total - known:.3f}", f"{total:.3f}"])
+    print(_table(header, rows))
+    print()
+    print("* rounds run fit_online(env, buffer, n_steps=R, n_steps_per_epoch=R) on a warm algorithm and a buffer "
+          f"pre-filled by a {WARMUP_STEPS}-step call; the ratio is the median of per-round ratios")
+    print("* 'other': buffer writes, episode resets, loss bookkeeping, logging and the call's fixed costs")
+    print(f"* total time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def _table(header: Sequence[str], rows: List[Sequence[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------- learning
+class _TargetReached(Exception):
+    pass
+
+
+def learning(args: argparse.Namespace, names: Sequence[str]) -> int:
+    import gymnasium
+    import torch
+
+    import offrl
+    from offrl.algos import DQNConfig, LinearDecayEpsilonGreedy, SACConfig
+    from offrl.logging import NoopAdapterFactory
+    from offrl.preprocessing import MinMaxActionScaler
+
+    torch.set_num_threads(args.threads)
+    settings = {
+        "DQN": dict(make=lambda: DQNConfig(batch_size=32, learning_rate=2.5e-4, target_update_interval=100).create(),
+                    explorer=lambda: LinearDecayEpsilonGreedy(1.0, 0.1, 10000), n_steps=30000,
+                    kwargs=dict(update_interval=10), target=475.0),
+        "SAC": dict(make=lambda: SACConfig(action_scaler=MinMaxActionScaler()).create(), explorer=lambda: None,
+                    n_steps=100000, kwargs=dict(update_start_step=1000), target=-200.0),
+    }
+    failed = 0
+    for case in names:
+        s = settings[case]
+        offrl.seed(args.seed)
+        env, eval_env = gymnasium.make(CASES[case]["env"]), gymnasium.make(CASES[case]["env"])
+        algo = s["make"]()
+        curve: List[float] = []
+        started = time.perf_counter()
+        print(f"{case} on {CASES[case]['env']}: target evaluation >= {s['target']} within {s['n_steps']} steps "
+              f"(seed {args.seed}, {args.threads} torch thread(s))", flush=True)
+
+        def on_epoch(algo: Any, epoch: int, total_step: int, curve=curve, target=s["target"]) -> None:
+            print(f"  epoch {epoch:3d}  step {total_step:6d}  evaluation {curve[-1]:9.2f}  "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+            if curve[-1] >= target and not args.full_budget:
+                raise _TargetReached
+
+        class Recorder(NoopAdapterFactory):
+            def create(self, experiment_name: str):
+                adapter = super().create(experiment_name)
+                original = adapter.write_metric
+
+                def write_metric(epoch, step, name, value):
+                    if name == "evaluation":
+                        curve.append(value)
+                    original(epoch, step, name, value)
+
+                adapter.write_metric = write_metric
+                return adapter
+
+        with contextlib.suppress(_TargetReached):
+            algo.fit_online(env, explorer=s["explorer"](), n_steps=s["n_steps"], n_steps_per_epoch=1000,
+                            eval_env=eval_env, logger_adapter=Recorder(), show_progress=False,
+                            epoch_callback=on_epoch, **s["kwargs"])
+        best = max(curve) if curve else float("nan")
+        reached = [i + 1 for i, v in enumerate(curve) if v >= s["target"]]
+        ok = bool(reached)
+        failed += not ok
+        where = f"first at epoch {reached[0]} (step {reached[0] * 1000})" if ok else "not reached"
+        print(f"{case}: best evaluation {best:.2f}, target {s['target']}: {'ok' if ok else 'MISS'} ({where}); "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------- main
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter rounds")
+    parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(CASES)}")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads(N) in both libraries (default 1)")
+    parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
+    parser.add_argument("--d3rlpy-python", default=None,
+                        help=f"interpreter with d3rlpy (default $D3RLPY_PYTHON or {DEFAULT_D3RLPY_PYTHON})")
+    parser.add_argument("--learning", action="store_true", help="run the learning check instead of the throughput one")
+    parser.add_argument("--full-budget", action="store_true", help="--learning: run the whole step budget")
+    parser.add_argument("--seed", type=int, default=0, help="--learning: offrl.seed")
+    parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.threads < 1:
+        parser.error("--threads must be >= 1")
+    if args.serve:
+        return serve(args.backend or "offrl", args.threads)
+    names = list(CASES)
+    if args.only:
+        lookup = {n.lower(): n for n in CASES}
+        requested = [n.strip().lower() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in requested if n not in lookup]
+        if unknown:
+            parser.error(f"unknown cases {unknown}; choose from {list(CASES)}")
+        names = [lookup[n] for n in requested]
+    if args.learning:
+        return learning(args, names)
+    return throughput(args, names)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
