@@ -4,6 +4,8 @@ annealing, FIFO eviction against a plain-list model, construction, IO."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import offrl
+from offrl.dataset import prioritized
 from offrl.dataset import (
     BasicTransitionPicker,
     Episode,
@@ -48,27 +51,34 @@ def _check_inner_nodes(tree: SumTree) -> None:
         assert nodes[k] == nodes[2 * k] + nodes[2 * k + 1]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
-    capacity=st.integers(1, 70),
-    updates=st.lists(st.lists(st.tuples(st.integers(0, 69), _leaf_values), max_size=40), min_size=1, max_size=6),
+    capacity=st.integers(1, 300),
+    updates=st.lists(st.lists(st.tuples(st.integers(0, 299), _leaf_values), max_size=40), min_size=1, max_size=6),
+    search_level=st.sampled_from([0, 1, 3, 10]),
 )
-def test_sum_tree_set_matches_sequential_loop(capacity, updates):
+def test_sum_tree_set_matches_sequential_loop(capacity, updates, search_level):
     tree = SumTree(capacity)
     model = np.zeros(capacity)
     for batch in updates:
         pairs = [(leaf % capacity, value) for leaf, value in batch]
         for leaf, value in pairs:  # sequential writes: the last one wins
             model[leaf] = value
-        tree.set(np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs]))
+        # few leaves: updated level by level below the search level, the levels above recomputed whole
+        with mock.patch.object(prioritized, "_SEARCH_LEVEL", search_level):
+            tree.set(np.array([p[0] for p in pairs], dtype=np.int64), np.array([p[1] for p in pairs]))
         np.testing.assert_array_equal(tree.leaves, model)
         assert tree.total == model.sum()
         _check_inner_nodes(tree)
 
 
-@settings(max_examples=60, deadline=None)
-@given(values=st.lists(_leaf_values, min_size=1, max_size=70), data=st.data())
-def test_sum_tree_find_matches_linear_scan(values, data):
+@settings(max_examples=80, deadline=None)
+@given(
+    values=st.lists(_leaf_values, min_size=1, max_size=70),
+    search_level=st.sampled_from([0, 1, 3, 10]),
+    data=st.data(),
+)
+def test_sum_tree_find_matches_linear_scan(values, search_level, data):
     values = np.array(values)
     if values.sum() == 0:
         values[-1] = 1.0
@@ -79,15 +89,20 @@ def test_sum_tree_find_matches_linear_scan(values, data):
     draws = data.draw(st.lists(st.floats(0, values.sum(), exclude_max=True), max_size=20))
     prefix = np.concatenate((edges, np.array(draws, dtype=np.float64)))
     expected = [_naive_find(values, u) for u in prefix]
-    np.testing.assert_array_equal(tree.find(prefix), expected)
+    # the top levels are searched in one step, the rest descended level by level
+    with mock.patch.object(prioritized, "_SEARCH_LEVEL", search_level):
+        np.testing.assert_array_equal(tree.find(prefix), expected)
 
 
-def test_sum_tree_find_never_returns_an_empty_leaf():
-    tree = SumTree(6)
-    tree.set(np.arange(6), np.array([0.0, 2.0, 0.0, 3.0, 0.0, 0.0]))
-    # at or past the total (what rounding can produce): the last positive leaf
-    np.testing.assert_array_equal(tree.find(np.array([5.0, 5.5, 1e9])), [3, 3, 3])
-    np.testing.assert_array_equal(tree.find(np.array([0.0, 1.999, 2.0, 4.9])), [1, 1, 3, 3])
+@pytest.mark.parametrize("search_level", [0, 2, 10])
+@pytest.mark.parametrize("capacity", [6, 5000])
+def test_sum_tree_find_never_returns_an_empty_leaf(capacity, search_level):
+    tree = SumTree(capacity)
+    tree.set(np.array([1, 3]), np.array([2.0, 3.0]))
+    with mock.patch.object(prioritized, "_SEARCH_LEVEL", search_level):
+        # at or past the total (what rounding can produce): the last positive leaf
+        np.testing.assert_array_equal(tree.find(np.array([5.0, 5.5, 1e9])), [3, 3, 3])
+        np.testing.assert_array_equal(tree.find(np.array([0.0, 1.999, 2.0, 4.9])), [1, 1, 3, 3])
     with pytest.raises(ValueError, match="total is 0"):
         SumTree(3).find(np.array([0.0]))
 
