@@ -4,7 +4,7 @@ Fit a policy on logged decisions with a scikit-learn-like API, judge it
 without touching the real system, and export it to run anywhere.
 """
 
-from . import algos, dataset, logging, metrics, models, preprocessing
+from . import algos, dataset, logging, metrics, models, ope, preprocessing
 from . import datasets
 from ._random import seed
 from ._version import __version__
@@ -22,5 +22,6 @@ __all__ = [
     "logging",
     "metrics",
     "models",
+    "ope",
     "preprocessing",
 ]

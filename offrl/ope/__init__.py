@@ -1,0 +1,22 @@
+"""Off-policy evaluation: the value of a trained policy from logged data."""
+
+from .fqe import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig, PolicyValueEstimate, initial_observations
+from .behaviour import (
+    AlgoBehaviourPolicy,
+    BehaviourModel,
+    ClassifierBehaviourPolicy,
+    GaussianBehaviourPolicy,
+    estimate_behaviour_policy,
+)
+from .importance import (
+    ESTIMATORS,
+    OPEResult,
+    doubly_robust,
+    estimate_policy_value,
+    importance_sampling,
+    per_decision_importance_sampling,
+    weighted_doubly_robust,
+    weighted_importance_sampling,
+    weighted_per_decision_importance_sampling,
+)
+from .selection import PolicySelection, select_policies
