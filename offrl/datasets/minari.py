@@ -292,20 +292,42 @@ def _episode_ids(names: Sequence[str], prefix: str, where: Any) -> list[tuple[in
     return sorted(out)
 
 
-def _hdf5_node(group: Any, path: tuple, where: str) -> Any:
-    node = group
+def _h5_read(parent: Any, path: tuple, where: str, label: str) -> np.ndarray:
+    """The dataset at ``path`` (Dict keys / Tuple positions) under ``parent``,
+    read through h5py's low-level API: a Minari file has a few small datasets
+    per episode, where the high-level objects cost more than the reads."""
+    from h5py import h5d, h5o, h5s
+
+    node = parent
     for part in path:
         key = f"_index_{part}" if isinstance(part, int) else part
-        if key not in node:
-            raise ValueError(f"{where} has no {node.name}/{key}")
-        node = node[key]
-    if not hasattr(node, "shape"):
-        raise ValueError(f"{where}: {node.name} is a group, expected a dataset")
-    return node[()]
+        try:
+            node = h5o.open(node, key.encode())
+        except (KeyError, ValueError):
+            raise ValueError(f"{where} has no {label}/{key}") from None
+        label = f"{label}/{key}"
+    if not isinstance(node, h5d.DatasetID):
+        raise ValueError(f"{where}: {label} is a group, expected a dataset")
+    out = np.empty(node.shape, dtype=node.dtype)
+    if out.size:
+        node.read(h5s.ALL, h5s.ALL, out)
+    return out
+
+
+def _h5_attr(group: Any, name: str) -> Any:
+    from h5py import h5a
+
+    if not h5a.exists(group, name.encode()):
+        return None
+    attr = h5a.open(group, name.encode())
+    out = np.empty(attr.shape, dtype=attr.dtype)
+    attr.read(out)
+    return out.item() if out.size == 1 else out
 
 
 def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Episodes:
     import h5py
+    from h5py import h5g
 
     path = folder / _MAIN_FILE
     if not path.is_file():
@@ -317,19 +339,24 @@ def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -
         raise ValueError(f"{path} is not a readable HDF5 file: {e}") from None
     with f:
         for _, key in _episode_ids(list(f.keys()), "episode_", path):
-            group = f[key]
             where = f"{path}: {key}"
+            group = h5g.open(f.id, key.encode())
+            members = {}
             for required in ("observations", "actions", "rewards", "terminations", "truncations"):
-                if required not in group:
-                    raise ValueError(f"{where} has no {required!r}")
-            observations = [_hdf5_node(group["observations"], leaf.path, where) for leaf in obs_leaves]
-            actions = _hdf5_node(group["actions"], act_leaf.path, where)
-            behaviour = group[_BEHAVIOUR][()] if _BEHAVIOUR in group else None
-            attrs = group.attrs
+                try:
+                    members[required] = h5py.h5o.open(group, required.encode())
+                except (KeyError, ValueError):
+                    raise ValueError(f"{where} has no {required!r}") from None
+            observations = [_h5_read(members["observations"], leaf.path, where, "observations") for leaf in obs_leaves]
+            actions = _h5_read(members["actions"], act_leaf.path, where, "actions")
+            behaviour = None
+            if group.links.exists(_BEHAVIOUR.encode()):
+                behaviour = _h5_read(group, (_BEHAVIOUR,), where, key)
             episodes.add(
-                where, observations, actions, group["rewards"][()], group["terminations"][()],
-                group["truncations"][()], bool(attrs.get(_MISSING_FINAL, False)), behaviour,
-                attrs.get("total_steps"),
+                where, observations, actions, _h5_read(members["rewards"], (), where, "rewards"),
+                _h5_read(members["terminations"], (), where, "terminations"),
+                _h5_read(members["truncations"], (), where, "truncations"),
+                bool(_h5_attr(group, _MISSING_FINAL)), behaviour, _h5_attr(group, "total_steps"),
             )
     return episodes
 
