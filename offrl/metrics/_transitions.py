@@ -29,7 +29,7 @@ from ..dataset.storage import ColumnStore, EpisodeSequence
 __all__ = ["CHUNK_ROWS", "CHUNK_BYTES", "TransitionSet", "episodes_buffer", "dataset_buffer"]
 
 #: most transitions in one forward pass
-CHUNK_ROWS = 8192
+CHUNK_ROWS = 2048
 #: most bytes of float32 observations in one chunk (bounds memory for images)
 CHUNK_BYTES = 64 * 2**20
 

@@ -7,7 +7,11 @@ transition picker (frame stacking, multi-step returns and final
 observations as in training). Values come from the public ``algo.predict``
 and ``algo.predict_value``, so they work for any algorithm, FQE included,
 and are computed in large batched forward passes over all transitions of
-all episodes at once (see :mod:`offrl.metrics._transitions`).
+all episodes at once (see :mod:`offrl.metrics._transitions`). As in
+training, the last step of an episode cut by a timeout is a transition only
+when the data holds the observation that followed it (``final_observation``,
+or ``next_observations`` given to ``MDPDataset``); otherwise it has no next
+observation and is not scored.
 
 Differences from d3rlpy 2.x, where its numbers come from an artefact of
 its 1024-transition windows: the discounted sum of advantages runs over

@@ -1,0 +1,337 @@
+#!/usr/bin/env python
+"""Benchmark of offrl's metric evaluators against d3rlpy 2.x, side by side.
+
+    python benchmarks/metrics.py               # every evaluator (a few minutes)
+    python benchmarks/metrics.py --quick       # fewer repeats
+    python benchmarks/metrics.py --no-d3rlpy   # offrl only
+
+Data and models are those of ``benchmarks/algos.py``: the seeded synthetic
+20,000-step Pendulum-like dataset (3-dim observations, 1-dim actions,
+200-step episodes ending in a timeout: 19,900 transitions) scored with an
+IQL model at its default config, and the CartPole-like dataset (4-dim
+observations, 2 discrete actions) with a DQN at its default config. Models
+are built, not trained: an evaluator's cost does not depend on the weights.
+Every evaluator runs with ``episodes=None`` (all of the dataset's
+episodes); the compare evaluators compare with a second model of the same
+kind; ``SoftOPCEvaluator`` uses the median episode return as threshold;
+``EnvironmentEvaluator`` runs 10 episodes of gymnasium's ``Pendulum-v1``
+(200 steps each) with the IQL model.
+
+Each evaluator is called once on each side to warm up, then timed in
+``--repeats`` interleaved rounds of one offrl call and one d3rlpy call, so
+that a change in the machine's load hits both sides of a ratio; times are
+medians, the ratio is the median of the per-round ratios. The d3rlpy side
+is a worker process in the interpreter given by ``--d3rlpy-python``,
+``$D3RLPY_PYTHON`` or ``/opt/d3venv/bin/python`` (this file run with
+``--serve``, which reads evaluator names on stdin and answers with
+timings); it uses the same evaluator names and arguments and never imports
+offrl. The values differ between the libraries (different random weights);
+they are printed as a sanity check that each call did the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from algos import JSON_MARKER, SEED, _import_offrl, _table, d3rlpy_python, make_data  # noqa: E402
+
+#: (evaluator, dataset, d3rlpy seconds measured earlier on the 2-core development machine)
+EVALUATORS: Tuple[Tuple[str, str, Optional[float]], ...] = (
+    ("TDErrorEvaluator", "pendulum", 0.94),
+    ("DiscountedSumOfAdvantageEvaluator", "pendulum", None),
+    ("AverageValueEstimationEvaluator", "pendulum", 0.56),
+    ("InitialStateValueEstimationEvaluator", "pendulum", 0.40),
+    ("SoftOPCEvaluator", "pendulum", None),
+    ("ContinuousActionDiffEvaluator", "pendulum", None),
+    ("CompareContinuousActionDiffEvaluator", "pendulum", None),
+    ("TDErrorEvaluator", "cartpole", None),
+    ("DiscreteActionMatchEvaluator", "cartpole", None),
+    ("CompareDiscreteActionMatchEvaluator", "cartpole", None),
+    ("EnvironmentEvaluator", "pendulum", None),
+)
+MODELS = {"pendulum": "IQLConfig", "cartpole": "DQNConfig"}
+#: forward passes over all transitions an evaluator needs: (Q(s, a) passes, policy passes)
+PASSES = {
+    "TDErrorEvaluator": (2, 1),
+    "DiscountedSumOfAdvantageEvaluator": (2, 1),
+    "AverageValueEstimationEvaluator": (1, 1),
+    "SoftOPCEvaluator": (1, 0),
+    "ContinuousActionDiffEvaluator": (0, 1),
+    "CompareContinuousActionDiffEvaluator": (0, 2),
+    "DiscreteActionMatchEvaluator": (0, 1),
+    "CompareDiscreteActionMatchEvaluator": (0, 2),
+}
+TARGET_RATIO = 10.0  # d3rlpy seconds / offrl seconds
+
+
+def _key(name: str, data: str) -> str:
+    return f"{name} [{data}]"
+
+
+def _dataset(lib: Any, backend: str, data: Dict[str, np.ndarray]) -> Any:
+    kwargs = {"action_size": 2} if data["actions"].ndim == 1 else {}
+    if backend == "d3rlpy" and kwargs:
+        kwargs["action_space"] = lib.ActionSpace.DISCRETE
+    return lib.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
+                            timeouts=data["timeouts"], **kwargs)
+
+
+def _median_return(data: Dict[str, np.ndarray]) -> float:
+    ends = np.flatnonzero((data["terminals"] > 0) | (data["timeouts"] > 0)) + 1
+    return float(np.median(np.add.reduceat(data["rewards"].astype(np.float64), np.r_[0, ends[:-1]])))
+
+
+Entry = Tuple[Any, Any, Any]  # (evaluator, algo, dataset)
+
+
+def build(backend: str, threads: Optional[int]) -> Tuple[Dict[str, Entry], dict, Dict[str, dict]]:
+    """Every evaluator of EVALUATORS with its model and dataset, by key; the
+    library's info; the models and data by dataset kind."""
+    import gymnasium
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    if backend == "offrl":
+        lib = _import_offrl()
+    else:  # the worker's stderr (d3rlpy's logs) goes to /dev/null
+        import d3rlpy as lib
+    lib.seed(SEED)
+    info: dict = {"backend": backend, "version": lib.__version__, "torch": torch.__version__,
+                  "threads": torch.get_num_threads()}
+    contexts: Dict[str, dict] = {}
+    for kind, config in MODELS.items():
+        data = make_data(kind)
+        dataset = _dataset(lib, backend, data)
+        algo, base = (getattr(lib.algos, config)().create(device="cpu:0") for _ in range(2))
+        algo.build_with_dataset(dataset)
+        base.build_with_dataset(dataset)
+        contexts[kind] = {"dataset": dataset, "algo": algo, "base": base, "threshold": _median_return(data),
+                          "data": data}
+        info[f"{kind}_transitions"] = int(dataset.transition_count)
+    env = gymnasium.make("Pendulum-v1")
+    env.reset(seed=SEED)
+    entries: Dict[str, Entry] = {}
+    for name, kind, _ in EVALUATORS:
+        ctx = contexts[kind]
+        cls = getattr(lib.metrics, name)
+        if name.startswith("Compare"):
+            evaluator = cls(ctx["base"])
+        elif name == "SoftOPCEvaluator":
+            evaluator = cls(ctx["threshold"])
+        elif name == "EnvironmentEvaluator":
+            evaluator = cls(env, n_trials=10)
+        else:
+            evaluator = cls()
+        entries[_key(name, kind)] = (evaluator, ctx["algo"], ctx["dataset"])
+    return entries, info, contexts
+
+
+def forward_floors(contexts: Dict[str, dict], repeats: int) -> Dict[str, dict]:
+    """Seconds of one ``predict_value(s, a)`` pass and one ``predict(s)``
+    pass over every transition (public calls on contiguous arrays, chunked
+    like the evaluators): the compute an evaluator cannot avoid."""
+    from offrl.metrics import _transitions
+
+    floors: Dict[str, dict] = {}
+    for kind, ctx in contexts.items():
+        algo, obs, actions = ctx["algo"], ctx["data"]["observations"], ctx["data"]["actions"]
+        chunk = _transitions.CHUNK_ROWS
+        scale = ctx["dataset"].transition_count / obs.shape[0]
+
+        def run(fn: Callable[[int, int], Any]) -> float:
+            times = []
+            for _ in range(repeats + 1):
+                t0 = time.perf_counter()
+                for lo in range(0, obs.shape[0], chunk):
+                    fn(lo, lo + chunk)
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times[1:]) * scale
+
+        floors[kind] = {"q": run(lambda lo, hi: algo.predict_value(obs[lo:hi], actions[lo:hi])),
+                        "pi": run(lambda lo, hi: algo.predict(obs[lo:hi]))}
+    return floors
+
+
+def call_once(entry: Entry) -> dict:
+    """One timed call (garbage collector paused), or the error it raised."""
+    evaluator, algo, dataset = entry
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        value = evaluator(algo, dataset)
+        return {"s": time.perf_counter() - t0, "value": float(value)}
+    except Exception as e:  # one failing evaluator does not stop the others
+        return {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        gc.enable()
+
+
+def serve(threads: Optional[int]) -> int:
+    """The d3rlpy side: build, then time one call per key read from stdin."""
+    with contextlib.redirect_stdout(sys.stderr):  # library chatter stays off the protocol
+        entries, info, _ = build("d3rlpy", threads)
+    print(JSON_MARKER + json.dumps(info), flush=True)
+    for line in sys.stdin:
+        key = line.strip()
+        if key == "quit":
+            break
+        with contextlib.redirect_stdout(sys.stderr):
+            result = call_once(entries[key]) if key in entries else {"error": f"unknown evaluator {key!r}"}
+        print(JSON_MARKER + json.dumps(result), flush=True)
+    return 0
+
+
+class D3rlpyWorker:
+    """A d3rlpy interpreter running this file with ``--serve``."""
+
+    def __init__(self, python: str, threads: Optional[int]) -> None:
+        cmd = [python, os.path.abspath(__file__), "--serve"] + (["--threads", str(threads)] if threads else [])
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, bufsize=1)
+        self.info = self._read()
+
+    def _read(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith(JSON_MARKER):
+                return json.loads(line[len(JSON_MARKER):])
+        raise RuntimeError(f"the d3rlpy worker exited with {self.proc.wait()}")
+
+    def call(self, key: str) -> dict:
+        self.proc.stdin.write(key + "\n")
+        return self._read()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def start_worker(args: argparse.Namespace, log: Callable[[str], None]) -> Tuple[Optional[D3rlpyWorker], str]:
+    if args.no_d3rlpy:
+        return None, "skipped (--no-d3rlpy)"
+    python = sys.executable if importlib.util.find_spec("d3rlpy") is not None else d3rlpy_python(args)
+    if python is None:
+        return None, "not available (install d3rlpy or pass --d3rlpy-python)"
+    log(f"[d3rlpy] starting {python} {os.path.basename(__file__)} --serve")
+    try:
+        return D3rlpyWorker(python, args.threads), python
+    except (OSError, RuntimeError) as e:
+        return None, f"failed to start {python}: {e}"
+
+
+def measure(entries: Dict[str, Entry], worker: Optional[D3rlpyWorker], repeats: int,
+            log: Callable[[str], None]) -> Dict[str, dict]:
+    """Per evaluator: a warm-up call on each side, then ``repeats`` rounds of
+    one offrl call and one d3rlpy call (interleaved, so that a change in the
+    machine's load hits both); medians and the median per-round ratio."""
+    out: Dict[str, dict] = {}
+    for key, entry in entries.items():
+        log(f"[offrl{' + d3rlpy' if worker else ''}] {key}")
+        runs = max(1, repeats // 2) if key.startswith("EnvironmentEvaluator") else repeats
+        mine, theirs = [call_once(entry)], [worker.call(key)] if worker else []
+        for _ in range(runs):
+            mine.append(call_once(entry))
+            if worker:
+                theirs.append(worker.call(key))
+        result: dict = {}
+        for side, calls in (("offrl", mine[1:]), ("d3rlpy", theirs[1:])):
+            errors = [c["error"] for c in calls if "error" in c]
+            if errors:
+                result[side] = {"error": errors[0]}
+            elif calls:
+                result[side] = {"s": statistics.median(c["s"] for c in calls), "value": calls[-1]["value"]}
+        if "s" in result.get("offrl", {}) and "s" in result.get("d3rlpy", {}):
+            result["ratio"] = statistics.median(d["s"] / o["s"] for o, d in zip(mine[1:], theirs[1:]))
+        out[key] = result
+    return out
+
+
+def report(results: Dict[str, dict], o_info: dict, d_info: Optional[dict], d_source: str,
+           load: Tuple[Tuple[float, ...], Tuple[float, ...]]) -> str:
+    def fmt(v: Optional[float], spec: str = "{:.4f}") -> str:
+        return "-" if v is None else spec.format(v)
+
+    rows: List[List[str]] = []
+    notes: List[str] = []
+    for name, kind, earlier in EVALUATORS:
+        key = _key(name, kind)
+        r = results.get(key, {})
+        mine, theirs = r.get("offrl", {}), r.get("d3rlpy", {})
+        for side, res in (("offrl", mine), ("d3rlpy", theirs)):
+            if "error" in res:
+                notes.append(f"{key} {side}: {res['error']}")
+        ratio, o_s = r.get("ratio"), mine.get("s")
+        is_env = name == "EnvironmentEvaluator"
+        status = "-" if ratio is None else ("(rollouts)" if is_env else ("ok" if ratio >= TARGET_RATIO else "MISS"))
+        passes, floor = PASSES.get(name), o_info["floors"][kind]
+        floor_s = None if passes is None else passes[0] * floor["q"] + passes[1] * floor["pi"]
+        rows.append([
+            key, fmt(o_s), fmt(floor_s), fmt(theirs.get("s")), fmt(earlier, "{:.2f}"), fmt(ratio, "{:.1f}x"),
+            fmt(earlier / o_s if earlier and o_s else None, "{:.1f}x"),
+            fmt(mine.get("value"), "{:.4g}"), fmt(theirs.get("value"), "{:.4g}"), status,
+        ])
+    lines = [
+        f"offrl {o_info['version']} (torch {o_info['torch']}, {o_info['threads']} threads) vs d3rlpy: {d_source}"
+        + ("" if d_info is None else f" {d_info['version']} (torch {d_info['torch']}, {d_info['threads']} threads)"),
+        f"transitions: pendulum {o_info['pendulum_transitions']}, cartpole {o_info['cartpole_transitions']}; "
+        f"load average {load[0][0]:.2f} at start, {load[1][0]:.2f} at end",
+        "",
+    ]
+    lines += _table(["evaluator [data]", "offrl s", "floor s", "d3rlpy s", "d3rlpy earlier s", "d3rlpy/offrl",
+                     "earlier/offrl", "offrl value", "d3rlpy value", f"target >= {TARGET_RATIO:g}x"], rows)
+    lines += ["", "floor s: offrl's bare predict_value / predict passes over the same transitions that the "
+              "metric needs (see PASSES); offrl s / floor s is the evaluator's own overhead."]
+    return "\n".join(lines + notes)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 timed rounds per evaluator instead of 7")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per evaluator")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) (both libraries)")
+    parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
+    parser.add_argument("--d3rlpy-python", default=None, help="interpreter with d3rlpy")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the d3rlpy worker
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 7
+    if args.repeats < 1 or (args.threads is not None and args.threads < 1):
+        parser.error("--repeats and --threads must be >= 1")
+    if args.serve:
+        return serve(args.threads)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    load_start = os.getloadavg()
+    entries, o_info, contexts = build("offrl", args.threads)
+    log("[offrl] forward-pass floors")
+    o_info["floors"] = forward_floors(contexts, args.repeats)
+    worker, d_source = start_worker(args, log)
+    try:
+        results = measure(entries, worker, args.repeats, log)
+    finally:
+        if worker is not None:
+            worker.close()
+    print(report(results, o_info, None if worker is None else worker.info, d_source, (load_start, os.getloadavg())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
