@@ -9,6 +9,7 @@ CartPole-v1 and SAC on Pendulum-v1, offrl next to d3rlpy 2.x, and (with
     python benchmarks/online.py --threads 2     # torch.set_num_threads(2) in both libraries (default 1)
     python benchmarks/online.py --no-d3rlpy     # offrl only
     python benchmarks/online.py --learning      # DQN >= 475 on CartPole-v1, SAC >= -200 on Pendulum-v1
+    python benchmarks/online.py --learning --with-d3rlpy   # then the same runs in d3rlpy
 
 Throughput: both libraries run ``algo.fit_online(env, buffer, n_steps=R,
 n_steps_per_epoch=R, show_progress=False)`` with the algorithm's default
@@ -24,13 +25,15 @@ hits both; the ratio is the median of per-round ratios. Each library's own
 epoch timings (inference, environment step, batch sampling, update) are
 printed as a per-step breakdown.
 
-Learning (``--learning``, offrl only, in this process): the settings of
+Learning (``--learning``, offrl in this process; with ``--with-d3rlpy``
+the same code then runs in the d3rlpy interpreter): the settings of
 d3rlpy's online tutorials, seeded:
 
-* DQN on CartPole-v1: ``batch_size=32, learning_rate=2.5e-4,
-  target_update_interval=100``, ``LinearDecayEpsilonGreedy(1.0, 0.1,
-  10000)``, ``update_interval=10``, 30,000 steps in epochs of 1,000; target:
-  an epoch's evaluation (mean of 10 greedy episodes) >= 475.
+* DQN on CartPole-v1 (the "Online RL" tutorial): ``batch_size=32,
+  learning_rate=2.5e-4, target_update_interval=100``,
+  ``ConstantEpsilonGreedy(0.3)``, ``update_start_step=1000``, up to 100,000
+  steps in epochs of 1,000; target: an epoch's evaluation (mean of 10
+  greedy episodes) >= 475.
 * SAC on Pendulum-v1: default config with a ``MinMaxActionScaler`` (fitted
   to the action space, so actions span [-2, 2]), ``update_start_step=1000``,
   up to 100,000 steps in epochs of 1,000; target: an epoch's evaluation >= -200.
@@ -323,64 +326,99 @@ class _TargetReached(Exception):
     pass
 
 
-def learning(args: argparse.Namespace, names: Sequence[str]) -> int:
+LEARNING_TARGETS = {"DQN": (100000, 475.0), "SAC": (100000, -200.0)}
+
+
+class _EvaluationRecorder(_CaptureFactory):
+    """Logger factory (both libraries) that calls ``on_evaluation(epoch, step, value)``."""
+
+    def __init__(self, on_evaluation) -> None:
+        super().__init__()
+        self.on_evaluation = on_evaluation
+
+    def create(self, *args: Any, **kwargs: Any) -> _Capture:
+        adapter = super().create()
+        on_evaluation = self.on_evaluation
+
+        def write_metric(epoch: int, step: int, name: str, value: float) -> None:
+            adapter.metrics[name] = float(value)
+            if name == "evaluation":
+                on_evaluation(epoch, step, float(value))
+
+        adapter.write_metric = write_metric  # type: ignore[method-assign]
+        return adapter
+
+
+def learning_case(backend: str, case: str, seed: int, threads: int, full_budget: bool) -> bool:
+    """One learning run with the d3rlpy tutorial's settings, in ``backend``
+    (the same code drives both libraries: their APIs agree here)."""
     import gymnasium
     import torch
 
-    import offrl
-    from offrl.algos import DQNConfig, LinearDecayEpsilonGreedy, SACConfig
-    from offrl.logging import NoopAdapterFactory
-    from offrl.preprocessing import MinMaxActionScaler
+    lib = __import__(backend)
+    if backend == "d3rlpy":  # keep d3rlpy's per-epoch log lines out of the curve
+        import logging
 
-    torch.set_num_threads(args.threads)
-    settings = {
-        "DQN": dict(make=lambda: DQNConfig(batch_size=32, learning_rate=2.5e-4, target_update_interval=100).create(),
-                    explorer=lambda: LinearDecayEpsilonGreedy(1.0, 0.1, 10000), n_steps=30000,
-                    kwargs=dict(update_interval=10), target=475.0),
-        "SAC": dict(make=lambda: SACConfig(action_scaler=MinMaxActionScaler()).create(), explorer=lambda: None,
-                    n_steps=100000, kwargs=dict(update_start_step=1000), target=-200.0),
-    }
+        import structlog
+
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    torch.set_num_threads(threads)
+    lib.seed(seed)
+    n_steps, target = LEARNING_TARGETS[case]
+    env, eval_env = gymnasium.make(CASES[case]["env"]), gymnasium.make(CASES[case]["env"])
+    env.reset(seed=seed)
+    eval_env.reset(seed=seed + 1)
+    if case == "DQN":
+        algo = lib.algos.DQNConfig(batch_size=32, learning_rate=2.5e-4, target_update_interval=100).create(device="cpu:0")
+        extra = dict(explorer=lib.algos.ConstantEpsilonGreedy(0.3), update_start_step=1000)
+    else:
+        algo = lib.algos.SACConfig(action_scaler=lib.preprocessing.MinMaxActionScaler()).create(device="cpu:0")
+        extra = dict(update_start_step=1000)
+    curve: List[float] = []
+    started = time.perf_counter()
+    print(f"[{backend}] {case} on {CASES[case]['env']}: target evaluation >= {target} within {n_steps} steps "
+          f"(seed {seed}, {threads} torch thread(s))", flush=True)
+
+    def on_evaluation(epoch: int, step: int, value: float) -> None:
+        curve.append(value)
+        print(f"  epoch {len(curve):3d}  step {step:6d}  evaluation {value:9.2f}  ({time.perf_counter() - started:.0f} s)",
+              flush=True)
+
+    def stop_at_target(algo: Any, epoch: int, step: int) -> None:
+        # called every step; the evaluation of an epoch is logged after its last step's callback
+        if curve and curve[-1] >= target and not full_budget:
+            raise _TargetReached
+
+    with contextlib.suppress(_TargetReached):
+        algo.fit_online(env, n_steps=n_steps, n_steps_per_epoch=1000, eval_env=eval_env,
+                        logger_adapter=_EvaluationRecorder(on_evaluation), show_progress=False,
+                        with_timestamp=False, callback=stop_at_target, **extra)
+    reached = [i + 1 for i, v in enumerate(curve) if v >= target]
+    where = f"first at epoch {reached[0]} (step {reached[0] * 1000})" if reached else "not reached"
+    best = max(curve) if curve else float("nan")
+    print(f"[{backend}] {case}: best evaluation {best:.2f}, target {target}: {'ok' if reached else 'MISS'} ({where}); "
+          f"{time.perf_counter() - started:.0f} s", flush=True)
+    return bool(reached)
+
+
+def learning(args: argparse.Namespace, names: Sequence[str]) -> int:
     failed = 0
-    for case in names:
-        s = settings[case]
-        offrl.seed(args.seed)
-        env, eval_env = gymnasium.make(CASES[case]["env"]), gymnasium.make(CASES[case]["env"])
-        algo = s["make"]()
-        curve: List[float] = []
-        started = time.perf_counter()
-        print(f"{case} on {CASES[case]['env']}: target evaluation >= {s['target']} within {s['n_steps']} steps "
-              f"(seed {args.seed}, {args.threads} torch thread(s))", flush=True)
-
-        def on_epoch(algo: Any, epoch: int, total_step: int, curve=curve, target=s["target"]) -> None:
-            print(f"  epoch {epoch:3d}  step {total_step:6d}  evaluation {curve[-1]:9.2f}  "
-                  f"({time.perf_counter() - started:.0f} s)", flush=True)
-            if curve[-1] >= target and not args.full_budget:
-                raise _TargetReached
-
-        class Recorder(NoopAdapterFactory):
-            def create(self, experiment_name: str):
-                adapter = super().create(experiment_name)
-                original = adapter.write_metric
-
-                def write_metric(epoch, step, name, value):
-                    if name == "evaluation":
-                        curve.append(value)
-                    original(epoch, step, name, value)
-
-                adapter.write_metric = write_metric
-                return adapter
-
-        with contextlib.suppress(_TargetReached):
-            algo.fit_online(env, explorer=s["explorer"](), n_steps=s["n_steps"], n_steps_per_epoch=1000,
-                            eval_env=eval_env, logger_adapter=Recorder(), show_progress=False,
-                            epoch_callback=on_epoch, **s["kwargs"])
-        best = max(curve) if curve else float("nan")
-        reached = [i + 1 for i, v in enumerate(curve) if v >= s["target"]]
-        ok = bool(reached)
-        failed += not ok
-        where = f"first at epoch {reached[0]} (step {reached[0] * 1000})" if ok else "not reached"
-        print(f"{case}: best evaluation {best:.2f}, target {s['target']}: {'ok' if ok else 'MISS'} ({where}); "
-              f"{time.perf_counter() - started:.0f} s", flush=True)
+    if args.backend in (None, "offrl"):
+        for case in names:
+            failed += not learning_case("offrl", case, args.seed, args.threads, args.full_budget)
+    if args.backend == "d3rlpy":
+        for case in names:
+            learning_case("d3rlpy", case, args.seed, args.threads, args.full_budget)
+    elif args.with_d3rlpy:
+        python = d3rlpy_python(args)
+        if python is None:
+            print("d3rlpy: not available (pass --d3rlpy-python)")
+        else:
+            cmd = [python, os.path.abspath(__file__), "--learning", "--backend", "d3rlpy", "--seed", str(args.seed),
+                   "--threads", str(args.threads), "--only", ",".join(names)] + (["--full-budget"] if args.full_budget else [])
+            proc = subprocess.run(cmd, check=False, stderr=subprocess.PIPE, text=True)
+            if proc.returncode not in (0, 1):
+                print(f"d3rlpy run failed ({proc.returncode}):\n" + "\n".join(proc.stderr.strip().splitlines()[-10:]))
     return 1 if failed else 0
 
 
@@ -395,7 +433,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help=f"interpreter with d3rlpy (default $D3RLPY_PYTHON or {DEFAULT_D3RLPY_PYTHON})")
     parser.add_argument("--learning", action="store_true", help="run the learning check instead of the throughput one")
     parser.add_argument("--full-budget", action="store_true", help="--learning: run the whole step budget")
-    parser.add_argument("--seed", type=int, default=0, help="--learning: offrl.seed")
+    parser.add_argument("--seed", type=int, default=0, help="--learning: the libraries' seed")
+    parser.add_argument("--with-d3rlpy", action="store_true", help="--learning: then run the same in d3rlpy")
     parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
