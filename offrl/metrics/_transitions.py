@@ -103,9 +103,7 @@ class TransitionSet:
 
     def batches(self) -> Iterator[TransitionMiniBatch]:
         """Every transition, in chunks of at most ``chunk_rows``."""
-        for lo in range(0, self.total, self.chunk_rows):
-            indices = np.arange(lo, min(lo + self.chunk_rows, self.total), dtype=np.int64)
-            yield self._pick(*self.store.locate_transitions(indices))
+        return self._chunks(*self.store.locate_transitions(np.arange(self.total, dtype=np.int64)))
 
     def first_batches(self) -> Iterator[TransitionMiniBatch]:
         """The first transition of every episode that has one, in chunks."""

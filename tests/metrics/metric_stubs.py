@@ -13,9 +13,17 @@ from offrl.constants import ActionSpace
 from offrl.dataset import Episode, create_infinite_replay_buffer
 
 
+def _flat(x) -> torch.Tensor:
+    """Observations as ``(B, features)``; tuple observations concatenated."""
+    if isinstance(x, list):
+        return torch.cat([part.flatten(1) for part in x], dim=1)
+    return x.flatten(1)
+
+
 @dataclasses.dataclass
 class LinearQConfig(LearnableConfig):
-    """``Q(s, a) = sum(s) + 2 * sum(a)``; ``pi(s)_j = s[0] / 2 + offset``."""
+    """``Q(s, a) = sum(s) + 2 * sum(a)``; ``pi(s)_j = s[0] / 2 + offset``
+    (tuple observations: ``s`` is their concatenation)."""
 
     offset: float = 0.0
 
@@ -31,11 +39,11 @@ class LinearQ(QLearningAlgoBase):
         pass
 
     def _predict(self, x) -> torch.Tensor:
-        first = x.flatten(1)[:, :1] / 2.0 + self._config.offset
+        first = _flat(x)[:, :1] / 2.0 + self._config.offset
         return first.expand(-1, self._action_size)
 
     def _predict_value(self, x, action) -> torch.Tensor:
-        return x.flatten(1).sum(1) + 2.0 * action.sum(1)
+        return _flat(x).sum(1) + 2.0 * action.sum(1)
 
 
 @dataclasses.dataclass
@@ -62,9 +70,10 @@ class ModuloQ(QLearningAlgoBase):
         return x.flatten(1).sum(1) * (action.reshape(-1).float() + 1.0)
 
 
-def linear_q(gamma: float = 0.5, offset: float = 0.0, action_size: int = 1, obs_dim: int = 1, **kwargs) -> LinearQ:
+def linear_q(gamma: float = 0.5, offset: float = 0.0, action_size: int = 1, obs_dim: int = 1,
+             observation_shape=None, **kwargs) -> LinearQ:
     algo = LinearQConfig(gamma=gamma, offset=offset, **kwargs).create()
-    algo.create_impl((obs_dim,), action_size)
+    algo.create_impl(observation_shape or (obs_dim,), action_size)
     return algo
 
 

@@ -19,6 +19,7 @@ from offrl.dataset import (
     FrameStackTransitionPicker,
     MDPDataset,
     MultiStepTransitionPicker,
+    create_fifo_replay_buffer,
     create_infinite_replay_buffer,
 )
 from offrl.logging import NoopAdapterFactory
@@ -68,6 +69,20 @@ class TestHandValues:
         # ep 2: (4 - (1.5 + 0.25 * 12))^2 = 0.25; last transition has 1 step: (7 - (1 + 6))^2 = 0
         dataset = hand_dataset(transition_picker=MultiStepTransitionPicker(2, 0.5))
         assert TDErrorEvaluator()(linear_q(), dataset) == pytest.approx(26.5 / 5)
+
+    def test_td_error_with_tuple_observations(self):
+        # observations (s, 10 s): Q(s, a) = 11 s + 2 a, Q(s, pi(s)) = 12 s
+        # (12 - 13)^2 + (20 - 18)^2 + (37 - 2)^2 + (44 - 31)^2 + (57 - 37)^2 = 1799
+        dataset = create_infinite_replay_buffer(episodes=[
+            Episode([e.observations, e.observations * 10], e.actions, e.rewards, e.terminated) for e in hand_episodes()
+        ])
+        algo = linear_q(observation_shape=[(1,), (1,)])
+        assert TDErrorEvaluator()(algo, dataset) == pytest.approx(1799 / 5)
+
+    def test_td_error_on_a_fifo_buffer_that_dropped_the_oldest_step(self):
+        # limit 4 of 5 transitions: episode 1 starts at s = 2: 9 + 25 + 4 + 0
+        dataset = create_fifo_replay_buffer(4, episodes=hand_episodes())
+        assert TDErrorEvaluator()(linear_q(), dataset) == pytest.approx(38 / 4)
 
     def test_discounted_sum_of_advantage(self):
         # ep 1: A = 0, -4, 1 -> sums -1.75, -3.5, 1; ep 2: A = -4, -3 -> sums -5.5, -3
