@@ -17,7 +17,9 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from ..constants import ActionSpace
+from ..dataset import _checks
 from ..dataset.replay_buffer import MDPDataset
+from ._build import dataset_from_rows, episode_layout
 
 __all__ = ["load_d4rl_hdf5", "D4RL_REQUIRED_KEYS"]
 
@@ -41,6 +43,64 @@ def _collect(group: Any, prefix: str) -> dict:
     if prefix in group:
         group[prefix].visititems(visit)
     return out
+
+
+def _build(
+    data: dict, terminals: np.ndarray, timeouts: np.ndarray, next_observations: Optional[np.ndarray],
+    behaviour: Optional[np.ndarray], action_space: Any, action_size: Optional[int],
+    transition_picker: Any, trajectory_slicer: Any,
+) -> MDPDataset:
+    """The dataset laid out straight from the file's arrays: each array is
+    copied at most once (MDPDataset's general path copies, then inserts the
+    final observations)."""
+    observations = data["observations"]
+    n = observations.shape[0]
+    if n == 0:
+        raise ValueError("the file holds no steps")
+    if observations.ndim == 1:
+        observations = observations[:, None]
+    _checks.check_finite(observations, "observations")
+    rewards = _checks.as_rewards(data["rewards"], n)
+    actions, space, size = _checks.as_actions(
+        data["actions"], n, None if action_space is None else ActionSpace.parse(action_space), action_size
+    )
+    if behaviour is not None:
+        behaviour = _checks.as_behaviour_probabilities(behaviour, n, space)
+
+    ends = np.flatnonzero(terminals | timeouts) + 1
+    if ends.size == 0 or ends[-1] != n:
+        ends = np.append(ends, n)
+    starts = np.concatenate(([0], ends[:-1]))
+    terminated = terminals[ends - 1]
+    if next_observations is None:
+        has_final = np.zeros(ends.shape[0], dtype=bool)
+    else:
+        if next_observations.ndim == 1:
+            next_observations = next_observations[:, None]
+        has_final = ~terminated
+        _checks.check_finite(next_observations[ends[has_final] - 1], "next_observations")
+    row_starts, row_ends, step_rows = episode_layout(ends - starts, has_final)
+
+    def spread(steps: np.ndarray, finals: Optional[np.ndarray]) -> np.ndarray:
+        if not has_final.any():
+            return steps
+        out = np.zeros((int(row_ends[-1] + has_final[-1]),) + steps.shape[1:], dtype=steps.dtype)
+        out[step_rows] = steps
+        if finals is not None:
+            out[row_ends[has_final]] = finals
+        return out
+
+    finals = None if next_observations is None else next_observations[ends[has_final] - 1]
+    if np.issubdtype(observations.dtype, np.floating) and observations.dtype != np.float32:
+        observations = observations.astype(np.float32)
+    obs_rows = spread(observations, None if finals is None else finals.astype(observations.dtype, copy=False))
+    rows_behaviour = None
+    if behaviour is not None:
+        rows_behaviour = spread(behaviour, np.ones(int(has_final.sum())))
+    return dataset_from_rows(
+        [obs_rows], spread(actions, None), spread(rewards, None), row_starts, row_ends, terminated, has_final,
+        space, size, transition_picker, trajectory_slicer, rows_behaviour,
+    )
 
 
 def load_d4rl_hdf5(
@@ -128,12 +188,8 @@ def load_d4rl_hdf5(
             behaviour = None
 
     try:
-        dataset = MDPDataset(
-            data["observations"], data["actions"], data["rewards"], terminals, timeouts,
-            transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
-            action_space=action_space, action_size=action_size,
-            next_observations=next_observations, behaviour_probabilities=behaviour,
-        )
+        dataset = _build(data, terminals, timeouts, next_observations, behaviour, action_space, action_size,
+                         transition_picker, trajectory_slicer)
     except (ValueError, TypeError) as e:
         raise type(e)(f"{name}: {e}") from None
     if return_extras:

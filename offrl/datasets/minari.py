@@ -239,31 +239,10 @@ class _Episodes:
         behaviour: Optional[np.ndarray], total_steps: Any,
     ) -> None:
         n = actions.shape[0]
-        if n == 0:
-            raise ValueError(f"{name} has no steps")
-        if total_steps is not None and int(total_steps) != n:
-            raise ValueError(f"{name} says total_steps={int(total_steps)} but holds {n} actions")
-        for label, values in (("rewards", rewards), ("terminations", terminations), ("truncations", truncations)):
-            if values.shape[0] != n:
-                raise ValueError(f"{name}: {label} has {values.shape[0]} rows, actions has {n}")
-        for k, obs in enumerate(observations):
-            if obs.shape[0] != n + 1:
-                label = "observations" if len(observations) == 1 else f"observations[{k}]"
-                raise ValueError(
-                    f"{name}: {label} has {obs.shape[0]} rows, expected {n + 1} (one more than its {n} steps)"
-                )
-        terminations = terminations.reshape(n, -1)[:, 0].astype(bool)
-        truncations = truncations.reshape(n, -1)[:, 0].astype(bool)
-        early = (terminations | truncations)[:-1]
-        if early.any():
-            i = int(np.argmax(early))
-            flag = "terminations" if terminations[i] else "truncations"
-            raise ValueError(
-                f"{name}: {flag}[{i}] is True but the episode goes on to {n} steps "
-                "(an episode ends at its first termination or truncation)"
-            )
-        terminated = bool(terminations[-1])
-        has_final = not terminated and not final_missing
+        terminated, has_final = _check_episode(
+            name, n, [o.shape[0] for o in observations], rewards.shape[0], terminations, truncations,
+            final_missing, total_steps,
+        )
         keep = n + int(has_final)
         self.names.append(name)
         self.lengths.append(n)
@@ -279,6 +258,77 @@ class _Episodes:
                 raise ValueError(f"{name}: {_BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
         self.behaviour.append(behaviour)
 
+    def columns(self) -> "_Columns":
+        """The episodes laid out as store rows (see :func:`episode_layout`)."""
+        lengths = np.asarray(self.lengths, dtype=np.int64)
+        has_final = np.asarray(self.has_final, dtype=bool)
+        _, ends, step_rows = episode_layout(lengths, has_final)
+        rows = int(ends[-1] + has_final[-1])
+        step_actions = np.concatenate(self.actions)
+        actions = np.zeros((rows,) + step_actions.shape[1:], dtype=step_actions.dtype)
+        actions[step_rows] = step_actions
+        rewards = np.zeros(rows, dtype=np.float32)
+        rewards[step_rows] = np.concatenate(self.rewards)
+        behaviour = None
+        if any(b is not None for b in self.behaviour):
+            behaviour = np.ones(rows, dtype=np.float64)
+            behaviour[step_rows] = np.concatenate(
+                [np.full(n, np.nan) if b is None else b for b, n in zip(self.behaviour, lengths)]
+            )
+        return _Columns(
+            self.names, lengths, np.asarray(self.terminated, dtype=bool), has_final,
+            [np.concatenate(column) for column in self.observations], actions, rewards, behaviour,
+        )
+
+
+@dataclasses.dataclass
+class _Columns:
+    """Episodes read by a backend, as store rows: ``observations`` and
+    ``actions`` hold a final-observation row after each episode with
+    ``has_final`` (actions there are placeholders); actions are raw stored
+    values (Discrete ones still offset by the space's ``start``)."""
+
+    names: list
+    lengths: np.ndarray
+    terminated: np.ndarray
+    has_final: np.ndarray
+    observations: list
+    actions: np.ndarray
+    rewards: np.ndarray
+    behaviour: Optional[np.ndarray]
+
+
+def _check_episode(
+    name: str, n: int, observation_rows: list[int], reward_rows: int, terminations: np.ndarray,
+    truncations: np.ndarray, final_missing: bool, total_steps: Any,
+) -> tuple[bool, bool]:
+    """Check one stored episode of ``n`` steps against Minari's layout;
+    returns ``(terminated, has_final)``."""
+    if n == 0:
+        raise ValueError(f"{name} has no steps")
+    if total_steps is not None and int(total_steps) != n:
+        raise ValueError(f"{name} says total_steps={int(total_steps)} but holds {n} actions")
+    for label, rows in (("rewards", reward_rows), ("terminations", terminations.shape[0]),
+                        ("truncations", truncations.shape[0])):
+        if rows != n:
+            raise ValueError(f"{name}: {label} has {rows} rows, actions has {n}")
+    for k, rows in enumerate(observation_rows):
+        if rows != n + 1:
+            label = "observations" if len(observation_rows) == 1 else f"observations[{k}]"
+            raise ValueError(f"{name}: {label} has {rows} rows, expected {n + 1} (one more than its {n} steps)")
+    terminations = terminations.reshape(n, -1)[:, 0].astype(bool)
+    truncations = truncations.reshape(n, -1)[:, 0].astype(bool)
+    early = (terminations | truncations)[:-1]
+    if early.any():
+        i = int(np.argmax(early))
+        flag = "terminations" if terminations[i] else "truncations"
+        raise ValueError(
+            f"{name}: {flag}[{i}] is True but the episode goes on to {n} steps "
+            "(an episode ends at its first termination or truncation)"
+        )
+    terminated = bool(terminations[-1])
+    return terminated, not terminated and not final_missing
+
 
 def _episode_ids(names: Sequence[str], prefix: str, where: Any) -> list[tuple[int, str]]:
     out = []
@@ -292,11 +342,11 @@ def _episode_ids(names: Sequence[str], prefix: str, where: Any) -> list[tuple[in
     return sorted(out)
 
 
-def _h5_read(parent: Any, path: tuple, where: str, label: str) -> np.ndarray:
-    """The dataset at ``path`` (Dict keys / Tuple positions) under ``parent``,
-    read through h5py's low-level API: a Minari file has a few small datasets
-    per episode, where the high-level objects cost more than the reads."""
-    from h5py import h5d, h5o, h5s
+def _h5_dataset(parent: Any, path: tuple, where: str, label: str) -> Any:
+    """The low-level dataset id at ``path`` (Dict keys / Tuple positions)
+    under ``parent``. A Minari file has a few small datasets per episode,
+    where h5py's high-level objects cost more than the reads themselves."""
+    from h5py import h5d, h5o
 
     node = parent
     for part in path:
@@ -308,9 +358,27 @@ def _h5_read(parent: Any, path: tuple, where: str, label: str) -> np.ndarray:
         label = f"{label}/{key}"
     if not isinstance(node, h5d.DatasetID):
         raise ValueError(f"{where}: {label} is a group, expected a dataset")
-    out = np.empty(node.shape, dtype=node.dtype)
+    return node
+
+
+def _h5_read_into(dataset: Any, out: np.ndarray, rows: int) -> None:
+    """Read the first ``rows`` rows of ``dataset`` into the contiguous
+    ``out`` (HDF5 converts to ``out``'s dtype)."""
+    from h5py import h5s
+
+    if rows == dataset.shape[0]:
+        dataset.read(h5s.ALL, h5s.ALL, out)
+        return
+    count = (rows,) + tuple(dataset.shape[1:])
+    file_space = dataset.get_space()
+    file_space.select_hyperslab((0,) * len(count), count)
+    dataset.read(h5s.create_simple(count), file_space, out)
+
+
+def _h5_all(dataset: Any) -> np.ndarray:
+    out = np.empty(dataset.shape, dtype=dataset.dtype)
     if out.size:
-        node.read(h5s.ALL, h5s.ALL, out)
+        _h5_read_into(dataset, out, dataset.shape[0])
     return out
 
 
@@ -325,40 +393,87 @@ def _h5_attr(group: Any, name: str) -> Any:
     return out.item() if out.size == 1 else out
 
 
-def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Episodes:
+def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
+    """Two passes over the episode groups: shapes and flags first, then every
+    array read straight into its rows of the preallocated columns."""
     import h5py
-    from h5py import h5g
+    from h5py import h5g, h5o
 
     path = folder / _MAIN_FILE
     if not path.is_file():
         raise ValueError(f"{folder} has data_format 'hdf5' but no {_MAIN_FILE}")
-    episodes = _Episodes(len(obs_leaves))
     try:
         f = h5py.File(path, "r")
     except OSError as e:
         raise ValueError(f"{path} is not a readable HDF5 file: {e}") from None
     with f:
+        names, lengths, terminated, has_final, handles = [], [], [], [], []
         for _, key in _episode_ids(list(f.keys()), "episode_", path):
             where = f"{path}: {key}"
             group = h5g.open(f.id, key.encode())
             members = {}
             for required in ("observations", "actions", "rewards", "terminations", "truncations"):
                 try:
-                    members[required] = h5py.h5o.open(group, required.encode())
+                    members[required] = h5o.open(group, required.encode())
                 except (KeyError, ValueError):
                     raise ValueError(f"{where} has no {required!r}") from None
-            observations = [_h5_read(members["observations"], leaf.path, where, "observations") for leaf in obs_leaves]
-            actions = _h5_read(members["actions"], act_leaf.path, where, "actions")
-            behaviour = None
-            if group.links.exists(_BEHAVIOUR.encode()):
-                behaviour = _h5_read(group, (_BEHAVIOUR,), where, key)
-            episodes.add(
-                where, observations, actions, _h5_read(members["rewards"], (), where, "rewards"),
-                _h5_read(members["terminations"], (), where, "terminations"),
-                _h5_read(members["truncations"], (), where, "truncations"),
-                bool(_h5_attr(group, _MISSING_FINAL)), behaviour, _h5_attr(group, "total_steps"),
+            observations = [_h5_dataset(members["observations"], leaf.path, where, "observations") for leaf in obs_leaves]
+            actions = _h5_dataset(members["actions"], act_leaf.path, where, "actions")
+            rewards = _h5_dataset(members["rewards"], (), where, "rewards")
+            n = actions.shape[0] if actions.shape else 0
+            ended, final = _check_episode(
+                where, n, [o.shape[0] if o.shape else 0 for o in observations], rewards.shape[0] if rewards.shape else 0,
+                _h5_all(_h5_dataset(members["terminations"], (), where, "terminations")),
+                _h5_all(_h5_dataset(members["truncations"], (), where, "truncations")),
+                bool(_h5_attr(group, _MISSING_FINAL)), _h5_attr(group, "total_steps"),
             )
-    return episodes
+            behaviour = _h5_dataset(group, (_BEHAVIOUR,), where, key) if group.links.exists(_BEHAVIOUR.encode()) else None
+            if behaviour is not None and behaviour.shape[0] != n:
+                raise ValueError(f"{where}: {_BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
+            names.append(where)
+            lengths.append(n)
+            terminated.append(ended)
+            has_final.append(final)
+            handles.append((observations, actions, rewards, behaviour))
+
+        lengths_array = np.asarray(lengths, dtype=np.int64)
+        finals = np.asarray(has_final, dtype=bool)
+        starts, ends, _ = episode_layout(lengths_array, finals)
+        rows = int(ends[-1] + finals[-1])
+
+        def column(dataset: Any, width_only: bool = False) -> np.ndarray:
+            dtype = np.dtype(np.float32) if np.issubdtype(dataset.dtype, np.floating) else dataset.dtype
+            shape = (int(np.prod(dataset.shape[1:])),) if width_only else tuple(dataset.shape[1:])
+            return np.zeros((rows,) + shape, dtype=dtype)
+
+        first_obs, first_actions, _, _ = handles[0]
+        observations_out = [column(d) for d in first_obs]
+        discrete = act_leaf.kind == "Discrete"
+        actions_out = np.zeros(rows, dtype=np.int64) if discrete else column(first_actions, width_only=True)
+        rewards_out = np.zeros(rows, dtype=np.float32)
+        behaviour_out = None
+        if any(h[3] is not None for h in handles):
+            behaviour_out = np.ones(rows, dtype=np.float64)
+        for e, (observations, actions, rewards, behaviour) in enumerate(handles):
+            a, n = int(starts[e]), int(lengths_array[e])
+            keep = n + int(finals[e])
+            for out, dataset in zip(observations_out, observations):
+                if dataset.shape[1:] != out.shape[1:]:
+                    raise ValueError(f"{names[e]}: observations have shape {dataset.shape[1:]}, episode 0 has {out.shape[1:]}")
+                _h5_read_into(dataset, out[a : a + keep], keep)
+            if int(np.prod(actions.shape[1:])) != int(np.prod(actions_out.shape[1:])):
+                raise ValueError(f"{names[e]}: actions have shape {actions.shape[1:]}, episode 0 has {first_actions.shape[1:]}")
+            _h5_read_into(actions, actions_out[a : a + n], n)
+            _h5_read_into(rewards, rewards_out[a : a + n], n)
+            if behaviour_out is not None:
+                if behaviour is None:
+                    behaviour_out[a : a + n] = np.nan
+                else:
+                    _h5_read_into(behaviour, behaviour_out[a : a + n], n)
+    return _Columns(
+        names, lengths_array, np.asarray(terminated, dtype=bool), finals, observations_out,
+        actions_out, rewards_out, behaviour_out,
+    )
 
 
 def _arrow_values(array: Any, leaf: _Leaf) -> np.ndarray:
@@ -372,7 +487,7 @@ def _arrow_values(array: Any, leaf: _Leaf) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
-def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Episodes:
+def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
     try:
         import pyarrow as pa
         import pyarrow.ipc
@@ -415,7 +530,7 @@ def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) 
             column["truncations"].to_numpy(zero_copy_only=False)[: rows - 1],
             bool(meta.get(_MISSING_FINAL, False)), behaviour, meta.get("total_steps"),
         )
-    return episodes
+    return episodes.columns()
 
 
 def get_minari(
@@ -468,43 +583,28 @@ def get_minari(
 
     data_format = metadata.get("data_format", "hdf5")
     if data_format == "hdf5":
-        episodes = _read_hdf5(folder, obs_leaves, act_leaf)
+        data = _read_hdf5(folder, obs_leaves, act_leaf)
     elif data_format == "arrow":
-        episodes = _read_arrow(folder, obs_leaves, act_leaf)
+        data = _read_arrow(folder, obs_leaves, act_leaf)
     else:
         raise ValueError(f"{meta_path}: data_format {data_format!r} is not supported (hdf5 and arrow are)")
 
-    lengths = np.asarray(episodes.lengths, dtype=np.int64)
+    lengths = data.lengths
     for key, found in (("total_episodes", len(lengths)), ("total_steps", int(lengths.sum()))):
         if key in metadata and int(metadata[key]) != found:
             raise ValueError(f"{meta_path} says {key}={int(metadata[key])} but the data holds {found}")
-
-    has_final = np.asarray(episodes.has_final, dtype=bool)
-    terminated = np.asarray(episodes.terminated, dtype=bool)
-    starts, ends, step_rows = episode_layout(lengths, has_final)
-    rows = int(ends[-1] + has_final[-1])
-    observations = [np.concatenate(column) for column in episodes.observations]
-    step_actions = np.concatenate(episodes.actions)
+    starts, ends, _ = episode_layout(lengths, data.has_final)
+    actions = data.actions
     if act_leaf.kind == "Discrete":
         space, size = ActionSpace.DISCRETE, act_leaf.n
-        step_actions = step_actions.reshape(-1).astype(np.int64) - act_leaf.start
-        actions = np.zeros((rows, 1), dtype=np.int64)
-        actions[step_rows, 0] = step_actions
+        actions = actions.reshape(-1, 1).astype(np.int64) - act_leaf.start
     else:
         space = ActionSpace.CONTINUOUS
-        step_actions = step_actions.reshape(step_actions.shape[0], -1)
-        size = step_actions.shape[1]
-        actions = np.zeros((rows, size), dtype=np.float32)
-        actions[step_rows] = step_actions
-    rewards = np.zeros(rows, dtype=np.float32)
-    rewards[step_rows] = np.concatenate(episodes.rewards)
+        actions = actions.reshape(actions.shape[0], -1)
+        size = actions.shape[1]
 
-    behaviour = None
-    if any(b is not None for b in episodes.behaviour):
-        behaviour = np.ones(rows, dtype=np.float64)
-        behaviour[step_rows] = np.concatenate(
-            [np.full(n, np.nan) if b is None else b for b, n in zip(episodes.behaviour, lengths)]
-        )
+    behaviour = data.behaviour
+    if behaviour is not None:
         bad = ~(behaviour > 0) & ~np.isnan(behaviour)
         if space == ActionSpace.DISCRETE:
             bad |= behaviour > 1
@@ -512,13 +612,13 @@ def get_minari(
             row = int(np.argmax(bad))
             e = int(np.searchsorted(starts, row, side="right")) - 1
             raise ValueError(
-                f"{episodes.names[e]}: {_BEHAVIOUR}[{row - starts[e]}] is {behaviour[row]}, "
+                f"{data.names[e]}: {_BEHAVIOUR}[{row - starts[e]}] is {behaviour[row]}, "
                 "expected a probability in (0, 1] (a density > 0 for continuous actions)"
             )
 
     dataset = dataset_from_rows(
-        observations, actions, rewards, starts, ends, terminated, has_final, space, size,
-        transition_picker, trajectory_slicer, behaviour, episodes.names,
+        data.observations, actions, data.rewards, starts, ends, data.terminated, data.has_final, space, size,
+        transition_picker, trajectory_slicer, behaviour, data.names,
     )
     return dataset, env
 
