@@ -532,6 +532,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="offrl", description="offline-first reinforcement learning: fit, judge and export policies")
     parser.add_argument("--version", action="version", version=f"offrl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks for errors")
+    parser.add_argument("--threads", type=_positive_int, default=1,
+                        help="torch intra-op threads (default: 1; offrl's small networks gain little from more, and "
+                             "extra threads slow to a crawl when the machine is busy)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = commands.add_parser("quickstart", help="the whole job on a built-in dataset: train, evaluate, export, plot",
@@ -541,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="cartpole-replay", help="built-in dataset name (default: cartpole-replay)")
     p.add_argument("--algo", default=None, help="algorithm (default: discrete_cql for discrete, cql for continuous actions)")
     p.add_argument("--steps", type=_positive_int, default=5000, help="gradient steps (default: 5000)")
-    p.add_argument("--fqe-steps", type=_positive_int, default=2000, help="FQE gradient steps (default: 2000)")
+    p.add_argument("--fqe-steps", type=_positive_int, default=3000, help="FQE gradient steps (default: 3000)")
     p.add_argument("--n-trials", type=_positive_int, default=10, help="evaluation episodes in the environment")
     p.add_argument("--output-dir", default="offrl_quickstart", help="where to write (default: offrl_quickstart)")
     p.add_argument("--seed", type=int, default=0)
@@ -644,6 +647,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         extra = [e for e in extra if not ("=" in e and not e.startswith("-"))]
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    import torch
+
+    torch.set_num_threads(args.threads)
     try:
         return args.run(args)
     except KeyboardInterrupt:

@@ -1,11 +1,17 @@
-"""Datasets: importers for logged data kept in other formats (Minari folders,
+"""Datasets: the built-in datasets (built locally by recipe, cached behind a
+checksum), importers for logged data kept in other formats (Minari folders,
 D4RL-format HDF5 files, tables of logged decisions) and the Minari exporter."""
 
+from .builtin import dataset_names, get_cartpole, get_dataset, get_pendulum
 from .d4rl import load_d4rl_hdf5
 from .minari import get_minari, to_minari
 from .tabular import from_dataframe
 
 __all__ = [
+    "get_dataset",
+    "get_cartpole",
+    "get_pendulum",
+    "dataset_names",
     "get_minari",
     "to_minari",
     "load_d4rl_hdf5",
