@@ -143,6 +143,11 @@ class BC(QLearningAlgoBase):
         action = torch.tanh(mean) + torch.randn_like(mean) * torch.exp(logstd)
         return action.clamp(-1.0, 1.0)
 
+    def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
+        """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (stochastic
+        policy only; the clipped mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
+        return self._nets["policy"].log_prob(x, action)
+
     def policy_module(self) -> nn.Module:
         self._require_built()
         policy = self._nets["policy"]
@@ -218,6 +223,10 @@ class DiscreteBC(QLearningAlgoBase):
     def _sample(self, x) -> torch.Tensor:
         probs = torch.softmax(self._nets["policy"](x), dim=-1)
         return torch.multinomial(probs, 1).squeeze(1)
+
+    def _action_probabilities(self, x) -> torch.Tensor:
+        """``softmax(logits)``, ``(B, A)``: the distribution ``sample_action`` draws from (for :mod:`offrl.ope`)."""
+        return torch.softmax(self._nets["policy"](x), dim=-1)
 
     def policy_module(self) -> nn.Module:
         self._require_built()

@@ -175,6 +175,11 @@ class IQL(QLearningAlgoBase):
         action = torch.tanh(mean) + torch.randn_like(mean) * logstd.exp()
         return action.clamp(-1.0, 1.0)
 
+    def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
+        """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (the clipped
+        mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
+        return self._nets["policy"].log_prob(x, action)
+
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
         return self._nets["q_function"].expected(x, action).mean(dim=0)
 

@@ -19,12 +19,14 @@ makes them reproducible. ``predict`` and ``sample_action`` both sample.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Dict, NoReturn
 
 import torch
 from torch import nn
 
 from ..constants import ActionSpace
+from ..models.policies import gaussian_log_prob
 from ..serialization import register
 from .base import LearnableConfig, QLearningAlgoBase, check_positive_number
 
@@ -123,6 +125,18 @@ class RandomPolicy(_RandomPolicyBase):
             return (noise * float(self._config.normal_std)).clamp(-1.0, 1.0)
         return torch.rand(shape, device=self._device) * 2.0 - 1.0
 
+    def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
+        """Log-density of scaled ``action``, ``(B,)``, ``-inf`` outside [-1, 1]
+        (``"normal"``: the Gaussian density inside, the clipped mass at +-1
+        ignored) (for :mod:`offrl.ope`)."""
+        inside = (action.abs() <= 1.0).all(dim=-1)
+        if self._config.distribution == "normal":
+            logstd = torch.full_like(action, math.log(float(self._config.normal_std)))
+            log_prob = gaussian_log_prob(action, torch.zeros_like(action), logstd)
+        else:
+            log_prob = torch.full((action.shape[0],), -action.shape[1] * math.log(2.0), device=action.device)
+        return torch.where(inside, log_prob, torch.full_like(log_prob, -math.inf))
+
 
 class DiscreteRandomPolicy(_RandomPolicyBase):
     """Uniformly random action indices (see the module docstring)."""
@@ -131,3 +145,8 @@ class DiscreteRandomPolicy(_RandomPolicyBase):
 
     def _predict(self, x) -> torch.Tensor:
         return torch.randint(int(self._action_size), (_batch_size(x),), device=self._device)
+
+    def _action_probabilities(self, x) -> torch.Tensor:
+        """Uniform ``(B, A)`` probabilities (for :mod:`offrl.ope`)."""
+        size = int(self._action_size)
+        return torch.full((_batch_size(x), size), 1.0 / size, device=self._device)

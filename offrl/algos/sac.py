@@ -38,7 +38,7 @@ from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.parameters import ScalarParameter
-from ..models.policies import GreedyNormalPolicy, NormalPolicy, squashed_sample
+from ..models.policies import GreedyNormalPolicy, NormalPolicy, squashed_log_prob, squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, no_param_grads, soft_update, td_target
@@ -201,6 +201,10 @@ class SAC(QLearningAlgoBase):
     def _sample(self, x) -> torch.Tensor:
         mean, logstd = self._nets["policy"](x)
         return squashed_sample(mean, logstd)[0]
+
+    def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
+        """Log-density of scaled ``action`` under the squashed Gaussian, ``(B,)`` (for :mod:`offrl.ope`)."""
+        return squashed_log_prob(*self._nets["policy"](x), action)
 
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
         return self._nets["q_function"].expected(x, action).mean(dim=0)

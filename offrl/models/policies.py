@@ -17,6 +17,7 @@ __all__ = [
     "GreedyNormalPolicy",
     "ArgmaxPolicy",
     "squashed_sample",
+    "squashed_log_prob",
     "gaussian_log_prob",
 ]
 
@@ -44,6 +45,19 @@ def squashed_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> Tup
     # log(1 - tanh(u)^2) computed stably
     log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=-1)
     return torch.tanh(u), log_prob
+
+
+def squashed_log_prob(mean: torch.Tensor, logstd: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """Log-density of ``action = tanh(u)``, ``u ~ N(mean, exp(logstd))``,
+    summed over the last axis: the density :func:`squashed_sample` draws
+    from. ``-inf`` where an action lies outside [-1, 1]; actions at +-1 are
+    moved 1e-6 inside (logged actions are often clipped to the bounds)."""
+    inside = (action.abs() <= 1.0).all(dim=-1)
+    a = action.clamp(-1.0 + 1e-6, 1.0 - 1e-6)
+    u = torch.atanh(a)
+    log_prob = gaussian_log_prob(u, mean, logstd)
+    log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=-1)
+    return torch.where(inside, log_prob, torch.full_like(log_prob, -math.inf))
 
 
 class DeterministicPolicy(nn.Module):

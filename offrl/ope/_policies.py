@@ -1,0 +1,281 @@
+"""How likely a policy is to take the logged actions.
+
+Shared by the importance-sampling estimators (the target policy) and by the
+behaviour-policy models (an offrl algorithm used as the behaviour policy).
+
+A policy is an offrl algorithm or a plain callable:
+
+* discrete actions: ``policy(observations) -> (B, action_size)`` action
+  probabilities (rows sum to 1);
+* continuous actions: ``policy(observations, actions) -> (B,)`` densities of
+  the given actions (in the dataset's action units).
+
+Offrl algorithms with a stochastic policy report its probabilities through
+two hooks on the algorithm class (an algorithm whose policy type is a
+config choice says which with a ``_stochastic`` property), both on
+preprocessed tensors:
+``_action_probabilities(x) -> (B, A)`` (discrete: DiscreteBC's softmax,
+DiscreteRandomPolicy's uniform) and ``_action_log_prob(x, action) -> (B,)``
+(continuous, ``action`` in the algorithm's scaled action space: SAC/CQL's
+squashed Gaussian, stochastic BC and IQL's Gaussian, RandomPolicy). The
+density is moved to the dataset's action units with the action scaler's
+Jacobian (scalers act per dimension).
+
+Deterministic policies (DQN, DiscreteCQL, TD3+BC, deterministic BC, or any
+algorithm with ``greedy=True``) have no density at most logged actions, so
+they are smoothed, and the estimate is of the smoothed policy:
+
+* discrete: epsilon-greedy, ``pi(a|s) = (1 - epsilon) 1[a = greedy(s)] + epsilon / A``
+  (``epsilon = 0.05`` by default);
+* continuous: a Gaussian kernel around the greedy action,
+  ``pi(a|s) = N(a; greedy(s), diag(h^2))`` with ``h_j = bandwidth * std_j``,
+  ``std_j`` the standard deviation of action dimension ``j`` in the dataset
+  (``bandwidth = 0.1`` by default; ``h_j = bandwidth`` where ``std_j = 0``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from ..algos.base import QLearningAlgoBase
+from ._logged import LoggedData, Observations, locate, take_rows
+
+__all__ = [
+    "DEFAULT_EPSILON",
+    "DEFAULT_BANDWIDTH",
+    "PolicyProbabilities",
+    "policy_probabilities",
+    "sample_policy_actions",
+    "check_built",
+    "kernel_widths",
+]
+
+DEFAULT_EPSILON = 0.05
+DEFAULT_BANDWIDTH = 0.1
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyProbabilities:
+    """``logged``: ``(N,)`` probability (discrete) or density (continuous) of
+    each logged action; ``all_actions``: ``(N, A)`` probabilities of every
+    action (discrete only); ``description``: what was evaluated;
+    ``smoothing``: the smoothing applied to a deterministic policy, or None."""
+
+    logged: np.ndarray
+    all_actions: Optional[np.ndarray]
+    description: str
+    smoothing: Optional[str]
+
+
+def check_built(algo: Any, role: str) -> None:
+    """``ValueError`` when an offrl algorithm has no networks yet."""
+    if isinstance(algo, QLearningAlgoBase) and not algo.is_built:
+        raise ValueError(
+            f"the {role} {type(algo).__name__} is not built: fit it, or call build_with_dataset / "
+            "build_with_env / create_impl, before evaluating it"
+        )
+
+
+def _chunks(n: int, batch_size: int):
+    for start in range(0, n, batch_size):
+        yield slice(start, min(start + batch_size, n))
+
+
+def _has_hook(algo: QLearningAlgoBase, name: str) -> bool:
+    return callable(getattr(algo, name, None))
+
+
+def _stochastic(algo: QLearningAlgoBase, discrete: bool, greedy: bool) -> bool:
+    hook = "_action_probabilities" if discrete else "_action_log_prob"
+    if not _has_hook(algo, hook) or not getattr(algo, "_stochastic", True):
+        return False
+    # random policies have no greedy action: their distribution is the policy
+    return not greedy or getattr(algo, "_random_predict", False)
+
+
+def _algo_call(algo: QLearningAlgoBase, fn: Callable[[Any], torch.Tensor], x: Observations) -> torch.Tensor:
+    with torch.no_grad():
+        obs = algo._observation_tensor(x)
+        algo._eval_mode()
+        try:
+            return fn(obs)
+        finally:
+            algo._train_mode()
+
+
+def _scaled_action(algo: QLearningAlgoBase, actions: np.ndarray):
+    """Actions in the algorithm's scaled space and ``log |det d scaled / d raw|``."""
+    raw = torch.as_tensor(actions, dtype=torch.float32, device=algo.device)
+    scaler = algo.action_scaler
+    if scaler is None:
+        return raw, torch.zeros(raw.shape[0], device=raw.device)
+    with torch.enable_grad():
+        raw = raw.clone().requires_grad_(True)
+        scaled = scaler.transform(raw)
+        (grad,) = torch.autograd.grad(scaled.sum(), raw)
+    return scaled.detach(), torch.log(grad.abs()).sum(dim=-1)
+
+
+def kernel_widths(actions: np.ndarray, bandwidth: float) -> np.ndarray:
+    """Per-dimension std of the Gaussian smoothing kernel, ``(action_size,)``."""
+    std = actions.std(axis=0)
+    return np.where(std > 0, bandwidth * std, bandwidth)
+
+
+def _check_probability_rows(probs: np.ndarray, rows: slice, n_actions: int, role: str) -> None:
+    if probs.shape != (rows.stop - rows.start, n_actions):
+        raise ValueError(
+            f"the {role} policy returned action probabilities of shape {probs.shape}, "
+            f"expected (batch, {n_actions}) = ({rows.stop - rows.start}, {n_actions})"
+        )
+    bad = ~np.isfinite(probs) | (probs < -1e-6) | (probs > 1 + 1e-6)
+    if bad.any():
+        i, a = np.argwhere(bad)[0]
+        raise ValueError(
+            f"the {role} policy's probability of action {a} at step {rows.start + i} is {probs[i, a]}, "
+            "expected a number in [0, 1]"
+        )
+    sums = probs.sum(axis=1)
+    off = np.abs(sums - 1.0) > 1e-3
+    if off.any():
+        i = int(np.argmax(off))
+        raise ValueError(
+            f"the {role} policy's action probabilities at step {rows.start + i} sum to {sums[i]:.6g}, expected 1"
+        )
+
+
+def policy_probabilities(
+    policy: Any,
+    data: LoggedData,
+    *,
+    role: str = "target",
+    greedy: bool = False,
+    epsilon: float = DEFAULT_EPSILON,
+    bandwidth: float = DEFAULT_BANDWIDTH,
+    allow_smoothing: bool = True,
+    batch_size: int = 4096,
+) -> PolicyProbabilities:
+    """Probabilities (densities) of the logged actions under ``policy`` (see
+    the module docstring for what is accepted and how deterministic policies
+    are smoothed)."""
+    n, discrete, size = data.n_steps, data.discrete, data.action_size
+    if isinstance(policy, QLearningAlgoBase):
+        check_built(policy, role)
+        name = type(policy).__name__
+        if policy.action_size is not None and policy.action_size != size:
+            raise ValueError(
+                f"the {role} {name} was built for action_size={policy.action_size}, the dataset has {size}"
+            )
+        if _stochastic(policy, discrete, greedy):
+            if discrete:
+                probs = np.concatenate([
+                    _algo_call(policy, policy._action_probabilities, take_rows(data.observations, rows)).double().cpu().numpy()
+                    for rows in _chunks(n, batch_size)
+                ])
+                logged = probs[np.arange(n), data.actions]
+                return PolicyProbabilities(logged, probs, f"action probabilities of {name}", None)
+            parts = []
+            for rows in _chunks(n, batch_size):
+                scaled, log_jacobian = _scaled_action(policy, data.actions[rows])
+                log_prob = _algo_call(
+                    policy, lambda x: policy._action_log_prob(x, scaled), take_rows(data.observations, rows)
+                )
+                parts.append((log_prob + log_jacobian).double().cpu().numpy())
+            return PolicyProbabilities(np.exp(np.concatenate(parts)), None, f"action density of {name}", None)
+        if not allow_smoothing:
+            raise ValueError(
+                f"the {role} {name} is deterministic (it has no action probabilities): use a stochastic "
+                "policy (e.g. DiscreteBC, or BC with policy_type='stochastic'), logged probabilities, or an estimated model"
+            )
+        greedy_actions = np.concatenate([
+            policy.predict(take_rows(data.observations, rows)) for rows in _chunks(n, batch_size)
+        ])
+        if discrete:
+            probs = np.full((n, size), epsilon / size)
+            probs[np.arange(n), greedy_actions.reshape(-1).astype(np.int64)] += 1.0 - epsilon
+            logged = probs[np.arange(n), data.actions]
+            smoothing = f"epsilon-greedy around {name}'s greedy action, epsilon={epsilon:g}"
+            return PolicyProbabilities(logged, probs, f"{smoothing}", smoothing)
+        widths = kernel_widths(data.actions, bandwidth)
+        z = (data.actions - greedy_actions.reshape(n, size)) / widths
+        log_density = (-0.5 * z**2 - np.log(widths) - _LOG_SQRT_2PI).sum(axis=1)
+        smoothing = (
+            f"Gaussian kernel around {name}'s greedy action, std = {bandwidth:g} x the dataset's action std per dimension"
+        )
+        return PolicyProbabilities(np.exp(log_density), None, smoothing, smoothing)
+
+    if not callable(policy):
+        raise TypeError(
+            f"the {role} policy must be an offrl algorithm or a callable, got {type(policy).__name__}"
+        )
+    if discrete:
+        parts = []
+        for rows in _chunks(n, batch_size):
+            probs = np.asarray(policy(take_rows(data.observations, rows)), dtype=np.float64)
+            _check_probability_rows(probs, rows, size, role)
+            parts.append(np.clip(probs, 0.0, 1.0))
+        probs = np.concatenate(parts)
+        return PolicyProbabilities(probs[np.arange(n), data.actions], probs, f"{role} callable's probabilities", None)
+    parts = []
+    for rows in _chunks(n, batch_size):
+        density = np.asarray(policy(take_rows(data.observations, rows), data.actions[rows]), dtype=np.float64)
+        m = rows.stop - rows.start
+        if density.shape not in ((m,), (m, 1)):
+            raise ValueError(
+                f"the {role} policy returned densities of shape {density.shape}, expected (batch,) = ({m},)"
+            )
+        density = density.reshape(-1)
+        bad = ~np.isfinite(density) | (density < 0)
+        if bad.any():
+            i = rows.start + int(np.argmax(bad))
+            episode, step = locate(data.lengths, i)
+            raise ValueError(
+                f"the {role} policy's density of the action at step {i} (episode {episode}, step {step}) is "
+                f"{density[i - rows.start]}, expected a finite number >= 0"
+            )
+        parts.append(density)
+    return PolicyProbabilities(np.concatenate(parts), None, f"{role} callable's densities", None)
+
+
+def sample_policy_actions(
+    policy: Any,
+    data: LoggedData,
+    n_samples: int,
+    *,
+    greedy: bool = False,
+    bandwidth: float = DEFAULT_BANDWIDTH,
+    seed: int = 0,
+    batch_size: int = 4096,
+) -> np.ndarray:
+    """``(N, n_samples, action_size)`` continuous actions drawn from the
+    target policy at each logged observation: its own sampler for
+    stochastic algorithms, the smoothing kernel around the greedy action for
+    deterministic ones. Callables (densities only) cannot be sampled."""
+    if not isinstance(policy, QLearningAlgoBase):
+        raise ValueError(
+            "doubly robust estimates for continuous actions need actions drawn from the target policy, "
+            "which a density callable cannot give: pass an offrl algorithm as the target"
+        )
+    n, size = data.n_steps, data.action_size
+    out = np.empty((n, n_samples, size))
+    if _stochastic(policy, False, greedy):
+        devices = [policy.device] if policy.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            for rows in _chunks(n, max(1, batch_size // n_samples)):
+                x = take_rows(data.observations, rows)
+                repeated = [np.repeat(o, n_samples, axis=0) for o in x] if isinstance(x, list) else np.repeat(x, n_samples, axis=0)
+                out[rows] = policy.sample_action(repeated).reshape(-1, n_samples, size)
+        return out
+    rng = np.random.default_rng(seed)
+    widths = kernel_widths(data.actions, bandwidth)
+    for rows in _chunks(n, batch_size):
+        greedy_actions = policy.predict(take_rows(data.observations, rows)).reshape(-1, 1, size)
+        out[rows] = greedy_actions + rng.normal(size=(rows.stop - rows.start, n_samples, size)) * widths
+    return out

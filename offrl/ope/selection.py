@@ -1,0 +1,262 @@
+"""Offline policy selection: rank trained policies by off-policy estimates.
+
+:func:`select_policies` evaluates every policy with every chosen estimator
+on the same logged data (the behaviour probabilities are resolved, or the
+behaviour model fitted, once and shared), ranks the policies per estimator
+(rank 1 = highest estimate; an undefined estimate ranks last; ties share
+the better rank) and, when the policies' true values are known (e.g. from
+online rollouts), reports how well each estimator's ranking agrees with the
+truth: Spearman's and Kendall's rank correlations, and the regret of its top
+pick, ``max_p V(p) - V(top)`` (0 when it picks the best policy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..algos.base import QLearningAlgoBase
+from ._logged import logged_data
+from ._policies import DEFAULT_BANDWIDTH, DEFAULT_EPSILON, check_built
+from .importance import ESTIMATORS, _check_options, _prepare, _resolve_behaviour, _result
+
+__all__ = ["PolicySelection", "select_policies"]
+
+EstimatorSpec = Union[Sequence[str], Mapping[str, Union[str, Callable[[Any, Any], Any]]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySelection:
+    """Estimates, ranks and (with true values) agreement with the truth.
+
+    Attributes:
+        policies: policy names, in the order given.
+        estimators: estimator labels, in the order given.
+        results: ``results[estimator][policy]``: an :class:`~offrl.ope.OPEResult`
+            (or whatever a custom estimator returned: it has ``value``, and
+            ``lower``/``upper`` when it has an interval).
+        ranks: ``ranks[estimator][policy]``, 1 = best.
+        true_values: the true values given, or None.
+        spearman, kendall: ``[estimator]`` rank correlation of estimates
+            with true values (NaN with fewer than two policies, constant or
+            undefined values); empty without true values.
+        regret: ``[estimator]`` true value of the best policy minus that of
+            the estimator's top pick; empty without true values.
+    """
+
+    policies: Tuple[str, ...]
+    estimators: Tuple[str, ...]
+    results: Dict[str, Dict[str, Any]]
+    ranks: Dict[str, Dict[str, int]]
+    true_values: Optional[Dict[str, float]] = None
+    spearman: Dict[str, float] = dataclasses.field(default_factory=dict)
+    kendall: Dict[str, float] = dataclasses.field(default_factory=dict)
+    regret: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def top(self, estimator: Optional[str] = None) -> str:
+        """The policy ranked first by ``estimator`` (default: the first one)."""
+        estimator = self.estimators[0] if estimator is None else estimator
+        if estimator not in self.ranks:
+            raise ValueError(f"estimator must be one of {list(self.estimators)}, got {estimator!r}")
+        ranks = self.ranks[estimator]
+        return min(self.policies, key=lambda name: ranks[name])
+
+    def to_rows(self) -> List[Dict[str, Any]]:
+        """One dict per (estimator, policy), in rank order within each estimator."""
+        rows = []
+        for estimator in self.estimators:
+            for policy in sorted(self.policies, key=lambda p: (self.ranks[estimator][p], self.policies.index(p))):
+                result = self.results[estimator][policy]
+                reliable = getattr(result, "reliable", None)
+                rows.append({
+                    "estimator": estimator,
+                    "policy": policy,
+                    "rank": self.ranks[estimator][policy],
+                    "value": float(result.value),
+                    "lower": float(getattr(result, "lower", math.nan)),
+                    "upper": float(getattr(result, "upper", math.nan)),
+                    "reliable": reliable,
+                    "true_value": None if self.true_values is None else self.true_values[policy],
+                })
+        return rows
+
+    def table(self) -> str:
+        """A plain-text table of the rows, then one summary line per estimator."""
+        header = ["estimator", "rank", "policy", "value", "interval", "reliable"]
+        if self.true_values is not None:
+            header.append("true value")
+        lines = [header]
+        for row in self.to_rows():
+            reliable = {True: "yes", False: "NO", None: "-"}[row["reliable"]]
+            line = [
+                row["estimator"], str(row["rank"]), row["policy"], f"{row['value']:.4g}",
+                f"[{row['lower']:.4g}, {row['upper']:.4g}]", reliable,
+            ]
+            if self.true_values is not None:
+                line.append(f"{row['true_value']:.4g}")
+            lines.append(line)
+        widths = [max(len(line[k]) for line in lines) for k in range(len(header))]
+        text = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
+        for estimator in self.estimators:
+            summary = f"{estimator}: top pick {self.top(estimator)!r}"
+            if self.true_values is not None:
+                summary += (
+                    f", regret {self.regret[estimator]:.4g}, Spearman {self.spearman[estimator]:.3f}, "
+                    f"Kendall {self.kendall[estimator]:.3f}"
+                )
+            text.append(summary)
+        return "\n".join(text)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _rank(values: np.ndarray) -> np.ndarray:
+    """1 = highest; NaN last; ties share the better rank."""
+    from scipy.stats import rankdata
+
+    keyed = np.where(np.isfinite(values), -values, np.inf)
+    return rankdata(keyed, method="min").astype(int)
+
+
+def _correlations(values: np.ndarray, truth: np.ndarray) -> Tuple[float, float]:
+    from scipy.stats import kendalltau, spearmanr
+
+    ok = np.isfinite(values)
+    if ok.sum() < 2 or np.ptp(values[ok]) == 0 or np.ptp(truth[ok]) == 0:
+        return math.nan, math.nan
+    return float(spearmanr(values[ok], truth[ok])[0]), float(kendalltau(values[ok], truth[ok])[0])
+
+
+def _estimator_specs(estimators: EstimatorSpec) -> List[Tuple[str, Union[str, Callable[[Any, Any], Any]]]]:
+    if isinstance(estimators, str):
+        estimators = [estimators]
+    items = list(estimators.items()) if isinstance(estimators, Mapping) else [(None, e) for e in estimators]
+    if not items:
+        raise ValueError("estimators is empty: name at least one of " + ", ".join(ESTIMATORS))
+    specs = []
+    for label, spec in items:
+        if isinstance(spec, str):
+            if spec not in ESTIMATORS:
+                raise ValueError(f"unknown estimator {spec!r}: expected one of {list(ESTIMATORS)} or a callable")
+            specs.append((label or ESTIMATORS[spec][0], spec))
+        elif callable(spec) and label is not None:
+            specs.append((label, spec))
+        else:
+            raise TypeError(
+                f"an estimator must be one of {list(ESTIMATORS)}, or a callable (policy, dataset) -> result "
+                f"given in a mapping under its label; got {spec!r}"
+            )
+    labels = [label for label, _ in specs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"estimator labels must be distinct, got {labels}")
+    return specs
+
+
+def _shared_gamma(policies: Mapping[str, Any]) -> float:
+    gammas = {name: float(p.gamma) for name, p in policies.items() if isinstance(p, QLearningAlgoBase)}
+    if len(set(gammas.values())) > 1:
+        raise ValueError(f"the policies have different gammas {gammas}: pass gamma= to compare them on one")
+    return next(iter(gammas.values())) if gammas else 0.99
+
+
+def select_policies(
+    policies: Mapping[str, Any],
+    dataset: Any,
+    estimators: EstimatorSpec = ("wis", "wpdis"),
+    *,
+    q_models: Optional[Mapping[str, Any]] = None,
+    true_values: Optional[Mapping[str, float]] = None,
+    gamma: Optional[float] = None,
+    behaviour_probabilities: Any = None,
+    behaviour_policy: Any = None,
+    clip: Optional[float] = None,
+    confidence: float = 0.95,
+    n_bootstrap: int = 1000,
+    seed: Any = 0,
+    min_effective_sample_size: float = 10.0,
+    greedy: bool = False,
+    epsilon: float = DEFAULT_EPSILON,
+    bandwidth: float = DEFAULT_BANDWIDTH,
+    n_action_samples: int = 10,
+    batch_size: int = 4096,
+) -> PolicySelection:
+    """Rank ``policies`` on ``dataset`` with each estimator.
+
+    Args:
+        policies: name -> target policy (a built offrl algorithm or a
+            callable, as for :func:`~offrl.ope.estimate_policy_value`).
+        dataset: the logged data (ReplayBuffer / MDPDataset or episodes).
+        estimators: names from ``"is"``, ``"wis"``, ``"pdis"``, ``"wpdis"``,
+            ``"dr"``, ``"wdr"``; or a mapping label -> name or callable
+            ``(policy, dataset) -> result`` (anything with ``value`` and
+            optionally ``lower``/``upper``, e.g. an FQE's
+            ``estimate_policy_value``).
+        q_models: name -> Q model of that policy, needed by ``"dr"``/``"wdr"``.
+        true_values: name -> true value, for rank correlation and regret.
+        gamma: discount (default: the algorithms' shared ``gamma``, else 0.99).
+        The other arguments are those of :func:`~offrl.ope.estimate_policy_value`.
+    """
+    if not isinstance(policies, Mapping) or not policies:
+        raise ValueError("policies must be a non-empty mapping of name -> policy")
+    if not all(isinstance(name, str) for name in policies):
+        raise TypeError(f"policy names must be strings, got {[type(n).__name__ for n in policies]}")
+    names = tuple(policies)
+    specs = _estimator_specs(estimators)
+    for name, policy in policies.items():
+        check_built(policy, f"policy {name!r}")
+    needs_model = any(isinstance(spec, str) and ESTIMATORS[spec][1] for _, spec in specs)
+    if needs_model:
+        missing = [name for name in policies if q_models is None or name not in q_models]
+        if missing:
+            raise ValueError(f"DR/WDR need q_models for every policy; missing for {missing}")
+    truth = None
+    if true_values is not None:
+        missing = [name for name in policies if name not in true_values]
+        if missing:
+            raise ValueError(f"true_values has no value for {missing}")
+        truth = {name: float(true_values[name]) for name in policies}
+    gamma = _shared_gamma(policies) if gamma is None else float(gamma)
+    _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size)
+
+    results: Dict[str, Dict[str, Any]] = {label: {} for label, _ in specs}
+    if any(isinstance(spec, str) for _, spec in specs):
+        data = logged_data(dataset)
+        mu, behaviour = _resolve_behaviour(data, behaviour_probabilities, behaviour_policy, seed)
+        for name, policy in policies.items():
+            prepared = _prepare(
+                policy, data, mu, behaviour, q_model=q_models[name] if needs_model else None, gamma=gamma,
+                greedy=greedy, epsilon=epsilon, bandwidth=bandwidth, n_action_samples=n_action_samples,
+                seed=seed, batch_size=batch_size,
+            )
+            for label, spec in specs:
+                if isinstance(spec, str):
+                    results[label][name] = _result(
+                        spec, prepared, clip=clip, confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
+                        min_effective_sample_size=min_effective_sample_size,
+                    )
+    for label, spec in specs:
+        if not isinstance(spec, str):
+            for name, policy in policies.items():
+                result = spec(policy, dataset)
+                if not hasattr(result, "value"):
+                    raise TypeError(f"estimator {label!r} returned a {type(result).__name__} without a value attribute")
+                results[label][name] = result
+
+    labels = tuple(label for label, _ in specs)
+    ranks: Dict[str, Dict[str, int]] = {}
+    spearman: Dict[str, float] = {}
+    kendall: Dict[str, float] = {}
+    regret: Dict[str, float] = {}
+    for label in labels:
+        values = np.array([float(results[label][name].value) for name in names])
+        ranks[label] = dict(zip(names, (int(r) for r in _rank(values))))
+        if truth is not None:
+            truth_array = np.array([truth[name] for name in names])
+            spearman[label], kendall[label] = _correlations(values, truth_array)
+            top = min(names, key=lambda name: ranks[label][name])
+            regret[label] = float(truth_array.max() - truth[top])
+    return PolicySelection(names, labels, results, ranks, truth, spearman, kendall, regret)
