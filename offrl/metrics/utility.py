@@ -41,12 +41,17 @@ def rollout_returns(
     n_trials: int = 10,
     epsilon: float = 0.0,
     seed: Optional[int] = None,
+    gamma: float = 1.0,
 ) -> List[float]:
-    """Undiscounted returns of ``n_trials`` episodes of ``algo``'s greedy
-    policy in ``env`` (gymnasium 1.x API). With probability ``epsilon`` an
-    action is drawn from ``env.action_space`` instead. ``seed`` seeds the
-    first reset (later resets continue the environment's generator)."""
+    """Returns of ``n_trials`` episodes of ``algo``'s greedy policy in
+    ``env`` (gymnasium 1.x API), discounted by ``gamma`` (1: undiscounted;
+    ``gamma < 1`` gives the figure off-policy estimates such as FQE
+    estimate). With probability ``epsilon`` an action is drawn from
+    ``env.action_space`` instead. ``seed`` seeds the first reset (later
+    resets continue the environment's generator)."""
     check_rollout_args(n_trials, epsilon)
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) or not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
     if not getattr(algo, "is_built", False):
         raise ValueError(f"{type(algo).__name__} is not built: fit it or build it before evaluating it in an environment")
     rng = np.random.default_rng(seed)
@@ -54,6 +59,7 @@ def rollout_returns(
     for trial in range(int(n_trials)):
         observation, _ = env.reset(seed=seed if trial == 0 else None)
         total = 0.0
+        discount = 1.0
         step = 0
         while True:
             if epsilon > 0.0 and rng.random() < epsilon:
@@ -63,7 +69,8 @@ def rollout_returns(
                 _check_finite(batch, trial, step)
                 action = algo.predict(batch)[0]
             observation, reward, terminated, truncated, _ = env.step(action)
-            total += float(reward)
+            total += discount * float(reward)
+            discount *= gamma
             step += 1
             if terminated or truncated:
                 break
