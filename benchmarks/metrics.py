@@ -140,30 +140,31 @@ def build(backend: str, threads: Optional[int]) -> Tuple[Dict[str, Entry], dict,
     return entries, info, contexts
 
 
-def forward_floors(contexts: Dict[str, dict], repeats: int) -> Dict[str, dict]:
-    """Seconds of one ``predict_value(s, a)`` pass and one ``predict(s)``
-    pass over every transition (public calls on contiguous arrays, chunked
-    like the evaluators): the compute an evaluator cannot avoid."""
+def floor_calls(contexts: Dict[str, dict]) -> Dict[str, Callable[[], None]]:
+    """Per evaluator key in PASSES: its unavoidable compute, as bare public
+    ``predict_value(s, a)`` / ``predict(s)`` calls on contiguous slices of
+    as many rows as the dataset has transitions, chunked like the evaluators."""
     from offrl.metrics import _transitions
 
-    floors: Dict[str, dict] = {}
-    for kind, ctx in contexts.items():
-        algo, obs, actions = ctx["algo"], ctx["data"]["observations"], ctx["data"]["actions"]
-        chunk = _transitions.CHUNK_ROWS
-        scale = ctx["dataset"].transition_count / obs.shape[0]
+    calls: Dict[str, Callable[[], None]] = {}
+    for name, kind, _ in EVALUATORS:
+        if name not in PASSES:
+            continue
+        ctx = contexts[kind]
+        q_passes, pi_passes = PASSES[name]
+        n = int(ctx["dataset"].transition_count)
+        algo, obs, actions = ctx["algo"], ctx["data"]["observations"][:n], ctx["data"]["actions"][:n]
 
-        def run(fn: Callable[[int, int], Any]) -> float:
-            times = []
-            for _ in range(repeats + 1):
-                t0 = time.perf_counter()
-                for lo in range(0, obs.shape[0], chunk):
-                    fn(lo, lo + chunk)
-                times.append(time.perf_counter() - t0)
-            return statistics.median(times[1:]) * scale
+        def run(algo=algo, obs=obs, actions=actions, q_passes=q_passes, pi_passes=pi_passes) -> None:
+            chunk = _transitions.CHUNK_ROWS
+            for lo in range(0, obs.shape[0], chunk):
+                for _ in range(q_passes):
+                    algo.predict_value(obs[lo:lo + chunk], actions[lo:lo + chunk])
+                for _ in range(pi_passes):
+                    algo.predict(obs[lo:lo + chunk])
 
-        floors[kind] = {"q": run(lambda lo, hi: algo.predict_value(obs[lo:hi], actions[lo:hi])),
-                        "pi": run(lambda lo, hi: algo.predict(obs[lo:hi]))}
-    return floors
+        calls[_key(name, kind)] = run
+    return calls
 
 
 def call_once(entry: Entry) -> dict:
@@ -173,8 +174,8 @@ def call_once(entry: Entry) -> dict:
     gc.disable()
     try:
         t0 = time.perf_counter()
-        value = evaluator(algo, dataset)
-        return {"s": time.perf_counter() - t0, "value": float(value)}
+        value = evaluator(algo, dataset) if dataset is not None else evaluator()
+        return {"s": time.perf_counter() - t0, "value": float(value or 0.0)}
     except Exception as e:  # one failing evaluator does not stop the others
         return {"error": f"{type(e).__name__}: {e}"}
     finally:
@@ -235,29 +236,37 @@ def start_worker(args: argparse.Namespace, log: Callable[[str], None]) -> Tuple[
         return None, f"failed to start {python}: {e}"
 
 
-def measure(entries: Dict[str, Entry], worker: Optional[D3rlpyWorker], repeats: int,
-            log: Callable[[str], None]) -> Dict[str, dict]:
+def measure(entries: Dict[str, Entry], floors: Dict[str, Callable[[], None]], worker: Optional[D3rlpyWorker],
+            repeats: int, log: Callable[[str], None]) -> Dict[str, dict]:
     """Per evaluator: a warm-up call on each side, then ``repeats`` rounds of
-    one offrl call and one d3rlpy call (interleaved, so that a change in the
-    machine's load hits both); medians and the median per-round ratio."""
+    one offrl call, its forward-pass floor and one d3rlpy call (interleaved,
+    so that a change in the machine's load hits all of them); medians, and
+    ratios as medians of per-round ratios."""
     out: Dict[str, dict] = {}
     for key, entry in entries.items():
         log(f"[offrl{' + d3rlpy' if worker else ''}] {key}")
         runs = max(1, repeats // 2) if key.startswith("EnvironmentEvaluator") else repeats
-        mine, theirs = [call_once(entry)], [worker.call(key)] if worker else []
-        for _ in range(runs):
-            mine.append(call_once(entry))
+        sides: Dict[str, List[dict]] = {"offrl": [], "floor": [], "d3rlpy": []}
+        for round_ in range(runs + 1):  # round 0 warms up
+            calls = {"offrl": lambda: call_once(entry)}
+            if key in floors:
+                calls["floor"] = lambda: call_once((floors[key], None, None))
             if worker:
-                theirs.append(worker.call(key))
+                calls["d3rlpy"] = lambda: worker.call(key)
+            for side, call in calls.items():
+                result = call()
+                if round_:
+                    sides[side].append(result)
         result: dict = {}
-        for side, calls in (("offrl", mine[1:]), ("d3rlpy", theirs[1:])):
-            errors = [c["error"] for c in calls if "error" in c]
+        for side, calls_ in sides.items():
+            errors = [c["error"] for c in calls_ if "error" in c]
             if errors:
                 result[side] = {"error": errors[0]}
-            elif calls:
-                result[side] = {"s": statistics.median(c["s"] for c in calls), "value": calls[-1]["value"]}
-        if "s" in result.get("offrl", {}) and "s" in result.get("d3rlpy", {}):
-            result["ratio"] = statistics.median(d["s"] / o["s"] for o, d in zip(mine[1:], theirs[1:]))
+            elif calls_:
+                result[side] = {"s": statistics.median(c["s"] for c in calls_), "value": calls_[-1]["value"]}
+        for name, (num, den) in (("ratio", ("d3rlpy", "offrl")), ("overhead", ("offrl", "floor"))):
+            if "s" in result.get(num, {}) and "s" in result.get(den, {}):
+                result[name] = statistics.median(a["s"] / b["s"] for a, b in zip(sides[num], sides[den]))
         out[key] = result
     return out
 
@@ -279,10 +288,9 @@ def report(results: Dict[str, dict], o_info: dict, d_info: Optional[dict], d_sou
         ratio, o_s = r.get("ratio"), mine.get("s")
         is_env = name == "EnvironmentEvaluator"
         status = "-" if ratio is None else ("(rollouts)" if is_env else ("ok" if ratio >= TARGET_RATIO else "MISS"))
-        passes, floor = PASSES.get(name), o_info["floors"][kind]
-        floor_s = None if passes is None else passes[0] * floor["q"] + passes[1] * floor["pi"]
         rows.append([
-            key, fmt(o_s), fmt(floor_s), fmt(theirs.get("s")), fmt(earlier, "{:.2f}"), fmt(ratio, "{:.1f}x"),
+            key, fmt(o_s), fmt(r.get("floor", {}).get("s")), fmt(r.get("overhead"), "{:.2f}"), fmt(theirs.get("s")),
+            fmt(earlier, "{:.2f}"), fmt(ratio, "{:.1f}x"),
             fmt(earlier / o_s if earlier and o_s else None, "{:.1f}x"),
             fmt(mine.get("value"), "{:.4g}"), fmt(theirs.get("value"), "{:.4g}"), status,
         ])
@@ -293,10 +301,10 @@ def report(results: Dict[str, dict], o_info: dict, d_info: Optional[dict], d_sou
         f"load average {load[0][0]:.2f} at start, {load[1][0]:.2f} at end",
         "",
     ]
-    lines += _table(["evaluator [data]", "offrl s", "floor s", "d3rlpy s", "d3rlpy earlier s", "d3rlpy/offrl",
+    lines += _table(["evaluator [data]", "offrl s", "floor s", "offrl/floor", "d3rlpy s", "d3rlpy earlier s", "d3rlpy/offrl",
                      "earlier/offrl", "offrl value", "d3rlpy value", f"target >= {TARGET_RATIO:g}x"], rows)
-    lines += ["", "floor s: offrl's bare predict_value / predict passes over the same transitions that the "
-              "metric needs (see PASSES); offrl s / floor s is the evaluator's own overhead."]
+    lines += ["", "floor s: bare predict_value / predict calls on as many contiguous rows as the metric has "
+              "transitions, as many passes as it needs (PASSES): the compute no evaluator can avoid."]
     return "\n".join(lines + notes)
 
 
@@ -321,11 +329,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     load_start = os.getloadavg()
     entries, o_info, contexts = build("offrl", args.threads)
-    log("[offrl] forward-pass floors")
-    o_info["floors"] = forward_floors(contexts, args.repeats)
     worker, d_source = start_worker(args, log)
     try:
-        results = measure(entries, worker, args.repeats, log)
+        results = measure(entries, floor_calls(contexts), worker, args.repeats, log)
     finally:
         if worker is not None:
             worker.close()
