@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..algos.base import QLearningAlgoBase
+from ..constants import ActionSpace
 from ._logged import LoggedData, Observations, locate, take_rows
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "sample_policy_actions",
     "check_built",
     "kernel_widths",
+    "int_seed",
 ]
 
 DEFAULT_EPSILON = 0.05
@@ -71,6 +73,13 @@ class PolicyProbabilities:
     all_actions: Optional[np.ndarray]
     description: str
     smoothing: Optional[str]
+
+
+def int_seed(seed: Any) -> int:
+    """An int for torch and scikit-learn from any ``np.random.default_rng`` seed."""
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and 0 <= seed < 2**63:
+        return int(seed)
+    return int(np.random.SeedSequence(seed).generate_state(1)[0])
 
 
 def check_built(algo: Any, role: str) -> None:
@@ -168,6 +177,7 @@ def policy_probabilities(
     if isinstance(policy, QLearningAlgoBase):
         check_built(policy, role)
         name = type(policy).__name__
+        policy._check_action_space(ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS)
         if policy.action_size is not None and policy.action_size != size:
             raise ValueError(
                 f"the {role} {name} was built for action_size={policy.action_size}, the dataset has {size}"
@@ -250,7 +260,7 @@ def sample_policy_actions(
     *,
     greedy: bool = False,
     bandwidth: float = DEFAULT_BANDWIDTH,
-    seed: int = 0,
+    seed: Any = 0,
     batch_size: int = 4096,
 ) -> np.ndarray:
     """``(N, n_samples, action_size)`` continuous actions drawn from the
@@ -267,7 +277,7 @@ def sample_policy_actions(
     if _stochastic(policy, False, greedy):
         devices = [policy.device] if policy.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
+            torch.manual_seed(int_seed(seed))
             for rows in _chunks(n, max(1, batch_size // n_samples)):
                 x = take_rows(data.observations, rows)
                 repeated = [np.repeat(o, n_samples, axis=0) for o in x] if isinstance(x, list) else np.repeat(x, n_samples, axis=0)

@@ -82,6 +82,7 @@ from ._policies import (
     DEFAULT_EPSILON,
     PolicyProbabilities,
     check_built,
+    int_seed,
     policy_probabilities,
     sample_policy_actions,
 )
@@ -376,14 +377,15 @@ def _warnings(core: _Core, n_episodes: int, clip: Optional[float], min_ess: floa
 
 # ------------------------------------------------------------ the inputs
 def _check_options(gamma: float, clip: Optional[float], confidence: float, n_bootstrap: int,
-                   min_effective_sample_size: float, epsilon: float, bandwidth: float, batch_size: int) -> None:
+                   min_effective_sample_size: float, epsilon: float, bandwidth: float, batch_size: int,
+                   n_action_samples: int) -> None:
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
     if clip is not None and not (np.isfinite(clip) and clip > 0):
         raise ValueError(f"clip must be a finite number > 0 or None, got {clip!r}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    for name, value in (("n_bootstrap", n_bootstrap), ("batch_size", batch_size)):
+    for name, value in (("n_bootstrap", n_bootstrap), ("batch_size", batch_size), ("n_action_samples", n_action_samples)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if not min_effective_sample_size >= 0:
@@ -448,7 +450,7 @@ def _resolve_behaviour(
         return _check_behaviour_values(mu, data, "behaviour_policy's probabilities"), f"model: {description}"
     if data.behaviour_probabilities is not None:
         return _check_behaviour_values(data.behaviour_probabilities, data, "dataset.behaviour_probabilities"), "logged"
-    model = fit_behaviour_model(data, seed=seed if isinstance(seed, (int, np.integer)) else 0)
+    model = fit_behaviour_model(data, seed=int_seed(seed))
     return model._logged_probabilities(data), f"estimated: {model.description}"
 
 
@@ -642,7 +644,8 @@ def estimate_policy_value(
         raise ValueError(f"estimator must be one of {list(ESTIMATORS)}, got {estimator!r}")
     check_built(target, "target policy")
     gamma = _resolve_gamma(gamma, target)
-    _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size)
+    _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size,
+                   n_action_samples)
     if ESTIMATORS[estimator][1] and q_model is None:
         raise ValueError(
             f"{ESTIMATORS[estimator][0]} needs q_model: an FQE, an object with predict_value(x, action), or a callable"

@@ -220,7 +220,8 @@ def select_policies(
             raise ValueError(f"true_values has no value for {missing}")
         truth = {name: float(true_values[name]) for name in policies}
     gamma = _shared_gamma(policies) if gamma is None else float(gamma)
-    _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size)
+    _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size,
+                   n_action_samples)
 
     results: Dict[str, Dict[str, Any]] = {label: {} for label, _ in specs}
     if any(isinstance(spec, str) for _, spec in specs):

@@ -508,11 +508,28 @@ def test_continuous_doubly_robust_with_a_stochastic_algorithm():
     truth = -(1.0 / 3.0 + 0.09)
     q = lambda x, a: -((np.asarray(a)[:, 0] - 0.3) ** 2)  # noqa: E731 - exact
     dr = estimate_policy_value(target, dataset, "dr", q, behaviour_probabilities=mu, n_bootstrap=100,
-                               n_action_samples=20)
+                               n_action_samples=20, seed=[3, 4])
     wis = estimate_policy_value(target, dataset, "wis", behaviour_probabilities=mu, n_bootstrap=100)
     assert abs(dr.value - truth) < 0.02
     assert abs(wis.value - truth) < 0.05
     assert dr.upper - dr.lower < (wis.upper - wis.lower) / 2  # the exact model removes most of the variance
+
+
+def test_fqe_as_the_doubly_robust_model():
+    """DiscreteFQE gives all action values in one pass; the result equals
+    asking its predict_value one action at a time."""
+    from offrl.ope.fqe import DiscreteFQE
+
+    data = hand_dataset()
+    dqn = DQNConfig().create()
+    dqn.build_with_dataset(data)
+    fqe = DiscreteFQE(algo=dqn)
+    fqe.build_with_dataset(data)
+    kwargs = dict(behaviour_probabilities=MU, gamma=GAMMA, n_bootstrap=20)
+    direct = doubly_robust(dqn, data, fqe, **kwargs)
+    per_action = doubly_robust(dqn, data, lambda x, a: fqe.predict_value(x, a), **kwargs)
+    assert direct.value == pytest.approx(per_action.value, rel=1e-6)
+    assert "epsilon-greedy" in direct.target
 
 
 def test_gamma_defaults_to_the_target_algorithm():
@@ -583,5 +600,9 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match=r"q_model returned values of shape \(3, 2\)"):
         estimate_policy_value(hand_target, hand_dataset(), "dr", lambda x, a: np.zeros((len(x), 2)),
                               behaviour_probabilities=MU)
+    with pytest.raises(ValueError, match="SAC learns continuous actions, but the data has discrete actions"):
+        estimate_policy_value(built(SACConfig(), 2, 2), hand_dataset(), "is", behaviour_probabilities=MU)
+    with pytest.raises(ValueError, match="n_action_samples must be"):
+        hand("dr", n_action_samples=0)
     with pytest.raises(ValueError, match="behaviour policy DQN is deterministic"):
         estimate_policy_value(hand_target, hand_dataset(), "is", behaviour_policy=built(DQNConfig(), 2, 2))
