@@ -49,7 +49,7 @@ def every_state_and_step():
 def test_calibrated_classifier_recovers_the_behaviour_policy(logged):
     model = estimate_behaviour_policy(logged.dataset)
     assert isinstance(model, ClassifierBehaviourPolicy)
-    assert "calibrated (sigmoid, 3 folds)" in model.description
+    assert model.description == "LogisticRegression (maximum-likelihood probabilities)"
     observations, states = every_state_and_step()
     probabilities = model.action_probabilities(observations)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
@@ -76,17 +76,34 @@ def test_one_logged_action_and_too_few_for_calibration():
     constant = ClassifierBehaviourPolicy(min_probability=0.0).fit(x, np.full(5, 1), action_size=2)
     assert "constant" in constant.description
     np.testing.assert_array_equal(constant.action_probabilities(x), np.tile([0.0, 1.0], (5, 1)))
-    rare = ClassifierBehaviourPolicy().fit(x, np.array([0, 0, 0, 0, 1]), action_size=2)
+    rare = ClassifierBehaviourPolicy(calibration="sigmoid").fit(x, np.array([0, 0, 0, 0, 1]), action_size=2)
     assert "uncalibrated" in rare.description  # one example of action 1: no fold split possible
 
 
-def test_any_scikit_learn_classifier_and_isotonic_calibration(logged):
-    model = estimate_behaviour_policy(
-        logged.dataset, classifier=DecisionTreeClassifier(max_depth=3, random_state=0), calibration="isotonic"
-    )
+def test_any_scikit_learn_classifier_is_calibrated(logged):
+    model = estimate_behaviour_policy(logged.dataset, classifier=DecisionTreeClassifier(max_depth=3, random_state=0))
     assert model.description == "DecisionTreeClassifier calibrated (isotonic, 3 folds)"
     observations, states = every_state_and_step()
     assert np.abs(model.action_probabilities(observations) - BEHAVIOUR[states]).max() < 0.1
+
+
+@pytest.mark.slow
+def test_estimated_behaviour_leaves_importance_sampling_nearly_unbiased():
+    """Propensities fitted on the evaluated data: over 40 datasets the mean
+    error of IS and PDIS stays within 3 standard errors of 0 (post-hoc
+    sigmoid calibration of the same model failed this: see the module docstring)."""
+    target = table_policy(MDP, TARGET)
+    truth = true_value(MDP, TARGET, 0.9)
+    errors = {"is": [], "pdis": []}
+    for r in range(40):
+        data = sample_dataset(MDP, BEHAVIOUR, 200, seed=700 + r).dataset
+        model = estimate_behaviour_policy(data)
+        for kind in errors:
+            result = estimate_policy_value(target, data, kind, gamma=0.9, behaviour_policy=model, n_bootstrap=1)
+            errors[kind].append(result.value - truth)
+    for kind, e in errors.items():
+        e = np.asarray(e)
+        assert abs(e.mean()) < 3 * e.std() / np.sqrt(e.size), (kind, e.mean())
 
 
 def linear_gaussian(n, seed):
@@ -177,6 +194,8 @@ def test_bad_input():
         ClassifierBehaviourPolicy().fit(np.zeros((2, 2)), np.array([0.5, 1.0]))
     with pytest.raises(ValueError, match=r"indices in \[0, 2\)"):
         ClassifierBehaviourPolicy().fit(np.zeros((2, 2)), np.array([0, 2]), action_size=2)
+    assert ClassifierBehaviourPolicy(calibration="sigmoid").fit(np.arange(12.0).reshape(6, 2), np.array([0, 1] * 3)).description \
+        == "LogisticRegression calibrated (sigmoid, 3 folds)"
     with pytest.raises(ValueError, match="calibration must be"):
         ClassifierBehaviourPolicy(calibration="platt")
     with pytest.raises(ValueError, match="cv must be an int >= 2"):

@@ -341,7 +341,7 @@ def test_estimated_behaviour_policy():
     logged = sample_dataset(MDP, BEHAVIOUR, 2000, seed=3)
     result = estimate_policy_value(table_policy(MDP, TARGET), logged.dataset, "wpdis", gamma=MDP_GAMMA, n_bootstrap=100)
     assert result.behaviour_estimated and result.behaviour.startswith("estimated: ")
-    assert "calibrated" in result.behaviour
+    assert "LogisticRegression" in result.behaviour
     assert abs(result.value - TRUE_VALUE) < 0.1
 
 
