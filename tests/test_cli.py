@@ -304,3 +304,20 @@ def test_evaluate_in_an_environment(tmp_path, capsys):
     assert "cannot make environment 'Nope-v9'" in capsys.readouterr().err
     assert main(["evaluate", str(tmp_path / "m.d3")]) == 2
     assert "give --dataset" in capsys.readouterr().err
+
+
+def test_missing_matplotlib_is_one_line_with_the_extra_to_install(tmp_path, monkeypatch, capsys):
+    import builtins
+
+    csv_path = _write_log(tmp_path / "run", "loss", [1.0, 2.0])
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    assert main(["plot", str(csv_path), "--save", str(tmp_path / "x.png")]) == 2
+    assert "plotting needs matplotlib: pip install 'offrl[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
