@@ -8,11 +8,15 @@ by regressing on its own bootstrapped target at the policy's next action:
 
     L(theta) = E_{(s, a, r, s') ~ D} [ l( r + gamma^k (1 - d) Q_target(s', pi(s')) - Q_theta(s, a) ) ]
 
-with ``l`` the squared error for continuous actions, the Huber loss for
-discrete ones (the quantile Huber loss for QR / IQN Q-functions), ``k`` the
-transition's interval and ``d`` its terminal flag. With ``n_critics > 1``
-the target takes the ensemble minimum and ``predict_value`` the ensemble
-mean (as d3rlpy). The target network is copied from the online one every
+with ``l`` the squared error (the quantile Huber loss for QR / IQN
+Q-functions), ``k`` the transition's interval and ``d`` its terminal flag.
+Discrete actions too use the squared error, whose minimiser is the expected
+return: d3rlpy's DiscreteFQE uses DQN's Huber loss, which settles between
+the mean and the median of the targets and so biases the estimate when
+returns are stochastic with spreads above 1 (see
+``test_discrete_fqe_estimates_the_mean_of_skewed_returns``). With
+``n_critics > 1`` the target takes the ensemble minimum and
+``predict_value`` the ensemble mean (as d3rlpy). The target network is copied from the online one every
 ``target_update_interval`` steps (after steps ``interval, 2 interval, ...``,
 as offrl's DQN).
 
@@ -45,6 +49,7 @@ from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, Union
 import numpy as np
 import torch
 from torch import nn
+import torch.nn.functional as F
 
 from ..algos._common import freeze, hard_update, td_target
 from ..algos.base import (
@@ -410,7 +415,10 @@ class FQE(QLearningAlgoBase):
             next_dist, _ = targ.at_action(batch.next_observations, batch.next_actions)
             target = td_target(batch.rewards, targ.reduce(next_dist, "min"), batch.terminals, self._config.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
-        loss = q.loss(pred, target, taus)
+        if taus is None:  # mean Q-function: squared error, summed over members
+            loss = F.mse_loss(pred, target.expand_as(pred)) * pred.shape[0]
+        else:
+            loss = q.loss(pred, target, taus)
         optim = self._optims["optim"]
         optim.zero_grad()
         loss.backward()
