@@ -17,7 +17,8 @@ the last step and ``w_{-1} = 1``:
     DR     (doubly robust, Jiang and Li, 2016):
            1/N sum_n sum_t gamma^t [ w_t r_t - w_t Q(s_t, a_t) + w_{t-1} V(s_t) ]
     WDR    (weighted doubly robust, Thomas and Brunskill, 2016): DR with
-           ``w_t / N`` replaced by ``w_t / sum_n w_t`` (per step)
+           ``w_t / N`` replaced by ``w_t / sum_n w_t`` and ``w_{t-1} / N``
+           by ``w_{t-1} / sum_n w_{t-1}`` (per step)
 
 IS, PDIS and DR are unbiased (given exact ``mu``, unclipped weights); the
 weighted ones are biased but consistent and usually far less variable. DR
@@ -630,7 +631,9 @@ def estimate_policy_value(
         behaviour_policy: a behaviour model (:mod:`offrl.ope.behaviour`) or a
             stochastic offrl algorithm.
         clip: upper bound of the cumulative weights (None: unclipped).
-        confidence, n_bootstrap, seed: the bootstrap interval (seeded).
+        confidence, n_bootstrap: the bootstrap interval.
+        seed: any ``np.random.default_rng`` seed, for the bootstrap and for
+            the behaviour model's folds and the target's action samples.
         min_effective_sample_size: below it the result is marked unreliable.
         greedy: evaluate an algorithm's greedy action (smoothed) even when
             it has a stochastic policy.
