@@ -4,6 +4,7 @@
     python benchmarks/metrics.py               # every evaluator (a few minutes)
     python benchmarks/metrics.py --quick       # fewer repeats
     python benchmarks/metrics.py --no-d3rlpy   # offrl only
+    python benchmarks/metrics.py --only TDErrorEvaluator,InitialStateValueEstimationEvaluator
 
 Data and models are those of ``benchmarks/algos.py``: the seeded synthetic
 20,000-step Pendulum-like dataset (3-dim observations, 1-dim actions,
@@ -280,7 +281,9 @@ def report(results: Dict[str, dict], o_info: dict, d_info: Optional[dict], d_sou
     notes: List[str] = []
     for name, kind, earlier in EVALUATORS:
         key = _key(name, kind)
-        r = results.get(key, {})
+        if key not in results:
+            continue
+        r = results[key]
         mine, theirs = r.get("offrl", {}), r.get("d3rlpy", {})
         for side, res in (("offrl", mine), ("d3rlpy", theirs)):
             if "error" in res:
@@ -315,6 +318,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) (both libraries)")
     parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
     parser.add_argument("--d3rlpy-python", default=None, help="interpreter with d3rlpy")
+    parser.add_argument("--only", default=None, help="comma-separated evaluator names (a subset)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the d3rlpy worker
     args = parser.parse_args(argv)
     if args.repeats is None:
@@ -329,6 +333,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     load_start = os.getloadavg()
     entries, o_info, contexts = build("offrl", args.threads)
+    if args.only:
+        wanted = {n.strip() for n in args.only.split(",") if n.strip()}
+        unknown = wanted - {name for name, _, _ in EVALUATORS}
+        if unknown:
+            parser.error(f"unknown evaluators {sorted(unknown)}")
+        entries = {k: v for k, v in entries.items() if k.split(" [")[0] in wanted}
     worker, d_source = start_worker(args, log)
     try:
         results = measure(entries, floor_calls(contexts), worker, args.repeats, log)
