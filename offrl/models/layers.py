@@ -24,6 +24,11 @@ ACTIVATIONS = {
 
 
 def get_activation(name: str) -> nn.Module:
+    """A new activation module. ReLU works in place: it always follows a
+    layer whose output nothing else reads, and its backward needs only its
+    result, so this saves a copy of every hidden activation."""
+    if name == "relu":
+        return nn.ReLU(inplace=True)
     try:
         return ACTIVATIONS[name]()
     except KeyError:
@@ -57,8 +62,8 @@ class EnsembleLinear(nn.Module):
             flat = x if x.dim() == 2 else x.view(x.shape[1], x.shape[2])
             weight = self.weight.view(self.in_features, self.out_features)
             return torch.addmm(self.bias.view(self.out_features), flat, weight).unsqueeze(0)
-        if x.dim() == 2:
-            return torch.matmul(x, self.weight) + self.bias
+        if x.dim() == 2:  # shared input: a broadcast view, then one fused batched matmul + bias
+            x = x.unsqueeze(0).expand(self.ensemble_size, x.shape[0], x.shape[1])
         return torch.baddbmm(self.bias, x, self.weight)
 
     def extra_repr(self) -> str:
