@@ -32,7 +32,7 @@ from .._random import get_rng
 from ..constants import ActionSpace
 from .base import QLearningAlgoBase
 from .explorers import check_explorer
-from .training import LossTracker, experiment_directory_name
+from .training import LossTracker, end_epoch, experiment_directory_name
 
 __all__ = ["fit_online", "collect"]
 
@@ -431,14 +431,7 @@ def fit_online(
 
                 seed = int(get_rng().integers(2**31 - 1))
                 metrics[EVALUATION] = float(np.mean(rollout_returns(algo, eval_env, eval_n_trials, float(eval_epsilon), seed)))
-            logger.before_write_metric(epoch, total_step)
-            for name, value in metrics.items():
-                logger.write_metric(epoch, total_step, name, value)
-            logger.after_write_metric(epoch, total_step)
-            if epoch % save_interval == 0 or epoch == n_epochs:
-                logger.save_model(epoch, algo)
-            if epoch_callback is not None:
-                epoch_callback(algo, epoch, total_step)
+            end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, save_interval, epoch_callback)
             results.append((epoch, metrics))
     except BaseException as error:
         _attach_buffer(error, buffer)

@@ -17,7 +17,7 @@ import torch
 
 from .base import NonFiniteLossError, QLearningAlgoBase
 
-__all__ = ["fitter", "LossTracker", "CHECK_INTERVAL", "feed_priorities"]
+__all__ = ["fitter", "end_epoch", "LossTracker", "CHECK_INTERVAL", "feed_priorities"]
 
 #: steps between reads of the loss buffer (progress bar, NaN check)
 CHECK_INTERVAL = 100
@@ -109,6 +109,21 @@ def experiment_directory_name(algo: QLearningAlgoBase, experiment_name: Optional
     if with_timestamp:
         name += "_" + datetime.datetime.now().strftime("%Y%m%d%H%M%S%f")
     return name
+
+
+def end_epoch(algo: QLearningAlgoBase, logger: Any, epoch: int, n_epochs: int, total_step: int,
+              metrics: Dict[str, float], save_interval: int, epoch_callback: Optional[Callable[..., None]]) -> None:
+    """Log an epoch's metrics, save the model every ``save_interval`` epochs
+    and after the last one, then run ``epoch_callback(algo, epoch, total_step)``
+    (shared by ``fit`` and ``fit_online``)."""
+    logger.before_write_metric(epoch, total_step)
+    for name, value in metrics.items():
+        logger.write_metric(epoch, total_step, name, value)
+    logger.after_write_metric(epoch, total_step)
+    if epoch % save_interval == 0 or epoch == n_epochs:
+        logger.save_model(epoch, algo)
+    if epoch_callback is not None:
+        epoch_callback(algo, epoch, total_step)
 
 
 def fitter(
@@ -213,14 +228,7 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
             metrics["time_step"] = elapsed / steps
             for name, evaluator in evaluators.items():
                 metrics[name] = float(evaluator(algo, dataset))
-            logger.before_write_metric(epoch, total_step)
-            for name, value in metrics.items():
-                logger.write_metric(epoch, total_step, name, value)
-            logger.after_write_metric(epoch, total_step)
-            if epoch % save_interval == 0 or epoch == n_epochs:
-                logger.save_model(epoch, algo)
-            if epoch_callback is not None:
-                epoch_callback(algo, epoch, total_step)
+            end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, save_interval, epoch_callback)
             yield epoch, metrics
     finally:
         logger.close()
