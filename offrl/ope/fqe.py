@@ -415,7 +415,9 @@ class FQE(QLearningAlgoBase):
             next_dist, _ = targ.at_action(batch.next_observations, batch.next_actions)
             target = td_target(batch.rewards, targ.reduce(next_dist, "min"), batch.terminals, self._config.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
-        if taus is None:  # mean Q-function: squared error, summed over members
+        if taus is None and pred.shape[0] == 1:  # one mean Q-function: squared error
+            loss = F.mse_loss(pred[0], target)
+        elif taus is None:  # summed over members
             loss = F.mse_loss(pred, target.expand_as(pred)) * pred.shape[0]
         else:
             loss = q.loss(pred, target, taus)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Optional
 
 import numpy as np
 import pytest
