@@ -112,9 +112,10 @@ def write_reference(checksums: dict) -> None:
         '"""SHA-256 of each built-in dataset built on the reference machine',
         '(written by ``datasets/build.py``; see the cards in ``datasets/``)."""',
         "",
+        "# name: (steps, SHA-256)",
         "REFERENCE_SHA256 = {",
     ]
-    lines += [f"    {name!r}: {checksum!r}," for name, checksum in sorted(checksums.items())]
+    lines += [f"    {name!r}: ({steps}, {checksum!r})," for name, (steps, checksum) in sorted(checksums.items())]
     lines.append("}")
     with open(REFERENCE, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
                 os.makedirs(PREBUILT_DIRECTORY, exist_ok=True)
                 shutil.copyfile(path, os.path.join(PREBUILT_DIRECTORY, f"{name}.h5"))
             facts = card(name, path, checksum, seconds)
-            checksums[name] = checksum
+            checksums[name] = (facts["steps"], checksum)
             print(f"{name:18s} {seconds:6.1f} s  {facts['episodes']:5d} episodes  "
                   f"return {facts['episode_return']['mean']:9.2f}  sha256 {checksum[:16]}")
     write_reference(checksums)

@@ -131,12 +131,14 @@ class DatasetRecipe:
 
     @property
     def reference_sha256(self) -> Optional[str]:
-        """SHA-256 of the file built on the reference machine (see the card)."""
+        """SHA-256 of the file built on the reference machine (see the card);
+        ``None`` for a recipe resized from the reference one."""
         try:
             from ._reference import REFERENCE_SHA256
         except ImportError:  # before datasets/build.py has run
             return None
-        return REFERENCE_SHA256.get(self.name)
+        steps, checksum = REFERENCE_SHA256.get(self.name, (None, None))
+        return checksum if steps == self.n_steps else None
 
 
 def _random_recipe(env: Any, n_steps: int) -> Any:
