@@ -131,8 +131,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dataset-steps", type=int, default=None,
                         help="build a smaller dataset of this many steps (default: the built-in one)")
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (networks this small run as fast on one; the offrl command's default)")
     parser.add_argument("--out", default=os.path.join("tutorial_output", "custom_encoder"))
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     dataset, env = load_cartpole(args.dataset_steps, args.out)
     factory = ResidualEncoderFactory(hidden_size=64, n_blocks=2)

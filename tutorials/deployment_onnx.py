@@ -16,8 +16,8 @@ no file is left behind. The file also carries metadata (action space,
 observation shapes, offrl version, algorithm).
 
 This script trains TD3+BC with observation and action scalers on the
-built-in Pendulum "expert" data (torques in [-2, 2]), exports it, and then
-runs the exported file the way a deployment would:
+built-in Pendulum "expert" data (torques in [-2, 2] newton-metres), exports
+it, and then runs the exported file the way a deployment would:
 
 1. ``export/run_policy.py`` (numpy + onnxruntime only) turns a CSV of
    observations into a CSV of actions, in a separate Python process where
@@ -46,6 +46,7 @@ import time
 
 import gymnasium
 import numpy as np
+import torch
 
 import offrl
 from offrl.algos import TD3PlusBCConfig
@@ -104,17 +105,21 @@ def main(argv: list[str] | None = None) -> dict:
                         help="build a smaller dataset of this many steps (default: the built-in one)")
     parser.add_argument("--episodes", type=int, default=5, help="Pendulum episodes run by the exported policy")
     parser.add_argument("--latency-repeats", type=int, default=2000)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (networks this small run as fast on one; the offrl command's default)")
     parser.add_argument("--out", default=os.path.join("tutorial_output", "deployment_onnx"))
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     offrl.seed(0)
 
     # Train a policy whose networks see standardised observations and
-    # actions in [-1, 1]; Pendulum itself speaks torques in [-2, 2].
+    # actions in [-1, 1]; Pendulum itself speaks torques in [-2, 2], the
+    # range given to the action scaler (instead of fitting it to the log).
     dataset, env = load_pendulum(args.dataset_steps, args.out)
     algo = TD3PlusBCConfig(
         observation_scaler=StandardObservationScaler(),
-        action_scaler=MinMaxActionScaler(),
+        action_scaler=MinMaxActionScaler(minimum=env.action_space.low, maximum=env.action_space.high),
     ).create(device="cpu")
     algo.fit(dataset, n_steps=args.steps, n_steps_per_epoch=args.steps,
              logger_adapter=NoopAdapterFactory(), show_progress=False)

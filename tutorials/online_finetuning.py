@@ -41,6 +41,7 @@ import os
 
 import gymnasium
 import numpy as np
+import torch
 
 import offrl
 from offrl.algos import DiscreteCQLConfig, DQNConfig, LinearDecayEpsilonGreedy
@@ -70,8 +71,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dataset-steps", type=int, default=None,
                         help="build a smaller dataset of this many steps (default: the built-in one)")
     parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (networks this small run as fast on one; the offrl command's default)")
     parser.add_argument("--out", default=os.path.join("tutorial_output", "online_finetuning"))
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     quiet = dict(logger_adapter=NoopAdapterFactory(), show_progress=False)
     eval_env = gymnasium.make("CartPole-v1")

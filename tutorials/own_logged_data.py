@@ -41,6 +41,7 @@ import argparse
 import os
 
 import numpy as np
+import torch
 
 import offrl
 from offrl.algos import DiscreteCQLConfig
@@ -139,8 +140,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=6000, help="gradient steps of DiscreteCQL")
     parser.add_argument("--target-update-interval", type=int, default=200)
     parser.add_argument("--eval-machines", type=int, default=1000, help="pumps simulated to compare the policies")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (networks this small run as fast on one; the offrl command's default)")
     parser.add_argument("--out", default=os.path.join("tutorial_output", "own_logged_data"))
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     offrl.seed(0)
 

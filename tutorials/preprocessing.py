@@ -46,6 +46,7 @@ import os
 
 import gymnasium
 import numpy as np
+import torch
 
 import offrl
 from offrl.algos import BCConfig, DiscreteBCConfig
@@ -113,15 +114,19 @@ def main(argv: list[str] | None = None) -> dict:
                         help="build a smaller CartPole dataset of this many steps (default: the built-in one)")
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--valve-days", type=int, default=200, help="days of the valve log (96 steps a day)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (networks this small run as fast on one; the offrl command's default)")
     parser.add_argument("--out", default=os.path.join("tutorial_output", "preprocessing"))
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     quiet = dict(logger_adapter=NoopAdapterFactory(), show_progress=False)
 
     # 1. Observations in engineering units, with and without a scaler.
     dataset, env = in_engineering_units(*load_cartpole(args.dataset_steps, args.out))
     train, test = train_test_split(dataset, test_size=0.2, random_state=0)
-    print(f"observation magnitudes (mean |x| per dimension): {np.abs(train.to_arrays()['observations']).mean(axis=0).round(1)}")
+    print(f"observation magnitudes (mean |x| per dimension): "
+          f"{np.abs(train.to_arrays()['observations']).mean(axis=0).round(1).tolist()}")
     observation_runs = {}
     for name, scaler in (("raw", None), ("standardised", StandardObservationScaler())):
         offrl.seed(0)
@@ -138,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
         observation_runs[name] = {"algo": algo, "config": config, "history": history}
     scaled = observation_runs["standardised"]
     fitted = scaled["algo"].observation_scaler
-    print(f"fitted scaler: mean {fitted.mean.numpy().round(2)}, std {fitted.std.numpy().round(2)}; "
+    print(f"fitted scaler: mean {fitted.mean.numpy().round(2).tolist()}, std {fitted.std.numpy().round(2).tolist()}; "
           f"the config's scaler is still unfitted: {not scaled['config'].observation_scaler.built}")
 
     # 2. Continuous actions: a valve opening logged in percent.

@@ -18,6 +18,8 @@ def test_exported_policy_runs_without_torch_and_matches(tutorial, tmp_path):
     np.testing.assert_allclose(result["deployed_actions"], algo.predict(observations), atol=1e-5)
     assert result["max_difference"] <= 1e-5
     assert np.abs(result["deployed_actions"]).max() <= 2.0  # environment units, action scaler inside
+    scaler = algo.action_scaler
+    assert (scaler.minimum.tolist(), scaler.maximum.tolist()) == ([-2.0], [2.0])  # Pendulum's torque range
 
     # the same file, opened here, takes raw observations and carries its metadata
     session = onnxruntime.InferenceSession(result["onnx_path"], providers=["CPUExecutionProvider"])
