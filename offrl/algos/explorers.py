@@ -222,11 +222,15 @@ def _as_bound(value: Bound, name: str) -> Optional[np.ndarray]:
     return array
 
 
-def action_bounds(algo: Any, low: Optional[np.ndarray] = None, high: Optional[np.ndarray] = None) -> Tuple[Any, Any]:
+def action_bounds(algo: Any, low: Optional[np.ndarray] = None, high: Optional[np.ndarray] = None,
+                  env_low: Any = None, env_high: Any = None) -> Tuple[Any, Any]:
     """The range noisy actions are clipped to: ``low``/``high`` when given,
-    else the ``MinMaxActionScaler``'s range, else ``[-1, 1]`` (d3rlpy's rule)."""
-    default_low: Any = -1.0
-    default_high: Any = 1.0
+    else the ``MinMaxActionScaler``'s range, else the environment's action
+    bounds (``env_low``/``env_high``, known once ``fit_online`` or ``collect``
+    has bound the explorer to an environment), else ``[-1, 1]`` (d3rlpy's
+    rule, which would clip e.g. Pendulum's [-2, 2] torques to half)."""
+    default_low: Any = -1.0 if env_low is None else env_low
+    default_high: Any = 1.0 if env_high is None else env_high
     scaler = getattr(algo, "action_scaler", None)
     if isinstance(scaler, MinMaxActionScaler) and scaler.built:
         stats = scaler.stats_numpy()
@@ -242,16 +246,27 @@ class _ContinuousNoise(Explorer):
         self.high = _as_bound(high, "high")
         if self.low is not None and self.high is not None and np.any(self.low > self.high):
             raise ValueError(f"low must be <= high, got low={low!r}, high={high!r}")
+        self.env_low: Optional[np.ndarray] = None
+        self.env_high: Optional[np.ndarray] = None
+
+    def bind_action_space(self, space: Any) -> None:
+        """Remember a gymnasium Box's bounds as the default clipping range
+        (called by ``fit_online`` and ``collect``)."""
+        low, high = getattr(space, "low", None), getattr(space, "high", None)
+        if low is not None and high is not None and np.isfinite(low).all() and np.isfinite(high).all():
+            self.env_low = np.asarray(low, dtype=np.float64)
+            self.env_high = np.asarray(high, dtype=np.float64)
 
     def _clip(self, algo: Any, action: np.ndarray) -> np.ndarray:
-        low, high = action_bounds(algo, self.low, self.high)
+        low, high = action_bounds(algo, self.low, self.high, self.env_low, self.env_high)
         return np.clip(action, low, high).astype(np.float32, copy=False)
 
 
 class NormalNoise(_ContinuousNoise):
     """Greedy action plus Gaussian noise ``N(mean, std^2)`` per dimension,
     clipped to the action range: ``low``/``high`` when given, else the
-    ``MinMaxActionScaler``'s range, else ``[-1, 1]`` (as in d3rlpy)."""
+    ``MinMaxActionScaler``'s range, else the environment's bounds (in
+    ``fit_online`` / ``collect``), else ``[-1, 1]`` (d3rlpy's default)."""
 
     def __init__(self, mean: float = 0.0, std: float = 0.1, low: Bound = None, high: Bound = None) -> None:
         super().__init__(low, high)

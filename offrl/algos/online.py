@@ -81,6 +81,8 @@ def _prepare(algo: QLearningAlgoBase, env: Any, buffer: Any, explorer: Any, make
     obs_sig, _, _, space, size = _env_signature(env)
     algo._check_action_space(space)
     check_explorer(explorer, space, type(algo).__name__)
+    if callable(getattr(explorer, "bind_action_space", None)):
+        explorer.bind_action_space(env.action_space)
     name = type(algo).__name__
     if not algo.is_built:
         algo.build_with_env(env)

@@ -216,9 +216,9 @@ RECIPES: Dict[str, DatasetRecipe] = {
         DatasetRecipe("pendulum-random", "Pendulum-v1", "uniform random torques", 100_000, 5, _random_recipe),
         DatasetRecipe("pendulum-replay", "Pendulum-v1", "SAC's replay buffer while learning online from scratch",
                       20_000, 6, _pendulum_replay),
-        DatasetRecipe("pendulum-medium", "Pendulum-v1", "scripted controller plus Gaussian noise (std 2.0), clipped",
-                      100_000, 7, _scripted_recipe(PendulumController, _normal(2.0))),
-        DatasetRecipe("pendulum-expert", "Pendulum-v1", "scripted controller plus Gaussian noise (std 0.05), clipped",
+        DatasetRecipe("pendulum-medium", "Pendulum-v1", "scripted controller plus Gaussian noise (std 3.0), clipped to [-2, 2]",
+                      100_000, 7, _scripted_recipe(PendulumController, _normal(3.0))),
+        DatasetRecipe("pendulum-expert", "Pendulum-v1", "scripted controller plus Gaussian noise (std 0.05), clipped to [-2, 2]",
                       100_000, 8, _scripted_recipe(PendulumController, _normal(0.05))),
     )
 }

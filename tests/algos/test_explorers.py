@@ -275,3 +275,27 @@ def test_check_explorer():
         check_explorer(AdditiveOU(), ActionSpace.DISCRETE)
     with pytest.raises(TypeError, match="explorer must have a sample"):
         check_explorer(lambda algo, x, step: x, ActionSpace.DISCRETE)
+
+
+def test_noise_is_clipped_to_the_environments_bounds_in_collect():
+    """Pendulum's torques lie in [-2, 2]: d3rlpy's [-1, 1] default would
+    silently halve the range; collect binds the explorer to the env."""
+    import gymnasium as gym
+
+    from offrl.algos.explorers import NormalNoise
+    from offrl.datasets.builtin import PendulumController
+
+    env = gym.make("Pendulum-v1")
+    algo = PendulumController()
+    algo.build_with_env(env)
+    actions = algo.collect(env, explorer=NormalNoise(std=3.0), n_steps=400, show_progress=False).to_arrays()["actions"]
+    assert actions.min() == pytest.approx(-2.0) and actions.max() == pytest.approx(2.0)
+    assert (np.abs(actions) > 1.5).mean() > 0.2
+    # explicit bounds still win
+    actions = algo.collect(env, explorer=NormalNoise(std=3.0, low=-0.5, high=0.5), n_steps=200,
+                           show_progress=False).to_arrays()["actions"]
+    assert actions.min() == pytest.approx(-0.5) and actions.max() == pytest.approx(0.5)
+    # without an environment, the explorer keeps d3rlpy's default
+    x = np.zeros((1000, 3), dtype=np.float32)
+    sampled = NormalNoise(std=3.0).sample(algo, x, 0)
+    assert sampled.min() == pytest.approx(-1.0) and sampled.max() == pytest.approx(1.0)
