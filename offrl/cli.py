@@ -544,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="cartpole-replay", help="built-in dataset name (default: cartpole-replay)")
     p.add_argument("--algo", default=None, help="algorithm (default: discrete_cql for discrete, cql for continuous actions)")
     p.add_argument("--steps", type=_positive_int, default=5000, help="gradient steps (default: 5000)")
-    p.add_argument("--fqe-steps", type=_positive_int, default=3000, help="FQE gradient steps (default: 3000)")
+    p.add_argument("--fqe-steps", type=_positive_int, default=4000, help="FQE gradient steps (default: 4000)")
     p.add_argument("--n-trials", type=_positive_int, default=10, help="evaluation episodes in the environment")
     p.add_argument("--output-dir", default="offrl_quickstart", help="where to write (default: offrl_quickstart)")
     p.add_argument("--seed", type=int, default=0)

@@ -48,7 +48,7 @@ def run_quickstart(
     algorithm: Optional[str] = None,
     n_steps: int = 5000,
     output_dir: str = "offrl_quickstart",
-    fqe_steps: int = 3000,
+    fqe_steps: int = 4000,
     n_trials: int = 10,
     show_progress: bool = True,
     seed: int = 0,
@@ -167,13 +167,14 @@ def run_quickstart(
 
 def _fqe_config(config_class: type) -> Any:
     """FQE that converges in a few thousand steps: with gamma 0.99 the value
-    needs a few hundred Bellman backups, so the target network is copied
-    every 10 steps (d3rlpy's default 100 would cap the estimate after 2,000
-    steps at (1 - 0.99^20) / 0.01 = 18 reward units)."""
+    needs a couple of hundred Bellman backups, so the target network is
+    copied every 20 steps (d3rlpy's default 100 would cap the estimate after
+    4,000 steps at (1 - 0.99^40) / 0.01 = 33 reward units)."""
     from .models.encoders import VectorEncoderFactory
     from .preprocessing import StandardObservationScaler
 
-    return config_class(learning_rate=1e-3, target_update_interval=10, observation_scaler=StandardObservationScaler(),
+    return config_class(learning_rate=1e-3, batch_size=256, target_update_interval=20,
+                        observation_scaler=StandardObservationScaler(),
                         encoder_factory=VectorEncoderFactory(hidden_units=[64, 64]))
 
 
