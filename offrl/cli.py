@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["main", "CLIError", "parse_overrides", "apply_overrides", "resolve_algorithm", "load_dataset"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Iterable, Iterator, List, Tuple
+from typing import Iterator, List, Tuple
 
 import torch
 from torch import nn

@@ -29,7 +29,7 @@ from torch import nn
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
-from ..serialization import Serializable, register
+from ..serialization import Serializable
 
 __all__ = [
     "LearnableConfig",

@@ -28,7 +28,7 @@ Algorithms"). Greedy action ``argmax_a z_theta(s)_a``; sampling draws from
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict
+from typing import Dict
 
 import torch
 from torch import nn

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Dict
+from typing import Dict
 
 import torch
 from torch import nn

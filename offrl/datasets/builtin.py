@@ -45,7 +45,6 @@ import tempfile
 import warnings
 from typing import Any, Callable, Dict, Optional, Tuple
 
-import numpy as np
 import torch
 
 from .._random import seeded

@@ -20,3 +20,28 @@ from .importance import (
     weighted_per_decision_importance_sampling,
 )
 from .selection import PolicySelection, select_policies
+
+__all__ = [
+    "DiscreteFQE",
+    "DiscreteFQEConfig",
+    "FQE",
+    "FQEConfig",
+    "PolicyValueEstimate",
+    "initial_observations",
+    "AlgoBehaviourPolicy",
+    "BehaviourModel",
+    "ClassifierBehaviourPolicy",
+    "GaussianBehaviourPolicy",
+    "estimate_behaviour_policy",
+    "ESTIMATORS",
+    "OPEResult",
+    "doubly_robust",
+    "estimate_policy_value",
+    "importance_sampling",
+    "per_decision_importance_sampling",
+    "weighted_doubly_robust",
+    "weighted_importance_sampling",
+    "weighted_per_decision_importance_sampling",
+    "PolicySelection",
+    "select_policies",
+]
