@@ -542,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         "metric evaluators, FQE and the environment, export the policy to ONNX (checked "
                                         "against the model), draw the learning curve and print a report.")
     p.add_argument("--dataset", default="cartpole-replay", help="built-in dataset name (default: cartpole-replay)")
-    p.add_argument("--algo", default=None, help="algorithm (default: discrete_cql for discrete, cql for continuous actions)")
+    p.add_argument("--algo", default=None, help="algorithm (default: a tuned discrete_cql for discrete, td3_plus_bc for continuous actions)")
     p.add_argument("--steps", type=_positive_int, default=5000, help="gradient steps (default: 5000)")
     p.add_argument("--fqe-steps", type=_positive_int, default=4000, help="FQE gradient steps (default: 4000)")
     p.add_argument("--n-trials", type=_positive_int, default=10, help="evaluation episodes in the environment")
