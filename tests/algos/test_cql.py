@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import offrl
+from hand_losses import discrete_batch, huber
 import offrl.algos.cql as cql_module
 import offrl.algos.sac as sac_module
 from offrl.algos.cql import CQLConfig, DiscreteCQLConfig
@@ -267,25 +268,6 @@ def test_copy_between_cql_and_sac():
 
 
 # ------------------------------------------------------------------ discrete
-def _discrete_batch() -> TransitionMiniBatch:
-    obs = np.array([[0.1, 0.2], [0.3, -0.1], [-0.5, 0.4], [0.0, 1.0]], dtype=np.float32)
-    nxt = np.array([[0.2, 0.1], [0.0, 0.0], [0.6, -0.3], [1.0, 1.0]], dtype=np.float32)
-    return TransitionMiniBatch(
-        observations=obs,
-        actions=np.array([[0], [1], [2], [1]], dtype=np.int64),
-        rewards=np.array([[1.0], [0.0], [-1.0], [0.5]], dtype=np.float32),
-        next_observations=nxt,
-        next_actions=np.zeros((4, 1), dtype=np.int64),
-        terminals=np.array([[0.0], [1.0], [0.0], [0.0]], dtype=np.float32),
-        intervals=np.array([[1.0], [1.0], [2.0], [1.0]], dtype=np.float32),
-    )
-
-
-def _huber(x: np.ndarray) -> np.ndarray:
-    a = np.abs(x)
-    return np.where(a < 1.0, 0.5 * x**2, a - 0.5)
-
-
 def test_discrete_cql_defaults_mirror_d3rlpy():
     c = DiscreteCQLConfig()
     assert (c.batch_size, c.gamma, c.learning_rate, c.n_critics, c.target_update_interval, c.alpha) == (32, 0.99, 6.25e-5, 1, 8000, 1.0)
@@ -300,7 +282,7 @@ def test_discrete_cql_loss_matches_hand_computation():
     with torch.no_grad():
         for p in targ.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    batch = _discrete_batch()
+    batch = discrete_batch()
     with torch.no_grad():
         q_now = q.expected(torch.from_numpy(batch.observations)).numpy()  # (E, B, A)
         q_next_online = q.expected(torch.from_numpy(batch.next_observations)).numpy()
@@ -309,7 +291,7 @@ def test_discrete_cql_loss_matches_hand_computation():
     a_star = q_next_online.mean(axis=0).argmax(axis=1)  # Double DQN: the online ensemble chooses
     next_value = q_next_target[:, rows, a_star].min(axis=0)
     y = batch.rewards[:, 0] + gamma ** batch.intervals[:, 0] * (1 - batch.terminals[:, 0]) * next_value
-    td = sum(_huber(q_now[i, rows, a] - y).mean() for i in range(2))
+    td = sum(huber(q_now[i, rows, a] - y).mean() for i in range(2))
     conservative = sum((np.log(np.exp(q_now[i]).sum(axis=1)) - q_now[i, rows, a]).mean() for i in range(2))
     metrics = algo.update(batch)
     assert metrics["td_loss"] == pytest.approx(float(td), abs=1e-5)
@@ -321,7 +303,7 @@ def test_discrete_cql_conservative_term_with_quantile_critics():
     offrl.seed(0)
     algo = DiscreteCQLConfig(encoder_factory=SMALL, q_func_factory=QRQFunctionFactory(n_quantiles=4), alpha=0.5).create()
     algo.create_impl((2,), 3)
-    batch = _discrete_batch()
+    batch = discrete_batch()
     with torch.no_grad():
         q_now = algo.modules["q_function"].expected(torch.from_numpy(batch.observations))[0].numpy()
     rows, a = np.arange(4), batch.actions[:, 0]
@@ -378,13 +360,13 @@ def test_copy_from_discrete_cql_to_dqn():
     cql.create_impl((2,), 3)
     dqn.create_impl((2,), 3)
     for _ in range(3):
-        cql.update(_discrete_batch())
-    x, actions = _discrete_batch().observations, _discrete_batch().actions[:, 0]
+        cql.update(discrete_batch())
+    x, actions = discrete_batch().observations, discrete_batch().actions[:, 0]
     dqn.copy_q_function_from(cql)
     dqn.copy_q_function_optim_from(cql)
     np.testing.assert_array_equal(dqn.predict(x), cql.predict(x))
     np.testing.assert_array_equal(dqn.predict_value(x, actions), cql.predict_value(x, actions))
-    dqn.update(_discrete_batch())
+    dqn.update(discrete_batch())
     sac = SACConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL).create()
     sac.create_impl((2,), 3)
     with pytest.raises(ValueError, match="Q-function"):

@@ -7,29 +7,11 @@ import pytest
 import torch
 
 import offrl
+from hand_losses import discrete_batch, huber, quantile_huber_per_sample
 from offrl.algos import DoubleDQNConfig, DQNConfig
-from offrl.dataset import MDPDataset, TransitionMiniBatch
+from offrl.dataset import MDPDataset
 from offrl.logging import NoopAdapterFactory
 from offrl.models import QRQFunctionFactory, VectorEncoderFactory
-
-
-def _batch() -> TransitionMiniBatch:
-    obs = np.array([[0.1, 0.2], [0.3, -0.1], [-0.5, 0.4], [0.0, 1.0]], dtype=np.float32)
-    nxt = np.array([[0.2, 0.1], [0.0, 0.0], [0.6, -0.3], [1.0, 1.0]], dtype=np.float32)
-    return TransitionMiniBatch(
-        observations=obs,
-        actions=np.array([[0], [1], [2], [1]], dtype=np.int64),
-        rewards=np.array([[1.0], [0.0], [-1.0], [0.5]], dtype=np.float32),
-        next_observations=nxt,
-        next_actions=np.zeros((4, 1), dtype=np.int64),
-        terminals=np.array([[0.0], [1.0], [0.0], [0.0]], dtype=np.float32),
-        intervals=np.array([[1.0], [1.0], [2.0], [1.0]], dtype=np.float32),
-    )
-
-
-def _huber(x: np.ndarray) -> np.ndarray:
-    a = np.abs(x)
-    return np.where(a < 1.0, 0.5 * x**2, a - 0.5)
 
 
 @pytest.mark.parametrize("double", [False, True])
@@ -43,7 +25,7 @@ def test_loss_matches_hand_computation(double):
     with torch.no_grad():
         for p in targ.parameters():
             p.add_(0.3 * torch.randn_like(p))
-    batch = _batch()
+    batch = discrete_batch()
     with torch.no_grad():
         q_now = q.expected(torch.from_numpy(batch.observations))[0].numpy()
         q_next_online = q.expected(torch.from_numpy(batch.next_observations))[0].numpy()
@@ -53,7 +35,7 @@ def test_loss_matches_hand_computation(double):
     next_value = q_next_target[np.arange(4), a_star]
     y = batch.rewards[:, 0] + 0.9 ** batch.intervals[:, 0] * (1 - batch.terminals[:, 0]) * next_value
     pred = q_now[np.arange(4), batch.actions[:, 0]]
-    expected = _huber(pred - y).mean()
+    expected = huber(pred - y).mean()
     loss = algo.update(batch)["loss"]
     assert loss == pytest.approx(float(expected), abs=1e-6)
 
@@ -67,10 +49,10 @@ def test_target_network_synchronises_on_interval():
         return all(torch.equal(a, b) for a, b in zip(q.parameters(), targ.parameters()))
 
     assert same()
-    algo.update(_batch())
-    algo.update(_batch())
+    algo.update(discrete_batch())
+    algo.update(discrete_batch())
     assert not same()
-    algo.update(_batch())  # third step: copied
+    algo.update(discrete_batch())  # third step: copied
     assert same()
     assert all(not p.requires_grad for p in targ.parameters())
 
@@ -80,22 +62,14 @@ def test_quantile_loss_matches_hand_computation():
     algo = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), q_func_factory=QRQFunctionFactory(n_quantiles=4), gamma=0.5).create()
     algo.create_impl((2,), 3)
     q = algo.modules["q_function"]
-    batch = _batch()
+    batch = discrete_batch()
     with torch.no_grad():
         dist = q.distribution(torch.from_numpy(batch.observations))[0].numpy()  # (B, A, N)
         nxt = q.distribution(torch.from_numpy(batch.next_observations))[0].numpy()
     a_star = nxt.mean(axis=2).argmax(axis=1)
     target = batch.rewards + 0.5 ** batch.intervals * (1 - batch.terminals) * nxt[np.arange(4), a_star]  # (B, N)
     pred = dist[np.arange(4), batch.actions[:, 0]]  # (B, N)
-    taus = (np.arange(4) + 0.5) / 4
-    total = 0.0
-    for b in range(4):
-        per = 0.0
-        for i in range(4):
-            for j in range(4):
-                u = target[b, j] - pred[b, i]
-                per += abs(taus[i] - (u < 0)) * _huber(np.array(u)) / 4
-        total += per
+    total = quantile_huber_per_sample(target, pred).sum()
     assert algo.update(batch)["loss"] == pytest.approx(total / 4, abs=1e-5)
 
 

@@ -11,34 +11,14 @@ import pytest
 import torch
 
 import offrl
+from hand_losses import discrete_batch, huber, quantile_huber_per_sample
 from offrl.algos import DiscreteBCConfig, DiscreteCQLConfig, DoubleDQNConfig, DQNConfig
 from offrl.algos.training import feed_priorities
-from offrl.dataset import MDPDataset, PrioritizedReplayBuffer, TransitionMiniBatch
+from offrl.dataset import MDPDataset, PrioritizedReplayBuffer
 from offrl.logging import NoopAdapterFactory
 from offrl.models import MeanQFunctionFactory, QRQFunctionFactory, VectorEncoderFactory
 
 WEIGHTS = np.array([[1.0], [0.25], [0.5], [0.8]], dtype=np.float32)
-
-
-def _batch(weights=WEIGHTS) -> TransitionMiniBatch:
-    obs = np.array([[0.1, 0.2], [0.3, -0.1], [-0.5, 0.4], [0.0, 1.0]], dtype=np.float32)
-    nxt = np.array([[0.2, 0.1], [0.0, 0.0], [0.6, -0.3], [1.0, 1.0]], dtype=np.float32)
-    return TransitionMiniBatch(
-        observations=obs,
-        actions=np.array([[0], [1], [2], [1]], dtype=np.int64),
-        rewards=np.array([[1.0], [0.0], [-1.0], [2.5]], dtype=np.float32),
-        next_observations=nxt,
-        next_actions=np.zeros((4, 1), dtype=np.int64),
-        terminals=np.array([[0.0], [1.0], [0.0], [0.0]], dtype=np.float32),
-        intervals=np.array([[1.0], [1.0], [2.0], [1.0]], dtype=np.float32),
-        weights=weights,
-        indices=None if weights is None else np.arange(4, dtype=np.int64),
-    )
-
-
-def _huber(x: np.ndarray) -> np.ndarray:
-    a = np.abs(x)
-    return np.where(a < 1.0, 0.5 * x**2, a - 0.5)
 
 
 def _perturb_target(algo) -> None:
@@ -58,7 +38,7 @@ def test_weighted_loss_and_td_errors_match_hand_computation(cls, n_critics):
     algo = cls(encoder_factory=VectorEncoderFactory(hidden_units=[8]), gamma=0.9, n_critics=n_critics).create()
     algo.create_impl((2,), 3)
     _perturb_target(algo)
-    batch = _batch()
+    batch = discrete_batch(2.5, WEIGHTS)
     q_now = _q_values(algo.modules["q_function"], batch.observations)
     q_next_online = _q_values(algo.modules["q_function"], batch.next_observations)
     q_next_target = _q_values(algo.modules["targ_q_function"], batch.next_observations)
@@ -69,7 +49,7 @@ def test_weighted_loss_and_td_errors_match_hand_computation(cls, n_critics):
     y = batch.rewards[:, 0] + 0.9 ** batch.intervals[:, 0] * (1 - batch.terminals[:, 0]) * next_value
     pred = q_now[:, rows, batch.actions[:, 0]]  # (E, B)
     w = WEIGHTS[:, 0]
-    expected_loss = sum((w * _huber(pred[e] - y)).mean() for e in range(n_critics))
+    expected_loss = sum((w * huber(pred[e] - y)).mean() for e in range(n_critics))
     loss = algo.update(batch)["loss"]
     assert loss == pytest.approx(float(expected_loss), abs=1e-5)
     np.testing.assert_allclose(algo._td_errors.numpy(), np.abs(y - pred).mean(axis=0), atol=1e-5)
@@ -81,8 +61,8 @@ def test_unit_weights_give_the_unweighted_loss():
     algo = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8])).create()
     algo.create_impl((2,), 3)
     twin = copy.deepcopy(algo)
-    weighted = algo.update(_batch(np.ones((4, 1), np.float32)))["loss"]
-    plain = twin.update(_batch(None))["loss"]
+    weighted = algo.update(discrete_batch(2.5, np.ones((4, 1), np.float32)))["loss"]
+    plain = twin.update(discrete_batch(2.5))["loss"]
     assert weighted == pytest.approx(plain, rel=1e-6)
     assert twin._td_errors is None  # no prioritized batch, no TD errors kept
 
@@ -94,22 +74,14 @@ def test_weighted_quantile_loss_matches_hand_computation():
     ).create()
     algo.create_impl((2,), 3)
     q = algo.modules["q_function"]
-    batch = _batch()
+    batch = discrete_batch(2.5, WEIGHTS)
     with torch.no_grad():
         dist = q.distribution(torch.from_numpy(batch.observations))[0].numpy()  # (B, A, N)
         nxt = q.distribution(torch.from_numpy(batch.next_observations))[0].numpy()
     a_star = nxt.mean(axis=2).argmax(axis=1)
     target = batch.rewards + 0.5**batch.intervals * (1 - batch.terminals) * nxt[np.arange(4), a_star]  # (B, N)
     pred = dist[np.arange(4), batch.actions[:, 0]]  # (B, N)
-    taus = (np.arange(4) + 0.5) / 4
-    total = 0.0
-    for b in range(4):
-        per = 0.0
-        for i in range(4):
-            for j in range(4):
-                u = target[b, j] - pred[b, i]
-                per += abs(taus[i] - (u < 0)) * _huber(np.array(u)) / 4
-        total += WEIGHTS[b, 0] * per
+    total = (WEIGHTS[:, 0] * quantile_huber_per_sample(target, pred)).sum()
     assert algo.update(batch)["loss"] == pytest.approx(total / 4, abs=1e-5)
     np.testing.assert_allclose(algo._td_errors.numpy(), np.abs(target.mean(1) - pred.mean(1)), atol=1e-5)
 
@@ -119,14 +91,14 @@ def test_discrete_cql_weights_its_td_loss_only():
     algo = DiscreteCQLConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), gamma=0.9, alpha=0.7).create()
     algo.create_impl((2,), 3)
     _perturb_target(algo)
-    batch = _batch()
+    batch = discrete_batch(2.5, WEIGHTS)
     rows = np.arange(4)
     q_now = _q_values(algo.modules["q_function"], batch.observations)[0]
     a_star = _q_values(algo.modules["q_function"], batch.next_observations)[0].argmax(axis=1)  # double DQN
     next_value = _q_values(algo.modules["targ_q_function"], batch.next_observations)[0][rows, a_star]
     y = batch.rewards[:, 0] + 0.9 ** batch.intervals[:, 0] * (1 - batch.terminals[:, 0]) * next_value
     pred = q_now[rows, batch.actions[:, 0]]
-    td = (WEIGHTS[:, 0] * _huber(pred - y)).mean()
+    td = (WEIGHTS[:, 0] * huber(pred - y)).mean()
     logsumexp = np.log(np.exp(q_now).sum(axis=1))
     conservative = (logsumexp - pred).mean()
     losses = algo.update(batch)
@@ -193,9 +165,9 @@ def test_unsupported_algorithm_is_refused_before_training(tmp_path):
 def test_feed_priorities_needs_a_prioritized_batch():
     algo = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8])).create()
     algo.create_impl((2,), 3)
-    algo.update(_batch(None))
+    algo.update(discrete_batch(2.5))
     with pytest.raises(ValueError, match="sample it from the prioritized buffer"):
-        feed_priorities(algo, None, _batch(None))
+        feed_priorities(algo, None, discrete_batch(2.5))
 
 
 def _rare_reward_chain(n_episodes: int = 300, seed: int = 0) -> MDPDataset:
