@@ -15,6 +15,7 @@ from ..constants import ActionSpace
 __all__ = [
     "as_observation_columns",
     "check_finite",
+    "check_float32",
     "as_flags",
     "as_rewards",
     "as_actions",
@@ -37,6 +38,8 @@ def first_index(mask: np.ndarray) -> int:
 
 def _as_array(value: Any, name: str) -> np.ndarray:
     if isinstance(value, np.ndarray):
+        if value.dtype.kind == "c":
+            raise TypeError(f"{name} must hold real numbers, got complex dtype {value.dtype}")
         return value
     if hasattr(value, "to_numpy"):  # pandas objects
         value = value.to_numpy()
@@ -51,6 +54,9 @@ def _as_array(value: Any, name: str) -> np.ndarray:
             f"{name} must be a numeric array, got an object array "
             "(rows of different shapes, or non-numeric values)"
         )
+    if array.dtype.kind == "c":
+        # a cast to a real dtype would silently drop the imaginary parts
+        raise TypeError(f"{name} must hold real numbers, got complex dtype {array.dtype}")
     return array
 
 
@@ -65,6 +71,32 @@ def check_finite(array: np.ndarray, name: str) -> None:
     row = array[i]
     kind = "nan" if np.isnan(row).any() else "inf"
     raise ValueError(f"{name}[{i}] is {kind}")
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_float32(array: np.ndarray, name: str) -> None:
+    """:func:`check_finite`, and for floats wider than float32 also refuse
+    values that would become ``inf`` when stored as float32 (naming
+    ``name[i]``). One pass over the data when everything is in range."""
+    if not np.issubdtype(array.dtype, np.floating):
+        return
+    if array.dtype.itemsize <= 4:
+        check_finite(array, name)
+        return
+    with np.errstate(invalid="ignore"):
+        in_range = np.abs(array) <= _FLOAT32_MAX  # False for nan and inf too
+    if in_range.all():
+        return
+    check_finite(array, name)
+    i = first_index(~in_range)
+    row = np.asarray(array[i]).reshape(-1)
+    value = row[np.argmax(np.abs(row) > _FLOAT32_MAX)]
+    raise ValueError(
+        f"{name}[{i}] is {_show(value)}, outside float32's range (±{_FLOAT32_MAX:.4g}): "
+        "it would be stored as inf"
+    )
 
 
 def _observation_dtype(array: np.ndarray) -> np.dtype:
@@ -92,7 +124,7 @@ def as_observation_columns(observations: Any, name: str = "observations") -> lis
             raise ValueError(f"{field} must have a step axis, got a scalar")
         if array.ndim == 1:
             array = array[:, None]
-        check_finite(array, field)
+        check_float32(array, field)
         columns.append(np.array(array, dtype=_observation_dtype(array), order="C", copy=True))
     n = columns[0].shape[0]
     for column, field in zip(columns[1:], names[1:]):
@@ -130,7 +162,7 @@ def as_rewards(value: Any, n: Optional[int], name: str = "rewards") -> np.ndarra
         raise ValueError(f"{name} has {array.shape[0]} rows, observations has {n}")
     if not np.issubdtype(array.dtype, np.number) and array.dtype != np.bool_:
         raise TypeError(f"{name} must be numeric, got dtype {array.dtype}")
-    check_finite(array, name)
+    check_float32(array, name)
     return np.array(array, dtype=np.float32, order="C", copy=True)
 
 
@@ -177,7 +209,7 @@ def as_actions(
         array = array[:, None]
 
     if action_space == ActionSpace.CONTINUOUS:
-        check_finite(array, name)
+        check_float32(array, name)
         width = array.shape[1]
         if action_size is not None and width != action_size:
             raise ValueError(
@@ -198,6 +230,10 @@ def as_actions(
         if bad.any():
             i = first_index(bad)
             raise ValueError(f"{name}[{i}] is {_show(array[i, 0])}, expected an integer action index")
+        huge = array >= 2.0**63  # would wrap around when cast to int64
+        if huge.any():
+            i = first_index(huge)
+            raise ValueError(f"{name}[{i}] is {_show(array[i, 0])}, too large for an action index")
     if array.size:
         negative = array < 0
         if negative.any():
@@ -262,6 +298,8 @@ def as_single_observation(observation: Any, signature, name: str = "observation"
                 raise ValueError(f"{field} has shape {array.shape}, expected {tuple(sh)}")
         if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
             raise ValueError(f"{field} holds nan or inf")
+        if np.issubdtype(dt, np.floating) and array.dtype.itemsize > 4 and np.any(np.abs(array) > _FLOAT32_MAX):
+            raise ValueError(f"{field} holds a value outside float32's range (it would be stored as inf)")
         out.append(array.astype(dt, copy=False))
     return out
 

@@ -640,3 +640,54 @@ def test_single_transition_picker_agrees_with_batch():
     np.testing.assert_array_equal(tr.observation, obs[1])
     np.testing.assert_array_equal(tr.next_observation, obs[2])
     np.testing.assert_array_equal(tr.next_action, actions[2])
+
+
+# ------------------------------------------------ hostile values (issue 15)
+def _arrays(n: int = 4) -> dict:
+    return dict(
+        observations=np.zeros((n, 2)), actions=np.zeros((n, 1)), rewards=np.zeros(n),
+        terminals=np.array([0] * (n - 1) + [1]),
+    )
+
+
+@pytest.mark.parametrize("field", ["observations", "actions", "rewards", "behaviour_probabilities"])
+def test_complex_values_are_refused_naming_the_field(field):
+    kwargs = _arrays()
+    base = kwargs.get(field, np.full(4, 0.5))
+    kwargs[field] = base.astype(np.complex128) + 1j
+    with pytest.raises(TypeError, match=rf"^{field} must hold real numbers, got complex dtype complex128"):
+        MDPDataset(**kwargs)
+
+
+def test_complex_tuple_element_is_refused_naming_its_position():
+    kwargs = _arrays()
+    kwargs["observations"] = [np.zeros((4, 2)), np.zeros((4, 3), dtype=np.complex64)]
+    with pytest.raises(TypeError, match=r"observations\[1\] must hold real numbers"):
+        MDPDataset(**kwargs)
+
+
+@pytest.mark.parametrize("field", ["observations", "rewards", "actions"])
+def test_float64_beyond_float32_range_is_refused_at_the_first_bad_row(field):
+    kwargs = _arrays()
+    values = np.zeros_like(kwargs[field], dtype=np.float64)
+    values[2] = -1e39
+    values[3] = 1e300
+    kwargs[field] = values
+    kwargs["action_space"] = ActionSpace.CONTINUOUS
+    with pytest.raises(ValueError, match=rf"^{field}\[2\] is -1e\+39, outside float32's range"):
+        MDPDataset(**kwargs)
+
+
+def test_float32_max_itself_is_kept_exactly():
+    kwargs = _arrays()
+    big = float(np.finfo(np.float32).max)
+    kwargs["rewards"] = np.array([big, -big, 0.0, 1.0])
+    dataset = MDPDataset(**kwargs)
+    assert dataset.episodes[0].rewards[:, 0].tolist() == [np.float32(big), np.float32(-big), 0.0, 1.0]
+
+
+def test_discrete_action_too_large_for_int64_is_refused():
+    kwargs = _arrays()
+    kwargs["actions"] = np.array([0.0, 1.0, 1e300, 2.0])
+    with pytest.raises(ValueError, match=r"^actions\[2\] is 1e\+300, too large for an action index"):
+        MDPDataset(**kwargs)

@@ -1,0 +1,175 @@
+"""Guards for reading files that may be hostile: sizes a file declares are
+checked against the memory this machine has before anything is allocated,
+HDF5 objects are opened only when they hold plain numbers stored in the file
+itself, and paths are refused when they are not regular files (a named pipe
+would make a reader wait forever).
+
+Nothing here imports or calls anything a file names.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+import uuid
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+__all__ = [
+    "available_memory",
+    "format_bytes",
+    "check_regular_file",
+    "check_declared_size",
+    "checked_h5_dataset",
+    "read_h5_dataset",
+    "sibling_temporary_name",
+    "NUMERIC_KINDS",
+]
+
+#: numpy dtype kinds of plain numbers: bool, signed, unsigned, float.
+NUMERIC_KINDS = "biuf"
+
+
+def available_memory() -> Optional[int]:
+    """Bytes of memory available to allocate now (Linux ``MemAvailable``,
+    else free physical pages), or None when the system does not say."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def format_bytes(n: int) -> str:
+    """``68 TB``, ``23 GB``, ``512 B``: decimal units, as disks are sold."""
+    for unit, scale in (("EB", 10**18), ("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def _format_count(n: int) -> str:
+    if n >= 10**6:
+        exponent = int(math.floor(math.log10(n)))
+        mantissa = n / 10**exponent
+        return f"10^{exponent}" if abs(mantissa - 1) < 1e-9 else f"{mantissa:.3g}×10^{exponent}"
+    return str(n)
+
+
+def check_regular_file(path: Any, what: str = "file") -> str:
+    """``path`` as a string, after checking it is a regular file (not a
+    folder, a device or a named pipe, which would block a reader)."""
+    name = os.fspath(path)
+    try:
+        mode = os.stat(name).st_mode
+    except FileNotFoundError:
+        raise ValueError(f"{name}: no such {what}") from None
+    except OSError as e:
+        raise ValueError(f"{name}: cannot read this {what} ({e.strerror})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise ValueError(f"{name} is {kind}, expected a regular {what}")
+    return name
+
+
+def check_declared_size(
+    where: str, field: str, shape: Sequence[int], dtype: Any, extra_bytes: int = 0
+) -> int:
+    """Bytes needed to hold ``shape`` × ``dtype``; raises ValueError saying
+    what was declared when that (plus ``extra_bytes`` already committed)
+    exceeds the memory available now. Computed with Python ints: no overflow."""
+    dtype = np.dtype(dtype)
+    count = 1
+    for s in shape:
+        count *= int(s)
+    needed = count * dtype.itemsize
+    available = available_memory()
+    if available is not None and needed + extra_bytes > available:
+        rows = int(shape[0]) if len(shape) else 1
+        width = count // rows if rows else 0
+        declared = f"{_format_count(rows)} rows × {width} {dtype.name}" if len(shape) > 1 else (
+            f"{_format_count(rows)} {dtype.name}"
+        )
+        more = f" (on top of {format_bytes(extra_bytes)} for the other fields)" if extra_bytes else ""
+        raise ValueError(
+            f"{where}: {field} declares {declared} = {format_bytes(needed)}{more}; "
+            f"this machine has {format_bytes(available)} available"
+        )
+    return needed
+
+
+def checked_h5_dataset(group: Any, key: str, where: str, field: Optional[str] = None) -> Any:
+    """The h5py dataset ``group[key]`` after checking it is data stored in
+    this file and holding plain numbers: a hard link (no external link to
+    another file), not a virtual dataset, no external raw storage, a
+    bool/int/float dtype (no strings, compound, variable-length, complex or
+    object values), and, when stored uncompressed, as many bytes on disk
+    as its shape declares (fewer means a truncated or forged file)."""
+    import h5py
+    from h5py import h5d
+
+    field = field or key
+    link = group.get(key, getlink=True)
+    if link is None:
+        raise ValueError(f"{where} has no {field!r}")
+    if not isinstance(link, (h5py.HardLink, h5py.SoftLink)):
+        raise ValueError(f"{where}: {field} is a link to another file; offrl reads only data stored in the file itself")
+    try:
+        node = group[key]
+    except (KeyError, OSError, ValueError) as e:
+        raise ValueError(f"{where}: {field} cannot be opened ({e})") from None
+    if not isinstance(node, h5py.Dataset):
+        raise ValueError(f"{where}: {field} is a group, expected a dataset")
+    dcpl = node.id.get_create_plist()
+    layout = dcpl.get_layout()
+    if layout not in (h5d.COMPACT, h5d.CONTIGUOUS, h5d.CHUNKED):
+        raise ValueError(f"{where}: {field} is a virtual dataset; offrl reads only data stored in the file itself")
+    if dcpl.get_external_count() > 0:
+        raise ValueError(f"{where}: {field} keeps its values in an external file; offrl reads only data stored in the file itself")
+    dtype = node.dtype
+    if dtype.kind not in NUMERIC_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        what = {"c": "complex numbers", "S": "bytes", "U": "strings", "O": "variable-length or object values",
+                "V": "compound or opaque records"}.get(dtype.kind, f"dtype {dtype}")
+        raise TypeError(f"{where}: {field} holds {what} (dtype {dtype}), expected numbers (bool, int or float)")
+    shape = node.shape
+    if shape is None:
+        raise ValueError(f"{where}: {field} has no shape (an empty dataspace)")
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize if shape else dtype.itemsize
+    if dcpl.get_nfilters() == 0 and declared > 0 and node.id.get_storage_size() < declared:
+        raise ValueError(
+            f"{where}: {field} declares shape {shape} {dtype.name} ({format_bytes(declared)}) but the file stores "
+            f"only {format_bytes(node.id.get_storage_size())} of it: the file is truncated or forged"
+        )
+    return node
+
+
+def read_h5_dataset(
+    group: Any, key: str, where: str, field: Optional[str] = None, min_ndim: int = 1, extra_bytes: int = 0
+) -> np.ndarray:
+    """Read ``group[key]`` after :func:`checked_h5_dataset` and a check that
+    its declared size fits in memory; ``min_ndim`` refuses scalars."""
+    field = field or key
+    node = checked_h5_dataset(group, key, where, field)
+    if len(node.shape) < min_ndim:
+        raise ValueError(f"{where}: {field} has shape {node.shape}, expected at least {min_ndim} dimension(s) (steps first)")
+    check_declared_size(where, field, node.shape, node.dtype, extra_bytes)
+    try:
+        return node[()]
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"{where}: {field} cannot be read, the file is corrupt or truncated ({e})") from None
+
+
+def sibling_temporary_name(path: Any, purpose: str = "tmp") -> str:
+    """A fresh name next to ``path`` (same folder, so a rename is atomic),
+    hidden and unpredictable: ``.<name>.<purpose>-<random>``."""
+    path = os.path.abspath(os.fspath(path))
+    directory, base = os.path.split(path.rstrip(os.sep))
+    return os.path.join(directory, f".{base}.{purpose}-{uuid.uuid4().hex[:12]}")
