@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
 from . import _checks
@@ -154,53 +155,109 @@ def dump_episodes(episodes: Sequence[EpisodeBase], info: Any, f: PathOrFile, com
     dump_store(store, info, f, compression)
 
 
+#: the largest discrete action_size a file may declare (a Q-network head of
+#: that many outputs is already far beyond what offrl's algorithms can learn).
+MAX_DISCRETE_ACTION_SIZE = 2**24
+_MAX_OBSERVATION_COLUMNS = 1024
+_TABLE_KEYS = ("episode_starts", "episode_ends", "episode_terminated", "episode_has_final")
+
+
+def _attribute(h5: Any, key: str, name: str) -> Any:
+    """A root attribute as a Python value (None when absent); strings may be
+    stored as bytes. Arrays and other records are refused."""
+    try:
+        if key not in h5.attrs:
+            return None
+        value = h5.attrs[key]
+    except (OSError, TypeError, ValueError) as e:
+        raise ValueError(f"{name}: the attribute {key!r} cannot be read ({e})") from None
+    if isinstance(value, np.ndarray):
+        if value.shape != ():
+            raise ValueError(f"{name}: the attribute {key!r} is an array of shape {value.shape}, expected one value")
+        value = value[()]
+    if isinstance(value, (bytes, np.bytes_)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{name}: the attribute {key!r} is not UTF-8 text") from None
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _int_attribute(h5: Any, key: str, name: str, low: int, high: Optional[int] = None) -> int:
+    value = _attribute(h5, key, name)
+    if value is None:
+        raise ValueError(f"{name} is not a complete offrl dataset file: it has no {key!r} attribute")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: the attribute {key!r} is {value!r}, expected an integer")
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name}: the attribute {key!r} is {value}, expected an integer {bound}")
+    return value
+
+
+def _open_h5(f: PathOrFile, name: str) -> Any:
+    import h5py
+
+    if isinstance(f, (str, os.PathLike)):
+        _safety.check_regular_file(f, "offrl dataset file")  # a named pipe would block the open forever
+    try:
+        return h5py.File(f, "r")
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"{name} is not an offrl dataset file: it is not HDF5 or it is truncated ({e})") from None
+
+
 def read_dataset_file(f: PathOrFile) -> dict:
     """Read and check a file written by ``dump``.
 
-    Raises ``ValueError`` naming the file when it is not an offrl dataset,
-    is truncated or corrupt, or has an unknown schema version.
+    Raises ``ValueError`` (``TypeError`` for a column of non-numbers) naming
+    the file and the field when it is not an offrl dataset, is truncated or
+    corrupt, declares more data than fits in memory or than it stores, or
+    has an unknown schema version. Nothing named in the file is imported or
+    called, and a path that is not a regular file is refused before opening.
     """
-    import h5py
-
     name = _file_name(f)
-    try:
-        h5 = h5py.File(f, "r")
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{name} is not an offrl dataset file: it is not HDF5 or it is truncated ({e})") from None
-    try:
-        with h5:
-            attrs = dict(h5.attrs)
-            if attrs.get("format") != FORMAT:
-                raise ValueError(
-                    f"{name} is not an offrl dataset file: its 'format' attribute is "
-                    f"{attrs.get('format')!r}, expected {FORMAT!r}"
-                )
-            version = int(attrs.get("schema_version", -1))
-            if version != SCHEMA_VERSION:
-                raise ValueError(
-                    f"{name} has dataset schema version {version}; this offrl "
-                    f"({__version__}) reads version {SCHEMA_VERSION}.x"
-                )
-            n_columns = int(attrs["n_observation_columns"])
-            keys = [f"observations_{k}" for k in range(n_columns)] + [
-                "actions", "rewards", "episode_starts", "episode_ends",
-                "episode_terminated", "episode_has_final",
-            ]
-            missing = [k for k in keys if k not in h5]
-            if missing:
-                raise ValueError(f"{name} is not a complete offrl dataset file: it is missing {missing}")
-            data = {k: h5[k][()] for k in keys}
-            if "behaviour_probabilities" in h5:
-                data["behaviour_probabilities"] = h5["behaviour_probabilities"][()]
-    except ValueError:
-        raise
-    except (OSError, KeyError, TypeError) as e:
-        raise ValueError(f"{name} is corrupt or truncated: {e}") from None
-    try:
-        action_space = ActionSpace.parse(str(attrs["action_space"]))
-        action_size = int(attrs["action_size"])
-    except (KeyError, ValueError) as e:
-        raise ValueError(f"{name} has a bad action space record: {e}") from None
+    h5 = _open_h5(f, name)
+    with h5:
+        found = _attribute(h5, "format", name)
+        if found != FORMAT:
+            raise ValueError(
+                f"{name} is not an offrl dataset file: its 'format' attribute is {found!r}, expected {FORMAT!r}"
+            )
+        version = _int_attribute(h5, "schema_version", name, 0)
+        if version != SCHEMA_VERSION:
+            raise ValueError(
+                f"{name} has dataset schema version {version}; this offrl "
+                f"({__version__}) reads version {SCHEMA_VERSION}.x"
+            )
+        n_columns = _int_attribute(h5, "n_observation_columns", name, 1, _MAX_OBSERVATION_COLUMNS)
+        space_name = _attribute(h5, "action_space", name)
+        try:
+            action_space = ActionSpace.parse(str(space_name))
+        except (KeyError, ValueError, TypeError):
+            raise ValueError(
+                f"{name}: the attribute 'action_space' is {space_name!r}, expected 'continuous' or 'discrete'"
+            ) from None
+        if action_space == ActionSpace.BOTH:
+            raise ValueError(f"{name}: the attribute 'action_space' is 'both', expected 'continuous' or 'discrete'")
+        high = MAX_DISCRETE_ACTION_SIZE if action_space == ActionSpace.DISCRETE else None
+        action_size = _int_attribute(h5, "action_size", name, 1, high)
+
+        keys = [f"observations_{k}" for k in range(n_columns)] + ["actions", "rewards", *_TABLE_KEYS]
+        missing = [k for k in keys if k not in h5]
+        if missing:
+            raise ValueError(f"{name} is not a complete offrl dataset file: it is missing {missing}")
+        if "behaviour_probabilities" in h5:
+            keys.append("behaviour_probabilities")
+        nodes = {k: _safety.checked_h5_dataset(h5, k, name) for k in keys}
+        committed = 0
+        for key in keys:  # every declared size checked before the first read
+            committed += _safety.check_declared_size(name, key, nodes[key].shape, nodes[key].dtype, committed)
+        data = {}
+        for key in keys:
+            min_ndim = 2 if key in ("actions", "rewards") else 1
+            data[key] = _safety.read_h5_dataset(h5, key, name, min_ndim=min_ndim)
     data["observations"] = [data.pop(f"observations_{k}") for k in range(n_columns)]
     _check_layout(name, data, action_space, action_size)
     data["action_space"] = action_space
@@ -208,35 +265,70 @@ def read_dataset_file(f: PathOrFile) -> dict:
     return data
 
 
+def _as_float32(array: np.ndarray, name: str, field: str) -> np.ndarray:
+    _checks.check_float32(array, f"{name}: {field}")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
 def _check_layout(name: str, data: dict, action_space: ActionSpace, action_size: int) -> None:
-    rows = data["actions"].shape[0]
+    """Check the columns against each other and convert them, in place, to
+    the store's dtypes: float observations, rewards and continuous actions
+    as float32 (refusing values float32 cannot hold), discrete actions int64."""
+    actions = data["actions"]
+    rows = actions.shape[0]
     for k, column in enumerate(data["observations"]):
+        field = f"observations_{k}"
         if column.shape[0] != rows:
-            raise ValueError(f"{name} is corrupt: observations_{k} has {column.shape[0]} rows, actions has {rows}")
-        _checks.check_finite(column, f"{name}: observations_{k}")
+            raise ValueError(f"{name} is corrupt: {field} has {column.shape[0]} rows, actions has {rows}")
+        if np.issubdtype(column.dtype, np.floating) or column.dtype == np.bool_:
+            data["observations"][k] = _as_float32(column, name, field)
     if data["rewards"].shape != (rows, 1):
         raise ValueError(f"{name} is corrupt: rewards has shape {data['rewards'].shape}, expected ({rows}, 1)")
-    _checks.check_finite(data["rewards"], f"{name}: rewards")
-    _checks.check_finite(data["actions"], f"{name}: actions")
+    data["rewards"] = _as_float32(data["rewards"], name, "rewards")
     behaviour = data.get("behaviour_probabilities")
+    discrete = action_space == ActionSpace.DISCRETE
     if behaviour is not None:
         if behaviour.shape != (rows,) or not np.issubdtype(behaviour.dtype, np.floating):
             raise ValueError(
                 f"{name} is corrupt: behaviour_probabilities has shape {behaviour.shape} "
                 f"and dtype {behaviour.dtype}, expected ({rows},) floats"
             )
+        behaviour = behaviour.astype(np.float64, copy=False)
         bad = ~(behaviour > 0) & ~np.isnan(behaviour)  # NaN marks a step without one
         bad |= np.isinf(behaviour)
+        if discrete:
+            bad |= behaviour > 1
         if bad.any():
             i = _checks.first_index(bad)
-            raise ValueError(f"{name} is corrupt: behaviour_probabilities[{i}] is {float(behaviour[i])}, expected > 0")
+            expected = "a probability in (0, 1]" if discrete else "a density > 0"
+            raise ValueError(
+                f"{name} is corrupt: behaviour_probabilities[{i}] is {float(behaviour[i])}, expected {expected}"
+            )
+        data["behaviour_probabilities"] = behaviour
+    for key in _TABLE_KEYS:
+        column = data[key]
+        if column.ndim != 1:
+            raise ValueError(f"{name} is corrupt: {key} has shape {column.shape}, expected one value per episode")
     starts, ends = data["episode_starts"], data["episode_ends"]
-    terminated, has_final = data["episode_terminated"], data["episode_has_final"]
+    for key, column in (("episode_starts", starts), ("episode_ends", ends)):
+        if column.dtype.kind not in "iu":
+            raise TypeError(f"{name} is corrupt: {key} has dtype {column.dtype}, expected integers")
+    flags = {}
+    for key in ("episode_terminated", "episode_has_final"):
+        column = data[key]
+        if column.dtype != np.bool_:
+            if column.dtype.kind not in "iu" or np.any((column != 0) & (column != 1)):
+                raise ValueError(f"{name} is corrupt: {key} holds values other than 0/1 (dtype {column.dtype})")
+            column = column.astype(bool)
+        flags[key] = data[key] = column
+    terminated, has_final = flags["episode_terminated"], flags["episode_has_final"]
     n = starts.shape[0]
     if n == 0:
         raise ValueError(f"{name} holds no episodes")
     if not (ends.shape == terminated.shape == has_final.shape == (n,)):
         raise ValueError(f"{name} is corrupt: the episode table columns have different lengths")
+    starts = data["episode_starts"] = starts.astype(np.int64)
+    ends = data["episode_ends"] = ends.astype(np.int64)  # uint64 beyond int64 wraps negative: refused below
     spans_end = ends + has_final
     if (
         starts[0] != 0
@@ -246,14 +338,21 @@ def _check_layout(name: str, data: dict, action_space: ActionSpace, action_size:
         or np.any(terminated & has_final)
     ):
         raise ValueError(f"{name} is corrupt: its episode table does not match its {rows} rows")
-    actions = data["actions"]
-    if action_space == ActionSpace.DISCRETE:
-        if actions.ndim != 2 or actions.shape[1] != 1 or not np.issubdtype(actions.dtype, np.integer):
-            raise ValueError(f"{name} is corrupt: discrete actions must be (n, 1) integers")
+    if discrete:
+        if actions.ndim != 2 or actions.shape[1] != 1 or actions.dtype.kind not in "iu":
+            raise ValueError(
+                f"{name} is corrupt: discrete actions must be (n, 1) integers, got shape {actions.shape} "
+                f"dtype {actions.dtype}"
+            )
         bad = (actions < 0) | (actions >= action_size)
         bad[spans_end[has_final] - 1] = False  # final rows carry a placeholder action
         if bad.any():
             i = _checks.first_index(bad)
             raise ValueError(f"{name} is corrupt: actions[{i}] is {int(actions[i, 0])}, outside [0, {action_size})")
-    elif actions.ndim != 2 or actions.shape[1] != action_size:
-        raise ValueError(f"{name} is corrupt: continuous actions have shape {actions.shape}, expected (n, {action_size})")
+        data["actions"] = actions.astype(np.int64)
+    else:
+        if actions.ndim != 2 or actions.shape[1] != action_size:
+            raise ValueError(
+                f"{name} is corrupt: continuous actions have shape {actions.shape}, expected (n, {action_size})"
+            )
+        data["actions"] = _as_float32(actions, name, "actions")

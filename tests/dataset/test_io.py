@@ -411,3 +411,154 @@ def test_seeded_sampling_identical_after_round_trip(tmp_path):
     np.testing.assert_array_equal(a.observations, b.observations)
     np.testing.assert_array_equal(a.next_observations, b.next_observations)
     np.testing.assert_array_equal(a.terminals, b.terminals)
+
+
+# ------------------------------------------------- hostile files (issue 15)
+
+
+def _replace(path, key, value, **kwargs):
+    with h5py.File(path, "r+") as h5:
+        del h5[key]
+        h5.create_dataset(key, data=value, **kwargs)
+
+
+def _with_error(error, target, *fragments):
+    pattern = ".*".join(re.escape(str(f)) for f in fragments)
+    with pytest.raises(error, match=pattern):
+        ReplayBuffer.load(target)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX only")
+def test_named_pipe_is_refused_without_opening_it(tmp_path):
+    path = tmp_path / "x.h5"
+    os.mkfifo(path)  # opening it for reading would block until a writer comes
+    _with_error(ValueError, path, path, "is a named pipe, expected a regular")
+
+
+def test_folder_is_refused(tmp_path):
+    _with_error(ValueError, tmp_path, tmp_path, "is a folder")
+
+
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("schema_version", "one", "the attribute 'schema_version' is 'one', expected an integer"),
+        ("schema_version", np.array([1, 1]), "the attribute 'schema_version' is an array of shape (2,)"),
+        ("n_observation_columns", 0, "the attribute 'n_observation_columns' is 0, expected an integer in [1, 1024]"),
+        ("action_size", 2**62, "the attribute 'action_size' is 4611686018427387904, expected an integer in [1, 16777216]"),
+        ("action_size", 2.5, "the attribute 'action_size' is 2.5, expected an integer"),
+        ("action_space", "sideways", "the attribute 'action_space' is 'sideways'"),
+        ("format", np.array([1, 2, 3]), "the attribute 'format' is an array"),
+    ],
+)
+def test_bad_attribute_names_file_and_attribute(tmp_path, key, value, message):
+    path = tmp_path / "attr.h5"
+    _discrete().dump(path)
+    with h5py.File(path, "r+") as h5:
+        h5.attrs[key] = value
+    _with_error(ValueError, path, path, message)
+
+
+@pytest.mark.parametrize(
+    "key,make,message",
+    [
+        ("rewards", lambda r: r.astype("S8"), "rewards holds bytes"),
+        ("rewards", lambda r: r.astype(np.complex64), "rewards holds complex numbers"),
+        ("rewards", lambda r: np.zeros(r.shape, dtype=[("a", "f4"), ("b", "i4")]), "rewards holds compound"),
+        ("observations_0", lambda o: np.array([b"x" * (i % 3) for i in range(o.shape[0])], dtype=object),
+         "observations_0 holds variable-length"),
+    ],
+)
+def test_garbage_column_dtypes_are_refused(tmp_path, key, make, message):
+    path = tmp_path / "dtype.h5"
+    _continuous().dump(path)
+    with h5py.File(path, "r") as h5:
+        value = make(h5[key][()])
+    kwargs = {"dtype": h5py.vlen_dtype(bytes)} if value.dtype == object else {}
+    _replace(path, key, value, **kwargs)
+    _with_error(TypeError, path, path, message)
+
+
+def test_scalar_observations_dataset_is_refused(tmp_path):
+    path = tmp_path / "scalar.h5"
+    _continuous().dump(path)
+    _replace(path, "observations_0", np.float32(3.0))
+    _with_error(ValueError, path, path, "observations_0 has shape (), expected at least 1 dimension")
+
+
+def test_discrete_behaviour_probability_above_one_is_refused(tmp_path):
+    path = tmp_path / "prob.h5"
+    MDPDataset(
+        np.zeros((6, 2)), np.array([0, 1, 0, 1, 0, 1]), np.ones(6), np.array([0, 0, 1, 0, 0, 1]),
+        behaviour_probabilities=np.full(6, 0.5),
+    ).dump(path)
+    with h5py.File(path, "r+") as h5:
+        h5["behaviour_probabilities"][2] = 5.4
+    _with_error(ValueError, path, path, "behaviour_probabilities[2] is 5.4, expected a probability in (0, 1]")
+
+
+def test_float64_rewards_beyond_float32_are_refused(tmp_path):
+    path = tmp_path / "big.h5"
+    _continuous().dump(path)
+    with h5py.File(path, "r") as h5:
+        rewards = h5["rewards"][()].astype(np.float64)
+    rewards[5, 0] = 1e300
+    _replace(path, "rewards", rewards)
+    _with_error(ValueError, path, path, "rewards[5] is 1e+300, outside float32's range")
+
+
+def test_float64_observations_load_as_float32(tmp_path):
+    path = tmp_path / "f64.h5"
+    ds = _continuous()
+    ds.dump(path)
+    with h5py.File(path, "r") as h5:
+        obs = h5["observations_0"][()]
+    _replace(path, "observations_0", obs.astype(np.float64))
+    loaded = ReplayBuffer.load(path)
+    assert loaded.dataset_info.observation_signature.dtype[0] == np.float32
+    np.testing.assert_array_equal(loaded.episodes[0].observations, ds.episodes[0].observations)
+
+
+def test_size_bomb_is_refused_before_allocating(tmp_path):
+    path = tmp_path / "bomb.h5"
+    _continuous().dump(path)
+    rows = 10**12
+    with h5py.File(path, "r+") as h5:
+        del h5["observations_0"]
+        # chunked and compressed: a few bytes on disk, 68 TB declared
+        h5.create_dataset("observations_0", shape=(rows, 17), dtype=np.float32, chunks=(1, 17), compression="gzip")
+    size = os.path.getsize(path)
+    assert size < 100_000
+    _with_error(ValueError, path, path, "observations_0 declares 10^12 rows × 17 float32 = 68 TB; this machine has")
+
+
+def test_uncompressed_column_declaring_more_than_stored_is_refused(tmp_path):
+    path = tmp_path / "forged.h5"
+    _continuous().dump(path)
+    with h5py.File(path, "r+") as h5:
+        del h5["rewards"]
+        h5.create_dataset("rewards", shape=(30, 1), dtype=np.float32, chunks=(1, 1))  # nothing written
+    _with_error(ValueError, path, path, "rewards declares shape (30, 1) float32", "truncated or forged")
+
+
+def test_external_link_to_another_file_is_not_followed(tmp_path):
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as h5:
+        h5.create_dataset("rewards", data=np.ones((30, 1), dtype=np.float32))
+    path = tmp_path / "linked.h5"
+    _continuous().dump(path)
+    with h5py.File(path, "r+") as h5:
+        del h5["rewards"]
+        h5["rewards"] = h5py.ExternalLink(str(other), "rewards")
+    _with_error(ValueError, path, path, "rewards is a link to another file")
+
+
+def test_external_raw_storage_is_refused(tmp_path):
+    raw = tmp_path / "raw.bin"
+    raw.write_bytes(np.ones(30, dtype=np.float32).tobytes())
+    path = tmp_path / "external.h5"
+    _continuous().dump(path)
+    with h5py.File(path, "r+") as h5:
+        del h5["rewards"]
+        h5.create_dataset("rewards", shape=(30, 1), dtype=np.float32, external=[(str(raw), 0, 120)])
+    _with_error(ValueError, path, path, "rewards keeps its values in an external file")
