@@ -7,13 +7,15 @@ with non-blocking transfers on CUDA).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence, Union
+import math
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from .episode import PartialTrajectory, Transition
 
 __all__ = [
+    "RewardsToGo",
     "TransitionMiniBatch",
     "TrajectoryMiniBatch",
     "TorchTransitionMiniBatch",
@@ -53,6 +55,129 @@ def _shape_of(observations: ObservationBatch):
     return observations.shape[1:]
 
 
+class RewardsToGo:
+    """The remaining rewards of each transition of a batch, kept as views.
+
+    Item ``i`` is ``rewards[starts[i]:ends[i]]`` (``(L_i, 1)``): the rewards
+    from the transition's step to the end of its episode, which is d3rlpy's
+    ``Transition.rewards_to_go``. Where ``override[i]`` is not NaN, item ``i``
+    is the single reward ``[[override[i]]]`` instead (the sparse-reward
+    picker's failure return). Nothing is copied until
+    :meth:`compute_returns` gathers what it needs.
+    """
+
+    #: window entries gathered at once by :meth:`compute_returns` (memory bound)
+    _CHUNK_ELEMENTS = 1 << 20
+
+    def __init__(
+        self,
+        rewards: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        override: Optional[np.ndarray] = None,
+    ) -> None:
+        self.rewards = rewards
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.ends = np.asarray(ends, dtype=np.int64)
+        if self.starts.shape != self.ends.shape or self.starts.ndim != 1:
+            raise ValueError(f"starts {self.starts.shape} and ends {self.ends.shape} must be equal 1-D shapes")
+        self.override = None if override is None else np.asarray(override, dtype=np.float64)
+        self._parts: Optional[list["RewardsToGo"]] = None
+
+    @classmethod
+    def concatenate(cls, parts: Sequence["RewardsToGo"]) -> "RewardsToGo":
+        """The items of ``parts`` in order (e.g. the two halves of a mixed
+        batch drawn from different buffers), without copying rewards."""
+        flat: list[RewardsToGo] = []
+        for part in parts:
+            flat.extend(part._parts if part._parts is not None else [part])
+        out = cls(np.zeros((0, 1), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        out._parts = flat
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[np.ndarray]) -> "RewardsToGo":
+        """From one ``(L_i, 1)`` (or ``(L_i,)``) array per transition."""
+        columns = [np.asarray(a, dtype=np.float32).reshape(-1, 1) for a in arrays]
+        lengths = np.array([c.shape[0] for c in columns], dtype=np.int64)
+        ends = np.cumsum(lengths)
+        flat = np.concatenate(columns) if columns else np.zeros((0, 1), np.float32)
+        return cls(flat, ends - lengths, ends)
+
+    def __len__(self) -> int:
+        if self._parts is not None:
+            return sum(len(p) for p in self._parts)
+        return int(self.starts.shape[0])
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        """Item ``index`` as a ``(L, 1)`` float32 array."""
+        index = int(index)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"rewards_to_go index {index} is out of range for {len(self)} transitions")
+        if self._parts is not None:
+            for part in self._parts:
+                if index < len(part):
+                    return part[index]
+                index -= len(part)
+        if self.override is not None and not np.isnan(self.override[index]):
+            return np.array([[self.override[index]]], dtype=np.float32)
+        rewards = self.rewards[self.starts[index] : self.ends[index]]
+        return np.asarray(rewards, dtype=np.float32).reshape(-1, 1)
+
+    def compute_returns(
+        self,
+        gamma: float,
+        reward_transform: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+        tolerance: float = 1e-12,
+    ) -> np.ndarray:
+        """Discounted returns-to-go ``sum_k gamma**k * f(r[t + k])``, ``(B, 1)``
+        float32, where ``f`` is ``reward_transform`` (elementwise, e.g. a
+        reward scaler's numpy transform) or the identity.
+
+        For ``gamma < 1`` the sum stops after the horizon where
+        ``gamma**k < tolerance``; the dropped tail is at most
+        ``tolerance / (1 - gamma)`` times the largest reward.
+        """
+        gamma = float(gamma)
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        if self._parts is not None:
+            return np.concatenate(
+                [p.compute_returns(gamma, reward_transform, tolerance) for p in self._parts]
+            )
+        batch = len(self)
+        lengths = self.ends - self.starts
+        out = np.zeros(batch, dtype=np.float64)
+        horizon = int(lengths.max()) if batch else 0
+        if gamma == 0.0:
+            horizon = min(horizon, 1)
+        elif gamma < 1.0:
+            horizon = min(horizon, int(math.ceil(math.log(tolerance) / math.log(gamma))) + 1)
+        flat = self.rewards.reshape(self.rewards.shape[0], -1)[:, 0] if self.rewards.ndim > 1 else self.rewards
+        chunk = max(1, self._CHUNK_ELEMENTS // max(batch, 1))
+        for offset in range(0, horizon, chunk):
+            steps = np.arange(offset, min(offset + chunk, horizon), dtype=np.int64)
+            valid = steps < lengths[:, None]
+            index = np.where(valid, self.starts[:, None] + steps, self.starts[:, None])
+            rewards = flat[index].astype(np.float64)
+            if reward_transform is not None:
+                rewards = np.asarray(reward_transform(rewards), dtype=np.float64)
+            out += np.sum(np.where(valid, rewards * gamma**steps, 0.0), axis=1)
+        if self.override is not None:
+            replace = ~np.isnan(self.override)
+            if replace.any():
+                values = self.override[replace]
+                if reward_transform is not None:
+                    values = np.asarray(reward_transform(values), dtype=np.float64)
+                out[replace] = values
+        return out.astype(np.float32)[:, None]
+
+    def __repr__(self) -> str:
+        return f"RewardsToGo({len(self)} transitions)"
+
+
 @dataclasses.dataclass(frozen=True)
 class TransitionMiniBatch:
     """A batch of ``B`` transitions.
@@ -62,7 +187,10 @@ class TransitionMiniBatch:
     (``(B, 1)`` int64 for discrete actions); rewards, terminals, intervals:
     ``(B, 1)`` float32. From a prioritized buffer also ``weights``, ``(B, 1)``
     float32 importance weights, and ``indices``, ``(B,)`` int64 transition
-    ids for ``update_priorities`` (both None otherwise).
+    ids for ``update_priorities`` (both None otherwise). ``rewards_to_go``:
+    each transition's remaining rewards (:class:`RewardsToGo`; None when a
+    user picker gives none); ``rewards_to_go.compute_returns(gamma)`` gives
+    the Monte-Carlo returns-to-go d3rlpy puts in its torch batch.
     """
 
     observations: ObservationBatch
@@ -74,6 +202,7 @@ class TransitionMiniBatch:
     intervals: np.ndarray
     weights: Optional[np.ndarray] = None
     indices: Optional[np.ndarray] = None
+    rewards_to_go: Optional[RewardsToGo] = dataclasses.field(default=None, compare=False)
 
     @classmethod
     def from_transitions(cls, transitions: Sequence[Transition]) -> "TransitionMiniBatch":
@@ -87,6 +216,11 @@ class TransitionMiniBatch:
             next_actions=np.stack([np.asarray(t.next_action) for t in transitions]),
             terminals=np.array([[t.terminal] for t in transitions], dtype=np.float32),
             intervals=np.array([[t.interval] for t in transitions], dtype=np.float32),
+            rewards_to_go=(
+                None
+                if any(getattr(t, "rewards_to_go", None) is None for t in transitions)
+                else RewardsToGo.from_arrays([t.rewards_to_go for t in transitions])
+            ),
         )
 
     def __len__(self) -> int:
@@ -104,7 +238,28 @@ class TransitionMiniBatch:
     def reward_shape(self):
         return self.rewards.shape[1:]
 
-    def to_torch(self, device: Any = "cpu") -> "TorchTransitionMiniBatch":
+    def compute_returns_to_go(
+        self, gamma: float, reward_transform: Optional[Callable[[np.ndarray], np.ndarray]] = None
+    ) -> np.ndarray:
+        """``(B, 1)`` float32 discounted returns-to-go (see :class:`RewardsToGo`)."""
+        if self.rewards_to_go is None:
+            raise ValueError(
+                "this batch has no rewards_to_go: its transition picker did not fill Transition.rewards_to_go"
+            )
+        return self.rewards_to_go.compute_returns(gamma, reward_transform)
+
+    def to_torch(
+        self,
+        device: Any = "cpu",
+        returns_to_go_gamma: Optional[float] = None,
+        reward_transform: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+    ) -> "TorchTransitionMiniBatch":
+        """Tensors on ``device``. With ``returns_to_go_gamma`` the torch batch
+        also holds ``returns_to_go`` (``(B, 1)``, see
+        :meth:`compute_returns_to_go`); otherwise that field is None."""
+        returns_to_go = None
+        if returns_to_go_gamma is not None:
+            returns_to_go = _to_tensor(self.compute_returns_to_go(returns_to_go_gamma, reward_transform), device)
         return TorchTransitionMiniBatch(
             observations=_observations_to_tensor(self.observations, device),
             actions=_to_tensor(self.actions, device),
@@ -115,6 +270,7 @@ class TransitionMiniBatch:
             intervals=_to_tensor(self.intervals, device),
             weights=None if self.weights is None else _to_tensor(self.weights, device),
             indices=None if self.indices is None else _ids_tensor(self.indices),
+            returns_to_go=returns_to_go,
         )
 
 
@@ -127,7 +283,8 @@ def _ids_tensor(indices: np.ndarray):
 @dataclasses.dataclass(frozen=True)
 class TorchTransitionMiniBatch:
     """:class:`TransitionMiniBatch` as torch tensors on one device, except
-    ``indices`` (bookkeeping ids, not model input), which stays on the CPU."""
+    ``indices`` (bookkeeping ids, not model input), which stays on the CPU.
+    ``returns_to_go`` is ``(B, 1)`` when requested from ``to_torch``, else None."""
 
     observations: Any
     actions: Any
@@ -138,6 +295,7 @@ class TorchTransitionMiniBatch:
     intervals: Any
     weights: Any = None
     indices: Any = None
+    returns_to_go: Any = None
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])

@@ -47,6 +47,15 @@ def get_observation_signature(observations: ObservationSequence) -> Signature:
     return Signature(dtype=[observations.dtype], shape=[observations.shape[1:]])
 
 
+def _single_observation_signature(observation: Observation) -> Signature:
+    """The signature of one observation (no time axis)."""
+    if isinstance(observation, (list, tuple)):
+        arrays = [np.asarray(o) for o in observation]
+        return Signature(dtype=[a.dtype for a in arrays], shape=[a.shape for a in arrays])
+    array = np.asarray(observation)
+    return Signature(dtype=[array.dtype], shape=[array.shape])
+
+
 @runtime_checkable
 class EpisodeBase(Protocol):
     """What a transition picker or trajectory slicer may read from an episode."""
@@ -132,6 +141,39 @@ class Episode:
     def reward_signature(self) -> Signature:
         return Signature(dtype=[self.rewards.dtype], shape=[self.rewards.shape[1:]])
 
+    def serialize(self) -> dict[str, Any]:
+        """The episode's fields as a dict of arrays and flags (d3rlpy's
+        ``Episode.serialize``; offrl also keeps ``final_observation`` and
+        ``behaviour_probabilities`` when present)."""
+        data: dict[str, Any] = {
+            "observations": self.observations,
+            "actions": self.actions,
+            "rewards": self.rewards,
+            "terminated": self.terminated,
+        }
+        if self.final_observation is not None:
+            data["final_observation"] = self.final_observation
+        if self.behaviour_probabilities is not None:
+            data["behaviour_probabilities"] = self.behaviour_probabilities
+        return data
+
+    @classmethod
+    def deserialize(cls, serializedData: dict[str, Any]) -> "Episode":  # noqa: N803 (d3rlpy's name)
+        """Rebuild an episode from :meth:`serialize`'s dict."""
+        if not isinstance(serializedData, dict):
+            raise TypeError(f"serializedData must be a dict, got {type(serializedData).__name__}")
+        missing = [k for k in ("observations", "actions", "rewards", "terminated") if k not in serializedData]
+        if missing:
+            raise ValueError(f"serializedData lacks the keys {missing}")
+        return cls(
+            observations=serializedData["observations"],
+            actions=serializedData["actions"],
+            rewards=serializedData["rewards"],
+            terminated=bool(serializedData["terminated"]),
+            final_observation=serializedData.get("final_observation"),
+            behaviour_probabilities=serializedData.get("behaviour_probabilities"),
+        )
+
     def next_observation(self, index: int) -> Optional[Observation]:
         """The observation after step ``index``: zeros after a terminal step,
         the final observation after the last step of a truncated episode
@@ -162,6 +204,9 @@ class Transition:
     ahead. ``terminal`` is 1.0 when the episode terminated within the
     interval (then ``next_observation`` is zeros). ``next_action`` is the
     logged action at ``next_observation`` (zeros where there is none).
+    ``rewards_to_go`` is ``(L, 1)``: the rewards from this step to the end of
+    the episode (d3rlpy's field, used for Monte-Carlo returns-to-go); None
+    when a user's picker does not fill it.
     """
 
     observation: Observation
@@ -171,6 +216,21 @@ class Transition:
     next_action: np.ndarray
     terminal: float
     interval: int
+    rewards_to_go: Optional[np.ndarray] = None
+
+    @property
+    def observation_signature(self) -> Signature:
+        return _single_observation_signature(self.observation)
+
+    @property
+    def action_signature(self) -> Signature:
+        action = np.asarray(self.action)
+        return Signature(dtype=[action.dtype], shape=[action.shape])
+
+    @property
+    def reward_signature(self) -> Signature:
+        reward = np.asarray(self.reward)
+        return Signature(dtype=[reward.dtype], shape=[reward.shape])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,3 +253,20 @@ class PartialTrajectory:
 
     def __len__(self) -> int:
         return self.length
+
+    def get_transition_count(self) -> int:
+        """Transitions in the window: ``length`` when it ends on a terminal
+        step, else ``length - 1`` (d3rlpy's count)."""
+        return self.length if bool(np.asarray(self.terminals)[-1]) else self.length - 1
+
+    @property
+    def observation_signature(self) -> Signature:
+        return get_observation_signature(self.observations)
+
+    @property
+    def action_signature(self) -> Signature:
+        return Signature(dtype=[self.actions.dtype], shape=[self.actions.shape[1:]])
+
+    @property
+    def reward_signature(self) -> Signature:
+        return Signature(dtype=[self.rewards.dtype], shape=[self.rewards.shape[1:]])

@@ -8,7 +8,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .._random import get_rng
-from .batch import TrajectoryMiniBatch, TransitionMiniBatch
+from .batch import RewardsToGo, TrajectoryMiniBatch, TransitionMiniBatch
 from .episode import EpisodeBase, PartialTrajectory, Transition
 from .replay_buffer import DatasetInfo, ReplayBuffer, ReplayBufferBase, _EmptyBufferError, _positive_int
 from .signature import Observation
@@ -130,6 +130,8 @@ def _concat_batches(parts: list):
             values["length"] = items[0]
         elif any(it is None for it in items):  # optional fields (weights, indices)
             values[field.name] = None
+        elif isinstance(items[0], RewardsToGo):
+            values[field.name] = RewardsToGo.concatenate(items)
         elif isinstance(items[0], list):
             values[field.name] = [np.concatenate([it[k] for it in items]) for k in range(len(items[0]))]
         else:

@@ -9,11 +9,12 @@ uses that path whenever the picker has it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .batch import TransitionMiniBatch
+from .batch import RewardsToGo, TransitionMiniBatch
 from .episode import EpisodeBase, Transition, create_zero_observation, retrieve_observation
 from .storage import ColumnStore
 
@@ -22,6 +23,7 @@ __all__ = [
     "BasicTransitionPicker",
     "MultiStepTransitionPicker",
     "FrameStackTransitionPicker",
+    "SparseRewardTransitionPicker",
 ]
 
 
@@ -90,6 +92,7 @@ class BasicTransitionPicker:
             next_action=_next_action(episode, index + 1),
             terminal=float(is_terminal),
             interval=1,
+            rewards_to_go=episode.rewards[index:],
         )
 
     def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> TransitionMiniBatch:
@@ -112,6 +115,7 @@ class BasicTransitionPicker:
             next_actions=_gather_next_actions(store, rows + 1, ends),
             terminals=is_terminal.astype(np.float32)[:, None],
             intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
+            rewards_to_go=RewardsToGo(store.rewards, rows, ends),
         )
 
     def __repr__(self) -> str:
@@ -165,6 +169,7 @@ class MultiStepTransitionPicker:
             next_action=_next_action(episode, next_index),
             terminal=float(is_terminal),
             interval=interval,
+            rewards_to_go=episode.rewards[index:],
         )
 
     def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> TransitionMiniBatch:
@@ -193,6 +198,7 @@ class MultiStepTransitionPicker:
             next_actions=_gather_next_actions(store, next_rows, ends),
             terminals=is_terminal.astype(np.float32)[:, None],
             intervals=intervals.astype(np.float32)[:, None],
+            rewards_to_go=RewardsToGo(store.rewards, rows, ends),
         )
 
     def __repr__(self) -> str:
@@ -258,6 +264,7 @@ class FrameStackTransitionPicker:
             next_action=_next_action(episode, index + 1),
             terminal=float(is_terminal),
             interval=1,
+            rewards_to_go=episode.rewards[index:],
         )
 
     def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> TransitionMiniBatch:
@@ -293,7 +300,63 @@ class FrameStackTransitionPicker:
             next_actions=_gather_next_actions(store, rows + 1, ends),
             terminals=is_terminal.astype(np.float32)[:, None],
             intervals=np.ones((batch, 1), dtype=np.float32),
+            rewards_to_go=RewardsToGo(store.rewards, rows, ends),
         )
 
     def __repr__(self) -> str:
         return f"FrameStackTransitionPicker(n_frames={self.n_frames})"
+
+
+class SparseRewardTransitionPicker:
+    """One-step transitions (as :class:`BasicTransitionPicker`) for sparse
+    rewards: when every reward from the sampled step to the end of its
+    episode equals ``step_reward`` (a failed episode, e.g. in AntMaze), the
+    transition's ``rewards_to_go`` is ``[[failure_return]]``, so that a
+    Monte-Carlo return does not depend on where a timeout cut the episode.
+
+    Args:
+        failure_return: the return given to failed transitions.
+        step_reward: the per-step reward of the sparse setting.
+    """
+
+    def __init__(self, failure_return: float, step_reward: float = 0.0) -> None:
+        for name, value in (("failure_return", failure_return), ("step_reward", step_reward)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            if not np.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value}")
+        self.failure_return = float(failure_return)
+        self.step_reward = float(step_reward)
+        self._basic = BasicTransitionPicker()
+        self._cache: tuple[int, int, np.ndarray] | None = None
+
+    def __call__(self, episode: EpisodeBase, index: int) -> Transition:
+        transition = self._basic(episode, index)
+        remaining = np.asarray(transition.rewards_to_go)
+        if np.all(remaining == np.float32(self.step_reward)):
+            transition = dataclasses.replace(
+                transition, rewards_to_go=np.array([[self.failure_return]], dtype=np.float32)
+            )
+        return transition
+
+    def _other_reward_counts(self, store: ColumnStore) -> np.ndarray:
+        """Cached prefix counts of rows whose reward differs from ``step_reward``."""
+        cache = self._cache
+        if cache is None or cache[0] != id(store) or cache[1] != store.version:
+            differs = store.rewards[: store.tail, 0] != np.float32(self.step_reward)
+            cache = (id(store), store.version, np.cumsum(differs, dtype=np.int64))
+            self._cache = cache
+        return cache[2]
+
+    def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> TransitionMiniBatch:
+        batch = self._basic.pick_batch(store, episode_ids, rows)
+        _, ends, _, _ = _batch_context(store, episode_ids, rows)
+        counts = self._other_reward_counts(store)
+        first_differs = store.rewards[rows, 0] != np.float32(self.step_reward)
+        others = counts[ends - 1] - counts[rows] + first_differs
+        override = np.where(others == 0, self.failure_return, np.nan)
+        rewards_to_go = RewardsToGo(store.rewards, rows, ends, override)
+        return dataclasses.replace(batch, rewards_to_go=rewards_to_go)
+
+    def __repr__(self) -> str:
+        return f"SparseRewardTransitionPicker(failure_return={self.failure_return}, step_reward={self.step_reward})"

@@ -58,6 +58,18 @@ def _positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
+def _is_user_component(component: Any, batch_method: str) -> bool:
+    """Whether ``component`` must go through the per-item path: it has no
+    ``batch_method``, or it overrides ``__call__`` below the class that
+    defines ``batch_method`` (its batch method would ignore the override)."""
+    cls = type(component)
+    batch_owner = next((c for c in cls.__mro__ if batch_method in c.__dict__), None)
+    if batch_owner is None:
+        return True
+    call_owner = next(c for c in cls.__mro__ if "__call__" in c.__dict__)
+    return call_owner is not batch_owner and issubclass(call_owner, batch_owner)
+
+
 class ReplayBufferBase:
     """What every replay buffer offers (see :class:`ReplayBuffer`)."""
 
@@ -181,8 +193,12 @@ class ReplayBuffer(ReplayBufferBase):
         self._writer_preprocessor = writer_preprocessor or BasicWriterPreprocess()
         self._info: Optional[DatasetInfo] = None
         self._pending: Optional[dict] = None  # the episode being written into a user buffer
-        self._batch_picker = hasattr(self._transition_picker, "pick_batch") and self._store is not None
-        self._batch_slicer = hasattr(self._trajectory_slicer, "slice_batch") and self._store is not None
+        # a user's picker/slicer (no batch method, or an overridden __call__)
+        # is called per item, with indices valid under d3rlpy's contract
+        self._user_picker = _is_user_component(self._transition_picker, "pick_batch")
+        self._user_slicer = _is_user_component(self._trajectory_slicer, "slice_batch")
+        self._batch_picker = not self._user_picker and self._store is not None
+        self._batch_slicer = not self._user_slicer and self._store is not None
 
         if action_space is not None:
             action_space = ActionSpace.parse(action_space)
@@ -434,7 +450,23 @@ class ReplayBuffer(ReplayBufferBase):
             raise ValueError("cannot sample from an empty buffer: it holds no transitions")
         return total
 
+    def _user_items(self, n: int) -> list[tuple[EpisodeBase, int]]:
+        """``n`` random ``(episode, index)`` pairs for a user's picker or
+        slicer, under d3rlpy's contract: never the last step of an episode
+        that did not terminate (even when offrl stores its final observation)."""
+        total = self._store.d3rlpy_transition_count
+        if total == 0:
+            raise ValueError("cannot sample from this buffer: it holds no transitions a custom picker can use")
+        episode_ids, rows = self._store.locate_d3rlpy_transitions(get_rng().integers(total, size=n))
+        starts = self._store.episode_table()[0]
+        return [
+            (self._store.episode(int(p)), int(r - starts[p])) for p, r in zip(episode_ids, rows)
+        ]
+
     def sample_transition(self) -> Transition:
+        if self._user_picker and self._store is not None:
+            episode, transition_index = self._user_items(1)[0]
+            return self._transition_picker(episode, transition_index)
         total = self._require_transitions()
         index = int(get_rng().integers(total))
         episode, transition_index = self._buffer[index]
@@ -448,6 +480,10 @@ class ReplayBuffer(ReplayBufferBase):
             episode_ids, rows = self._store.locate_transitions(indices)
             return self._transition_picker.pick_batch(self._store, episode_ids, rows)
         picker = self._transition_picker
+        if self._user_picker and self._store is not None:
+            return TransitionMiniBatch.from_transitions(
+                [picker(episode, index) for episode, index in self._user_items(batch_size)]
+            )
         transitions = []
         for index in indices:
             episode, transition_index = self._buffer[int(index)]
@@ -465,6 +501,9 @@ class ReplayBuffer(ReplayBufferBase):
 
     def sample_trajectory(self, length: int) -> PartialTrajectory:
         length = _positive_int(length, "length")
+        if self._user_slicer and self._store is not None:
+            episode, index = self._user_items(1)[0]
+            return self._trajectory_slicer(episode, index, length)
         episode_ids, rows = self._sample_trajectory_ends(1)
         if episode_ids is None:
             episode, index = self._buffer[int(rows[0])]
@@ -477,6 +516,10 @@ class ReplayBuffer(ReplayBufferBase):
     def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
         batch_size = _positive_int(batch_size, "batch_size")
         length = _positive_int(length, "length")
+        if self._user_slicer and self._store is not None:
+            return TrajectoryMiniBatch.from_partial_trajectories(
+                [self._trajectory_slicer(e, i, length) for e, i in self._user_items(batch_size)]
+            )
         episode_ids, rows = self._sample_trajectory_ends(batch_size)
         if self._batch_slicer:
             return self._trajectory_slicer.slice_batch(self._store, episode_ids, rows, length)

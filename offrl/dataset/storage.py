@@ -255,6 +255,36 @@ class ColumnStore:
     def transition_count(self) -> int:
         return int(self._cumulative()[1][-1]) if self.episode_count else 0
 
+    def d3rlpy_transition_counts(self) -> np.ndarray:
+        """Transitions per live episode under d3rlpy's contract: every step of
+        a terminated episode, all but the last step of any other one (even
+        when its final observation is stored). A user's picker or slicer is
+        only given indices below this count."""
+        starts, ends, terminated, _ = self.episode_table()
+        return np.maximum(ends - starts - ~terminated, 0)
+
+    def _d3rlpy_cumulative(self) -> tuple[np.ndarray, np.ndarray]:
+        cache = getattr(self, "_d3rlpy_cache", None)
+        if cache is None or cache[0] != self._version:
+            counts = self.d3rlpy_transition_counts()
+            cache = (self._version, counts, np.cumsum(counts))
+            self._d3rlpy_cache = cache
+        return cache[1], cache[2]
+
+    @property
+    def d3rlpy_transition_count(self) -> int:
+        """Total of :meth:`d3rlpy_transition_counts`."""
+        return int(self._d3rlpy_cumulative()[1][-1]) if self.episode_count else 0
+
+    def locate_d3rlpy_transitions(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Map indices in ``[0, d3rlpy_transition_count)`` to
+        ``(episode positions, rows)``, counting d3rlpy's transitions only."""
+        counts, cum = self._d3rlpy_cumulative()
+        episode_ids = np.searchsorted(cum, indices, side="right")
+        starts = self._ep_start[self._ep_head + episode_ids]
+        rows = starts + (indices - (cum[episode_ids] - counts[episode_ids]))
+        return episode_ids, rows
+
     @property
     def step_count(self) -> int:
         return int(self._step_cumulative()[1][-1]) if self.episode_count else 0
@@ -492,15 +522,50 @@ class ColumnStore:
 
     def append(self, episode: EpisodeBase, index: int) -> None:
         """d3rlpy's ``BufferProtocol.append``: the buffer holds the episode's
-        transitions. The whole episode is stored on its first call; the
-        following calls for the same episode object are no-ops."""
-        if getattr(self, "_protocol_episode", None) is episode:
-            return
+        transitions. The whole episode is stored on its first call (a fresh
+        buffer takes its signatures from it); later calls for the same
+        episode object store the steps it has gained since (an episode
+        written step by step) and its current ``terminated`` flag."""
         from ._checks import episode_columns
 
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"index must be an int, got {type(index).__name__}")
+        if getattr(self, "_protocol_episode", None) is episode:
+            self._extend_protocol_episode(episode)
+            return
         obs, actions, rewards, final, behaviour = episode_columns(episode, self)
+        if not self.is_initialized:
+            self.initialize(
+                Signature(dtype=[o.dtype for o in obs], shape=[o.shape[1:] for o in obs]),
+                Signature(dtype=[actions.dtype], shape=[actions.shape[1:]]),
+                Signature(dtype=[rewards.dtype], shape=[rewards.shape[1:]]),
+            )
         self.add_episode(obs, actions, rewards, bool(episode.terminated), final, behaviour)
         self._protocol_episode = episode
+        self._protocol_position = self._ep_tail - 1
+        self._protocol_size = int(actions.shape[0])
+
+    def _extend_protocol_episode(self, episode: EpisodeBase) -> None:
+        """Store what an episode appended before has gained since, when it is
+        still the newest stored episode and has no final-observation row."""
+        from ._checks import episode_columns
+
+        i = self._protocol_position
+        is_newest = self._ep_head <= i == self._ep_tail - 1 and int(self._ep_end[i]) == self._tail
+        if not is_newest or self._ep_has_final[i]:
+            return
+        size = episode.size()
+        stored = self._protocol_size
+        if size > stored:
+            obs, actions, rewards, _, behaviour = episode_columns(episode, self)
+            self._write_rows(
+                [o[stored:] for o in obs], actions[stored:], rewards[stored:],
+                None if behaviour is None else behaviour[stored:],
+            )
+            self._ep_end[i] = self._tail
+            self._protocol_size = size
+        self._ep_terminated[i] = bool(episode.terminated)
+        self._after_write()
 
 
 class InfiniteBuffer(ColumnStore):
