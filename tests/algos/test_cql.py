@@ -10,66 +10,16 @@ import math
 import numpy as np
 import pytest
 import torch
+from hand_losses import discrete_batch, huber
 
 import offrl
-from hand_losses import discrete_batch, huber
 import offrl.algos.cql as cql_module
 import offrl.algos.sac as sac_module
 from offrl.algos.cql import CQLConfig, DiscreteCQLConfig
 from offrl.algos.dqn import DQNConfig
 from offrl.algos.sac import SACConfig
-from offrl.dataset import MDPDataset, TransitionMiniBatch
-from offrl.logging import NoopAdapterFactory
+from offrl.dataset import MDPDataset
 from offrl.models import QRQFunctionFactory, VectorEncoderFactory
-
-SMALL = VectorEncoderFactory(hidden_units=[8])
-
-
-def hand_batch() -> TransitionMiniBatch:
-    """Four transitions: 3-dim observations, 2-dim actions in [-1, 1]."""
-    obs = np.array([[0.1, 0.2, -0.3], [0.3, -0.1, 0.0], [-0.5, 0.4, 0.2], [0.0, 1.0, -1.0]], dtype=np.float32)
-    nxt = np.array([[0.2, 0.1, 0.0], [0.0, 0.0, 0.5], [0.6, -0.3, 0.1], [1.0, 1.0, 1.0]], dtype=np.float32)
-    return TransitionMiniBatch(
-        observations=obs,
-        actions=np.array([[0.5, -0.2], [-0.9, 0.1], [0.0, 0.7], [0.3, 0.3]], dtype=np.float32),
-        rewards=np.array([[1.0], [0.0], [-1.0], [0.5]], dtype=np.float32),
-        next_observations=nxt,
-        next_actions=np.zeros((4, 2), dtype=np.float32),
-        terminals=np.array([[0.0], [1.0], [0.0], [0.0]], dtype=np.float32),
-        intervals=np.array([[1.0], [1.0], [2.0], [1.0]], dtype=np.float32),
-    )
-
-
-def fixed_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0):
-    """A deterministic stand-in for ``squashed_sample``: ``u = mean + 0.5 std``
-    (with ``n``: ``n`` samples at offsets spread over [-1, 1] std) and an
-    arbitrary differentiable log-density ``-|u|^2``."""
-    if n > 0:
-        offsets = torch.linspace(-1.0, 1.0, n).view(1, n, 1)
-        u = mean.unsqueeze(1) + offsets * logstd.exp().unsqueeze(1)
-    else:
-        u = mean + 0.5 * logstd.exp()
-    return torch.tanh(u), -(u**2).sum(dim=-1)
-
-
-def one_step_dataset(n: int = 512, seed: int = 0, constant: bool = True):
-    """One-step episodes: reward -(a - 0.5)^2, logged actions uniform in [-1, 1]."""
-    rng = np.random.default_rng(seed)
-    obs = (np.zeros((n, 3)) if constant else rng.normal(size=(n, 3))).astype(np.float32)
-    actions = rng.uniform(-1.0, 1.0, size=(n, 1)).astype(np.float32)
-    rewards = -((actions[:, 0] - 0.5) ** 2)
-    return MDPDataset(obs, actions, rewards, np.ones(n, dtype=np.float32)), obs
-
-
-def _fit(algo, dataset, n_steps):
-    return algo.fit(dataset, n_steps=n_steps, n_steps_per_epoch=n_steps, logger_adapter=NoopAdapterFactory(), show_progress=False)
-
-
-def _tensors(batch: TransitionMiniBatch):
-    obs, act = torch.from_numpy(batch.observations), torch.from_numpy(batch.actions)
-    nxt = torch.from_numpy(batch.next_observations)
-    r, d, k = (torch.from_numpy(a)[:, 0] for a in (batch.rewards, batch.terminals, batch.intervals))
-    return obs, act, nxt, r, d, k
 
 
 # ---------------------------------------------------------------- continuous
@@ -82,7 +32,7 @@ def test_cql_defaults_mirror_d3rlpy():
 
 
 @pytest.mark.parametrize("soft_q_backup", [False, True])
-def test_cql_losses_match_hand_computation(monkeypatch, soft_q_backup):
+def test_cql_losses_match_hand_computation(monkeypatch, soft_q_backup, small_encoder, hand_batch, fixed_sample, batch_tensors, build_algo):
     n, gamma, temp0, alpha0, weight, threshold, alpha_lr = 3, 0.9, 0.5, 0.7, 2.0, 1.5, 1e-2
     rng = np.random.default_rng(0)
     uniform = torch.tensor(rng.uniform(-1.0, 1.0, size=(4, n, 2)), dtype=torch.float32)
@@ -90,20 +40,17 @@ def test_cql_losses_match_hand_computation(monkeypatch, soft_q_backup):
     monkeypatch.setattr(sac_module, "squashed_sample", fixed_sample)
     monkeypatch.setattr(cql_module, "_uniform_actions", lambda batch, k, size, device: uniform.clone())
     offrl.seed(0)
-    algo = CQLConfig(
-        actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, gamma=gamma, n_action_samples=n,
+    config = CQLConfig(
+        actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, gamma=gamma, n_action_samples=n,
         initial_temperature=temp0, initial_alpha=alpha0, conservative_weight=weight, alpha_threshold=threshold,
         alpha_learning_rate=alpha_lr, soft_q_backup=soft_q_backup,
-    ).create()
-    algo.create_impl((3,), 2)
+    )
+    algo = build_algo(config, perturb=["targ_q_function"], scale=0.3)
     nets = algo.modules
-    with torch.no_grad():
-        for p in nets["targ_q_function"].parameters():
-            p.add_(0.3 * torch.randn_like(p))
     policy_before, q_before = copy.deepcopy(nets["policy"]), copy.deepcopy(nets["q_function"])
     targ_before = copy.deepcopy(nets["targ_q_function"])
     batch = hand_batch()
-    obs, act, nxt, r, d, k = _tensors(batch)
+    obs, act, nxt, r, d, k = batch_tensors(batch)
 
     metrics = algo.update(batch)
 
@@ -144,9 +91,8 @@ def test_cql_losses_match_hand_computation(monkeypatch, soft_q_backup):
     assert step == pytest.approx(alpha_lr * np.sign(float(sum(gaps))), abs=1e-6)
 
 
-def test_cql_evaluates_all_sampled_actions_in_one_critic_call(monkeypatch):
-    algo = CQLConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, n_action_samples=7).create()
-    algo.create_impl((3,), 2)
+def test_cql_evaluates_all_sampled_actions_in_one_critic_call(monkeypatch, small_encoder, hand_batch, build_algo):
+    algo = build_algo(CQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, n_action_samples=7))
     q = algo.modules["q_function"]
     rows = []
     original = q.expected
@@ -160,16 +106,14 @@ def test_cql_evaluates_all_sampled_actions_in_one_critic_call(monkeypatch):
     assert sorted(rows) == [4, 4 * 3 * 7]  # the actor's call, then every sampled action at once
 
 
-def test_cql_lagrange_multiplier_fixed_or_projected():
-    fixed = CQLConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, alpha_learning_rate=0.0, initial_alpha=2.5).create()
-    fixed.create_impl((3,), 2)
+def test_cql_lagrange_multiplier_fixed_or_projected(small_encoder, hand_batch, build_algo):
+    fixed = build_algo(CQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, alpha_learning_rate=0.0, initial_alpha=2.5))
     for _ in range(3):
         metrics = fixed.update(hand_batch())
     assert metrics["alpha"] == pytest.approx(2.5, rel=1e-6) and metrics["alpha_loss"] == 0.0
     assert "alpha_optim" not in fixed._optims
 
-    learned = CQLConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, alpha_threshold=-100.0, alpha_learning_rate=1.0).create()
-    learned.create_impl((3,), 2)
+    learned = build_algo(CQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, alpha_threshold=-100.0, alpha_learning_rate=1.0))
     with torch.no_grad():
         learned.modules["log_alpha"].log_value.fill_(math.log(1e6) - 0.1)
     learned.update(hand_batch())  # the gap exceeds the threshold: alpha grows, up to the bound
@@ -177,19 +121,18 @@ def test_cql_lagrange_multiplier_fixed_or_projected():
 
 
 @pytest.mark.parametrize("soft_q_backup", [False, True])
-def test_cql_runs_with_quantile_critics(soft_q_backup):
-    algo = CQLConfig(
-        actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, q_func_factory=QRQFunctionFactory(n_quantiles=5),
+def test_cql_runs_with_quantile_critics(soft_q_backup, small_encoder, hand_batch, build_algo):
+    algo = build_algo(CQLConfig(
+        actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, q_func_factory=QRQFunctionFactory(n_quantiles=5),
         soft_q_backup=soft_q_backup,
-    ).create()
-    algo.create_impl((3,), 2)
+    ))
     for _ in range(2):
         metrics = algo.update(hand_batch())
     assert all(np.isfinite(v) for v in metrics.values())
     assert algo.predict_value(hand_batch().observations, hand_batch().actions).shape == (4,)
 
 
-def test_cql_learns_best_logged_action_on_one_step_problem():
+def test_cql_learns_best_logged_action_on_one_step_problem(one_step_dataset, fit_quietly):
     # weaker penalty than the default: with uniformly logged actions the
     # importance-sampled log-sum-exp digs a dip where a narrow policy sits
     offrl.seed(0)
@@ -201,12 +144,12 @@ def test_cql_learns_best_logged_action_on_one_step_problem():
     ).create()
     algo.build_with_dataset(dataset)
     before = np.abs(algo.predict(obs[:1]) - 0.5).max()
-    _fit(algo, dataset, 1000)
+    fit_quietly(algo, dataset, 1000)
     after = np.abs(algo.predict(obs[:1]) - 0.5).max()
     assert after < 0.25 and after < before
 
 
-def test_cql_values_out_of_distribution_actions_lower():
+def test_cql_values_out_of_distribution_actions_lower(fit_quietly):
     # logged actions in [-0.2, 0.2], reward 1 for all of them
     offrl.seed(0)
     rng = np.random.default_rng(0)
@@ -216,7 +159,7 @@ def test_cql_values_out_of_distribution_actions_lower():
     dataset = MDPDataset(obs, actions, np.ones(n, dtype=np.float32), np.ones(n, dtype=np.float32))
     encoder = VectorEncoderFactory(hidden_units=[64, 64])
     algo = CQLConfig(batch_size=64, actor_encoder_factory=encoder, critic_encoder_factory=encoder).create()
-    _fit(algo, dataset, 500)
+    fit_quietly(algo, dataset, 500)
     x = obs[:5]
     in_data = algo.predict_value(x, np.linspace(-0.15, 0.15, 5, dtype=np.float32)[:, None])
     out_of_data = algo.predict_value(x, np.array([[-1.0], [-0.9], [-0.8], [0.8], [0.9]], dtype=np.float32))
@@ -245,13 +188,11 @@ def test_cql_bad_config_values(field, value):
         CQLConfig(**{field: value})
 
 
-def test_copy_between_cql_and_sac():
+def test_copy_between_cql_and_sac(small_encoder, hand_batch, build_algo):
     offrl.seed(0)
     x, actions = hand_batch().observations, hand_batch().actions
-    cql = CQLConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL).create()
-    sac = SACConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL).create()
-    cql.create_impl((3,), 2)
-    sac.create_impl((3,), 2)
+    cql = build_algo(CQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder))
+    sac = build_algo(SACConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder))
     cql.update(hand_batch())
     assert not np.allclose(sac.predict(x), cql.predict(x))
     sac.copy_policy_from(cql)
@@ -273,15 +214,12 @@ def test_discrete_cql_defaults_mirror_d3rlpy():
     assert (c.batch_size, c.gamma, c.learning_rate, c.n_critics, c.target_update_interval, c.alpha) == (32, 0.99, 6.25e-5, 1, 8000, 1.0)
 
 
-def test_discrete_cql_loss_matches_hand_computation():
+def test_discrete_cql_loss_matches_hand_computation(small_encoder, build_algo):
     offrl.seed(0)
     alpha, gamma = 0.7, 0.9
-    algo = DiscreteCQLConfig(encoder_factory=SMALL, gamma=gamma, n_critics=2, alpha=alpha).create()
-    algo.create_impl((2,), 3)
+    config = DiscreteCQLConfig(encoder_factory=small_encoder, gamma=gamma, n_critics=2, alpha=alpha)
+    algo = build_algo(config, action_size=3, observation_shape=(2,), perturb=["targ_q_function"], scale=0.3)
     q, targ = algo.modules["q_function"], algo.modules["targ_q_function"]
-    with torch.no_grad():
-        for p in targ.parameters():
-            p.add_(0.3 * torch.randn_like(p))
     batch = discrete_batch()
     with torch.no_grad():
         q_now = q.expected(torch.from_numpy(batch.observations)).numpy()  # (E, B, A)
@@ -299,10 +237,10 @@ def test_discrete_cql_loss_matches_hand_computation():
     assert metrics["loss"] == pytest.approx(float(td + alpha * conservative), abs=1e-5)
 
 
-def test_discrete_cql_conservative_term_with_quantile_critics():
+def test_discrete_cql_conservative_term_with_quantile_critics(small_encoder, build_algo):
     offrl.seed(0)
-    algo = DiscreteCQLConfig(encoder_factory=SMALL, q_func_factory=QRQFunctionFactory(n_quantiles=4), alpha=0.5).create()
-    algo.create_impl((2,), 3)
+    config = DiscreteCQLConfig(encoder_factory=small_encoder, q_func_factory=QRQFunctionFactory(n_quantiles=4), alpha=0.5)
+    algo = build_algo(config, action_size=3, observation_shape=(2,))
     batch = discrete_batch()
     with torch.no_grad():
         q_now = algo.modules["q_function"].expected(torch.from_numpy(batch.observations))[0].numpy()
@@ -334,13 +272,13 @@ def _chain_dataset(n_states: int = 5, n_episodes: int = 200, seed: int = 0) -> M
     return MDPDataset(np.stack(obs), np.array(actions), np.array(rewards, dtype=np.float32), np.array(terminals, dtype=np.float32), action_size=2)
 
 
-def test_discrete_cql_chooses_right_on_a_chain():
+def test_discrete_cql_chooses_right_on_a_chain(fit_quietly):
     offrl.seed(0)
     dataset = _chain_dataset()
     algo = DiscreteCQLConfig(
         encoder_factory=VectorEncoderFactory(hidden_units=[32]), learning_rate=1e-3, gamma=0.9, target_update_interval=50,
     ).create()
-    _fit(algo, dataset, 1500)
+    fit_quietly(algo, dataset, 1500)
     states = np.eye(5, dtype=np.float32)[:4]
     np.testing.assert_array_equal(algo.predict(states), np.ones(4, dtype=np.int64))
     values = algo.predict_value(states, np.ones(4, dtype=np.int64))
@@ -353,12 +291,10 @@ def test_discrete_cql_bad_config_values(field, value):
         DiscreteCQLConfig(**{field: value})
 
 
-def test_copy_from_discrete_cql_to_dqn():
+def test_copy_from_discrete_cql_to_dqn(small_encoder, build_algo):
     offrl.seed(0)
-    cql = DiscreteCQLConfig(encoder_factory=SMALL, learning_rate=1e-2).create()
-    dqn = DQNConfig(encoder_factory=SMALL).create()
-    cql.create_impl((2,), 3)
-    dqn.create_impl((2,), 3)
+    cql = build_algo(DiscreteCQLConfig(encoder_factory=small_encoder, learning_rate=1e-2), action_size=3, observation_shape=(2,))
+    dqn = build_algo(DQNConfig(encoder_factory=small_encoder), action_size=3, observation_shape=(2,))
     for _ in range(3):
         cql.update(discrete_batch())
     x, actions = discrete_batch().observations, discrete_batch().actions[:, 0]
@@ -367,7 +303,6 @@ def test_copy_from_discrete_cql_to_dqn():
     np.testing.assert_array_equal(dqn.predict(x), cql.predict(x))
     np.testing.assert_array_equal(dqn.predict_value(x, actions), cql.predict_value(x, actions))
     dqn.update(discrete_batch())
-    sac = SACConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL).create()
-    sac.create_impl((2,), 3)
+    sac = build_algo(SACConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder), action_size=3, observation_shape=(2,))
     with pytest.raises(ValueError, match="Q-function"):
         sac.copy_q_function_from(cql)

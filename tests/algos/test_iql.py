@@ -12,28 +12,9 @@ import torch
 
 import offrl
 from offrl.algos.iql import IQL, IQLConfig
-from offrl.dataset import MDPDataset
 from offrl.dataset.batch import TransitionMiniBatch
-from offrl.logging import NoopAdapterFactory
 from offrl.models.encoders import VectorEncoderFactory
 from offrl.models.optimizers import SGDFactory
-
-
-def small_factory() -> VectorEncoderFactory:
-    return VectorEncoderFactory(hidden_units=[16, 16])
-
-
-def hand_batch(action_size: int = 2) -> TransitionMiniBatch:
-    rng = np.random.default_rng(0)
-    return TransitionMiniBatch(
-        observations=rng.normal(size=(4, 3)).astype(np.float32),
-        actions=rng.uniform(-1.0, 1.0, size=(4, action_size)).astype(np.float32),
-        rewards=np.array([[1.0], [-0.5], [2.0], [0.0]], dtype=np.float32),
-        next_observations=rng.normal(size=(4, 3)).astype(np.float32),
-        next_actions=rng.uniform(-1.0, 1.0, size=(4, action_size)).astype(np.float32),
-        terminals=np.array([[0.0], [1.0], [0.0], [0.0]], dtype=np.float32),
-        intervals=np.array([[1.0], [1.0], [3.0], [1.0]], dtype=np.float32),
-    )
 
 
 def numpy_of(t: torch.Tensor) -> np.ndarray:
@@ -68,18 +49,14 @@ def expected_losses(algo: IQL, batch: TransitionMiniBatch, cfg: IQLConfig) -> di
 
 
 @pytest.mark.parametrize("weight_temp,max_weight", [(3.0, 100.0), (200.0, 2.0)])
-def test_losses_on_hand_built_batch(weight_temp, max_weight):
+def test_losses_on_hand_built_batch(weight_temp, max_weight, small_encoder, hand_batch, build_algo):
     offrl.seed(0)
     cfg = IQLConfig(
         gamma=0.9, expectile=0.8, weight_temp=weight_temp, max_weight=max_weight, n_critics=3,
-        actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory(),
+        actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, value_encoder_factory=small_encoder,
     )
-    algo = cfg.create()
-    algo.create_impl((3,), 2)
     # make the critics differ from their targets so that min over targets is not min over critics
-    with torch.no_grad():
-        for p in algo.modules["targ_q_function"].parameters():
-            p.add_(0.1 * torch.randn_like(p))
+    algo = build_algo(cfg, perturb=["targ_q_function"])
     batch = hand_batch()
     # shift V so that the advantages have both signs (both expectile branches)
     advantage = expected_losses(algo, batch, cfg)["advantage"]
@@ -102,10 +79,9 @@ def test_losses_on_hand_built_batch(weight_temp, max_weight):
     assert algo.grad_step == 1
 
 
-def test_critic_optimizer_covers_q_and_value_function():
-    cfg = IQLConfig(actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory())
-    algo = cfg.create()
-    algo.create_impl((3,), 1)
+def test_critic_optimizer_covers_q_and_value_function(small_encoder, build_algo):
+    cfg = IQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, value_encoder_factory=small_encoder)
+    algo = build_algo(cfg, action_size=1)
     nets = algo.modules
 
     def ids(optim):
@@ -117,17 +93,16 @@ def test_critic_optimizer_covers_q_and_value_function():
     assert ids(algo._optims["actor_optim"]) == {id(p) for p in nets["policy"].parameters()}
 
 
-def test_value_function_gets_gradients_from_the_value_loss_only():
+def test_value_function_gets_gradients_from_the_value_loss_only(small_encoder, hand_batch, build_algo):
     """The advantage weight is a constant for the actor loss: with SGD on the
     critics, V moves by exactly ``-lr * grad L_V``."""
     offrl.seed(0)
     lr = 0.1
     cfg = IQLConfig(
         critic_learning_rate=lr, critic_optim_factory=SGDFactory(),
-        actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory(),
+        actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, value_encoder_factory=small_encoder,
     )
-    algo = cfg.create()
-    algo.create_impl((3,), 2)
+    algo = build_algo(cfg)
     batch = hand_batch()
     obs, act = torch.from_numpy(batch.observations), torch.from_numpy(batch.actions)
     value_function = copy.deepcopy(algo.modules["value_function"])
@@ -141,11 +116,10 @@ def test_value_function_gets_gradients_from_the_value_loss_only():
         torch.testing.assert_close(new.detach(), old.detach() - lr * grad, rtol=1e-5, atol=1e-7)
 
 
-def test_predict_sample_and_value():
+def test_predict_sample_and_value(small_encoder, build_algo):
     offrl.seed(0)
-    cfg = IQLConfig(actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory())
-    algo = cfg.create()
-    algo.create_impl((3,), 2)
+    cfg = IQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, value_encoder_factory=small_encoder)
+    algo = build_algo(cfg)
     x = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
     with torch.no_grad():
         mean, logstd = algo.modules["policy"](torch.from_numpy(x))
@@ -160,39 +134,22 @@ def test_predict_sample_and_value():
     np.testing.assert_allclose(exported, algo.predict(x), rtol=1e-6)
 
 
-def one_step_dataset(n: int = 1000, seed: int = 0) -> MDPDataset:
-    """Single-step episodes, logged actions uniform in [-1, 1], reward -(a - 0.5)^2."""
-    rng = np.random.default_rng(seed)
-    observations = rng.normal(size=(n, 3)).astype(np.float32)
-    actions = rng.uniform(-1.0, 1.0, size=(n, 1)).astype(np.float32)
-    rewards = -((actions[:, 0] - 0.5) ** 2)
-    return MDPDataset(observations, actions, rewards, np.ones(n, dtype=np.float32))
+def one_step_config(factory: VectorEncoderFactory) -> IQLConfig:
+    """The config fitted on the one-step problem."""
+    return IQLConfig(batch_size=64, actor_encoder_factory=factory, critic_encoder_factory=factory, value_encoder_factory=factory)
 
 
-def fit_one_step_problem(seed: int, n_steps: int) -> np.ndarray:
-    """|greedy action - 0.5| on 100 states after ``n_steps`` on the one-step problem."""
-    offrl.seed(seed)
-    dataset = one_step_dataset(seed=seed)
-    factory = VectorEncoderFactory(hidden_units=[64, 64])
-    algo = IQLConfig(
-        batch_size=64, actor_encoder_factory=factory, critic_encoder_factory=factory, value_encoder_factory=factory,
-    ).create()
-    algo.fit(dataset, n_steps=n_steps, n_steps_per_epoch=n_steps, logger_adapter=NoopAdapterFactory(), show_progress=False)
-    x = np.random.default_rng(seed + 100).normal(size=(100, 3)).astype(np.float32)
-    return algo.predict(x)[:, 0]
-
-
-def test_learns_the_best_logged_action():
+def test_learns_the_best_logged_action(fit_one_step_problem):
     """The logged actions average 0; the greedy action moves to about 0.5."""
-    prediction = fit_one_step_problem(seed=0, n_steps=1500)
+    prediction = fit_one_step_problem(one_step_config, seed=0, n_steps=1500)
     assert abs(prediction.mean() - 0.5) < 0.25, prediction.mean()
     assert np.median(np.abs(prediction - 0.5)) < 0.25, prediction
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_learns_the_best_logged_action_in_most_states(seed):
-    prediction = fit_one_step_problem(seed=seed, n_steps=3000)
+def test_learns_the_best_logged_action_in_most_states(seed, fit_one_step_problem):
+    prediction = fit_one_step_problem(one_step_config, seed=seed, n_steps=3000)
     assert abs(prediction.mean() - 0.5) < 0.2, prediction.mean()
     assert np.quantile(np.abs(prediction - 0.5), 0.9) < 0.25, prediction
 
@@ -225,23 +182,20 @@ def test_config_rejects_wrong_factory_types():
         IQLConfig(value_encoder_factory="default")
 
 
-def test_defaults_mirror_d3rlpy():
+def test_defaults_mirror_d3rlpy(build_algo):
     cfg = IQLConfig()
     assert (cfg.batch_size, cfg.gamma, cfg.actor_learning_rate, cfg.critic_learning_rate) == (256, 0.99, 3e-4, 3e-4)
     assert (cfg.tau, cfg.n_critics, cfg.expectile, cfg.weight_temp, cfg.max_weight) == (0.005, 2, 0.7, 3.0, 100.0)
     assert cfg.observation_scaler is None and cfg.action_scaler is None and cfg.reward_scaler is None
-    algo = cfg.create()
-    algo.create_impl((3,), 2)
+    algo = build_algo(cfg)
     policy = algo.modules["policy"]
     assert (policy.min_logstd, policy.max_logstd, policy.use_std_parameter) == (-5.0, 2.0, True)
 
 
-def test_copy_q_function_and_policy_between_iql_instances():
+def test_copy_q_function_and_policy_between_iql_instances(small_encoder, build_algo):
     offrl.seed(0)
-    cfg = IQLConfig(actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory())
-    a, b = cfg.create(), cfg.create()
-    a.create_impl((3,), 2)
-    b.create_impl((3,), 2)
+    cfg = IQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, value_encoder_factory=small_encoder)
+    a, b = build_algo(cfg), build_algo(cfg)
     x = np.random.default_rng(2).normal(size=(5, 3)).astype(np.float32)
     actions = np.zeros((5, 2), np.float32)
     assert not np.allclose(a.predict(x), b.predict(x))

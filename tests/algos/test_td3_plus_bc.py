@@ -16,32 +16,25 @@ from hypothesis.extra.numpy import arrays
 import offrl
 from offrl.algos.iql import IQLConfig
 from offrl.algos.td3_plus_bc import TD3PlusBC, TD3PlusBCConfig, smooth_target_action
-from offrl.dataset import MDPDataset
 from offrl.dataset.batch import TransitionMiniBatch
-from offrl.logging import NoopAdapterFactory
 from offrl.models.encoders import VectorEncoderFactory
-from offrl.models.q_functions import IQNQFunctionFactory, MeanQFunctionFactory, QRQFunctionFactory
+from offrl.models.q_functions import (
+    IQNQFunctionFactory,
+    MeanQFunctionFactory,
+    QRQFunctionFactory,
+)
+
+TARGETS = ("targ_q_function", "targ_policy")  # perturbed, so that using an online network in place of a target shows
 
 
-def small_factory() -> VectorEncoderFactory:
-    return VectorEncoderFactory(hidden_units=[16, 16])
+@pytest.fixture
+def small_config(small_encoder):
+    """Builder of TD3+BC configs with small encoders."""
 
+    def make(**changes) -> TD3PlusBCConfig:
+        return TD3PlusBCConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, **changes)
 
-def small_config(**changes) -> TD3PlusBCConfig:
-    return TD3PlusBCConfig(actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), **changes)
-
-
-def hand_batch(action_size: int = 2) -> TransitionMiniBatch:
-    rng = np.random.default_rng(0)
-    return TransitionMiniBatch(
-        observations=rng.normal(size=(4, 3)).astype(np.float32),
-        actions=rng.uniform(-1.0, 1.0, size=(4, action_size)).astype(np.float32),
-        rewards=np.array([[1.0], [-0.5], [2.0], [0.0]], dtype=np.float32),
-        next_observations=rng.normal(size=(4, 3)).astype(np.float32),
-        next_actions=rng.uniform(-1.0, 1.0, size=(4, action_size)).astype(np.float32),
-        terminals=np.array([[0.0], [1.0], [0.0], [0.0]], dtype=np.float32),
-        intervals=np.array([[1.0], [1.0], [3.0], [1.0]], dtype=np.float32),
-    )
+    return make
 
 
 def numpy_of(t: torch.Tensor) -> np.ndarray:
@@ -50,17 +43,6 @@ def numpy_of(t: torch.Tensor) -> np.ndarray:
 
 def params(module: torch.nn.Module) -> list:
     return [p.detach().clone() for p in module.parameters()]
-
-
-def built(config: TD3PlusBCConfig, action_size: int = 2, perturb_targets: bool = True) -> TD3PlusBC:
-    algo = config.create()
-    algo.create_impl((3,), action_size)
-    if perturb_targets:  # so that using an online network in place of a target shows
-        with torch.no_grad():
-            for name in ("targ_q_function", "targ_policy"):
-                for p in algo.modules[name].parameters():
-                    p.add_(0.1 * torch.randn_like(p))
-    return algo
 
 
 def expected_critic_loss(algo: TD3PlusBC, batch: TransitionMiniBatch, gamma: float) -> float:
@@ -84,10 +66,10 @@ def expected_actor_loss(q_function, policy_actions: np.ndarray, obs: np.ndarray,
 
 
 @pytest.mark.parametrize("n_critics", [1, 2, 3])
-def test_losses_on_hand_built_batch(n_critics):
+def test_losses_on_hand_built_batch(n_critics, hand_batch, build_algo, small_config):
     offrl.seed(0)
     cfg = small_config(gamma=0.9, alpha=1.7, n_critics=n_critics, target_smoothing_sigma=0.0)
-    algo = built(cfg)
+    algo = build_algo(cfg, perturb=TARGETS)
     batch = hand_batch()
     critic_loss = expected_critic_loss(algo, batch, cfg.gamma)
     with torch.no_grad():
@@ -102,20 +84,20 @@ def test_losses_on_hand_built_batch(n_critics):
     assert losses["actor_loss"] == pytest.approx(actor_loss, rel=1e-5, abs=1e-5)
 
 
-def test_clipped_noise_is_zero_with_zero_clip():
+def test_clipped_noise_is_zero_with_zero_clip(hand_batch, build_algo, small_config):
     """sigma > 0 but clip = 0: the target is the unsmoothed one."""
     offrl.seed(0)
     cfg = small_config(target_smoothing_sigma=5.0, target_smoothing_clip=0.0)
-    algo = built(cfg)
+    algo = build_algo(cfg, perturb=TARGETS)
     batch = hand_batch()
     expected = expected_critic_loss(algo, batch, cfg.gamma)
     assert algo.update(batch)["critic_loss"] == pytest.approx(expected, rel=1e-5, abs=1e-5)
 
 
-def test_policy_and_targets_update_every_interval_steps():
+def test_policy_and_targets_update_every_interval_steps(hand_batch, build_algo, small_config):
     offrl.seed(0)
     cfg = small_config(update_actor_interval=3, tau=0.1)
-    algo = built(cfg)
+    algo = build_algo(cfg, perturb=TARGETS)
     batch = hand_batch()
     nets = algo.modules
     reported = []
@@ -138,20 +120,20 @@ def test_policy_and_targets_update_every_interval_steps():
     assert reported[3] != reported[0]
 
 
-def test_first_steps_before_any_policy_update_report_zero():
+def test_first_steps_before_any_policy_update_report_zero(hand_batch, build_algo, small_config):
     """Resuming at a grad_step that is not a multiple of the interval."""
-    algo = built(small_config(update_actor_interval=2))
+    algo = build_algo(small_config(update_actor_interval=2), perturb=TARGETS)
     algo.set_grad_step(1)
     assert algo.update(hand_batch())["actor_loss"] == 0.0
     assert algo.update(hand_batch())["actor_loss"] != 0.0
 
 
-def test_policy_step_leaves_critic_gradients_alone():
+def test_policy_step_leaves_critic_gradients_alone(hand_batch, build_algo, small_config):
     """The critics' gradients after an update are those of the critic loss
     only (the policy step does not write into them) and they stay trainable."""
     offrl.seed(0)
     cfg = small_config(target_smoothing_sigma=0.0)
-    algo = built(cfg)
+    algo = build_algo(cfg, perturb=TARGETS)
     batch = hand_batch()
     q = copy.deepcopy(algo.modules["q_function"])
     obs, act = torch.from_numpy(batch.observations), torch.from_numpy(batch.actions)
@@ -193,18 +175,18 @@ def test_smoothing_noise_is_gaussian_then_clipped():
 
 
 @pytest.mark.parametrize("factory", [MeanQFunctionFactory(), QRQFunctionFactory(n_quantiles=8), IQNQFunctionFactory(n_quantiles=8, n_greedy_quantiles=4, embed_size=8)])
-def test_distributional_critics_train(factory):
+def test_distributional_critics_train(factory, hand_batch, build_algo, small_config):
     offrl.seed(0)
-    algo = built(small_config(q_func_factory=factory))
+    algo = build_algo(small_config(q_func_factory=factory), perturb=TARGETS)
     for _ in range(3):
         losses = algo.update(hand_batch())
         assert all(np.isfinite(v) for v in losses.values())
     assert algo.predict_value(hand_batch().observations, hand_batch().actions).shape == (4,)
 
 
-def test_predict_is_the_deterministic_policy():
+def test_predict_is_the_deterministic_policy(build_algo, small_config):
     offrl.seed(0)
-    algo = built(small_config())
+    algo = build_algo(small_config(), perturb=TARGETS)
     x = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
     with torch.no_grad():
         expected = algo.modules["policy"](torch.from_numpy(x)).numpy()
@@ -217,37 +199,22 @@ def test_predict_is_the_deterministic_policy():
         np.testing.assert_array_equal(algo.policy_module()(torch.from_numpy(x)).numpy(), expected)
 
 
-def one_step_dataset(n: int = 1000, seed: int = 0) -> MDPDataset:
-    """Single-step episodes, logged actions uniform in [-1, 1], reward -(a - 0.5)^2."""
-    rng = np.random.default_rng(seed)
-    observations = rng.normal(size=(n, 3)).astype(np.float32)
-    actions = rng.uniform(-1.0, 1.0, size=(n, 1)).astype(np.float32)
-    rewards = -((actions[:, 0] - 0.5) ** 2)
-    return MDPDataset(observations, actions, rewards, np.ones(n, dtype=np.float32))
+def one_step_config(factory: VectorEncoderFactory) -> TD3PlusBCConfig:
+    """The config fitted on the one-step problem."""
+    return TD3PlusBCConfig(batch_size=64, actor_encoder_factory=factory, critic_encoder_factory=factory)
 
 
-def fit_one_step_problem(seed: int, n_steps: int) -> np.ndarray:
-    """|greedy action - 0.5| on 100 states after ``n_steps`` on the one-step problem."""
-    offrl.seed(seed)
-    dataset = one_step_dataset(seed=seed)
-    factory = VectorEncoderFactory(hidden_units=[64, 64])
-    algo = TD3PlusBCConfig(batch_size=64, actor_encoder_factory=factory, critic_encoder_factory=factory).create()
-    algo.fit(dataset, n_steps=n_steps, n_steps_per_epoch=n_steps, logger_adapter=NoopAdapterFactory(), show_progress=False)
-    x = np.random.default_rng(seed + 100).normal(size=(100, 3)).astype(np.float32)
-    return algo.predict(x)[:, 0]
-
-
-def test_learns_the_best_logged_action():
+def test_learns_the_best_logged_action(fit_one_step_problem):
     """The logged actions average 0; the greedy action moves to about 0.5."""
-    prediction = fit_one_step_problem(seed=0, n_steps=1500)
+    prediction = fit_one_step_problem(one_step_config, seed=0, n_steps=1500)
     assert abs(prediction.mean() - 0.5) < 0.25, prediction.mean()
     assert np.median(np.abs(prediction - 0.5)) < 0.25, prediction
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_learns_the_best_logged_action_in_most_states(seed):
-    prediction = fit_one_step_problem(seed=seed, n_steps=3000)
+def test_learns_the_best_logged_action_in_most_states(seed, fit_one_step_problem):
+    prediction = fit_one_step_problem(one_step_config, seed=seed, n_steps=3000)
     assert abs(prediction.mean() - 0.5) < 0.2, prediction.mean()
     assert np.quantile(np.abs(prediction - 0.5), 0.9) < 0.25, prediction
 
@@ -291,9 +258,9 @@ def test_defaults_mirror_d3rlpy():
     assert isinstance(cfg.q_func_factory, MeanQFunctionFactory)
 
 
-def test_copy_policy_and_q_function_between_instances():
+def test_copy_policy_and_q_function_between_instances(build_algo, small_config):
     offrl.seed(0)
-    a, b = built(small_config(), perturb_targets=False), built(small_config(), perturb_targets=False)
+    a, b = build_algo(small_config()), build_algo(small_config())
     x = np.random.default_rng(2).normal(size=(5, 3)).astype(np.float32)
     actions = np.random.default_rng(3).uniform(-1, 1, size=(5, 2)).astype(np.float32)
     assert not np.allclose(a.predict(x), b.predict(x))
@@ -308,14 +275,13 @@ def test_copy_policy_and_q_function_between_instances():
     b.copy_q_function_optim_from(a)
 
 
-def test_copy_rejects_networks_that_do_not_fit():
+def test_copy_rejects_networks_that_do_not_fit(small_encoder, build_algo, small_config):
     offrl.seed(0)
-    td3 = built(small_config(), perturb_targets=False)
-    three_critics = built(small_config(n_critics=3), perturb_targets=False)
+    td3 = build_algo(small_config())
+    three_critics = build_algo(small_config(n_critics=3))
     with pytest.raises(ValueError, match="Q-function"):
         td3.copy_q_function_from(three_critics)
-    iql = IQLConfig(actor_encoder_factory=small_factory(), critic_encoder_factory=small_factory(), value_encoder_factory=small_factory()).create()
-    iql.create_impl((3,), 2)
+    iql = build_algo(IQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, value_encoder_factory=small_encoder))
     with pytest.raises(ValueError, match="policy"):
         td3.copy_policy_from(iql)  # a Gaussian policy does not fit a deterministic one
     td3.copy_q_function_from(iql)  # same critics: mean Q-functions, same encoder and ensemble size
