@@ -3,12 +3,15 @@
 predict latency) against the issue's targets, with d3rlpy 2.x side by side
 and a bare-torch reference of the same maths.
 
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
     python benchmarks/algos.py                  # all algorithms (a few minutes)
     python benchmarks/algos.py --quick          # short rounds, for a smoke run
     python benchmarks/algos.py --only SAC,CQL   # some algorithms
-    python benchmarks/algos.py --threads 1      # torch.set_num_threads(1) in both libraries
+    python benchmarks/algos.py --threads 2      # torch.set_num_threads(2) in both libraries (default 1)
     python benchmarks/algos.py --no-d3rlpy      # offrl and the reference only
-    python benchmarks/algos.py --profile        # + torch.profiler / cProfile of offrl's _update
+    python benchmarks/algos.py --profile        # + torch.profiler / cProfile of offrl's training_step
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/algos.py   # with d3rlpy
 
 Every algorithm runs at its documented default config (only ``device`` is
 set, to the CPU). Datasets are synthetic and seeded, 20,000 steps:
@@ -23,8 +26,8 @@ Measured for offrl (in this interpreter):
 
 1. updates per second of ``dataset.sample_transition_batch(batch_size)``
    followed by ``algo.update(batch)`` (the public API, which returns floats),
-   and of the internal fast path ``fit`` uses (``_update`` on
-   ``_preprocess(batch.to_torch(device))``, losses left as tensors);
+   and of the fast path ``fit`` uses (``algo.training_step(batch)``,
+   losses left as tensors);
 2. the fast path against ``benchmarks/_reference.py``: the same maths
    written in plain torch (``nn.Sequential`` MLPs, Adam, numpy gathers from
    preallocated arrays), with the critic ensemble as separate networks and
@@ -34,15 +37,14 @@ Measured for offrl (in this interpreter):
    ``os.devnull``) against a plain loop of sample + ``algo.update`` and of
    the fast path, for the same number of steps;
 4. ``algo.predict`` on one observation (batch of 1);
-5. updates per second with ``torch.set_num_threads(1)`` against the default
-   thread count (or against 1 and the machine default under ``--threads``).
+5. updates per second with ``--threads`` (default 1) threads against torch's
+   default thread count (or against 1 when ``--threads`` is not 1).
 
 d3rlpy (``update`` after ``build_with_dataset``, sampling with its own
 ``sample_transition_batch``; ``predict``; both thread settings) runs in the
-interpreter given by ``--d3rlpy-python``, ``$D3RLPY_PYTHON`` or
-``/opt/d3venv/bin/python``, which runs this same file with ``--backend
-d3rlpy --json`` (in-process when d3rlpy is importable here). The d3rlpy side
-never imports offrl.
+interpreter given by ``--d3rlpy-python`` or ``$D3RLPY_PYTHON`` (skipped
+with a note when neither is given), a worker process that runs this same
+file with ``--backend d3rlpy --json``. The d3rlpy side never imports offrl.
 
 Timing: after a warm-up (20 updates, 5 with ``--quick``) the number of steps
 per round is calibrated to a round length; variants that are compared with
@@ -64,20 +66,18 @@ import importlib.util
 import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-N_STEPS = 20_000
-PENDULUM_EPISODE = 200
-CARTPOLE_EPISODES = (10, 200)  # episode lengths drawn from [10, 200)
-SEED = 0
-DEFAULT_D3RLPY_PYTHON = "/opt/d3venv/bin/python"
-JSON_MARKER = "@@offrl-benchmark-json@@"
+import _reference as ref_lib
+from _data import N_STEPS, PENDULUM_EPISODE, SEED, make_data, reference_arrays
+from _harness import (FULL, QUICK, Settings, StepRunner, add_common_args, check_threads, d3rlpy_interpreter,
+                      format_table, fmt as _f, log, ok as _ok, loop, paired_ratio, parse_only, print_load,
+                      quiet_d3rlpy, run_json, run_rounds, warm_up, worker_main)
+
 FIT_EPOCH = 10**9  # n_steps_per_epoch for the fit runs: one epoch
 
 
@@ -111,143 +111,6 @@ TARGETS = {
 D3RLPY_PREDICT_EARLIER_US = 271.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    warmup: int
-    main_round_s: float  # updates/s headline: rounds x round_s ~ 3-5 s
-    main_rounds: int
-    cmp_round_s: float  # interleaved comparisons
-    cmp_rounds: int
-    call_round_s: float  # predict / sampling
-    call_rounds: int
-
-
-FULL = Settings(warmup=20, main_round_s=0.8, main_rounds=5, cmp_round_s=0.5, cmp_rounds=3, call_round_s=0.2, call_rounds=5)
-QUICK = Settings(warmup=5, main_round_s=0.25, main_rounds=3, cmp_round_s=0.15, cmp_rounds=3, call_round_s=0.05, call_rounds=3)
-
-
-# --------------------------------------------------------------------- data
-def make_data(kind: str, steps: int = N_STEPS, seed: int = SEED) -> Dict[str, np.ndarray]:
-    """Seeded synthetic arrays (the same in both interpreters)."""
-    rng = np.random.default_rng(seed)
-    terminals = np.zeros(steps, dtype=np.float32)
-    timeouts = np.zeros(steps, dtype=np.float32)
-    if kind == "pendulum":
-        observations = rng.standard_normal((steps, 3), dtype=np.float32)
-        actions = rng.uniform(-2.0, 2.0, size=(steps, 1)).astype(np.float32)
-        rewards = rng.standard_normal(steps, dtype=np.float32)
-        timeouts[PENDULUM_EPISODE - 1 :: PENDULUM_EPISODE] = 1.0
-        timeouts[-1] = 1.0
-    elif kind == "cartpole":
-        observations = rng.standard_normal((steps, 4), dtype=np.float32)
-        actions = rng.integers(0, 2, size=steps).astype(np.int64)
-        rewards = np.ones(steps, dtype=np.float32)
-        ends, t = [], 0
-        while True:
-            t += int(rng.integers(*CARTPOLE_EPISODES))
-            if t >= steps:
-                break
-            ends.append(t - 1)
-        terminals[ends] = 1.0
-        terminals[-1] = 1.0
-    else:
-        raise ValueError(kind)
-    return {"observations": observations, "actions": actions, "rewards": rewards,
-            "terminals": terminals, "timeouts": timeouts}
-
-
-def reference_arrays(data: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    """Transitions as flat arrays for the bare-numpy sampler: every step
-    with a successor in its episode, and every terminal step (next
-    observation zeros); a timeout's last step has no successor and is left
-    out."""
-    obs, n = data["observations"], data["observations"].shape[0]
-    end = (data["terminals"] > 0) | (data["timeouts"] > 0)
-    keep = ~(data["timeouts"] > 0)
-    next_obs = np.zeros_like(obs)
-    next_obs[:-1] = obs[1:]
-    next_obs[end] = 0.0
-    actions = data["actions"]
-    if actions.ndim == 1:
-        actions = actions.reshape(-1, 1)
-    return {
-        "observations": obs[keep], "actions": actions[keep], "rewards": data["rewards"][keep],
-        "next_observations": next_obs[keep], "terminals": data["terminals"][keep],
-    }
-
-
-# ------------------------------------------------------------------ timing
-StepRunner = Callable[[int], Any]  # runs k steps
-
-
-def run_rounds(variants: Dict[str, StepRunner], round_s: float, rounds: int, warmup: int = 2,
-               min_steps: int = 2) -> Dict[str, dict]:
-    """Time each variant (a function running ``k`` steps) in interleaved
-    rounds of about ``round_s`` seconds; ms per step, median over rounds."""
-    names = list(variants)
-    for name in names:
-        if warmup:
-            variants[name](warmup)
-    steps: Dict[str, int] = {}
-    for name in names:  # calibrate
-        k = 1
-        while True:
-            t0 = time.perf_counter()
-            variants[name](k)
-            elapsed = time.perf_counter() - t0
-            if elapsed >= round_s / 4 or k >= 1 << 20:
-                break
-            k *= 2 if elapsed < round_s / 40 else 1 + int(round_s / 4 / max(elapsed, 1e-9))
-        steps[name] = max(min_steps, int(k * round_s / max(elapsed, 1e-9)))
-    per_round: Dict[str, List[float]] = {n: [] for n in names}
-    gc_was_enabled = gc.isenabled()
-    try:
-        for r in range(rounds):
-            order = names[r % len(names):] + names[: r % len(names)]  # rotate: no fixed position
-            for name in order:
-                gc.collect()
-                gc.disable()
-                t0 = time.perf_counter()
-                variants[name](steps[name])
-                per_round[name].append((time.perf_counter() - t0) / steps[name] * 1e3)
-                if gc_was_enabled:
-                    gc.enable()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return {
-        n: {"ms": statistics.median(v), "min_ms": min(v), "max_ms": max(v), "steps": steps[n], "rounds": rounds,
-            "per_round": v}
-        for n, v in per_round.items()
-    }
-
-
-def warm_up(run: StepRunner, steps: int, max_s: float = 5.0) -> int:
-    """Run up to ``steps`` steps, stopping early (after at least 3) once
-    ``max_s`` seconds have passed; returns the steps run."""
-    t0, done = time.perf_counter(), 0
-    while done < steps:
-        run(1)
-        done += 1
-        if done >= 3 and time.perf_counter() - t0 > max_s:
-            break
-    return done
-
-
-def loop(fn: Callable[[], Any]) -> StepRunner:
-    def run(k: int) -> None:
-        for _ in range(k):
-            fn()
-    return run
-
-
-def paired_ratio(a: Optional[dict], b: Optional[dict]) -> Optional[float]:
-    """Median over rounds of ``a / b`` (interleaved rounds of the same call)."""
-    if a is None or b is None:
-        return None
-    return statistics.median(x / y for x, y in zip(a["per_round"], b["per_round"]))
-
-
 def with_threads(n: int, run: StepRunner, restore: int) -> StepRunner:
     import torch
 
@@ -261,22 +124,12 @@ def with_threads(n: int, run: StepRunner, restore: int) -> StepRunner:
 
 
 def thread_settings(initial: int, requested: Optional[int]) -> Tuple[int, Optional[int]]:
-    """(main, alternative) thread counts: main is ``--threads`` or torch's
-    default; the alternative is 1, or the default when main is 1."""
+    """(main, alternative) thread counts: main is ``--threads`` (default 1)
+    or torch's default; the alternative is 1, or torch's default when main
+    is 1."""
     main = requested or initial
     alt = 1 if main != 1 else (initial if initial != 1 else None)
     return main, alt
-
-
-# ---------------------------------------------------------------- offrl side
-def _import_offrl():
-    try:
-        import offrl  # noqa: F401
-    except ImportError:  # running from a checkout without installing it
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import offrl
-
-    return offrl
 
 
 def offrl_config_class(spec: AlgoSpec) -> Tuple[Optional[type], Optional[str]]:
@@ -297,9 +150,7 @@ def measure_offrl_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, O
                        log: Callable[[str], None]) -> dict:
     import torch
 
-    offrl = _import_offrl()
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import _reference as ref_lib
+    import offrl
     from offrl.dataset import MDPDataset
     from offrl.logging import NoopAdapterFactory
 
@@ -322,10 +173,8 @@ def measure_offrl_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, O
     def public_step() -> None:
         algo.update(dataset.sample_transition_batch(batch_size))
 
-    def fast_step() -> None:
-        batch = algo._preprocess(dataset.sample_transition_batch(batch_size).to_torch(device))
-        algo._update(batch, algo._grad_step)
-        algo._grad_step += 1
+    def fast_step() -> None:  # what fit runs per step: losses stay tensors
+        algo.training_step(dataset.sample_transition_batch(batch_size))
 
     log(f"[offrl] {spec.name}: warm-up, updates/s (sample + update)")
     out["warmup_steps"] = warm_up(loop(public_step), settings.warmup)
@@ -363,7 +212,7 @@ def measure_offrl_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, O
     out["reference_best"] = best
     out["reference_ratio"] = paired_ratio(out["cmp_offrl"], res[best])
     samples = run_rounds({
-        "offrl": loop(lambda: algo._preprocess(dataset.sample_transition_batch(batch_size).to_torch(device))),
+        "offrl": loop(lambda: algo.preprocess_batch(dataset.sample_transition_batch(batch_size).to_torch(device))),
         "numpy": loop(lambda: sampler.sample(batch_size)),
     }, settings.call_round_s, settings.call_rounds)
     out["sample_offrl"], out["sample_numpy"] = samples["offrl"], samples["numpy"]
@@ -417,7 +266,7 @@ def profile_offrl_algo(spec: AlgoSpec, steps: int, threads: int) -> str:
 
     import torch
 
-    offrl = _import_offrl()
+    import offrl
     from offrl.dataset import MDPDataset
 
     config_class, why = offrl_config_class(spec)
@@ -433,9 +282,7 @@ def profile_offrl_algo(spec: AlgoSpec, steps: int, threads: int) -> str:
 
     def run(k: int) -> None:
         for _ in range(k):
-            batch = algo._preprocess(dataset.sample_transition_batch(bs).to_torch(algo.device))
-            algo._update(batch, algo._grad_step)
-            algo._grad_step += 1
+            algo.training_step(dataset.sample_transition_batch(bs))
 
     run(10)
     from torch.profiler import ProfilerActivity, profile
@@ -509,17 +356,14 @@ def measure(backend: str, names: Sequence[str], quick: bool, requested_threads: 
         "torch": torch.__version__, "initial_threads": initial_threads, "threads": list(threads), "algos": {},
     }
     if backend == "offrl":
-        out["version"] = _import_offrl().__version__
+        import offrl
+
+        out["version"] = offrl.__version__
         measure_algo = measure_offrl_algo
     else:
         import d3rlpy
 
-        with contextlib.suppress(Exception):  # keep d3rlpy's info logs quiet
-            import logging
-
-            import structlog
-
-            structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        quiet_d3rlpy()
         out["version"] = d3rlpy.__version__
         measure_algo = measure_d3rlpy_algo
     for name in names:
@@ -535,65 +379,25 @@ def measure(backend: str, names: Sequence[str], quick: bool, requested_threads: 
     return out
 
 
-# -------------------------------------------------------------- d3rlpy run
-def d3rlpy_python(args: argparse.Namespace) -> Optional[str]:
-    if args.d3rlpy_python:
-        return args.d3rlpy_python
-    if os.environ.get("D3RLPY_PYTHON"):
-        return os.environ["D3RLPY_PYTHON"]
-    if os.path.exists(DEFAULT_D3RLPY_PYTHON):
-        return DEFAULT_D3RLPY_PYTHON
-    return None
-
-
-def run_d3rlpy(args: argparse.Namespace, names: Sequence[str], log: Callable[[str], None]) -> Tuple[Optional[dict], str]:
-    if args.no_d3rlpy:
-        return None, "skipped (--no-d3rlpy)"
-    if importlib.util.find_spec("d3rlpy") is not None:
-        return measure("d3rlpy", names, args.quick, args.threads, log), "in-process"
-    python = d3rlpy_python(args)
+def run_d3rlpy(args: argparse.Namespace, names: Sequence[str]) -> Tuple[Optional[dict], str]:
+    """The d3rlpy side: this file run with ``--backend d3rlpy --json`` in
+    the d3rlpy interpreter (its own process; it never imports offrl)."""
+    python, note = d3rlpy_interpreter(args)
     if python is None:
-        return None, "not available (install d3rlpy or pass --d3rlpy-python)"
-    cmd = [python, os.path.abspath(__file__), "--backend", "d3rlpy", "--json", "--only", ",".join(names)]
+        return None, note
+    argv = ["--backend", "d3rlpy", "--json", "--only", ",".join(names), "--threads", str(args.threads)]
     if args.quick:
-        cmd.append("--quick")
-    if args.threads:
-        cmd += ["--threads", str(args.threads)]
-    log(f"[d3rlpy] running {' '.join(cmd)}")
-    try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=None if args.verbose else subprocess.PIPE,
-                              text=True, timeout=1800)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"failed to run {python}: {e}"
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(JSON_MARKER):
-            return json.loads(line[len(JSON_MARKER):]), f"subprocess {python}"
-    tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-15:])
-    return None, f"{python} exited with {proc.returncode}:\n{tail}"
+        argv.append("--quick")
+    return run_json(python, __file__, argv, timeout=1800, show_stderr=args.verbose)
+
+
+def _table(header: Sequence[str], rows: List[Sequence[Any]]) -> List[str]:
+    return format_table(header, rows).splitlines()
 
 
 # ----------------------------------------------------------------- report
 def _ups(r: Optional[dict]) -> Optional[float]:
     return None if r is None else 1e3 / r["ms"]
-
-
-def _f(v: Optional[float], fmt: str = "{:.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
-
-
-def _table(header: Sequence[str], rows: List[Sequence[Any]], left: int = 1) -> List[str]:
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max(len(str(r[i])) for r in rows + [list(header)]) for i in range(len(header))]
-
-    def fmt(r):
-        return "  ".join(c.ljust(w) if i < left or i >= len(header) - 1 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    return [fmt(header), "  ".join("-" * w for w in widths)] + [fmt(r) for r in rows]
-
-
-def _ok(passed: Optional[bool]) -> str:
-    return "-" if passed is None else ("ok" if passed else "MISS")
 
 
 def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quick: bool,
@@ -656,7 +460,7 @@ def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quic
                      f"{excl:.2f}x", _f(a["reference_fused"]["ms"], "{:.2f}"),
                      _f(paired_ratio(a["cmp_offrl"], a["reference_fused"]), "{:.2f}x"),
                      f"<= {TARGETS['reference_ratio']:.2f}x", _ok(None if r is None else r <= TARGETS["reference_ratio"])])
-    lines.append("2. offrl fast path (sample + to_torch + _update) vs the bare-torch reference (numpy gather + "
+    lines.append("2. offrl fast path (sample + training_step) vs the bare-torch reference (numpy gather + "
                  "update), ms per step, interleaved rounds; target on offrl/ref (offrl uses fused Adam; compare with the fused-Adam column too)")
     lines += _table(("algorithm", "offrl", "ref list", "ref batched", "best ref", "offrl/ref",
                      "offrl sample", "numpy sample", "excl. sampling", "ref fused-Adam", "offrl/fused",
@@ -678,8 +482,8 @@ def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quic
                      f"<= {TARGETS['fit_ratio']:.2f}x", _ok(worst <= TARGETS["fit_ratio"])])
     lines.append("3. fit(logger_adapter=NoopAdapterFactory(), n_steps_per_epoch >= n_steps) vs a plain loop, "
                  "ms per step (sampling included everywhere)")
-    lines += _table(("algorithm", "loop update", "loop _update", "fit", "fit+progress", "fit steps",
-                     "fit/loop (plain/progress)", "fit/_update loop", "target", "result"), rows)
+    lines += _table(("algorithm", "loop update", "loop training_step", "fit", "fit+progress", "fit steps",
+                     "fit/loop (plain/progress)", "fit/training_step loop", "target", "result"), rows)
     lines.append("")
 
     # 4. predict
@@ -751,48 +555,29 @@ def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quic
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="short rounds (a smoke run)")
-    parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(SPECS)}")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) (both libraries)")
-    parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
-    parser.add_argument("--d3rlpy-python", default=None,
-                        help=f"interpreter with d3rlpy (default $D3RLPY_PYTHON or {DEFAULT_D3RLPY_PYTHON})")
+    add_common_args(parser, only=list(SPECS))
     parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None, help="measure one backend only")
     parser.add_argument("--json", action="store_true", help="print the results of --backend as JSON")
     parser.add_argument("--profile", action="store_true",
-                        help="also print torch.profiler / cProfile tables of offrl's _update per algorithm")
-    parser.add_argument("--verbose", action="store_true", help="show the d3rlpy subprocess's progress")
+                        help="also print torch.profiler / cProfile tables of offrl's training_step per algorithm")
+    parser.add_argument("--verbose", action="store_true", help="show the d3rlpy worker's progress")
     args = parser.parse_args(argv)
-    if args.only:
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
-        lookup = {n.lower(): n for n in SPECS}
-        unknown = [n for n in names if n.lower() not in lookup]
-        if unknown:
-            parser.error(f"unknown algorithms {unknown}; choose from {list(SPECS)}")
-        names = [lookup[n.lower()] for n in names]
-    else:
-        names = list(SPECS)
-    if args.threads is not None and args.threads < 1:
-        parser.error("--threads must be >= 1")
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+    names = parse_only(args.only, list(SPECS), parser)
+    check_threads(args, parser)
 
     started = time.perf_counter()
     if args.backend is not None:
-        real_stdout = sys.stdout
-        with contextlib.redirect_stdout(sys.stderr):  # library chatter stays off the JSON
-            results = measure(args.backend, names, args.quick, args.threads, log)
-        real_stdout.write((JSON_MARKER + json.dumps(results)) if args.json else json.dumps(results, indent=2))
-        real_stdout.write("\n")
+        if args.json:
+            return worker_main(lambda: measure(args.backend, names, args.quick, args.threads, log))
+        print(json.dumps(measure(args.backend, names, args.quick, args.threads, log), indent=2))
         return 0
 
-    load_start = os.getloadavg()
+    load_start = print_load("start")
     offrl_results = measure("offrl", names, args.quick, args.threads, log)
     gc.collect()
     measured = [n for n in names if "update" in offrl_results["algos"][n]]  # no d3rlpy run for skipped ones
-    d3_results, d3_source = run_d3rlpy(args, measured, log) if measured else (None, "nothing to compare")
-    load_end = os.getloadavg()
+    d3_results, d3_source = run_d3rlpy(args, measured) if measured else (None, "nothing to compare")
+    load_end = print_load("end")
     print(report(offrl_results, d3_results, d3_source, names, args.quick, (load_start, load_end)))
     if args.profile:
         import torch
