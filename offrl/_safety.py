@@ -23,6 +23,7 @@ __all__ = [
     "check_regular_file",
     "check_declared_size",
     "checked_h5_dataset",
+    "check_h5_dataset_id",
     "read_h5_dataset",
     "sibling_temporary_name",
     "NUMERIC_KINDS",
@@ -149,6 +150,30 @@ def checked_h5_dataset(group: Any, key: str, where: str, field: Optional[str] = 
             f"only {format_bytes(node.id.get_storage_size())} of it: the file is truncated or forged"
         )
     return node
+
+
+def check_h5_dataset_id(dataset: Any, where: str, field: str) -> None:
+    """:func:`checked_h5_dataset`'s checks on a low-level ``h5py.h5d.DatasetID``
+    (readers that walk many small datasets use those, for speed)."""
+    from h5py import h5d
+
+    dcpl = dataset.get_create_plist()
+    if dcpl.get_layout() not in (h5d.COMPACT, h5d.CONTIGUOUS, h5d.CHUNKED):
+        raise ValueError(f"{where}: {field} is a virtual dataset; offrl reads only data stored in the file itself")
+    if dcpl.get_external_count() > 0:
+        raise ValueError(f"{where}: {field} keeps its values in an external file; offrl reads only data stored in the file itself")
+    dtype = dataset.dtype
+    if dtype.kind not in NUMERIC_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise TypeError(f"{where}: {field} has dtype {dtype}, expected numbers (bool, int or float)")
+    shape = dataset.shape
+    if shape is None:
+        raise ValueError(f"{where}: {field} has no shape (an empty dataspace)")
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize if shape else dtype.itemsize
+    if dcpl.get_nfilters() == 0 and declared > 0 and dataset.get_storage_size() < declared:
+        raise ValueError(
+            f"{where}: {field} declares shape {shape} {dtype.name} ({format_bytes(declared)}) but the file stores "
+            f"only {format_bytes(dataset.get_storage_size())} of it: the file is truncated or forged"
+        )
 
 
 def read_h5_dataset(

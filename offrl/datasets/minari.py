@@ -43,12 +43,16 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
 from ..dataset.replay_buffer import MDPDataset, ReplayBufferBase
 from ._build import dataset_from_rows, episode_layout
 
 __all__ = ["get_minari", "to_minari", "MINARI_LAYOUT_VERSION"]
+
+#: the largest Discrete ``n`` a dataset may declare
+MAX_DISCRETE_ACTION_SIZE = 2**24
 
 MINARI_LAYOUT_VERSION = "0.5.4"
 _MAIN_FILE = "main_data.hdf5"
@@ -77,7 +81,7 @@ def _parse_space(value: Any, where: str) -> dict:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:
             raise ValueError(f"{where} is not a JSON space description: {e}") from None
     if not isinstance(value, dict) or "type" not in value:
         raise ValueError(f"{where} is not a space description (a JSON object with a 'type')")
@@ -89,7 +93,10 @@ def _leaves(space: dict, where: str, path: tuple = ()) -> list[_Leaf]:
     kind = space.get("type")
     try:
         if kind == "Box":
-            return [_Leaf(path, "Box", tuple(int(s) for s in space["shape"]), np.dtype(space["dtype"]))]
+            shape = tuple(int(s) for s in space["shape"])
+            if any(s < 0 for s in shape):
+                raise ValueError(f"negative shape {shape}")
+            return [_Leaf(path, "Box", shape, np.dtype(space["dtype"]))]
         if kind == "Discrete":
             return [_Leaf(path, "Discrete", (), np.dtype(np.int64), int(space.get("start", 0)), int(space["n"]))]
         if kind == "Tuple":
@@ -98,8 +105,10 @@ def _leaves(space: dict, where: str, path: tuple = ()) -> list[_Leaf]:
             ]
         if kind == "Dict":
             return [leaf for key, sub in space["subspaces"].items() for leaf in _leaves(sub, where, path + (key,))]
-    except (KeyError, TypeError) as e:
-        raise ValueError(f"{where}: a {kind} space description lacks {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{where}: a {kind} space description is malformed ({type(e).__name__}: {e})") from None
+    except RecursionError:
+        raise ValueError(f"{where}: the space description is nested too deeply") from None
     raise ValueError(f"{where}: {kind!r} spaces are not supported (Box, Discrete, Tuple and Dict are)")
 
 
@@ -172,7 +181,7 @@ def _read_metadata(folder: pathlib.Path) -> tuple[dict, pathlib.Path]:
         try:
             with open(path) as f:
                 metadata = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise ValueError(f"{path} is not readable JSON: {e}") from None
         if not isinstance(metadata, dict):
             raise ValueError(f"{path} does not hold a JSON object")
@@ -198,24 +207,51 @@ def _attr(value: Any) -> Any:
 
 
 # ----------------------------------------------------------- environment
-def _recover_env(env_spec: Any, render_mode: Optional[str]) -> Any:
-    """``gymnasium.make`` of a stored env spec, or None (with a warning
-    saying why) when gymnasium cannot build it here."""
+def _recover_env(env_spec: Any, render_mode: Optional[str], where: Any) -> Any:
+    """The environment a stored env spec names, made from gymnasium's
+    registry of already-registered ids, or None (with a warning saying why).
+
+    Only the spec's ``id`` (and its plain JSON ``kwargs`` and
+    ``max_episode_steps``) are taken from the file: the environment is made
+    with the *registered* spec's entry point and wrappers, never with an
+    entry point, wrapper or module named in the file, and an id is looked up
+    in the registry as a plain key (gymnasium's ``"module:Env-v0"`` import
+    syntax is not honoured).
+    """
     if not env_spec:
         return None
-    import gymnasium
-    from gymnasium.envs.registration import EnvSpec
-
     try:
-        parsed = json.loads(env_spec) if isinstance(env_spec, str) else dict(env_spec)
-        known = {f.name for f in dataclasses.fields(EnvSpec) if f.init}
-        parsed = {k: v for k, v in parsed.items() if k in known}
-        parsed.setdefault("additional_wrappers", [])
-        spec = EnvSpec.from_json(json.dumps(parsed))
-        kwargs = {} if render_mode is None else {"render_mode": render_mode}
-        return gymnasium.make(spec, **kwargs)
-    except Exception as e:  # gymnasium raises many kinds for unknown / uninstalled envs
-        warnings.warn(f"the dataset's environment cannot be rebuilt here ({type(e).__name__}: {e}); env is None")
+        parsed = json.loads(env_spec) if isinstance(env_spec, str) else env_spec
+    except json.JSONDecodeError as e:
+        warnings.warn(f"{where}: env_spec is not JSON ({e}); env is None")
+        return None
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("id"), str):
+        warnings.warn(f"{where}: env_spec has no string 'id'; env is None")
+        return None
+    import gymnasium
+    from gymnasium.envs.registration import registry
+
+    env_id = parsed["id"]
+    registered = registry.get(env_id)
+    if registered is None:
+        warnings.warn(
+            f"{where}: the dataset's environment {env_id!r} is not registered with gymnasium here; env is None "
+            "(offrl builds environments only from registered ids: import the package that registers it first)"
+        )
+        return None
+    kwargs = parsed.get("kwargs") or {}
+    if not isinstance(kwargs, dict):
+        kwargs = {}
+    kwargs = {k: v for k, v in kwargs.items() if k != "render_mode"}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    steps = parsed.get("max_episode_steps")
+    if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+        kwargs["max_episode_steps"] = steps
+    try:
+        return gymnasium.make(registered, **kwargs)
+    except Exception as e:  # the registered environment's own code may raise anything
+        warnings.warn(f"{where}: environment {env_id!r} cannot be made here ({type(e).__name__}: {e}); env is None")
         return None
 
 
@@ -239,6 +275,9 @@ class _Episodes:
         behaviour: Optional[np.ndarray], total_steps: Any,
     ) -> None:
         n = actions.shape[0]
+        for label, array in (("rewards", rewards), ("terminations", terminations), ("truncations", truncations)):
+            if array.dtype.kind not in _safety.NUMERIC_KINDS:
+                raise TypeError(f"{name}: {label} has dtype {array.dtype}, expected numbers")
         terminated, has_final = _check_episode(
             name, n, [o.shape[0] for o in observations], rewards.shape[0], terminations, truncations,
             final_missing, total_steps,
@@ -358,6 +397,7 @@ def _h5_dataset(parent: Any, path: tuple, where: str, label: str) -> Any:
         label = f"{label}/{key}"
     if not isinstance(node, h5d.DatasetID):
         raise ValueError(f"{where}: {label} is a group, expected a dataset")
+    _safety.check_h5_dataset_id(node, where, label)
     return node
 
 
@@ -393,6 +433,18 @@ def _h5_attr(group: Any, name: str) -> Any:
     return out.item() if out.size == 1 else out
 
 
+def _check_leaf_shape(where: str, label: str, leaf: _Leaf, shape: Optional[tuple]) -> None:
+    """The per-step shape stored for ``leaf`` must be the one its space declares."""
+    if shape is None:
+        raise ValueError(f"{where}: {label} is a scalar, expected one row per step")
+    expected = leaf.shape if leaf.kind == "Box" else ()
+    if shape != expected and not (leaf.kind == "Discrete" and shape == (1,)):
+        part = "".join(f"[{p!r}]" for p in leaf.path)
+        raise ValueError(
+            f"{where}: {label}{part} has per-step shape {shape}, but its {leaf.kind} space declares {expected}"
+        )
+
+
 def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
     """Two passes over the episode groups: shapes and flags first, then every
     array read straight into its rows of the preallocated columns."""
@@ -421,6 +473,16 @@ def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -
             actions = _h5_dataset(members["actions"], act_leaf.path, where, "actions")
             rewards = _h5_dataset(members["rewards"], (), where, "rewards")
             n = actions.shape[0] if actions.shape else 0
+            for label, leaf, dataset in [("actions", act_leaf, actions)] + [
+                ("observations", leaf, d) for leaf, d in zip(obs_leaves, observations)
+            ]:
+                _check_leaf_shape(where, label, leaf, tuple(dataset.shape[1:]) if dataset.shape else None)
+            for label in ("terminations", "truncations"):
+                flags = _h5_dataset(members[label], (), where, label)
+                rows = flags.shape[0] if flags.shape else 0
+                if rows != n or int(np.prod(flags.shape[1:])) != 1:
+                    raise ValueError(f"{where}: {label} has shape {flags.shape}, expected ({n},)")
+                _safety.check_declared_size(where, label, flags.shape, flags.dtype)
             ended, final = _check_episode(
                 where, n, [o.shape[0] if o.shape else 0 for o in observations], rewards.shape[0] if rewards.shape else 0,
                 _h5_all(_h5_dataset(members["terminations"], (), where, "terminations")),
@@ -447,9 +509,19 @@ def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -
             return np.zeros((rows,) + shape, dtype=dtype)
 
         first_obs, first_actions, _, _ = handles[0]
-        observations_out = [column(d) for d in first_obs]
         discrete = act_leaf.kind == "Discrete"
-        actions_out = np.zeros(rows, dtype=np.int64) if discrete else column(first_actions, width_only=True)
+        # floats stay floats, so that a Discrete action of 0.5 is refused rather than truncated
+        discrete_dtype = np.float64 if any(h[1].dtype.kind == "f" for h in handles) else np.int64
+        committed = 0
+        for label, dataset in [(f"observations[{k}]", d) for k, d in enumerate(first_obs)] + [("actions", first_actions)]:
+            dtype = np.dtype(np.float32) if dataset.dtype.kind in "fb" else dataset.dtype
+            if label == "actions" and discrete:
+                dtype = np.dtype(discrete_dtype)
+            committed += _safety.check_declared_size(
+                str(path), f"{label} (all episodes)", (rows,) + tuple(dataset.shape[1:]), dtype, committed
+            )
+        observations_out = [column(d) for d in first_obs]
+        actions_out = np.zeros(rows, dtype=discrete_dtype) if discrete else column(first_actions, width_only=True)
         rewards_out = np.zeros(rows, dtype=np.float32)
         behaviour_out = None
         if any(h[3] is not None for h in handles):
@@ -476,15 +548,27 @@ def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -
     )
 
 
-def _arrow_values(array: Any, leaf: _Leaf) -> np.ndarray:
+def _arrow_values(array: Any, leaf: _Leaf, where: str, label: str) -> np.ndarray:
     import pyarrow as pa
 
     for part in leaf.path:
         array = array.field(part if isinstance(part, str) else str(part))
     if pa.types.is_fixed_size_list(array.type) or pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
         flat = array.flatten().to_numpy(zero_copy_only=False)
-        return flat.reshape((len(array),) + leaf.shape)
-    return array.to_numpy(zero_copy_only=False)
+        expected = len(array) * int(np.prod(leaf.shape, dtype=np.int64))
+        if leaf.kind != "Box" or flat.shape[0] != expected:
+            raise ValueError(
+                f"{where}: {label} holds {flat.shape[0]} values for {len(array)} rows, but its {leaf.kind} space "
+                f"declares per-step shape {leaf.shape if leaf.kind == 'Box' else ()}"
+            )
+        values = flat.reshape((len(array),) + leaf.shape)
+    else:
+        values = array.to_numpy(zero_copy_only=False)
+        if leaf.kind == "Box" and leaf.shape not in ((), (1,)):
+            raise ValueError(f"{where}: {label} holds one value per row, but its Box space declares shape {leaf.shape}")
+    if values.dtype.kind not in _safety.NUMERIC_KINDS:
+        raise TypeError(f"{where}: {label} has dtype {values.dtype} ({array.type}), expected numbers")
+    return values
 
 
 def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
@@ -514,14 +598,19 @@ def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) 
         for required in ("observations", "actions", "rewards", "terminations", "truncations"):
             if required not in table.column_names:
                 raise ValueError(f"{where} has no {required!r} column")
-        meta: dict = {}
+        meta: Any = {}
         if (directory / _METADATA_FILE).is_file():
-            with open(directory / _METADATA_FILE) as f:
-                meta = json.load(f)
+            try:
+                with open(directory / _METADATA_FILE) as f:
+                    meta = json.load(f)
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ValueError(f"{directory / _METADATA_FILE} is not readable JSON: {e}") from None
+            if not isinstance(meta, dict):
+                raise ValueError(f"{directory / _METADATA_FILE} does not hold a JSON object")
         column = {k: table.column(k).combine_chunks() for k in table.column_names}
-        observations = [_arrow_values(column["observations"], leaf) for leaf in obs_leaves]
+        observations = [_arrow_values(column["observations"], leaf, where, "observations") for leaf in obs_leaves]
         rows = len(table)
-        actions = _arrow_values(column["actions"], act_leaf)[: rows - 1]
+        actions = _arrow_values(column["actions"], act_leaf, where, "actions")[: rows - 1]
         behaviour = column[_BEHAVIOUR].to_numpy(zero_copy_only=False)[: rows - 1] if _BEHAVIOUR in column else None
         episodes.add(
             where, observations, actions,
@@ -538,6 +627,7 @@ def get_minari(
     transition_picker: Any = None,
     trajectory_slicer: Any = None,
     render_mode: Optional[str] = None,
+    load_env: bool = True,
 ) -> tuple[MDPDataset, Any]:
     """Read a Minari dataset from disk (no ``minari`` package needed).
 
@@ -548,11 +638,15 @@ def get_minari(
             ``~/.minari/datasets``). Nothing is downloaded.
         transition_picker, trajectory_slicer: for the returned dataset.
         render_mode: passed to ``gymnasium.make`` for the environment.
+        load_env: make the environment the dataset names. ``False`` reads
+            the data only (``env`` is ``None``) and runs no environment code.
 
     Returns:
-        ``(dataset, env)``: an :class:`MDPDataset` and the environment rebuilt
-        from the stored env spec, or ``None`` (with a warning) when gymnasium
-        cannot build it here. Episodes keep Minari's order (by id); an episode
+        ``(dataset, env)``: an :class:`MDPDataset` and the environment whose
+        id the stored env spec names, made from gymnasium's registry of
+        already-registered ids with the registered entry point (nothing the
+        file names is imported or called), or ``None`` (with a warning) when
+        that id is not registered here or cannot be made. Episodes keep Minari's order (by id); an episode
         ending in a termination is terminated, otherwise truncated, and the
         observation after a truncated episode's last step is kept as its final
         observation. Dict and Tuple observation spaces become tuple
@@ -561,8 +655,21 @@ def get_minari(
         Discrete actions become indices ``value - start``.
     """
     folder = _data_folder(dataset_id_or_path)
+    try:
+        return _get_minari(folder, transition_picker, trajectory_slicer, render_mode, load_env)
+    except (KeyError, IndexError, AttributeError, OSError) as e:
+        # a half-written or foreign folder: say which, not a bare KeyError
+        raise ValueError(
+            f"{folder} is not a complete Minari dataset ({type(e).__name__}: {e}); "
+            "it may be half-written or in a layout offrl does not read"
+        ) from None
+
+
+def _get_minari(
+    folder: pathlib.Path, transition_picker: Any, trajectory_slicer: Any, render_mode: Optional[str], load_env: bool,
+) -> tuple[MDPDataset, Any]:
     metadata, meta_path = _read_metadata(folder)
-    env = _recover_env(metadata.get("env_spec"), render_mode)
+    env = _recover_env(metadata.get("env_spec"), render_mode, meta_path) if load_env else None
     spaces = {}
     for key in ("observation_space", "action_space"):
         if key in metadata:
@@ -597,7 +704,25 @@ def get_minari(
     actions = data.actions
     if act_leaf.kind == "Discrete":
         space, size = ActionSpace.DISCRETE, act_leaf.n
-        actions = actions.reshape(-1, 1).astype(np.int64) - act_leaf.start
+        if not 1 <= size <= MAX_DISCRETE_ACTION_SIZE:
+            raise ValueError(f"{meta_path}: action_space is Discrete(n={size}), expected n in [1, {MAX_DISCRETE_ACTION_SIZE}]")
+        actions = actions.reshape(-1, 1)
+        if actions.dtype.kind in "iub":
+            actions = actions.astype(np.int64) - act_leaf.start
+        else:  # float values stay float so that 0.5 is refused, not truncated to 0
+            actions = actions.astype(np.float64) - act_leaf.start
+            steps = np.zeros(actions.shape[0], dtype=bool)
+            steps[episode_layout(lengths, data.has_final)[2]] = True
+            bad = steps & ~((actions[:, 0] == np.round(actions[:, 0])) & (actions[:, 0] >= 0) & (actions[:, 0] < size))
+            if bad.any():
+                row = int(np.argmax(bad))
+                e = int(np.searchsorted(starts, row, side="right")) - 1
+                raise ValueError(
+                    f"{data.names[e]}: actions[{row - starts[e]}] is {float(actions[row, 0] + act_leaf.start)!r}, "
+                    f"expected an integer in [{act_leaf.start}, {act_leaf.start + size}) (Discrete(n={size}, "
+                    f"start={act_leaf.start}))"
+                )
+            actions = actions.astype(np.int64)
     else:
         space = ActionSpace.CONTINUOUS
         actions = actions.reshape(actions.shape[0], -1)
@@ -699,16 +824,12 @@ def to_minari(
     Returns:
         the dataset folder.
     """
-    import h5py
-
     if data_format not in ("hdf5", "arrow"):
         raise ValueError(f"data_format must be 'hdf5' or 'arrow', got {data_format!r}")
     root = pathlib.Path(path)
-    folder = root / "data"
-    if folder.exists():
-        if not overwrite:
-            raise ValueError(f"{folder} already exists: pass overwrite=True to replace it")
-        shutil.rmtree(folder)
+    final_folder = root / "data"
+    if final_folder.exists() and not overwrite:
+        raise ValueError(f"{final_folder} already exists: pass overwrite=True to replace it")
     episodes = list(dataset.episodes)
     if not episodes:
         raise ValueError("cannot write a dataset with no episodes to Minari format")
@@ -743,7 +864,47 @@ def to_minari(
     act_leaf = act_leaves[0]
     leaves_by_path = {leaf.path: leaf for leaf in obs_leaves}
 
-    folder.mkdir(parents=True)
+    # written beside the final folder and swapped in when complete: a kill
+    # mid-write leaves the previous dataset (or nothing) at root/data
+    root.mkdir(parents=True, exist_ok=True)
+    folder = pathlib.Path(_safety.sibling_temporary_name(final_folder, "partial"))
+    folder.mkdir()
+    try:
+        _write_minari_folder(
+            folder, root, episodes, obs_leaves, act_leaf, leaves_by_path, discrete, data_format, dataset_id,
+            obs_space, act_space, env, metadata,
+        )
+        _swap_into_place(folder, final_folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return root
+
+
+def _swap_into_place(folder: pathlib.Path, final: pathlib.Path) -> None:
+    """Rename the complete ``folder`` to ``final``; an existing ``final`` is
+    renamed aside first and removed only once the new one is in place."""
+    if not final.exists():
+        os.rename(folder, final)
+        return
+    aside = pathlib.Path(_safety.sibling_temporary_name(final, "old"))
+    os.rename(final, aside)
+    try:
+        os.rename(folder, final)
+    except BaseException:
+        os.rename(aside, final)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _write_minari_folder(
+    folder: pathlib.Path, root: pathlib.Path, episodes: list, obs_leaves: list, act_leaf: _Leaf,
+    leaves_by_path: dict, discrete: bool, data_format: str, dataset_id: Optional[str], obs_space: dict,
+    act_space: dict, env: Any, metadata: Optional[dict],
+) -> None:
+    """Write the episodes and ``metadata.json`` into the (new, empty) ``folder``."""
+    import h5py
+
     total_steps = 0
     h5 = h5py.File(folder / _MAIN_FILE, "w", track_order=True) if data_format == "hdf5" else None
     try:
@@ -820,7 +981,6 @@ def to_minari(
         record[key] = value
     with open(folder / _METADATA_FILE, "w") as f:
         json.dump(record, f)
-    return root
 
 
 def _write_arrow_episode(

@@ -5,6 +5,7 @@ recovery, and errors that name the file, the episode and the key."""
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 
 import gymnasium
@@ -12,6 +13,7 @@ import h5py
 import numpy as np
 import pytest
 
+import offrl
 from offrl.dataset import MDPDataset
 from offrl.datasets import get_minari, to_minari
 
@@ -283,7 +285,7 @@ def test_env_that_cannot_be_built_gives_none(tmp_path):
     spec["id"] = "NoSuchEnvAnywhere-v0"
     spec["entry_point"] = "no_such_module:NoEnv"
     _write_minari_hdf5(tmp_path / "d", env_spec=json.dumps(spec))
-    with pytest.warns(UserWarning, match="cannot be rebuilt here"):
+    with pytest.warns(UserWarning, match="is not registered with gymnasium here"):
         dataset, env = get_minari(tmp_path / "d")
     assert env is None and dataset.size() == 3
 
@@ -369,3 +371,198 @@ def test_action_space_must_match_on_export(tmp_path):
     ds = _continuous_without_finals()
     with pytest.raises(ValueError, match="does not match the dataset's CONTINUOUS actions"):
         ds.to_minari(tmp_path / "d", action_space=gymnasium.spaces.Discrete(3))
+
+
+# ------------------------------------------------- hostile folders (issue 15)
+
+
+def _hostile_spec(tmp_path, entry_point, env_id="Hostile-v0"):
+    marker = tmp_path / "marker"
+    spec = json.loads(gymnasium.spec("CartPole-v1").to_json())
+    spec["id"] = env_id
+    spec["entry_point"] = entry_point
+    spec["kwargs"] = {"command": f"touch {marker}"}
+    spec["additional_wrappers"] = [{"name": "X", "entry_point": entry_point, "kwargs": {}}]
+    return spec, marker
+
+
+@pytest.mark.parametrize("layout", ["hdf5", "arrow", "old"])
+@pytest.mark.parametrize("entry_point", ["os:system", "subprocess:getoutput"])
+def test_env_spec_entry_point_is_never_imported_or_called(tmp_path, layout, entry_point):
+    spec, marker = _hostile_spec(tmp_path, entry_point)
+    if layout == "hdf5":
+        root = _write_minari_hdf5(tmp_path / "d", env_spec=json.dumps(spec))
+    elif layout == "arrow":
+        root = _write_minari_arrow(tmp_path / "d")
+        meta = json.loads((root / "data" / "metadata.json").read_text())
+        meta["env_spec"] = json.dumps(spec)
+        (root / "data" / "metadata.json").write_text(json.dumps(meta))
+    else:
+        root = _write_minari_hdf5(tmp_path / "d")
+        (root / "data" / "metadata.json").unlink()
+        with h5py.File(root / "data" / "main_data.hdf5", "a") as f:
+            f.attrs["env_spec"] = json.dumps(spec)
+            f.attrs["observation_space"] = json.dumps(DICT_OBS_SPACE)
+            f.attrs["action_space"] = json.dumps(SHIFTED_DISCRETE)
+    with pytest.warns(UserWarning, match="'Hostile-v0' is not registered with gymnasium here; env is None"):
+        dataset, env = get_minari(root)
+    assert env is None and dataset.transition_count == 12
+    assert not marker.exists()
+
+
+def test_module_colon_id_is_not_imported(tmp_path, monkeypatch):
+    # gymnasium.make("module:Env-v0") imports `module`; offrl looks ids up as plain keys
+    package = tmp_path / "pkg"
+    package.mkdir()
+    marker = tmp_path / "imported"
+    (package / "offrl_hostile_probe.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(package))
+    spec, _ = _hostile_spec(tmp_path, "offrl_hostile_probe:Env", env_id="offrl_hostile_probe:CartPole-v1")
+    root = _write_minari_hdf5(tmp_path / "d", env_spec=json.dumps(spec))
+    with pytest.warns(UserWarning, match="is not registered with gymnasium here"):
+        _, env = get_minari(root)
+    assert env is None and not marker.exists()
+
+
+def test_registered_id_is_made_with_the_registered_entry_point(tmp_path):
+    spec, marker = _hostile_spec(tmp_path, "os:system", env_id="CartPole-v1")
+    spec["kwargs"] = {}
+    root = _write_minari_hdf5(tmp_path / "d", env_spec=json.dumps(spec))
+    _, env = get_minari(root)
+    assert env.spec.id == "CartPole-v1"
+    assert env.spec.entry_point == gymnasium.envs.registry["CartPole-v1"].entry_point
+    assert not marker.exists()
+
+
+def test_load_env_false_makes_no_environment(tmp_path, monkeypatch):
+    spec = gymnasium.spec("CartPole-v1").to_json()
+    root = _write_minari_hdf5(tmp_path / "d", env_spec=spec)
+    monkeypatch.setattr(gymnasium, "make", lambda *a, **k: pytest.fail("gymnasium.make was called"))
+    dataset, env = get_minari(root, load_env=False)
+    assert env is None and dataset.transition_count == 12
+
+
+def test_discrete_action_of_one_half_is_refused(tmp_path):
+    actions = EPISODES[1]["actions"].astype(np.float64)
+    actions[2] = 1.5
+    _write_minari_hdf5(tmp_path / "d", _with(1, actions=actions))
+    with pytest.raises(ValueError, match=r"episode_1: actions\[2\] is 1\.5, expected an integer in \[1, 4\)"):
+        get_minari(tmp_path / "d")
+
+
+def test_integral_float_discrete_actions_still_load(tmp_path):
+    episodes = [dict(e, actions=e["actions"].astype(np.float32)) for e in EPISODES]
+    dataset, _ = get_minari(_write_minari_hdf5(tmp_path / "d", episodes))
+    assert dataset.episodes[0].actions[:, 0].tolist() == (EPISODES[0]["actions"] - 1).tolist()
+
+
+@pytest.mark.parametrize("writer", [_write_minari_hdf5, _write_minari_arrow])
+def test_box_shape_disagreeing_with_data_is_refused(tmp_path, writer):
+    space = json.loads(json.dumps(DICT_OBS_SPACE))
+    space["subspaces"]["observation"]["shape"] = [4]
+    root = writer(tmp_path / "d")
+    meta = json.loads((root / "data" / "metadata.json").read_text())
+    meta["observation_space"] = json.dumps(space)
+    (root / "data" / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"(episode_0|data/0): observations.*declares.*\(4,\)"):
+        get_minari(root)
+
+
+def test_huge_discrete_n_is_refused(tmp_path):
+    root = _write_minari_hdf5(tmp_path / "d", action_space=json.dumps({"type": "Discrete", "n": 2**62, "start": 1}))
+    with pytest.raises(ValueError, match=r"metadata.json: action_space is Discrete\(n=4611686018427387904\)"):
+        get_minari(root)
+
+
+def test_string_rewards_are_refused_naming_the_episode(tmp_path):
+    root = _write_minari_hdf5(tmp_path / "d")
+    with h5py.File(root / "data" / "main_data.hdf5", "a") as f:
+        del f["episode_0/rewards"]
+        f["episode_0/rewards"] = np.array([b"a", b"b", b"c", b"d"])
+    with pytest.raises(TypeError, match=r"episode_0: rewards has dtype \|S1, expected numbers"):
+        get_minari(root)
+
+
+def test_size_bomb_in_an_episode_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(offrl._safety, "available_memory", lambda: 23 * 10**9)
+    root = _write_minari_hdf5(tmp_path / "d")
+    rows = 10**12
+    with h5py.File(root / "data" / "main_data.hdf5", "a") as f:
+        g = f["episode_2"]
+        for key in ("observations/achieved_goal", "observations/observation"):
+            width = g[key].shape[1]
+            del g[key]
+            g.create_dataset(key, shape=(rows + 1, width), dtype=np.float32, chunks=(1, width), compression="gzip")
+        for key in ("actions", "rewards", "terminations", "truncations"):
+            dtype = g[key].dtype
+            del g[key]
+            g.create_dataset(key, shape=(rows,), dtype=dtype, chunks=(1,), compression="gzip")
+        g.attrs["total_steps"] = rows
+    assert (root / "data" / "main_data.hdf5").stat().st_size < 100_000
+    with pytest.raises(ValueError, match=r"main_data.hdf5: episode_2: terminations declares 10\^12 bool = 1 TB; this machine has 23 GB available"):
+        get_minari(root)
+
+
+def test_columns_over_available_memory_are_refused_before_allocating(tmp_path, monkeypatch):
+    monkeypatch.setattr(offrl._safety, "available_memory", lambda: 200)
+    root = _write_minari_hdf5(tmp_path / "d")
+    expected = (
+        r"main_data.hdf5: observations\[1\] \(all episodes\) declares 13 rows × 3 float32 = 156 B "
+        r"\(on top of 104 B for the other fields\); this machine has 200 B available"
+    )
+    with pytest.raises(ValueError, match=expected):
+        get_minari(root)
+
+
+def test_half_written_folder_gives_a_clear_error(tmp_path):
+    root = tmp_path / "d"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "metadata.json").write_text(json.dumps({"data_format": "hdf5"}))
+    with pytest.raises(ValueError, match=r"metadata.json has no observation_space"):
+        get_minari(root)
+    with h5py.File(root / "data" / "main_data.hdf5", "w"):
+        pass
+    (root / "data" / "metadata.json").write_text(json.dumps({
+        "data_format": "hdf5", "observation_space": json.dumps(DICT_OBS_SPACE),
+        "action_space": json.dumps(SHIFTED_DISCRETE),
+    }))
+    with pytest.raises(ValueError, match=r"main_data.hdf5 holds no episodes"):
+        get_minari(root)
+
+
+def test_overwrite_killed_mid_write_keeps_the_previous_dataset(tmp_path, monkeypatch):
+    import offrl.datasets.minari as minari_module
+
+    first = _continuous_without_finals()
+    first.to_minari(tmp_path / "d")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # stands for a kill while the new files are being written
+
+    monkeypatch.setattr(minari_module, "_write_arrow_episode", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _discrete_with_finals().to_minari(tmp_path / "d", overwrite=True, data_format="arrow")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert_same(first, get_minari(tmp_path / "d")[0])
+
+
+def test_overwrite_replaces_by_rename_and_leaves_no_temporary_folders(tmp_path, monkeypatch):
+    import offrl.datasets.minari as minari_module
+
+    _continuous_without_finals().to_minari(tmp_path / "d")
+    (tmp_path / "d" / "README").write_text("kept")
+    renames = []
+    real_rename = minari_module.os.rename
+
+    def spy(src, dst):
+        renames.append((pathlib.Path(src).name, pathlib.Path(dst).name))
+        real_rename(src, dst)
+
+    monkeypatch.setattr(minari_module.os, "rename", spy)
+    second = _discrete_with_finals()
+    offrl.datasets.to_minari(second, tmp_path / "d", overwrite=True)
+    assert [r[1] for r in renames][1] == "data" and renames[0][0] == "data"
+    assert renames[0][1].startswith(".data.old-") and renames[1][0].startswith(".data.partial-")
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["README", "data"]
+    assert_same(second, get_minari(tmp_path / "d")[0])
