@@ -2,10 +2,12 @@
 """Benchmark of ``offrl.dataset`` against the issue's targets, with d3rlpy
 2.x side by side when it is available.
 
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
     python benchmarks/dataset.py                 # 1,000,000 steps
     python benchmarks/dataset.py --quick         # 100,000 steps, fewer repeats
     python benchmarks/dataset.py --steps 300000
-    python benchmarks/dataset.py --d3rlpy-python /opt/d3venv/bin/python
+    python benchmarks/dataset.py --d3rlpy-python /path/to/venv/bin/python
     python benchmarks/dataset.py --no-d3rlpy     # offrl only
 
 The dataset is synthetic and seeded: 17-dim float32 observations, 6-dim
@@ -28,24 +30,19 @@ so a round lasts about 0.3 s (0.1 s with ``--quick``); the median over 5
 rounds (3 with ``--quick``) of the mean time per call is reported, with the
 garbage collector paused during a round.
 
-d3rlpy is measured in-process when it is importable here; otherwise in the
-interpreter given by ``--d3rlpy-python``, ``$D3RLPY_PYTHON`` or
-``/opt/d3venv/bin/python`` (the first that is given / exists), which runs this
-same file with ``--backend d3rlpy --json``. The offrl backend never imports
+d3rlpy is measured in a worker process: the interpreter given by
+``--d3rlpy-python`` or ``$D3RLPY_PYTHON`` (skipped with a note when neither
+is given) runs this same file with ``--backend d3rlpy --json``. The offrl backend never imports
 d3rlpy and the d3rlpy backend never imports offrl.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
-import importlib.util
 import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,16 +50,15 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-OBS_DIM = 17
-ACTION_DIM = 6
-EPISODE_LENGTH = 1000
-SEED = 0
+from _data import ACTION_DIM, EPISODE_LENGTH, OBS_DIM, SEED, input_bytes
+from _data import make_locomotion_data as make_data
+from _harness import (add_common_args, d3rlpy_interpreter, format_table, log, print_load, quiet_d3rlpy, run_json,
+                      time_once, time_per_call, worker_main)
+
 BATCH_SIZE = 256
 TRAJ_BATCH, TRAJ_LENGTH = 64, 20
 N_STEPS, GAMMA = 3, 0.99
 N_FRAMES = 4
-DEFAULT_D3RLPY_PYTHON = "/opt/d3venv/bin/python"
-JSON_MARKER = "@@offrl-benchmark-json@@"
 
 # the issue's targets (for 1,000,000 steps)
 TARGETS = {
@@ -75,86 +71,11 @@ TARGETS = {
 }
 
 
-# --------------------------------------------------------------------- data
-def make_data(steps: int, seed: int = SEED) -> dict:
-    """Seeded synthetic dataset; every episode's last step is terminal
-    (a shorter last episode when ``steps`` is not a multiple of 1,000)."""
-    rng = np.random.default_rng(seed)
-    observations = rng.standard_normal((steps, OBS_DIM), dtype=np.float32)
-    actions = rng.uniform(-1.0, 1.0, size=(steps, ACTION_DIM)).astype(np.float32)
-    rewards = rng.standard_normal(steps, dtype=np.float32)
-    terminals = np.zeros(steps, dtype=np.float32)
-    terminals[EPISODE_LENGTH - 1 :: EPISODE_LENGTH] = 1.0
-    terminals[-1] = 1.0
-    return {"observations": observations, "actions": actions, "rewards": rewards, "terminals": terminals}
-
-
-def input_bytes(data: dict) -> int:
-    return int(sum(a.nbytes for a in data.values()))
-
-
-# ------------------------------------------------------------------ timing
-def time_per_call(fn: Callable[[], Any], round_s: float, rounds: int, warmup: int = 5) -> dict:
-    """Median over ``rounds`` of the mean seconds per call of ``fn``."""
-    for _ in range(warmup):
-        fn()
-    calls = 1
-    while True:  # calibrate
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = time.perf_counter() - t0
-        if elapsed >= round_s / 4 or calls >= 1 << 20:
-            break
-        calls *= 2
-    calls = max(5, int(calls * round_s / max(elapsed, 1e-9)))
-    per_call = []
-    gc_was_enabled = gc.isenabled()
-    try:
-        for _ in range(rounds):
-            gc.collect()
-            gc.disable()
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            per_call.append((time.perf_counter() - t0) / calls)
-            if gc_was_enabled:
-                gc.enable()
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return {
-        "ms": statistics.median(per_call) * 1e3,
-        "min_ms": min(per_call) * 1e3,
-        "max_ms": max(per_call) * 1e3,
-        "calls_per_round": calls,
-        "rounds": rounds,
-    }
-
-
-def time_once(fn: Callable[[], Any], max_repeats: int = 3, repeat_below_s: float = 1.0) -> tuple[dict, Any]:
-    """Time ``fn``; repeat (median of up to ``max_repeats``) while a run is short."""
-    times, result = [], None
-    for _ in range(max_repeats):
-        result = None
-        gc.collect()
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-        if times[0] >= repeat_below_s:
-            break
-    return {"s": statistics.median(times), "runs": len(times), "min_s": min(times)}, result
-
-
 # ---------------------------------------------------------------- backends
 class OffrlBackend:
     name = "offrl"
 
     def __init__(self) -> None:
-        try:
-            import offrl  # noqa: F401
-        except ImportError:  # running from a checkout without installing it
-            sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         import offrl
         import offrl.dataset as D
 
@@ -200,12 +121,7 @@ class D3rlpyBackend:
         import d3rlpy
         import d3rlpy.dataset as D
 
-        with contextlib.suppress(Exception):  # keep d3rlpy's info logs off stdout
-            import logging
-
-            import structlog
-
-            structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        quiet_d3rlpy()
         self.D = D
         self.version = d3rlpy.__version__
 
@@ -342,38 +258,13 @@ def measure(backend_name: str, steps: int, quick: bool, log: Callable[[str], Non
 
 
 # -------------------------------------------------------------- d3rlpy run
-def d3rlpy_python(args: argparse.Namespace) -> Optional[str]:
-    if args.d3rlpy_python:
-        return args.d3rlpy_python
-    if os.environ.get("D3RLPY_PYTHON"):
-        return os.environ["D3RLPY_PYTHON"]
-    if os.path.exists(DEFAULT_D3RLPY_PYTHON):
-        return DEFAULT_D3RLPY_PYTHON
-    return None
-
-
-def run_d3rlpy(args: argparse.Namespace, log: Callable[[str], None]) -> tuple[Optional[dict], str]:
-    """d3rlpy results and where they came from (or why there are none)."""
-    if args.no_d3rlpy:
-        return None, "skipped (--no-d3rlpy)"
-    if importlib.util.find_spec("d3rlpy") is not None:
-        return measure("d3rlpy", args.steps, args.quick, log), "in-process"
-    python = d3rlpy_python(args)
+def run_d3rlpy(args: argparse.Namespace) -> tuple[Optional[dict], str]:
+    """d3rlpy results from its worker process and where they came from (or why there are none)."""
+    python, note = d3rlpy_interpreter(args)
     if python is None:
-        return None, "not available (install d3rlpy or pass --d3rlpy-python)"
-    cmd = [python, os.path.abspath(__file__), "--backend", "d3rlpy", "--json", "--steps", str(args.steps)]
-    if args.quick:
-        cmd.append("--quick")
-    log(f"[d3rlpy] running {' '.join(cmd)}")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"failed to run {python}: {e}"
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(JSON_MARKER):
-            return json.loads(line[len(JSON_MARKER):]), f"subprocess {python}"
-    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-    return None, f"{python} exited with {proc.returncode}:\n{tail}"
+        return None, note
+    argv = ["--backend", "d3rlpy", "--json", "--steps", str(args.steps)] + (["--quick"] if args.quick else [])
+    return run_json(python, __file__, argv, timeout=900)
 
 
 # ----------------------------------------------------------------- report
@@ -454,7 +345,6 @@ def report(o: dict, d: Optional[dict], d_source: str, quick: bool) -> str:
         f"<= {t['memory_ratio']}x", _check(o_ratio, t["memory_ratio"]))
 
     header = ("operation", "offrl", "d3rlpy", "d3rlpy/offrl", "target", "offrl vs target")
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     lines = []
     episodes = -(-o["steps"] // EPISODE_LENGTH)
     lines.append(
@@ -467,12 +357,7 @@ def report(o: dict, d: Optional[dict], d_source: str, quick: bool) -> str:
     else:
         lines.append(f"d3rlpy: {d_source}")
     lines.append("")
-    fmt = lambda r: "  ".join(  # noqa: E731
-        str(c).ljust(w) if i == 0 or i >= 4 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))
-    ).rstrip()
-    lines.append(fmt(header))
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend(fmt(r) for r in rows)
+    lines.extend(format_table(header, rows).splitlines())
     lines.append("")
     notes = [
         f"per-call times: median of {o['sample_basic']['rounds']} rounds "
@@ -510,37 +395,29 @@ def report(o: dict, d: Optional[dict], d_source: str, quick: bool) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(parser, quick_help="100,000 steps and fewer repeats", threads=False)  # no torch here
     parser.add_argument("--steps", type=int, default=None, help="dataset size (default 1,000,000)")
-    parser.add_argument("--quick", action="store_true", help="100,000 steps and fewer repeats")
     parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None,
                         help="measure one backend only")
     parser.add_argument("--json", action="store_true", help="print the results of --backend as JSON")
-    parser.add_argument("--d3rlpy-python", default=None,
-                        help=f"interpreter with d3rlpy (default $D3RLPY_PYTHON or {DEFAULT_D3RLPY_PYTHON})")
-    parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
     args = parser.parse_args(argv)
     if args.steps is None:
         args.steps = 100_000 if args.quick else 1_000_000
     if args.steps < 2 * EPISODE_LENGTH:
-        parser.error(f"--steps must be at least {2 * EPISODE_LENGTH}")
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+        parser.error(f"--steps must be at least {2 * EPISODE_LENGTH}, got {args.steps}")
 
     started = time.perf_counter()
     if args.backend is not None:
-        real_stdout = sys.stdout
-        with contextlib.redirect_stdout(sys.stderr):  # library chatter stays off the JSON
-            results = measure(args.backend, args.steps, args.quick, log)
         if args.json:
-            real_stdout.write(JSON_MARKER + json.dumps(results) + "\n")
-        else:
-            real_stdout.write(json.dumps(results, indent=2) + "\n")
+            return worker_main(lambda: measure(args.backend, args.steps, args.quick, log))
+        print(json.dumps(measure(args.backend, args.steps, args.quick, log), indent=2))
         return 0
 
+    print_load("start")
     offrl_results = measure("offrl", args.steps, args.quick, log)
     gc.collect()
-    d3_results, d3_source = run_d3rlpy(args, log)
+    d3_results, d3_source = run_d3rlpy(args)
+    print_load("end")
     print(report(offrl_results, d3_results, d3_source, args.quick))
     print(f"* total benchmark time {time.perf_counter() - started:.0f} s")
     return 0
