@@ -16,6 +16,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from .. import _safety
 from ..constants import ActionSpace
 from ..dataset import _checks
 from ..dataset.replay_buffer import MDPDataset
@@ -35,12 +36,18 @@ def _collect(group: Any, prefix: str) -> dict:
 
     def visit(name: str, node: Any) -> None:
         if hasattr(node, "shape"):
+            where = f"{group.file.filename}: {prefix}/{name}"
+            if node.shape is None:
+                return
+            _safety.check_declared_size(where, "the dataset", node.shape, node.dtype)
             value = node[()]
             if isinstance(value, bytes):
                 value = value.decode()
             out[name] = value
 
     if prefix in group:
+        if not isinstance(group.get(prefix, getlink=True), __import__("h5py").HardLink):
+            raise ValueError(f"{group.file.filename}: {prefix} is a link; offrl reads only data stored in the file itself")
         group[prefix].visititems(visit)
     return out
 
@@ -59,7 +66,7 @@ def _build(
         raise ValueError("the file holds no steps")
     if observations.ndim == 1:
         observations = observations[:, None]
-    _checks.check_finite(observations, "observations")
+    _checks.check_float32(observations, "observations")
     rewards = _checks.as_rewards(data["rewards"], n)
     actions, space, size = _checks.as_actions(
         data["actions"], n, None if action_space is None else ActionSpace.parse(action_space), action_size
@@ -78,7 +85,7 @@ def _build(
         if next_observations.ndim == 1:
             next_observations = next_observations[:, None]
         has_final = ~terminated
-        _checks.check_finite(next_observations[ends[has_final] - 1], "next_observations")
+        _checks.check_float32(next_observations[ends[has_final] - 1], "next_observations")
     row_starts, row_ends, step_rows = episode_layout(ends - starts, has_final)
 
     def spread(steps: np.ndarray, finals: Optional[np.ndarray]) -> np.ndarray:
@@ -134,7 +141,9 @@ def load_d4rl_hdf5(
     """
     import h5py
 
-    name = os.fspath(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
+    name = _safety.check_regular_file(path, "D4RL-format HDF5 file")  # a named pipe would block forever
     try:
         f = h5py.File(name, "r")
     except (OSError, ValueError) as e:
@@ -146,10 +155,18 @@ def load_d4rl_hdf5(
                 f"{name} is not a D4RL-format file: it has no {', '.join(repr(k) for k in missing)} "
                 f"dataset (a D4RL file holds {', '.join(D4RL_REQUIRED_KEYS)}; found {sorted(f.keys())})"
             )
-        data = {k: f[k][()] for k in D4RL_REQUIRED_KEYS}
-        next_observations = f["next_observations"][()] if "next_observations" in f else None
-        log_probs = f[_LOG_PROBS][()] if _LOG_PROBS in f else None
-        extras = {"infos": _collect(f, "infos"), "metadata": _collect(f, "metadata")} if return_extras else None
+        keys = list(D4RL_REQUIRED_KEYS) + [k for k in ("next_observations", _LOG_PROBS) if k in f]
+        nodes = {k: _safety.checked_h5_dataset(f, k, name) for k in keys}
+        committed = 0
+        for key in keys:  # every declared size checked before the first read
+            committed += _safety.check_declared_size(name, key, nodes[key].shape, nodes[key].dtype, committed)
+        data = {k: _safety.read_h5_dataset(f, k, name) for k in keys}
+        next_observations = data.pop("next_observations", None)
+        log_probs = data.pop(_LOG_PROBS, None)
+        try:
+            extras = {"infos": _collect(f, "infos"), "metadata": _collect(f, "metadata")} if return_extras else None
+        except (OSError, TypeError) as e:
+            raise ValueError(f"{name}: infos/ or metadata/ cannot be read ({e})") from None
 
     n = data["observations"].shape[0] if data["observations"].ndim else 0
     for key in D4RL_REQUIRED_KEYS[1:]:
@@ -165,8 +182,10 @@ def load_d4rl_hdf5(
     terminals = data["terminals"]
     timeouts = data["timeouts"]
     for key, flags in (("terminals", terminals), ("timeouts", timeouts)):
+        if flags.ndim != 1 and not (flags.ndim == 2 and flags.shape[1] == 1):
+            raise ValueError(f"{name}: {key} has shape {flags.shape}, expected ({n},): one 0/1 flag per step")
         if flags.dtype != np.bool_:
-            flags = flags.reshape(n, -1)[:, 0] if flags.ndim > 1 else flags
+            flags = flags.reshape(n)
             bad = (flags != 0) & (flags != 1)
             if bad.any():
                 i = int(np.argmax(bad))
@@ -176,6 +195,8 @@ def load_d4rl_hdf5(
 
     behaviour = None
     if log_probs is not None:
+        if log_probs.ndim != 1 and not (log_probs.ndim == 2 and log_probs.shape[1] == 1):
+            raise ValueError(f"{name}: {_LOG_PROBS} has shape {log_probs.shape}, expected ({n},)")
         log_probs = np.asarray(log_probs, dtype=np.float64).reshape(-1)
         if log_probs.shape[0] != n:
             raise ValueError(f"{name}: {_LOG_PROBS} has {log_probs.shape[0]} rows, observations has {n}")

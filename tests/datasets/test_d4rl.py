@@ -152,3 +152,64 @@ def test_next_observations_shape(tmp_path):
     path = _write(tmp_path / "d.hdf5", arrays)
     with pytest.raises(ValueError, match=re.escape(f"{path}: next_observations has shape ({N}, 2)")):
         load_d4rl_hdf5(path)
+
+
+# ------------------------------------------------- hostile files (issue 15)
+
+
+def _fails(path, error, *fragments):
+    pattern = ".*".join(re.escape(str(f)) for f in fragments)
+    with pytest.raises(error, match=pattern):
+        load_d4rl_hdf5(path)
+
+
+def test_two_column_terminals_get_a_clear_message(tmp_path):
+    path = _write(tmp_path / "d.hdf5", _arrays(terminals=np.zeros((N, 2), dtype=bool)))
+    _fails(path, ValueError, path, "terminals has shape (14, 2), expected (14,): one 0/1 flag per step")
+
+
+@pytest.mark.parametrize("key", ["observations", "actions", "rewards"])
+def test_complex_columns_are_refused(tmp_path, key):
+    value = _arrays()[key].astype(np.complex64) + 1j
+    path = _write(tmp_path / "d.hdf5", _arrays(**{key: value}))
+    _fails(path, TypeError, path, f"{key} holds complex numbers")
+
+
+@pytest.mark.parametrize("key", ["observations", "actions", "rewards"])
+def test_float64_beyond_float32_is_refused_naming_the_row(tmp_path, key):
+    value = _arrays()[key].astype(np.float64)
+    value[6] = 1e300
+    path = _write(tmp_path / "d.hdf5", _arrays(**{key: value}))
+    _fails(path, ValueError, path, f"{key}[6] is 1e+300, outside float32's range")
+
+
+def test_string_rewards_are_refused(tmp_path):
+    path = _write(tmp_path / "d.hdf5", _arrays(rewards=np.array([b"1.0"] * N)))
+    _fails(path, TypeError, path, "rewards holds bytes")
+
+
+def test_scalar_observations_are_refused(tmp_path):
+    path = _write(tmp_path / "d.hdf5", _arrays(observations=np.float32(1.0)))
+    _fails(path, ValueError, path, "observations has shape (), expected at least 1 dimension")
+
+
+def test_size_bomb_is_refused_before_allocating(tmp_path, monkeypatch):
+    import offrl._safety
+
+    monkeypatch.setattr(offrl._safety, "available_memory", lambda: 23 * 10**9)
+    path = tmp_path / "bomb.hdf5"
+    with h5py.File(path, "w") as f:
+        for key in ("actions", "rewards", "terminals", "timeouts"):
+            f.create_dataset(key, data=_arrays()[key])
+        f.create_dataset("observations", shape=(10**12, 17), dtype=np.float32, chunks=(1, 17), compression="gzip")
+    assert path.stat().st_size < 100_000
+    _fails(path, ValueError, path, "observations declares 10^12 rows × 17 float32 = 68 TB; this machine has 23 GB available")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="named pipes are POSIX only")
+def test_named_pipe_is_refused_without_opening_it(tmp_path):
+    import os
+
+    path = tmp_path / "pipe.hdf5"
+    os.mkfifo(path)
+    _fails(path, ValueError, path, "is a named pipe")
