@@ -3,16 +3,19 @@
 against uniform sampling, with d3rlpy 2.x's uniform sampling side by side
 (d3rlpy has no prioritized buffer).
 
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
     python benchmarks/prioritized.py              # 1,000,000 transitions
     python benchmarks/prioritized.py --quick      # 100,000, fewer repeats
     python benchmarks/prioritized.py --no-d3rlpy
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/prioritized.py --quick
 
-Data: the seeded synthetic dataset of ``benchmarks/dataset.py`` (17-dim
+Data: ``_data.make_locomotion_data``, as in ``benchmarks/dataset.py`` (17-dim
 float32 observations, 6-dim actions, terminal episodes of 1,000 steps). The
 prioritized buffer wraps the built ``MDPDataset`` (``from_dataset``) and its
 priorities are first set from random TD errors, so sampling walks a
-non-uniform tree. Measured, per call (``time_per_call`` of
-``benchmarks/dataset.py``: median of rounds):
+non-uniform tree. Measured, per call (``_harness.time_per_call``: median of
+rounds):
 
 * uniform ``sample_transition_batch(256)`` (offrl, and d3rlpy in its own
   interpreter via ``--backend d3rlpy --json``);
@@ -24,41 +27,31 @@ non-uniform tree. Measured, per call (``time_per_call`` of
 * ``from_dataset`` (building the tree over every transition);
 * online writing: one ``append`` into a full ``FIFOBuffer`` of 100,000
   transitions (an episode clipped every 1,000 steps), plain and prioritized;
-* a DQN training step at its defaults (batch 32, CPU): sample, ``to_torch``,
-  ``_update`` (+ ``feed_priorities`` with prioritized replay), as steps/s.
+* a DQN training step at its defaults (batch 32, CPU, ``--threads`` torch
+  threads, default 1): sample, ``algo.training_step`` (+
+  ``update_priorities`` with its TD errors under prioritized replay), as steps/s.
+
+The sum-tree rows read the buffer's tree through its private ``_tree``
+(``_nodes``, ``_size``): there is no public accessor, and the Python-loop
+yardstick needs the raw node array. d3rlpy (uniform sampling only) runs in
+a worker process: ``--d3rlpy-python`` or ``$D3RLPY_PYTHON``, else skipped.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
-import subprocess
 import sys
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_spec = importlib.util.spec_from_file_location("_offrl_dataset_bench", os.path.join(_HERE, "dataset.py"))
-_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_bench)  # type: ignore[union-attr]
-make_data, time_per_call = _bench.make_data, _bench.time_per_call
+from _data import make_locomotion_data as make_data
+from _harness import (add_common_args, check_threads, d3rlpy_interpreter, format_table, log, print_load,
+                      quiet_d3rlpy, run_json, set_threads, time_per_call, worker_main)
 
 BATCH_SIZE = 256
 FIFO_LIMIT = 100_000
-JSON_MARKER = "@@offrl-per-benchmark-json@@"
-
-
-def _import_offrl():
-    try:
-        import offrl  # noqa: F401
-    except ImportError:  # running from a checkout without installing it
-        sys.path.insert(0, os.path.dirname(_HERE))
-    import offrl
-
-    return offrl
 
 
 def python_loop_find(nodes: np.ndarray, size: int, prefix: np.ndarray) -> np.ndarray:
@@ -77,9 +70,8 @@ def python_loop_find(nodes: np.ndarray, size: int, prefix: np.ndarray) -> np.nda
     return out
 
 
-def measure_offrl(steps: int, quick: bool, log: Callable[[str], None]) -> dict:
-    offrl = _import_offrl()
-    import torch
+def measure_offrl(steps: int, quick: bool, threads: int) -> dict:
+    import offrl
 
     from offrl.dataset import FIFOBuffer, MDPDataset, PrioritizedReplayBuffer, ReplayBuffer
 
@@ -149,25 +141,23 @@ def measure_offrl(steps: int, quick: bool, log: Callable[[str], None]) -> dict:
 
     log("[offrl] DQN training step, uniform vs prioritized")
     from offrl.algos import DQNConfig
-    from offrl.algos.training import feed_priorities
 
     discrete = MDPDataset(
         data["observations"], (data["actions"][:, 0] > 0).astype(np.int64), data["rewards"], data["terminals"],
         action_size=2,
     )
     per_discrete = PrioritizedReplayBuffer.from_dataset(discrete)
-    torch.set_num_threads(1)
+    set_threads(threads)
 
     def trainer(buffer, prioritized_step: bool) -> Callable[[], None]:
         algo = DQNConfig().create(device="cpu")
         algo.build_with_dataset(buffer)
 
-        def step() -> None:
-            batch = algo._preprocess(buffer.sample_transition_batch(algo.batch_size).to_torch(algo.device))
-            algo._update(batch, algo._grad_step)
+        def step() -> None:  # what fit does per step
+            batch = buffer.sample_transition_batch(algo.batch_size)
+            result = algo.training_step(batch)
             if prioritized_step:
-                feed_priorities(algo, buffer, batch)
-            algo._grad_step += 1
+                buffer.update_priorities(batch.indices, result.td_errors)
 
         return step
 
@@ -179,9 +169,10 @@ def measure_offrl(steps: int, quick: bool, log: Callable[[str], None]) -> dict:
 def measure_d3rlpy(steps: int, quick: bool) -> dict:
     import d3rlpy
 
-    backend = _bench.D3rlpyBackend()
+    quiet_d3rlpy()
     round_s, rounds = (0.1, 3) if quick else (0.3, 5)
-    dataset = backend.build(make_data(steps))
+    data = make_data(steps)
+    dataset = d3rlpy.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"])
     return {
         "version": d3rlpy.__version__,
         "transitions": int(dataset.transition_count),
@@ -189,25 +180,12 @@ def measure_d3rlpy(steps: int, quick: bool) -> dict:
     }
 
 
-def run_d3rlpy(args: argparse.Namespace, log: Callable[[str], None]) -> tuple[Optional[dict], str]:
-    if args.no_d3rlpy:
-        return None, "skipped (--no-d3rlpy)"
-    python = _bench.d3rlpy_python(args)
+def run_d3rlpy(args: argparse.Namespace) -> tuple[Optional[dict], str]:
+    python, note = d3rlpy_interpreter(args)
     if python is None:
-        return None, "not available (pass --d3rlpy-python)"
-    cmd = [python, os.path.abspath(__file__), "--backend", "d3rlpy", "--json", "--steps", str(args.steps)]
-    if args.quick:
-        cmd.append("--quick")
-    log(f"[d3rlpy] running {' '.join(cmd)}")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"failed to run {python}: {e}"
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(JSON_MARKER):
-            return json.loads(line[len(JSON_MARKER):]), f"subprocess {python}"
-    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-    return None, f"{python} exited with {proc.returncode}:\n{tail}"
+        return None, note
+    argv = ["--backend", "d3rlpy", "--json", "--steps", str(args.steps)] + (["--quick"] if args.quick else [])
+    return run_json(python, __file__, argv, timeout=900)
 
 
 def report(o: dict, d: Optional[dict], source: str) -> str:
@@ -239,14 +217,12 @@ def report(o: dict, d: Optional[dict], source: str) -> str:
         rows.insert(1, ("d3rlpy uniform sample_transition_batch(256)", ms(d["uniform"]), f"{du / uniform:.2f}x"))
         rows.insert(5, ("  prioritized sample + update vs d3rlpy uniform", "",
                         f"{o['per_sample_update']['ms'] / du:.2f}x d3rlpy's time"))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [
         f"{o['transitions']:,} transitions; offrl {o['version']}"
         + (f"; d3rlpy {d['version']} ({source})" if d else f"; d3rlpy: {source}"),
         "",
-        f"{'operation'.ljust(widths[0])}  {'time'.rjust(widths[1])}  vs uniform (offrl)",
+        format_table(("operation", "time", "vs uniform (offrl)"), rows),
     ]
-    lines += [f"{a.ljust(widths[0])}  {b.rjust(widths[1])}  {c}" for a, b, c in rows]
     if "warning" in o:
         lines.append("WARNING: " + o["warning"])
     return "\n".join(lines)
@@ -254,25 +230,27 @@ def report(o: dict, d: Optional[dict], source: str) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(parser, quick_help="100,000 steps and fewer repeats")
     parser.add_argument("--steps", type=int, default=None, help="dataset size (default 1,000,000)")
-    parser.add_argument("--quick", action="store_true", help="100,000 steps and fewer repeats")
-    parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None)
+    parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None, help="measure one backend only")
     parser.add_argument("--json", action="store_true", help="print the results of --backend as JSON")
-    parser.add_argument("--d3rlpy-python", default=None, help="interpreter with d3rlpy")
-    parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
     args = parser.parse_args(argv)
+    check_threads(args, parser)
     if args.steps is None:
         args.steps = 100_000 if args.quick else 1_000_000
-    log = (lambda m: print(m, file=sys.stderr, flush=True)) if args.json else (lambda m: print(m, flush=True))
-    if args.backend == "d3rlpy":
-        result: Any = measure_d3rlpy(args.steps, args.quick)
-        print(JSON_MARKER + json.dumps(result) if args.json else result)
+    if args.backend is not None:
+        def measure() -> Any:
+            if args.backend == "d3rlpy":
+                return measure_d3rlpy(args.steps, args.quick)
+            return measure_offrl(args.steps, args.quick, args.threads)
+        if args.json:
+            return worker_main(measure)
+        print(json.dumps(measure(), indent=2))
         return 0
-    o = measure_offrl(args.steps, args.quick, log)
-    if args.backend == "offrl":
-        print(JSON_MARKER + json.dumps(o) if args.json else o)
-        return 0
-    d, source = run_d3rlpy(args, log)
+    print_load("start")
+    o = measure_offrl(args.steps, args.quick, args.threads)
+    d, source = run_d3rlpy(args)
+    print_load("end")
     print()
     print(report(o, d, source))
     return 0
