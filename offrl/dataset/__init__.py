@@ -14,10 +14,13 @@ from .episode import (
     create_zero_observation,
     retrieve_observation,
 )
+from .episode_generator import EpisodeGenerator, EpisodeGeneratorProtocol
+from .episode_io import DATASET_VERSION, dump, load
 from .pickers import (
     BasicTransitionPicker,
     FrameStackTransitionPicker,
     MultiStepTransitionPicker,
+    SparseRewardTransitionPicker,
     TransitionPickerProtocol,
 )
 from .mixed import MixedReplayBuffer
@@ -34,7 +37,29 @@ from .signature import Observation, ObservationSequence, Signature
 from .slicers import BasicTrajectorySlicer, FrameStackTrajectorySlicer, TrajectorySlicerProtocol
 from .split import split_episodes, train_test_split
 from .storage import BufferProtocol, FIFOBuffer, InfiniteBuffer
-from .writer import BasicWriterPreprocess, LastFrameWriterPreprocess, WriterPreprocessProtocol
+from .utils import (
+    batch_pad_array,
+    batch_pad_observations,
+    cast_flat_shape,
+    cast_recursively,
+    cast_tuple_shape,
+    check_dtype,
+    check_non_1d_array,
+    detect_action_size_from_env,
+    detect_action_space,
+    detect_action_space_from_env,
+    get_axis_size,
+    get_batch_dim,
+    get_dtype_from_observation,
+    get_dtype_from_observation_sequence,
+    get_shape_from_observation,
+    get_shape_from_observation_sequence,
+    is_tuple_shape,
+    slice_observations,
+    stack_observations,
+    stack_recent_observations,
+)
+from .writer import BasicWriterPreprocess, ExperienceWriter, LastFrameWriterPreprocess, WriterPreprocessProtocol
 
 __all__ = [
     "Signature",
@@ -53,12 +78,39 @@ __all__ = [
     "BasicTransitionPicker",
     "MultiStepTransitionPicker",
     "FrameStackTransitionPicker",
+    "SparseRewardTransitionPicker",
     "TrajectorySlicerProtocol",
     "BasicTrajectorySlicer",
     "FrameStackTrajectorySlicer",
     "WriterPreprocessProtocol",
     "BasicWriterPreprocess",
     "LastFrameWriterPreprocess",
+    "ExperienceWriter",
+    "EpisodeGenerator",
+    "EpisodeGeneratorProtocol",
+    "DATASET_VERSION",
+    "dump",
+    "load",
+    "batch_pad_array",
+    "batch_pad_observations",
+    "cast_flat_shape",
+    "cast_recursively",
+    "cast_tuple_shape",
+    "check_dtype",
+    "check_non_1d_array",
+    "detect_action_size_from_env",
+    "detect_action_space",
+    "detect_action_space_from_env",
+    "get_axis_size",
+    "get_batch_dim",
+    "get_dtype_from_observation",
+    "get_dtype_from_observation_sequence",
+    "get_shape_from_observation",
+    "get_shape_from_observation_sequence",
+    "is_tuple_shape",
+    "slice_observations",
+    "stack_observations",
+    "stack_recent_observations",
     "TransitionMiniBatch",
     "TrajectoryMiniBatch",
     "TorchTransitionMiniBatch",
