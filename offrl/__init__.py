@@ -2,14 +2,17 @@
 
 Fit a policy on logged decisions with a scikit-learn-like API, judge it
 without touching the real system, and export it to run anywhere.
+
+The subpackages and helpers below are imported on first use (PEP 562), so
+``import offrl`` and the ``offrl`` command start without loading torch.
 """
 
-from . import algos, dataset, logging, metrics, models, ope, preprocessing
-from . import datasets
-from ._random import seed
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict, List, Tuple
+
 from ._version import __version__
-from .constants import ActionSpace
-from .serialization import load_learnable
 
 __all__ = [
     "__version__",
@@ -25,3 +28,37 @@ __all__ = [
     "ope",
     "preprocessing",
 ]
+
+#: subpackages imported on first attribute access
+_LAZY_MODULES = frozenset({
+    "algos", "dataset", "datasets", "logging", "metrics", "models", "ope", "preprocessing",
+    "envs", "types", "optimizers",
+})
+
+#: names imported on first access: (module, attribute)
+_LAZY_ATTRIBUTES: Dict[str, Tuple[str, str]] = {
+    "seed": ("._random", "seed"),
+    "ActionSpace": (".constants", "ActionSpace"),
+    "load_learnable": (".serialization", "load_learnable"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_MODULES:
+        # import_module also binds the submodule as an attribute of this package
+        return importlib.import_module(f".{name}", __name__)
+    if name in _LAZY_ATTRIBUTES:
+        if name == "load_learnable":
+            # a model file names its algorithm, encoder and scaler types: the
+            # built-in ones register themselves when these packages load
+            importlib.import_module(".algos", __name__)
+            importlib.import_module(".ope", __name__)
+        module_name, attribute = _LAZY_ATTRIBUTES[name]
+        value = getattr(importlib.import_module(module_name, __name__), attribute)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(__all__))

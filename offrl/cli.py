@@ -15,34 +15,13 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
-__all__ = ["main", "CLIError", "parse_overrides", "apply_overrides", "resolve_algorithm", "load_dataset"]
+__all__ = ["main", "build_parser", "CLIError", "parse_overrides", "apply_overrides", "load_dataset", "check_env_fits"]
 
 
 class CLIError(Exception):
     """A user error: printed as one line, exit status 2."""
-
-
-# ----------------------------------------------------------- algorithms
-def _algorithm_configs() -> Dict[str, type]:
-    import offrl.algos  # noqa: F401  (registers the algorithms)
-    from .serialization import registered
-
-    return {name: cls for name, cls in registered("algorithm").items() if not getattr(cls, "_contract_exempt", False)}
-
-
-def resolve_algorithm(name: str) -> type:
-    """The config class of an algorithm named by its type (``discrete_cql``),
-    class (``DiscreteCQL``) or config class (``DiscreteCQLConfig``); the
-    error lists the valid names."""
-    configs = _algorithm_configs()
-    wanted = name.strip().lower().replace("-", "_")
-    for type_name, cls in configs.items():
-        aliases = {type_name, cls.__name__.lower(), cls.__name__.lower().removesuffix("config")}
-        if wanted in aliases or wanted.replace("_", "") in {a.replace("_", "") for a in aliases}:
-            return cls
-    raise CLIError(f"unknown algorithm {name!r}; valid: {', '.join(sorted(configs))}")
 
 
 _FIELD_KINDS = (
@@ -146,6 +125,8 @@ def _config_from_args(config_cls: type, config_file: Optional[str], overrides: S
                 loaded = json.load(f)
         except json.JSONDecodeError as e:
             raise CLIError(f"{config_file}: not valid JSON ({e})") from None
+        except UnicodeDecodeError as e:
+            raise CLIError(f"{config_file}: not a JSON text file (undecodable byte at offset {e.start})") from None
         if not isinstance(loaded, dict):
             raise CLIError(f"{config_file}: expected a JSON object of config values")
         if set(loaded) == {"kind", "type", "params"}:
@@ -191,7 +172,9 @@ def load_dataset(spec: str) -> Tuple[Any, Any]:
 
 
 def _load_model(path: str) -> Any:
-    from .serialization import load_learnable
+    # offrl.load_learnable (not serialization's) first loads the packages
+    # whose algorithms, encoders and scalers a model file may name
+    from . import load_learnable
 
     if not os.path.isfile(path):
         raise CLIError(f"{path}: no such model file")
@@ -203,8 +186,68 @@ def _make_env(env_id: str, render_mode: Optional[str] = None) -> Any:
 
     try:
         return gymnasium.make(env_id, render_mode=render_mode)
-    except gymnasium.error.Error as e:
-        raise CLIError(f"cannot make environment {env_id!r}: {e}") from None
+    except Exception as e:  # gymnasium raises its own errors, ValueError, ImportError ... for bad ids
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CLIError(f"cannot make environment {env_id!r}: {first}") from None
+
+
+def _env_from_header(code: str) -> Any:
+    """The ``env`` that the user's one-line Python ``code`` (given on the
+    command line, as with ``python -c``) defines; for environments that
+    need arguments or wrappers (``--env-header``)."""
+    namespace: Dict[str, Any] = {}
+    print(f"executing --env-header: {code}", file=sys.stderr)
+    try:
+        exec(compile(code, "<--env-header>", "exec"), namespace)  # noqa: S102  (the user's own command-line code)
+    except Exception as e:
+        raise CLIError(f"--env-header failed: {type(e).__name__}: {e}") from None
+    if "env" not in namespace:
+        raise CLIError("--env-header must define a variable named env (e.g. \"import gymnasium; env = gymnasium.make('CartPole-v1')\")")
+    return namespace["env"]
+
+
+def _env_name(env: Any) -> str:
+    spec = getattr(env, "spec", None)
+    return spec.id if spec is not None and getattr(spec, "id", None) else type(env).__name__
+
+
+def check_env_fits(algo: Any, env: Any, model_name: str = "the model") -> None:
+    """Raise ``CLIError`` (one line naming both sizes) when ``algo`` cannot
+    act in ``env``: a discrete model in a continuous environment or the other
+    way round, a different number of actions, or a different observation
+    shape. Checked before any episode runs, so the error is not an assertion
+    deep inside the environment."""
+    import numpy as np
+    from gymnasium import spaces
+
+    from .constants import ActionSpace
+
+    name = _env_name(env)
+    action_space = env.action_space
+    kind = algo.get_action_type()
+    size = int(algo.action_size)
+    if isinstance(action_space, spaces.Discrete):
+        if kind == ActionSpace.CONTINUOUS:
+            raise CLIError(f"{model_name} is a continuous-action model (action_size {size}), but {name} has a discrete "
+                           f"action space ({action_space}, {int(action_space.n)} actions)")
+        if size != int(action_space.n):
+            raise CLIError(f"{model_name} chooses among {size} discrete actions, but {name} has {int(action_space.n)} "
+                           f"({action_space})")
+    elif isinstance(action_space, spaces.Box):
+        env_size = int(np.prod(action_space.shape))
+        if kind == ActionSpace.DISCRETE:
+            raise CLIError(f"{model_name} is a discrete-action model ({size} actions), but {name} has a continuous "
+                           f"action space of size {env_size} ({action_space})")
+        if len(action_space.shape) != 1 or size != env_size:
+            raise CLIError(f"{model_name} outputs actions of size {size}, but {name} expects shape "
+                           f"{tuple(action_space.shape)} ({action_space})")
+    else:
+        raise CLIError(f"{name} has an action space offrl models cannot act in: {action_space} "
+                       "(expected Discrete or a 1-D Box)")
+    obs_shape = getattr(env.observation_space, "shape", None)
+    model_shape = tuple(int(d) for d in algo.observation_shape) if algo.observation_shape is not None else None
+    if obs_shape is not None and model_shape is not None and tuple(obs_shape) != model_shape:
+        raise CLIError(f"{model_name} takes observations of shape {model_shape}, but {name} gives {tuple(obs_shape)}")
 
 
 # ------------------------------------------------------------ evaluators
@@ -221,12 +264,6 @@ _EVALUATORS: Dict[str, Tuple[str, str]] = {
 }
 
 
-def _predicts_values(algo: Any) -> bool:
-    from .algos.base import QLearningAlgoBase
-
-    return type(algo)._predict_value is not QLearningAlgoBase._predict_value
-
-
 def build_evaluators(names: Sequence[str], algo: Any, episodes: Any, env: Any, soft_opc_threshold: Optional[float] = None) -> Dict[str, Any]:
     """Evaluator objects for ``names`` (``"auto"``: those that suit ``algo``)."""
     from . import metrics
@@ -236,7 +273,7 @@ def build_evaluators(names: Sequence[str], algo: Any, episodes: Any, env: Any, s
     chosen = list(names)
     if chosen == ["auto"]:
         chosen = ["action_match" if discrete else "action_diff"]
-        if _predicts_values(algo):
+        if algo.has_q_function:
             chosen = ["td_error", "init_value", "average_value"] + chosen
         if env is not None:
             chosen.append("environment")
@@ -262,10 +299,11 @@ def build_evaluators(names: Sequence[str], algo: Any, episodes: Any, env: Any, s
 # ----------------------------------------------------------- subcommands
 def _cmd_fit(args: argparse.Namespace) -> int:
     from ._random import seed as seed_everything
+    from .algos.registry import resolve_algorithm
     from .logging import FileAdapterFactory
 
     config_cls = resolve_algorithm(args.algo)
-    if not config_cls.algorithm_class()._trainable:
+    if not config_cls.algorithm_class().is_trainable:
         raise CLIError(f"{config_cls.get_type()} only acts and cannot be trained")
     config = _config_from_args(config_cls, args.config, args.overrides)
     dataset, env = load_dataset(args.dataset)
@@ -278,6 +316,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     os.makedirs(output, exist_ok=True)
     test_episodes = dataset.episodes
     algo.build_with_dataset(dataset)
+    if env is not None:
+        check_env_fits(algo, env, f"{config.get_type()} on {args.dataset}")
     evaluators = build_evaluators(args.evaluators.split(","), algo, test_episodes, env) if args.evaluators else {}
     results = algo.fit(
         dataset,
@@ -303,11 +343,25 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_output_file(path: Optional[str], option: str) -> None:
+    """Fail before any work when ``path`` cannot be written as a file."""
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise CLIError(f"{option} {path}: is a directory, expected a file path (e.g. {os.path.join(path, 'report.json')})")
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise CLIError(f"{option} {path}: {directory} is not a directory")
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    _check_output_file(args.json, "--json")
     algo = _load_model(args.model)
     if args.dataset is None and args.env is None:
         raise CLIError("give --dataset DATASET and/or --env ENV_ID to evaluate on")
     env = _make_env(args.env) if args.env else None
+    if env is not None:
+        check_env_fits(algo, env, args.model)
     report: Dict[str, float] = {}
     if env is not None and args.dataset is None:
         from .metrics.utility import rollout_returns
@@ -318,7 +372,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         report["environment_return_max"] = float(max(returns))
     if args.dataset is not None:
         dataset, dataset_env = load_dataset(args.dataset)
-        env = env if env is not None else dataset_env
+        if env is None and dataset_env is not None:
+            env = dataset_env
+            check_env_fits(algo, env, args.model)
         names = args.evaluators.split(",") if args.evaluators else ["auto"]
         evaluators = build_evaluators(names, algo, dataset.episodes, env, args.return_threshold)
         for name, evaluator in evaluators.items():
@@ -381,12 +437,13 @@ def _noop() -> Any:
 
 
 def _write_json(path: str, data: Any) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    """Write ``data`` as JSON, atomically under a unique temporary name (two
+    runs writing the same report do not collide)."""
+    from ._atomic import atomic_write_json
+
+    _check_output_file(path, "--json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write_json(path, data)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -463,10 +520,29 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_episodes(algo: Any, env: Any, n_episodes: int, seed: Optional[int]) -> List[float]:
+def _run_episodes(algo: Any, env: Any, n_episodes: int, seed: Optional[int], epsilon: float = 0.0) -> List[float]:
     from .metrics.utility import rollout_returns
 
-    return rollout_returns(algo, env, n_episodes, 0.0, seed=seed)
+    return rollout_returns(algo, env, n_episodes, epsilon, seed=seed)
+
+
+def _env_for_rendering(args: argparse.Namespace, render_mode: str) -> Tuple[Any, str]:
+    """The environment of ``record`` / ``play`` and its name: ``--env-id``
+    (made with ``render_mode``) or ``--env-header`` (the user's code)."""
+    if args.env_id is not None and args.env_header is not None:
+        raise CLIError("give either --env-id or --env-header, not both")
+    if args.env_id is not None:
+        return _make_env(args.env_id, render_mode=render_mode), args.env_id
+    if args.env_header is not None:
+        env = _env_from_header(args.env_header)
+        return env, _env_name(env)
+    raise CLIError("give --env-id ENV_ID (e.g. CartPole-v1) or --env-header CODE")
+
+
+def _warn_target_return(args: argparse.Namespace) -> None:
+    if args.target_return is not None:
+        print(f"offrl {args.command}: warning: --target-return applies to Decision-Transformer models; "
+              "this model acts without it", file=sys.stderr)
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
@@ -477,12 +553,14 @@ def _cmd_record(args: argparse.Namespace) -> int:
         raise CLIError("recording videos needs moviepy: pip install 'offrl[video]'") from None
     from gymnasium.wrappers import RecordVideo
 
-    env = _make_env(args.env, render_mode="rgb_array")
+    _warn_target_return(args)
+    env, env_name = _env_for_rendering(args, "rgb_array")
+    check_env_fits(algo, env, args.model)
     env = RecordVideo(env, args.out, episode_trigger=lambda _: True, name_prefix=args.prefix, disable_logger=True)
     try:
-        returns = _run_episodes(algo, env, args.n_episodes, args.seed)
+        returns = _run_episodes(algo, env, args.n_episodes, args.seed, args.epsilon)
     except ImportError as e:  # gymnasium's renderers (pygame, mujoco) are optional
-        raise CLIError(f"cannot render {args.env}: {e}") from None
+        raise CLIError(f"cannot render {env_name}: {e}") from None
     finally:
         env.close()
     videos = sorted(f for f in os.listdir(args.out) if f.startswith(args.prefix) and f.endswith(".mp4"))
@@ -494,15 +572,19 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 def _cmd_play(args: argparse.Namespace) -> int:
     algo = _load_model(args.model)
-    env = _make_env(args.env, render_mode="human")
+    _warn_target_return(args)
+    env, env_name = _env_for_rendering(args, "human")
+    check_env_fits(algo, env, args.model)
     try:
-        returns = _run_episodes(algo, env, args.n_episodes, args.seed)
+        returns = _run_episodes(algo, env, args.n_episodes, args.seed, args.epsilon)
     except ImportError as e:
-        raise CLIError(f"cannot render {args.env}: {e}") from None
+        raise CLIError(f"cannot render {env_name}: {e}") from None
     finally:
         env.close()
     for i, value in enumerate(returns):
         print(f"episode {i}: return {value:.6g}")
+    if returns:
+        print(f"score: {sum(returns) / len(returns):.6g}")
     return 0
 
 
@@ -526,10 +608,44 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: seeds go to numpy, Python, torch and gymnasium; all accept [0, 2**63)
+_MAX_SEED = 2**63 - 1
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63 - 1], got {text!r}") from None
+    if not 0 <= value <= _MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63 - 1], got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:  # also rejects nan
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``offrl fit: error: ...``), exit status 2,
+    pointing at ``--help`` instead of printing the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The ``offrl`` argument parser. Building it imports neither torch nor
+    offrl's numeric modules: ``offrl --help`` answers at once."""
     from ._version import __version__
 
-    parser = argparse.ArgumentParser(prog="offrl", description="offline-first reinforcement learning: fit, judge and export policies")
+    parser = _Parser(prog="offrl", description="offline-first reinforcement learning: fit, judge and export policies")
     parser.add_argument("--version", action="version", version=f"offrl {__version__}")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks for errors")
     parser.add_argument("--threads", type=_positive_int, default=1,
@@ -547,7 +663,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fqe-steps", type=_positive_int, default=4000, help="FQE gradient steps (default: 4000)")
     p.add_argument("--n-trials", type=_positive_int, default=10, help="evaluation episodes in the environment")
     p.add_argument("--output-dir", default="offrl_quickstart", help="where to write (default: offrl_quickstart)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(run=_cmd_quickstart)
 
@@ -558,16 +674,16 @@ def build_parser() -> argparse.ArgumentParser:
                                         "encoder_factory=vector encoder_factory.hidden_units=[64,64]) and/or --config FILE.json.")
     p.add_argument("dataset")
     p.add_argument("algo", help="algorithm name, e.g. cql, discrete_cql, iql, bc, dqn")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="config overrides")
     p.add_argument("--config", help="JSON file: a full config (as written in params.json) or an object of overrides")
     p.add_argument("--steps", type=_positive_int, default=10000)
     p.add_argument("--steps-per-epoch", type=_positive_int, default=1000)
     p.add_argument("--evaluators", default=None, help="comma-separated: auto, " + ", ".join(_EVALUATORS))
-    p.add_argument("--env", default=None, help="gymnasium env id for the environment evaluator")
+    p.add_argument("--env", "--env-id", dest="env", default=None, help="gymnasium env id for the environment evaluator")
     p.add_argument("--output-dir", default=None, help="run directory (default: offrl_runs/<algo>_<time>)")
     p.add_argument("--export", default=None, help="also export the policy (.onnx or .pt)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=_seed, default=None)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(run=_cmd_fit)
 
@@ -576,14 +692,15 @@ def build_parser() -> argparse.ArgumentParser:
                                         "running it in the gymnasium environment --env.")
     p.add_argument("model")
     p.add_argument("--dataset", default=None)
-    p.add_argument("--env", default=None, help="gymnasium env id")
+    p.add_argument("--env", "--env-id", dest="env", default=None, help="gymnasium env id")
     p.add_argument("--evaluators", default=None, help="comma-separated (default: auto): " + ", ".join(_EVALUATORS))
     p.add_argument("--ope", default=None, help="comma-separated OPE estimators: fqe, is, wis, pdis, wpdis, dr, wdr")
     p.add_argument("--fqe-steps", type=_positive_int, default=5000)
     p.add_argument("--return-threshold", type=float, default=None, help="success threshold for soft_opc")
     p.add_argument("--n-trials", type=_positive_int, default=10)
-    p.add_argument("--epsilon", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--epsilon", type=_probability, default=0.0,
+                   help="probability of a random action in the environment (default: 0)")
+    p.add_argument("--seed", type=_seed, default=None)
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     p.set_defaults(run=_cmd_evaluate)
 
@@ -626,11 +743,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, run, text in (("record", _cmd_record, "record episodes of a saved model to video files (needs moviepy)"),
                             ("play", _cmd_play, "render episodes of a saved model on screen")):
-        p = commands.add_parser(name, help=text)
-        p.add_argument("model")
-        p.add_argument("--env", required=True, help="gymnasium env id, e.g. CartPole-v1")
-        p.add_argument("--n-episodes", type=_positive_int, default=3)
-        p.add_argument("--seed", type=int, default=None)
+        p = commands.add_parser(name, help=text, description=text[0].upper() + text[1:] + ". The environment is "
+                                "--env-id (a gymnasium id) or --env-header (one line of Python that defines env).")
+        p.add_argument("model", help="model file written by algo.save")
+        p.add_argument("--env-id", "--env", dest="env_id", default=None, help="gymnasium env id, e.g. CartPole-v1")
+        p.add_argument("--env-header", default=None,
+                       help="one line of Python that defines env, e.g. \"import gymnasium; "
+                            "env = gymnasium.make('Pendulum-v1', g=9.81, render_mode='rgb_array')\"")
+        p.add_argument("--n-episodes", type=_positive_int, default=3, help="episodes to run (default: 3)")
+        p.add_argument("--epsilon", type=_probability, default=0.0,
+                       help="probability of a random action (default: 0)")
+        p.add_argument("--seed", type=_seed, default=None)
+        p.add_argument("--target-return", type=float, default=None,
+                       help="for Decision-Transformer models (accepted for d3rlpy compatibility)")
+        p.add_argument("--use-gymnasium", action="store_true",
+                       help="accepted for d3rlpy compatibility: offrl always uses gymnasium")
         if name == "record":
             p.add_argument("--out", default="videos", help="output directory (default: videos)")
             p.add_argument("--prefix", default="offrl", help="video file name prefix")
@@ -638,7 +765,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: commands that only read text logs: they start without loading torch
+_WITHOUT_TORCH = frozenset({"plot", "plot-all", "stats"})
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run the ``offrl`` command; returns the exit status (0, 2 for a user
+    error, 130 when interrupted)."""
     parser = build_parser()
     # key=value overrides of `fit` may come after its options
     args, extra = parser.parse_known_args(argv)
@@ -647,9 +780,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         extra = [e for e in extra if not ("=" in e and not e.startswith("-"))]
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    import torch
+    if args.command not in _WITHOUT_TORCH:
+        import torch
 
-    torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)
     try:
         return args.run(args)
     except KeyboardInterrupt:

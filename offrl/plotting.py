@@ -14,6 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ._atomic import atomic_write
+
 __all__ = [
     "MetricLog",
     "read_metric_csv",
@@ -47,20 +49,28 @@ def read_metric_csv(path: str) -> MetricLog:
     epochs: List[int] = []
     steps: List[int] = []
     values: List[float] = []
-    with open(path) as f:
-        for number, line in enumerate(f, start=1):
-            line = line.strip()
-            if not line:
-                continue
-            parts = line.split(",")
-            try:
-                if len(parts) != 3:
-                    raise ValueError
-                epochs.append(int(parts[0]))
-                steps.append(int(parts[1]))
-                values.append(float(parts[2]))
-            except ValueError:
-                raise ValueError(f"{path}, line {number}: expected 'epoch,step,value', got {line[:60]!r}") from None
+    with open(path, "rb") as f:
+        raw = f.read()
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise ValueError(f"{path}: not a metric CSV (binary content: a NUL byte at offset {nul})")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not a metric CSV (binary content: undecodable byte at offset {e.start})") from None
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.strip()
+        if not line:
+            continue
+        parts = line.split(",")
+        try:
+            if len(parts) != 3:
+                raise ValueError
+            epochs.append(int(parts[0]))
+            steps.append(int(parts[1]))
+            values.append(float(parts[2]))
+        except ValueError:
+            raise ValueError(f"{path}, line {number}: expected 'epoch,step,value', got {line[:60]!r}") from None
     if not values:
         raise ValueError(f"{path}: the file holds no rows")
     return MetricLog(path, np.asarray(epochs, dtype=np.int64), np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64))
@@ -199,18 +209,22 @@ def read_params(logdir: str) -> Optional[Dict[str, Any]]:
     path = os.path.join(logdir, "params.json")
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            params = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON params file ({e})") from None
+    return params if isinstance(params, dict) else None
 
 
 def _finish(plt: Any, fig: Any, save: Optional[str]) -> None:
     if save:
         directory = os.path.dirname(os.path.abspath(save))
         os.makedirs(directory, exist_ok=True)
-        root, ext = os.path.splitext(save)
-        tmp = f"{root}.tmp{ext or '.png'}"
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, save)
-        plt.close(fig)
+        ext = os.path.splitext(save)[1].lstrip(".").lower()
+        try:
+            atomic_write(save, lambda tmp: fig.savefig(tmp, dpi=100, format=ext or "png"))
+        finally:
+            plt.close(fig)
     else:
         plt.show()

@@ -8,12 +8,13 @@ learning curve and print a short report with the figures and the paths.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any, Dict, Optional
 
 import numpy as np
+
+from ._atomic import atomic_write, atomic_write_json
 
 __all__ = ["run_quickstart", "default_config"]
 
@@ -30,7 +31,7 @@ def default_config(algorithm: Optional[str], discrete: bool) -> Any:
     from .preprocessing import StandardObservationScaler
 
     if algorithm is not None:
-        from .cli import resolve_algorithm
+        from .algos.registry import resolve_algorithm
 
         return resolve_algorithm(algorithm)()
     encoder = VectorEncoderFactory(hidden_units=[64, 64])
@@ -59,7 +60,6 @@ def run_quickstart(
     ``output_dir/report.json``)."""
     from . import metrics, ope
     from ._random import seed as seed_everything
-    from .algos.base import QLearningAlgoBase
     from .constants import ActionSpace
     from .datasets import get_dataset
     from .datasets.builtin import cache_directory
@@ -94,7 +94,7 @@ def run_quickstart(
         ),
         "environment": metrics.EnvironmentEvaluator(env, n_trials=max(1, n_trials // 2)),
     }
-    if type(algo)._predict_value is QLearningAlgoBase._predict_value:  # no Q-function
+    if not algo.has_q_function:
         evaluators = {k: v for k, v in evaluators.items() if k not in ("td_error", "initial_value")}
     _say(f"[2/6] training {name} for {n_steps:,} steps (logs: {os.path.join(output_dir, 'logs')})")
     t0 = time.perf_counter()
@@ -158,10 +158,7 @@ def run_quickstart(
         "total_seconds": None,
     }
     report["total_seconds"] = round(time.perf_counter() - start, 2)
-    tmp = report["paths"]["report"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=2)
-    os.replace(tmp, report["paths"]["report"])
+    atomic_write_json(report["paths"]["report"], report)
     _print_report(report, discrete)
     return report
 
@@ -198,10 +195,10 @@ def _plot_curve(results: Any, path: str, name: str, dataset_name: str) -> None:
     if loss_names:
         bottom.legend()
     fig.tight_layout()
-    tmp = path[:-4] + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    finally:
+        plt.close(fig)
 
 
 def _print_report(report: Dict[str, Any], discrete: bool) -> None:

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from offrl.algos import DiscreteCQLConfig, SACConfig
-from offrl.cli import CLIError, apply_overrides, main, parse_overrides, resolve_algorithm
+from offrl.algos.registry import resolve_algorithm
+from offrl.cli import CLIError, apply_overrides, main, parse_overrides
 from offrl.dataset import MDPDataset
 from offrl.export import load_onnx_policy
 from offrl.models.encoders import VectorEncoderFactory
@@ -113,8 +114,18 @@ def test_resolve_algorithm_accepts_type_class_and_config_names():
     assert resolve_algorithm("DiscreteCQL") is DiscreteCQLConfig
     assert resolve_algorithm("DiscreteCQLConfig") is DiscreteCQLConfig
     assert resolve_algorithm("discrete-cql") is DiscreteCQLConfig
-    with pytest.raises(CLIError, match=r"unknown algorithm 'nope'; valid: bc, cql, .*td3_plus_bc"):
+    assert resolve_algorithm("td3plusbc") is resolve_algorithm("TD3PlusBCConfig")
+    with pytest.raises(ValueError, match=r"unknown algorithm 'nope'; valid: bc, cql, .*td3_plus_bc"):
         resolve_algorithm("nope")
+    with pytest.raises(ValueError, match=r"unknown algorithm ''"):
+        resolve_algorithm("")
+    with pytest.raises(TypeError, match="algorithm name must be a str, got int"):
+        resolve_algorithm(3)
+    # FQE registers as an algorithm config but needs a policy to evaluate: not offered by name
+    import offrl.ope  # noqa: F401
+
+    with pytest.raises(ValueError, match="unknown algorithm 'fqe'"):
+        resolve_algorithm("fqe")
 
 
 # ---------------------------------------------------------------- fit / info
@@ -236,7 +247,9 @@ def test_subprocess_exit_codes_usage_errors_and_debug(dataset_file, tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().startswith("offrl fit: error: unknown algorithm")
     assert "Traceback" not in bad.stderr
     usage = _run("fit")
-    assert usage.returncode == 2 and "usage: offrl fit" in usage.stderr
+    assert usage.returncode == 2
+    assert usage.stderr == ("offrl fit: error: the following arguments are required: dataset, algo "
+                            "(see 'offrl fit --help')\n")
     unknown = _run("frobnicate")
     assert unknown.returncode == 2 and "invalid choice" in unknown.stderr
     debug = _run("--debug", "fit", str(dataset_file), "nope")
@@ -321,3 +334,176 @@ def test_missing_matplotlib_is_one_line_with_the_extra_to_install(tmp_path, monk
     assert main(["plot", str(csv_path), "--save", str(tmp_path / "x.png")]) == 2
     assert "plotting needs matplotlib: pip install 'offrl[plot]'" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
+
+
+# ------------------------------------------------------------ fast startup
+def test_importing_the_cli_does_not_load_torch():
+    code = "import sys, offrl, offrl.cli; offrl.cli.build_parser(); print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'gymnasium')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_offrl_help_in_a_subprocess_exits_0():
+    import shutil
+
+    command = [shutil.which("offrl")] if shutil.which("offrl") else [sys.executable, "-m", "offrl.cli"]
+    top = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=120)
+    assert top.returncode == 0, top.stderr
+    for name in ("quickstart", "fit", "evaluate", "export", "record", "play"):
+        assert name in top.stdout
+    record = subprocess.run([*command, "record", "--help"], capture_output=True, text=True, timeout=120)
+    assert record.returncode == 0 and "--env-header" in record.stdout and "--env-id" in record.stdout
+
+
+def test_package_attributes_load_on_first_use():
+    code = ("import sys, offrl; names = sorted(offrl.__all__); loaded = 'torch' in sys.modules; "
+            "from offrl import load_learnable; import offrl.algos as a; "
+            "print(loaded, offrl.algos.CQLConfig is a.CQLConfig, callable(load_learnable), offrl.ActionSpace.DISCRETE.name, "
+            "set(names) <= set(dir(offrl)), 'seed' in dir(offrl))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True", "DISCRETE", "True", "True"]
+    import offrl
+
+    assert sorted(offrl.__all__) == sorted(["__version__", "seed", "ActionSpace", "load_learnable", "algos", "dataset",
+                                            "datasets", "logging", "metrics", "models", "ope", "preprocessing"])
+    with pytest.raises(AttributeError, match="module 'offrl' has no attribute 'nothing_here'"):
+        offrl.nothing_here
+
+
+def test_load_learnable_from_a_fresh_interpreter_finds_the_algorithms(tmp_path):
+    algo = SACConfig().create()
+    algo.create_impl((3,), 2)
+    algo.save(tmp_path / "m.d3")
+    code = f"import offrl; print(type(offrl.load_learnable({str(tmp_path / 'm.d3')!r})).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "SAC", out.stderr
+
+
+# ---------------------------------------------------------------- hardening
+def _saved(tmp_path, config, observation_shape, action_size, name="m.d3"):
+    algo = config.create()
+    algo.create_impl(observation_shape, action_size)
+    algo.save(tmp_path / name)
+    return str(tmp_path / name)
+
+
+@pytest.mark.parametrize("kind, observation_shape, action_size, env_id, message", [
+    ("discrete", (4,), 7, "CartPole-v1", "chooses among 7 discrete actions, but CartPole-v1 has 2 (Discrete(2))"),
+    ("continuous", (4,), 1, "CartPole-v1", "is a continuous-action model (action_size 1), but CartPole-v1 has a discrete action space"),
+    ("discrete", (3,), 2, "Pendulum-v1", "is a discrete-action model (2 actions), but Pendulum-v1 has a continuous action space of size 1"),
+    ("sac", (3,), 2, "Pendulum-v1", "outputs actions of size 2, but Pendulum-v1 expects shape (1,)"),
+    ("discrete", (5,), 2, "CartPole-v1", "takes observations of shape (5,), but CartPole-v1 gives (4,)"),
+])
+def test_evaluate_refuses_a_model_that_does_not_fit_the_environment(kind, observation_shape, action_size, env_id, message,
+                                                                    tmp_path, capsys):
+    from offrl.algos import DiscreteRandomPolicyConfig, RandomPolicyConfig
+
+    config = {"discrete": DiscreteRandomPolicyConfig(), "continuous": RandomPolicyConfig(), "sac": SACConfig()}[kind]
+    path = _saved(tmp_path, config, observation_shape, action_size)
+    assert main(["evaluate", path, "--env", env_id, "--n-trials", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"offrl evaluate: error: {path} {message}" + err.split(message, 1)[1]
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_record_and_play_check_the_environment_and_their_options(tmp_path, capsys):
+    from offrl.algos import DiscreteRandomPolicyConfig
+
+    path = _saved(tmp_path, DiscreteRandomPolicyConfig(), (4,), 7)
+    assert main(["play", path, "--env-id", "CartPole-v1"]) == 2
+    assert "chooses among 7 discrete actions, but CartPole-v1 has 2" in capsys.readouterr().err
+    assert main(["play", path]) == 2
+    assert "give --env-id ENV_ID (e.g. CartPole-v1) or --env-header CODE" in capsys.readouterr().err
+    assert main(["play", path, "--env-id", "CartPole-v1", "--env-header", "env = 1"]) == 2
+    assert "give either --env-id or --env-header, not both" in capsys.readouterr().err
+    assert main(["play", path, "--env-header", "x = 1"]) == 2
+    assert "--env-header must define a variable named env" in capsys.readouterr().err
+    assert main(["play", path, "--env-header", "import gymnasium; env = gymnasium.make('CartPole-v1')"]) == 2
+    assert "chooses among 7 discrete actions, but CartPole-v1 has 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["record", path, "--env-id", "CartPole-v1", "--epsilon", "1.5"])
+    assert exc.value.code == 2
+    assert "argument --epsilon: expected a number in [0, 1], got '1.5'" in capsys.readouterr().err
+
+
+def test_play_runs_episodes_with_env_header_and_epsilon(tmp_path, capsys):
+    from offrl.algos import DiscreteRandomPolicyConfig
+
+    path = _saved(tmp_path, DiscreteRandomPolicyConfig(), (4,), 2)
+    header = "import gymnasium; env = gymnasium.make('CartPole-v1')"
+    assert main(["play", path, "--env-header", header, "--n-episodes", "2", "--seed", "3", "--epsilon", "0.5",
+                 "--target-return", "100", "--use-gymnasium"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["episode 0", "episode 1", "score"]
+    returns = [float(line.split("return ")[1]) for line in lines[:2]]
+    assert float(lines[2].split(": ")[1]) == pytest.approx(sum(returns) / 2)
+    assert "--target-return applies to Decision-Transformer models" in captured.err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["evaluate", "{model}", "--env", "::::"], "offrl evaluate: error: cannot make environment '::::': "),
+    (["evaluate", "{model}", "--env", "nomodule/x:Y-v0"], "offrl evaluate: error: cannot make environment 'nomodule/x:Y-v0': "),
+    (["evaluate", "{model}", "--env", "CartPole-v1", "--seed", str(2**64)],
+     "offrl evaluate: error: argument --seed: expected an integer in [0, 2**63 - 1], got 18446744073709551616"),
+    (["evaluate", "{model}", "--env", "CartPole-v1", "--seed", "-1"], "argument --seed: expected an integer in [0, 2**63 - 1], got -1"),
+    (["evaluate", "{model}", "--env", "CartPole-v1", "--epsilon", "nan"], "argument --epsilon: expected a number in [0, 1], got 'nan'"),
+    (["plot", "{binary}", "--save", "{tmp}/x.png"], "offrl plot: error: {binary}: not a metric CSV (binary content: a NUL byte at offset 4)"),
+    (["stats", "{latin}"], "offrl stats: error: {latin}: not a metric CSV (binary content: undecodable byte at offset 2)"),
+    (["fit", "{data}", "dqn", "--config", "{binary}"], "offrl fit: error: {binary}: not a JSON text file"),
+    (["evaluate", "{model}", "--env", "CartPole-v1", "--json", "{tmp}"], "offrl evaluate: error: --json {tmp}: is a directory"),
+])
+def test_bad_command_lines_are_one_line_exit_2_in_a_subprocess(args, message, dataset_file, tmp_path):
+    from offrl.algos import DiscreteRandomPolicyConfig
+
+    model = _saved(tmp_path, DiscreteRandomPolicyConfig(), (4,), 2)
+    (tmp_path / "binary.csv").write_bytes(b"\x89PNG\x00\x01\x02")
+    (tmp_path / "latin.csv").write_bytes(b"1,\xff,3\n")
+    fill = {"{model}": model, "{binary}": str(tmp_path / "binary.csv"), "{latin}": str(tmp_path / "latin.csv"),
+            "{tmp}": str(tmp_path), "{data}": str(dataset_file)}
+    for key, value in fill.items():
+        args = [a.replace(key, value) for a in args]
+        message = message.replace(key, value)
+    out = _run(*args)
+    assert out.returncode == 2
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert not os.path.exists(str(tmp_path) + ".tmp")
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".offrl-")]
+
+
+def test_json_report_into_a_directory_leaves_nothing_behind(tmp_path, capsys):
+    from offrl.algos import DiscreteRandomPolicyConfig
+
+    model = _saved(tmp_path, DiscreteRandomPolicyConfig(), (4,), 2)
+    before = sorted(os.listdir(tmp_path))
+    assert main(["evaluate", model, "--env", "CartPole-v1", "--n-trials", "1", "--json", str(tmp_path)]) == 2
+    assert "--json" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == before and not os.path.exists(str(tmp_path) + ".tmp")
+
+
+def test_concurrent_json_reports_to_one_path_never_fail(tmp_path):
+    import threading
+
+    from offrl.cli import _write_json
+
+    path = str(tmp_path / "sub" / "report.json")
+    errors = []
+
+    def writer(k: int) -> None:
+        try:
+            for i in range(25):
+                _write_json(path, {"writer": k, "i": i, "pad": "x" * 5000})
+        except Exception as e:  # noqa: BLE001 - collected and asserted on below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    data = json.loads(open(path).read())
+    assert data["i"] == 24 and data["writer"] in range(4)
+    assert os.listdir(tmp_path / "sub") == ["report.json"]

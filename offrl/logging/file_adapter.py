@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict
 
+from .._atomic import atomic_write_json
 from .base import LoggerAdapter
 
 __all__ = ["FileAdapter", "FileAdapterFactory"]
@@ -20,11 +20,10 @@ class FileAdapter:
         os.makedirs(logdir, exist_ok=True)
 
     def write_params(self, params: Dict[str, Any]) -> None:
-        path = os.path.join(self.logdir, "params.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(params, f, indent=2)
-        os.replace(tmp, path)
+        """Write ``params.json`` atomically under a unique temporary name, so
+        two runs sharing a log directory never collide and a reader never
+        sees half a file."""
+        atomic_write_json(os.path.join(self.logdir, "params.json"), params)
 
     def before_write_metric(self, epoch: int, step: int) -> None:
         pass
