@@ -3,17 +3,18 @@ log, a CSV or a Parquet file) as an :class:`MDPDataset`, in one call."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
-
+import os
 import re
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
+from .. import _safety
 from ..constants import ActionSpace
 from ..dataset import _checks
 from ..dataset.replay_buffer import MDPDataset
 
-__all__ = ["from_dataframe"]
+__all__ = ["from_dataframe", "read_table"]
 
 Columns = Union[str, Sequence[str]]
 
@@ -36,6 +37,48 @@ class _Rows:
         if self._labels is None:
             return f"row {position}"
         return f"row {position} (index {_show(self._labels[position])})"
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def read_table(path: Union[str, os.PathLike]) -> Any:
+    """A CSV file (UTF-8) or, by its ``.parquet`` / ``.pq`` suffix, a Parquet
+    file as a pandas DataFrame; errors name the file. Only regular files are
+    opened (a named pipe would block), and a Parquet file's declared size is
+    checked against the memory available before it is read."""
+    import pandas as pd
+
+    name = _safety.check_regular_file(path, "table file")
+    if name.lower().endswith(_PARQUET_SUFFIXES):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ImportError("reading Parquet files needs pyarrow: pip install 'offrl[minari]'") from None
+        try:
+            metadata = pq.ParquetFile(name).metadata
+            declared = sum(
+                metadata.row_group(g).column(c).total_uncompressed_size
+                for g in range(metadata.num_row_groups) for c in range(metadata.num_columns)
+            )
+            _safety.check_declared_size(name, "the table", (max(declared, 0),), np.uint8)
+            return pd.read_parquet(name, engine="pyarrow")
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            if str(e).startswith(name):
+                raise
+            raise ValueError(f"{name} is not a readable Parquet file ({type(e).__name__}: {e})") from None
+    try:
+        return pd.read_csv(name, encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{name} is not a UTF-8 CSV file: it holds the byte {e.object[e.start:e.start + 1]!r}, which "
+            "is not text (is it a binary or Parquet file? give Parquet files a .parquet suffix)"
+        ) from None
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{name} is empty: a CSV table needs a header row") from None
+    except (pd.errors.ParserError, ValueError, OSError) as e:
+        raise ValueError(f"{name} is not a readable CSV file ({type(e).__name__}: {e})") from None
 
 
 def _show(value: Any) -> str:
@@ -69,12 +112,21 @@ def _numeric(df: Any, names: list[str], role: str, rows: _Rows) -> np.ndarray:
                     f"{role} column {name!r} must be numeric, got dtype {column.dtype} "
                     "(map labels to numbers first, e.g. df[col].astype('category').cat.codes)"
                 ) from None
+        if values.dtype.kind == "c":
+            raise TypeError(f"{role} column {name!r} holds complex numbers (dtype {values.dtype}), expected real numbers")
         if np.issubdtype(values.dtype, np.floating):
             bad = ~np.isfinite(values)
             if bad.any():
                 i = int(np.argmax(bad))
                 kind = "nan" if np.isnan(values[i]) else "inf"
                 raise ValueError(f"{role} column {name!r} is {kind} in {rows(i)}")
+            if role != "behaviour probability" and values.dtype.itemsize > 4:
+                bad = np.abs(values) > _FLOAT32_MAX  # would be stored as inf in float32
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise ValueError(
+                        f"{role} column {name!r} is {_show(values[i])} in {rows(i)}, outside float32's range"
+                    )
         arrays.append(values)
     if len(arrays) == 1:
         return arrays[0][:, None]
@@ -125,7 +177,9 @@ def from_dataframe(
     one, kept in table order.
 
     Args:
-        df: a pandas DataFrame (``pip install 'offrl[tabular]'``).
+        df: a pandas DataFrame (``pip install 'offrl[tabular]'``), or the
+            path of a CSV (UTF-8) or Parquet (``.parquet``) file, read with
+            :func:`read_table`.
         episode_column: the episode (session, user, trajectory) id.
         observation_columns: the observation's columns; a list of lists makes
             tuple observations (one element per inner list).
@@ -149,8 +203,20 @@ def from_dataframe(
         timeout flag on a step that is not the last of its episode, a step
         flagged both terminal and timeout.
     """
+    if isinstance(df, (str, os.PathLike)):
+        source = os.fspath(df)
+        try:
+            return from_dataframe(
+                read_table(df), episode_column, observation_columns, action_columns, reward_column,
+                terminal_column, timeout_column, step_column, behaviour_probability_column, action_space,
+                action_size, transition_picker, trajectory_slicer,
+            )
+        except (ValueError, TypeError) as e:
+            if str(e).startswith(source):
+                raise
+            raise type(e)(f"{source}: {e}") from None
     if not (hasattr(df, "columns") and hasattr(df, "index") and hasattr(df, "iloc")):
-        raise TypeError(f"df must be a pandas DataFrame, got {type(df).__name__}")
+        raise TypeError(f"df must be a pandas DataFrame or the path of a CSV / Parquet file, got {type(df).__name__}")
     import pandas as pd
 
     if isinstance(observation_columns, str):

@@ -210,5 +210,61 @@ def test_missing_episode_id():
 
 
 def test_not_a_dataframe():
-    with pytest.raises(TypeError, match="df must be a pandas DataFrame, got dict"):
+    with pytest.raises(TypeError, match="df must be a pandas DataFrame or the path of a CSV / Parquet file, got dict"):
         from_dataframe({"a": [1]}, "a", "a", "a", "a")
+
+
+# ------------------------------------------------- hostile tables (issue 15)
+
+
+def test_csv_path_reads_like_the_frame(tmp_path):
+    path = tmp_path / "log.csv"
+    _frame([4, 2, 0, 3, 1]).to_csv(path, index=False)
+    from_file, from_frame = _load(path), _load(_frame())
+    for a, b in zip(from_file.episodes, from_frame.episodes):
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+
+
+def test_parquet_path_reads_like_the_frame(tmp_path):
+    pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (the minari extra)")
+    path = tmp_path / "log.parquet"
+    _frame().to_parquet(path)
+    np.testing.assert_array_equal(_load(path).episodes[1].actions[:, 0], [1, 0, 2])
+
+
+def test_binary_file_as_csv_names_the_file_and_offset(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"session,step\n" + bytes(range(128, 256)))
+    with pytest.raises(ValueError, match=re.escape(f"{path} is not a UTF-8 CSV file: it holds the byte b'\\x80', which is not text")):
+        _load(path)
+
+
+def test_garbage_parquet_names_the_file(tmp_path):
+    pytest.importorskip("pyarrow", reason="Parquet needs pyarrow (the minari extra)")
+    path = tmp_path / "log.parquet"
+    path.write_bytes(b"PAR1" + b"\x00" * 64)
+    with pytest.raises(ValueError, match=re.escape(f"{path} is not a readable Parquet file")):
+        _load(path)
+
+
+def test_missing_column_in_a_csv_names_the_file(tmp_path):
+    path = tmp_path / "log.csv"
+    _frame().drop(columns=["reward"]).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: reward_column: column 'reward' is not in the table")):
+        _load(path)
+
+
+def test_complex_column_is_refused_naming_it():
+    df = _frame()
+    df["x1"] = df["x1"].astype(complex) + 1j
+    with pytest.raises(TypeError, match="observation column 'x1' holds complex numbers"):
+        _load(df)
+
+
+def test_float64_reward_beyond_float32_names_the_row():
+    df = _frame()
+    df.loc[3, "reward"] = 1e300
+    with pytest.raises(ValueError, match=r"reward column 'reward' is 1e\+300 in row 3, outside float32's range"):
+        _load(df)
