@@ -1,12 +1,15 @@
 #!/usr/bin/env python
 """Benchmark of offrl's metric evaluators against d3rlpy 2.x, side by side.
 
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
     python benchmarks/metrics.py               # every evaluator (a few minutes)
     python benchmarks/metrics.py --quick       # fewer repeats
     python benchmarks/metrics.py --no-d3rlpy   # offrl only
     python benchmarks/metrics.py --only TDErrorEvaluator,InitialStateValueEstimationEvaluator
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/metrics.py --quick
 
-Data and models are those of ``benchmarks/algos.py``: the seeded synthetic
+Data and models are those of ``benchmarks/algos.py`` (``_data.make_data``): the seeded synthetic
 20,000-step Pendulum-like dataset (3-dim observations, 1-dim actions,
 200-step episodes ending in a timeout: 19,900 transitions) scored with an
 IQL model at its default config, and the CartPole-like dataset (4-dim
@@ -22,10 +25,10 @@ Each evaluator is called once on each side to warm up, then timed in
 ``--repeats`` interleaved rounds of one offrl call and one d3rlpy call, so
 that a change in the machine's load hits both sides of a ratio; times are
 medians, the ratio is the median of the per-round ratios. The d3rlpy side
-is a worker process in the interpreter given by ``--d3rlpy-python``,
-``$D3RLPY_PYTHON`` or ``/opt/d3venv/bin/python`` (this file run with
-``--serve``, which reads evaluator names on stdin and answers with
-timings); it uses the same evaluator names and arguments and never imports
+is a worker process in the interpreter given by ``--d3rlpy-python`` or
+``$D3RLPY_PYTHON`` (skipped with a note when neither is given): this file
+run with ``--serve``, which reads evaluator names on stdin and answers with
+timings. Both sides use ``--threads`` torch threads (default 1). It uses the same evaluator names and arguments and never imports
 offrl. The values differ between the libraries (different random weights);
 they are printed as a sanity check that each call did the work.
 """
@@ -35,19 +38,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import importlib.util
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from algos import JSON_MARKER, SEED, _import_offrl, _table, d3rlpy_python, make_data  # noqa: E402
+from _data import SEED, make_data
+from _harness import Worker, add_common_args, check_threads, d3rlpy_interpreter, format_table, log, parse_only
+from _harness import print_load, serve as serve_requests
 
 #: (evaluator, dataset, d3rlpy seconds measured earlier on the 2-core development machine)
 EVALUATORS: Tuple[Tuple[str, str, Optional[float]], ...] = (
@@ -107,7 +107,7 @@ def build(backend: str, threads: Optional[int]) -> Tuple[Dict[str, Entry], dict,
     if threads:
         torch.set_num_threads(threads)
     if backend == "offrl":
-        lib = _import_offrl()
+        import offrl as lib
     else:  # the worker's stderr (d3rlpy's logs) goes to /dev/null
         import d3rlpy as lib
     lib.seed(SEED)
@@ -184,61 +184,28 @@ def call_once(entry: Entry) -> dict:
 
 
 def serve(threads: Optional[int]) -> int:
-    """The d3rlpy side: build, then time one call per key read from stdin."""
+    """The d3rlpy side: build, then time one call per evaluator key read from stdin."""
     with contextlib.redirect_stdout(sys.stderr):  # library chatter stays off the protocol
         entries, info, _ = build("d3rlpy", threads)
-    print(JSON_MARKER + json.dumps(info), flush=True)
-    for line in sys.stdin:
-        key = line.strip()
-        if key == "quit":
-            break
-        with contextlib.redirect_stdout(sys.stderr):
-            result = call_once(entries[key]) if key in entries else {"error": f"unknown evaluator {key!r}"}
-        print(JSON_MARKER + json.dumps(result), flush=True)
-    return 0
+
+    def handle(key: str) -> dict:
+        return call_once(entries[key]) if key in entries else {"error": f"unknown evaluator {key!r}"}
+
+    return serve_requests(info, handle)
 
 
-class D3rlpyWorker:
-    """A d3rlpy interpreter running this file with ``--serve``."""
-
-    def __init__(self, python: str, threads: Optional[int]) -> None:
-        cmd = [python, os.path.abspath(__file__), "--serve"] + (["--threads", str(threads)] if threads else [])
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, bufsize=1)
-        self.info = self._read()
-
-    def _read(self) -> dict:
-        for line in self.proc.stdout:
-            if line.startswith(JSON_MARKER):
-                return json.loads(line[len(JSON_MARKER):])
-        raise RuntimeError(f"the d3rlpy worker exited with {self.proc.wait()}")
-
-    def call(self, key: str) -> dict:
-        self.proc.stdin.write(key + "\n")
-        return self._read()
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.proc.stdin.write("quit\n")
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
-def start_worker(args: argparse.Namespace, log: Callable[[str], None]) -> Tuple[Optional[D3rlpyWorker], str]:
-    if args.no_d3rlpy:
-        return None, "skipped (--no-d3rlpy)"
-    python = sys.executable if importlib.util.find_spec("d3rlpy") is not None else d3rlpy_python(args)
+def start_worker(args: argparse.Namespace) -> Tuple[Optional[Worker], str]:
+    python, note = d3rlpy_interpreter(args)
     if python is None:
-        return None, "not available (install d3rlpy or pass --d3rlpy-python)"
-    log(f"[d3rlpy] starting {python} {os.path.basename(__file__)} --serve")
+        return None, note
     try:
-        return D3rlpyWorker(python, args.threads), python
+        return Worker(python, __file__, ["--serve", "--threads", str(args.threads)]), note
     except (OSError, RuntimeError) as e:
         return None, f"failed to start {python}: {e}"
 
 
-def measure(entries: Dict[str, Entry], floors: Dict[str, Callable[[], None]], worker: Optional[D3rlpyWorker],
-            repeats: int, log: Callable[[str], None]) -> Dict[str, dict]:
+def measure(entries: Dict[str, Entry], floors: Dict[str, Callable[[], None]], worker: Optional[Worker],
+            repeats: int) -> Dict[str, dict]:
     """Per evaluator: a warm-up call on each side, then ``repeats`` rounds of
     one offrl call, its forward-pass floor and one d3rlpy call (interleaved,
     so that a change in the machine's load hits all of them); medians, and
@@ -304,8 +271,8 @@ def report(results: Dict[str, dict], o_info: dict, d_info: Optional[dict], d_sou
         f"load average {load[0][0]:.2f} at start, {load[1][0]:.2f} at end",
         "",
     ]
-    lines += _table(["evaluator [data]", "offrl s", "floor s", "offrl/floor", "d3rlpy s", "d3rlpy earlier s", "d3rlpy/offrl",
-                     "earlier/offrl", "offrl value", "d3rlpy value", f"target >= {TARGET_RATIO:g}x"], rows)
+    lines += format_table(["evaluator [data]", "offrl s", "floor s", "offrl/floor", "d3rlpy s", "d3rlpy earlier s", "d3rlpy/offrl",
+                     "earlier/offrl", "offrl value", "d3rlpy value", f"target >= {TARGET_RATIO:g}x"], rows).splitlines()
     lines += ["", "floor s: bare predict_value / predict calls on as many contiguous rows as the metric has "
               "transitions, as many passes as it needs (PASSES): the compute no evaluator can avoid."]
     return "\n".join(lines + notes)
@@ -313,39 +280,31 @@ def report(results: Dict[str, dict], o_info: dict, d_info: Optional[dict], d_sou
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="3 timed rounds per evaluator instead of 7")
+    names = list(dict.fromkeys(name for name, _, _ in EVALUATORS))
+    add_common_args(parser, only=names, quick_help="3 timed rounds per evaluator instead of 7")
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds per evaluator")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) (both libraries)")
-    parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
-    parser.add_argument("--d3rlpy-python", default=None, help="interpreter with d3rlpy")
-    parser.add_argument("--only", default=None, help="comma-separated evaluator names (a subset)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the d3rlpy worker
     args = parser.parse_args(argv)
+    check_threads(args, parser)
     if args.repeats is None:
         args.repeats = 3 if args.quick else 7
-    if args.repeats < 1 or (args.threads is not None and args.threads < 1):
-        parser.error("--repeats and --threads must be >= 1")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.serve:
         return serve(args.threads)
+    wanted = set(parse_only(args.only, names, parser))
 
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    load_start = os.getloadavg()
+    load_start = print_load("start")
     entries, o_info, contexts = build("offrl", args.threads)
-    if args.only:
-        wanted = {n.strip() for n in args.only.split(",") if n.strip()}
-        unknown = wanted - {name for name, _, _ in EVALUATORS}
-        if unknown:
-            parser.error(f"unknown evaluators {sorted(unknown)}")
-        entries = {k: v for k, v in entries.items() if k.split(" [")[0] in wanted}
-    worker, d_source = start_worker(args, log)
+    entries = {k: v for k, v in entries.items() if k.split(" [")[0] in wanted}
+    worker, d_source = start_worker(args)
     try:
-        results = measure(entries, floor_calls(contexts), worker, args.repeats, log)
+        results = measure(entries, floor_calls(contexts), worker, args.repeats)
     finally:
         if worker is not None:
             worker.close()
-    print(report(results, o_info, None if worker is None else worker.info, d_source, (load_start, os.getloadavg())))
+    load_end = print_load("end")
+    print(report(results, o_info, None if worker is None else worker.info, d_source, (load_start, load_end)))
     return 0
 
 
