@@ -298,9 +298,11 @@ def build_evaluators(names: Sequence[str], algo: Any, episodes: Any, env: Any, s
 
 # ----------------------------------------------------------- subcommands
 def _cmd_fit(args: argparse.Namespace) -> int:
+    from ._atomic import remove_stale_temporaries
     from ._random import seed as seed_everything
     from .algos.registry import resolve_algorithm
     from .logging import FileAdapterFactory
+    from .logging.file_adapter import STALE_AFTER_S
 
     config_cls = resolve_algorithm(args.algo)
     if not config_cls.algorithm_class().is_trainable:
@@ -314,6 +316,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     algo = config.create(device=args.device)
     output = args.output_dir or os.path.join("offrl_runs", f"{config.get_type()}_{time.strftime('%Y%m%d%H%M%S')}")
     os.makedirs(output, exist_ok=True)
+    remove_stale_temporaries(output, min_age_s=STALE_AFTER_S)  # half-written files of a killed earlier run
     test_episodes = dataset.episodes
     algo.build_with_dataset(dataset)
     if env is not None:

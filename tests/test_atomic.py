@@ -110,3 +110,29 @@ def test_remove_stale_temporaries_removes_only_orphans_of_dead_writers(tmp_path)
     assert remove_stale_temporaries(tmp_path) == [str(stale)]
     assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in (live, parent, foreign, other))
     assert remove_stale_temporaries(tmp_path / "missing") == []
+
+
+def test_a_writer_killed_mid_write_leaves_an_orphan_that_cleanup_removes(tmp_path):
+    import signal
+    import time
+
+    target = tmp_path / "model.d3"
+    target.write_text("old")
+    script = ("import sys, time; from offrl._atomic import atomic_write\n"
+              "def slow(tmp):\n    open(tmp, 'w').write('half'); print('writing', flush=True); time.sleep(60)\n"
+              f"atomic_write({str(target)!r}, slow)\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+        orphans = [n for n in os.listdir(tmp_path) if n.startswith(f"{PREFIX}{child.pid}-")]
+        assert len(orphans) == 1 and orphans[0].endswith(".tmp.d3")
+        assert remove_stale_temporaries(tmp_path) == []  # the writer is alive: kept
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{child.pid}"):
+        time.sleep(0.05)
+    assert remove_stale_temporaries(tmp_path) == [str(tmp_path / orphans[0])]
+    assert os.listdir(tmp_path) == ["model.d3"] and target.read_text() == "old"

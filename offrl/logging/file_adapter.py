@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any, Dict
 
-from .._atomic import atomic_write_json
+from .._atomic import atomic_write_json, remove_stale_temporaries
 from .base import LoggerAdapter
 
 __all__ = ["FileAdapter", "FileAdapterFactory"]
+
+#: a temporary of a dead writer older than this is an orphan (the margin
+#: protects a writer on another host sharing the directory, whose pid
+#: means nothing here)
+STALE_AFTER_S = 60.0
 
 
 class FileAdapter:
@@ -18,6 +23,8 @@ class FileAdapter:
     def __init__(self, logdir: str) -> None:
         self.logdir = logdir
         os.makedirs(logdir, exist_ok=True)
+        # half-written files of an earlier run that was killed mid-save
+        remove_stale_temporaries(logdir, min_age_s=STALE_AFTER_S)
 
     def write_params(self, params: Dict[str, Any]) -> None:
         """Write ``params.json`` atomically under a unique temporary name, so

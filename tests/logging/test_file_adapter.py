@@ -38,3 +38,22 @@ def test_concurrent_write_params_to_one_directory_never_fail(tmp_path):
     assert errors == []
     assert json.loads((tmp_path / "params.json").read_text())["i"] == 39
     assert os.listdir(tmp_path) == ["params.json"]
+
+
+def test_a_new_adapter_removes_orphans_of_killed_writers_only(tmp_path):
+    import subprocess
+    import sys
+
+    from offrl._atomic import PREFIX
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    orphan = tmp_path / f"{PREFIX}{child.pid}-00000000000a.tmp.d3"
+    recent_orphan = tmp_path / f"{PREFIX}{child.pid}-00000000000b.tmp.d3"
+    in_progress = tmp_path / f"{PREFIX}{os.getpid()}-00000000000c.tmp.json"
+    for path in (orphan, recent_orphan, in_progress):
+        path.write_bytes(b"partial")
+    os.utime(orphan, (1_000_000_000, 1_000_000_000))
+    os.utime(in_progress, (1_000_000_000, 1_000_000_000))
+    FileAdapter(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == sorted([recent_orphan.name, in_progress.name])
