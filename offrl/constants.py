@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["ActionSpace"]
+__all__ = ["ActionSpace", "LoggingStrategy", "PositionEncodingType"]
 
 
 class ActionSpace(enum.Enum):
@@ -37,3 +37,28 @@ class ActionSpace(enum.Enum):
         raise ValueError(
             f"action_space must be an ActionSpace, 'continuous' or 'discrete', got {value!r}"
         )
+
+
+class LoggingStrategy(enum.Enum):
+    """When ``fit`` writes metrics: at the end of each epoch (``EPOCH``) or,
+    in addition, every ``logging_steps`` steps (``STEPS``)."""
+
+    STEPS = "steps"
+    EPOCH = "epoch"
+
+    @classmethod
+    def parse(cls, value: "LoggingStrategy | str") -> "LoggingStrategy":
+        if isinstance(value, LoggingStrategy):
+            return value
+        if isinstance(value, str):
+            for member in cls:
+                if value.lower() == member.value:
+                    return member
+        raise ValueError(f"logging_strategy must be 'steps' or 'epoch' (a LoggingStrategy), got {value!r}")
+
+
+class PositionEncodingType(enum.Enum):
+    """Position encodings of the Decision Transformer family (d3rlpy's names)."""
+
+    SIMPLE = "simple"
+    GLOBAL = "global"

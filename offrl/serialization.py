@@ -165,36 +165,18 @@ def _atomic_torch_save(payload: Dict[str, Any], fname: str) -> None:
 
 def save_learnable(algo: Any, fname: str) -> None:
     """Write ``algo`` (config, networks, optimizer states, fitted scalers,
-    grad_step) to ``fname``."""
+    grad_step: ``algo.get_state()``) to ``fname``."""
     from ._version import __version__
 
-    algo._require_built()
-    scalers = {}
-    for name in ("observation_scaler", "action_scaler", "reward_scaler"):
-        scaler = getattr(algo, f"_{name}")
-        if scaler is not None:
-            scalers[name] = {k: v.detach().cpu() for k, v in scaler.state_dict().items()}
+    state = algo.get_state()
     payload = {
         "format": MODEL_FORMAT,
         "format_version": MODEL_FORMAT_VERSION,
         "offrl_version": __version__,
         "params": dumps(algo.to_params()),
-        "grad_step": int(algo.grad_step),
-        "modules": {name: {k: v.detach().cpu() for k, v in m.state_dict().items()} for name, m in algo._nets.items()},
-        "optimizers": {name: _cpu(o.state_dict()) for name, o in algo._optims.items()},
-        "scalers": scalers,
+        **state,
     }
     _atomic_torch_save(payload, fname)
-
-
-def _cpu(value: Any) -> Any:
-    if hasattr(value, "detach") and hasattr(value, "cpu"):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_cpu(v) for v in value]
-    return value
 
 
 def read_model_file(fname: str) -> Dict[str, Any]:
@@ -229,7 +211,7 @@ def read_model_file(fname: str) -> Dict[str, Any]:
     return payload
 
 
-def _config_from_params(params: Dict[str, Any], name: str) -> Any:
+def config_from_params(params: Dict[str, Any], name: str) -> Any:
     try:
         return from_json_value(params["config"])
     except (KeyError, TypeError) as e:
@@ -239,7 +221,7 @@ def _config_from_params(params: Dict[str, Any], name: str) -> Any:
 
 
 def _build_from_params(params: Dict[str, Any], device: Any, name: str) -> Any:
-    config = _config_from_params(params, name)
+    config = config_from_params(params, name)
     algo = config.create(device=device if device is not None else False)
     shape = params.get("observation_shape")
     action_size = params.get("action_size")
@@ -247,40 +229,6 @@ def _build_from_params(params: Dict[str, Any], device: Any, name: str) -> Any:
         raise ValueError(f"{name} does not record the observation shape and action size")
     algo.create_impl(shape, action_size)
     return algo
-
-
-def _set_tensors(module: Any, state: Dict[str, Any], device: Any) -> None:
-    for key, value in state.items():
-        owner_path, _, attr = key.rpartition(".")
-        owner = module.get_submodule(owner_path) if owner_path else module
-        setattr(owner, attr, value.to(device))
-
-
-def _load_state(algo: Any, payload: Dict[str, Any], name: str) -> None:
-    modules = payload["modules"]
-    missing = sorted(set(algo._nets.keys()) - set(modules))
-    if missing:
-        raise ValueError(f"{name} has no weights for {missing} of {type(algo).__name__}")
-    for key, module in algo._nets.items():
-        try:
-            module.load_state_dict(modules[key])
-        except RuntimeError as e:
-            raise ValueError(f"{name}: the weights of {key!r} do not fit {type(algo).__name__}: {e}") from None
-    for key, optim in algo._optims.items():
-        if key in payload["optimizers"]:
-            try:
-                optim.load_state_dict(payload["optimizers"][key])
-            except (ValueError, KeyError, RuntimeError) as e:
-                raise ValueError(f"{name}: the optimizer state {key!r} does not fit: {e}") from None
-    for key in ("observation_scaler", "action_scaler", "reward_scaler"):
-        scaler = getattr(algo, f"_{key}")
-        state = payload["scalers"].get(key)
-        if state is None:
-            continue
-        if scaler is None:
-            raise ValueError(f"{name} holds a fitted {key}, but the algorithm's config has none")
-        _set_tensors(scaler, state, algo.device)
-    algo.set_grad_step(int(payload["grad_step"]))
 
 
 def load_learnable(fname: str, device: Any = None) -> Any:
@@ -294,7 +242,7 @@ def load_learnable(fname: str, device: Any = None) -> Any:
     name = os.fspath(fname)
     payload = read_model_file(name)
     algo = _build_from_params(payload["params"], device, name)
-    _load_state(algo, payload, name)
+    algo.load_state(payload, name)
     return algo
 
 
@@ -309,7 +257,7 @@ def load_state_into(algo: Any, fname: str) -> None:
         raise ValueError(f"{name} holds a {params.get('algorithm')!r} model, not {algo.config.get_type()!r}")
     if not algo.is_built:
         algo.create_impl(params["observation_shape"], params["action_size"])
-    _load_state(algo, payload, name)
+    algo.load_state(payload, name)
 
 
 def algo_from_params_json(fname: str, device: Any = False) -> Any:

@@ -1,9 +1,10 @@
 """Algorithms: one file each, sharing base.py and training.py."""
 
-from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, parse_device
+from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainStepResult, parse_device
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
 from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
+from .fqe import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig  # registered; offrl.ope re-exports them
 from .explorers import (
     AdditiveOU,
     Boltzmann,
@@ -23,6 +24,7 @@ __all__ = [
     "LearnableConfig",
     "QLearningAlgoBase",
     "NonFiniteLossError",
+    "TrainStepResult",
     "parse_device",
     "BCConfig",
     "BC",

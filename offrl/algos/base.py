@@ -1,16 +1,38 @@
-"""What every algorithm shares: config base, device handling, scalers,
-building, prediction, saving and loading, copying between algorithms.
+"""The algorithm base: the estimator every algorithm subclasses once, and
+the internal interface through which the rest of offrl uses an algorithm.
 
-An algorithm file defines a config dataclass (registered, with ``create``)
-and an algorithm class that subclasses :class:`QLearningAlgoBase` once and
-provides:
+**For algorithm authors** (files in ``offrl/algos/``): a subclass sets the
+capability flags below that differ from the defaults and defines
 
-* ``_action_type``: which action spaces it learns;
 * ``_build(observation_shape, action_size)``: networks (``self._add_module``)
   and optimizers (``self._add_optimizer``);
-* ``_update(batch, grad_step) -> dict[str, Tensor]``: one gradient step on a
-  preprocessed torch batch; returns 0-dim tensors (no host sync);
-* ``_predict(x)``, optionally ``_sample(x)`` and ``_predict_value(x, a)``.
+* ``_update(batch, grad_step)``: one gradient step on a preprocessed torch
+  batch, returning a dict of 0-dim loss tensors (no host sync) or a
+  :class:`TrainStepResult` when it computes per-sample TD errors;
+* ``_predict(x)``, optionally ``_sample(x)``, ``_predict_value(x, a)``, and
+  the stochastic-policy hooks ``_action_probabilities(x)`` (discrete) or
+  ``_action_log_prob(x, a)`` (continuous), all on scaled tensors;
+* ``policy_module()`` for export.
+
+An algorithm that is another plus a term subclasses it and redefines these
+hooks (CQL = SAC + a conservative term), never the base's own machinery.
+
+**For everything outside ``offrl/algos/``** (training loops, OPE, export,
+serialization, metrics, the command line) the interface is public:
+
+* capability flags: :attr:`has_q_function`, :attr:`has_policy`,
+  :attr:`is_trainable`, :attr:`supports_priorities`,
+  :attr:`has_stochastic_policy`, :attr:`predicts_stochastically`,
+  :meth:`get_action_type`;
+* one training step: :meth:`training_step` (what ``fit`` and
+  ``fit_online`` call) returning :class:`TrainStepResult`; :meth:`update`
+  is d3rlpy's float-returning form of it;
+* acting in torch: :meth:`observation_tensor` (checked raw input) and
+  :meth:`policy_actions` (actions in the environment's units, no numpy
+  round trip), and for OPE :meth:`action_probabilities` /
+  :meth:`action_log_densities`;
+* state for saving: :meth:`get_state` / :meth:`load_state`;
+* :meth:`policy_module` for export.
 
 Observations are scaled, and actions and rewards transformed, once per batch
 here before ``_update`` sees them.
@@ -20,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -28,150 +51,33 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
+from ..dataset.signature import signatures_from_env
+from ..dataset.writer import BasicWriterPreprocess
+from ..export import save_policy as export_policy
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
-from ..serialization import Serializable
+from ..serialization import algo_from_params_json, load_state_into, save_learnable
+from . import online, training
+from .config import LearnableConfig, check_instance, check_positive_int, check_positive_number
+from .device import DeviceArg, parse_device
+from .training import NonFiniteLossError, TrainStepResult
 
 __all__ = [
     "LearnableConfig",
     "QLearningAlgoBase",
+    "TrainStepResult",
     "parse_device",
     "NonFiniteLossError",
     "DeviceArg",
     "check_positive_int",
     "check_positive_number",
     "check_instance",
+    "ActionScaler",
+    "ObservationScaler",
+    "RewardScaler",
 ]
 
-DeviceArg = Union[bool, int, str, torch.device, None]
 Shape = Union[Tuple[int, ...], Sequence[Tuple[int, ...]]]
-
-
-class NonFiniteLossError(FloatingPointError):
-    """A training loss became NaN or infinite."""
-
-
-def parse_device(device: DeviceArg) -> torch.device:
-    """``False``/``None``/``"cpu"``/``"cpu:0"`` -> CPU; ``True`` -> ``cuda:0``;
-    an int ``n`` -> ``cuda:n``; ``"cuda"``/``"cuda:N"`` as given."""
-    if device is None or device is False:
-        return torch.device("cpu")
-    if device is True:
-        target = torch.device("cuda:0")
-    elif isinstance(device, (int, np.integer)):
-        if device < 0:
-            raise ValueError(f"device index must be >= 0, got {device}")
-        target = torch.device(f"cuda:{int(device)}")
-    elif isinstance(device, torch.device):
-        target = device
-    elif isinstance(device, str):
-        try:
-            target = torch.device(device)
-        except RuntimeError:
-            raise ValueError(
-                f"unknown device {device!r}: expected 'cpu', 'cpu:0', 'cuda', 'cuda:N', True, False or an int"
-            ) from None
-        if target.type not in ("cpu", "cuda", "mps"):
-            raise ValueError(f"unsupported device type {target.type!r} in {device!r}")
-    else:
-        raise TypeError(f"device must be a bool, an int or a string, got {type(device).__name__}")
-    if target.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} asks for CUDA, which is not available on this machine")
-        index = 0 if target.index is None else target.index
-        if index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: there are only {torch.cuda.device_count()} CUDA devices")
-        return torch.device(f"cuda:{index}")
-    return target
-
-
-def check_positive_int(value: Any, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-_check_positive_int = check_positive_int
-
-
-def check_positive_number(value: Any, name: str, allow_zero: bool = False) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is a finite
-    number > 0 (>= 0 with ``allow_zero``)."""
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float, np.integer, np.floating))
-        and np.isfinite(value)
-        and (value >= 0 if allow_zero else value > 0)
-    )
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-
-
-def check_instance(config: Any, names: Sequence[str], cls: type) -> None:
-    """Raise ``TypeError`` naming the field unless each ``config.<name>`` is a ``cls``."""
-    for name in names:
-        value = getattr(config, name)
-        if not isinstance(value, cls):
-            raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
-
-
-@dataclasses.dataclass
-class LearnableConfig(Serializable):
-    """Hyperparameters shared by every algorithm.
-
-    Args:
-        batch_size: mini-batch size.
-        gamma: discount factor.
-        observation_scaler, action_scaler, reward_scaler: preprocessing; an
-            unfitted scaler is fitted on the training data (on a copy: the
-            config is never changed by ``fit``).
-    """
-
-    _kind = "algorithm"
-
-    batch_size: int = 256
-    gamma: float = 0.99
-    observation_scaler: Optional[ObservationScaler] = None
-    action_scaler: Optional[ActionScaler] = None
-    reward_scaler: Optional[RewardScaler] = None
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Check hyperparameter values; subclasses extend it."""
-        _check_positive_int(self.batch_size, "batch_size")
-        if not 0.0 <= float(self.gamma) <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
-        for name, cls in (
-            ("observation_scaler", ObservationScaler),
-            ("action_scaler", ActionScaler),
-            ("reward_scaler", RewardScaler),
-        ):
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, cls):
-                raise TypeError(f"{name} must be a {cls.__name__} or None, got {type(value).__name__}")
-
-    def create(self, device: DeviceArg = False) -> "QLearningAlgoBase":
-        """The algorithm configured by this config, on ``device``."""
-        return self.algorithm_class()(self, device)
-
-    @classmethod
-    def algorithm_class(cls) -> type:
-        raise NotImplementedError
-
-    # scikit-learn style access to hyperparameters
-    def get_params(self, deep: bool = True) -> Dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def set_params(self, **params: Any) -> "LearnableConfig":
-        names = {f.name for f in dataclasses.fields(self)}
-        for key, value in params.items():
-            if key not in names:
-                raise ValueError(f"{type(self).__name__} has no parameter {key!r}")
-            setattr(self, key, value)
-        self.validate()
-        return self
+SCALER_NAMES = ("observation_scaler", "action_scaler", "reward_scaler")
 
 
 def _module_device(module: nn.Module) -> torch.device:
@@ -181,16 +87,30 @@ def _module_device(module: nn.Module) -> torch.device:
 
 
 class QLearningAlgoBase:
-    """Base of all algorithms: the estimator API (see module docstring)."""
+    """Base of all algorithms: the estimator API and the internal interface
+    (see the module docstring)."""
 
     _action_type: ActionSpace = ActionSpace.BOTH
-    #: False for policies that only act (random policies): fit raises
-    _trainable: bool = True
     #: module / optimizer names used by copy_*_from
     _policy_module: Optional[str] = None
     _q_modules: Tuple[str, ...] = ()
     _policy_optim: Optional[str] = None
     _q_optim: Optional[str] = None
+
+    # ------------------------------------------------- capability flags
+    # (class attributes; ``has_q_function`` and ``has_stochastic_policy``
+    # default to whether the class defines the hooks behind them)
+    #: it acts by itself: ``predict`` / ``sample_action`` / ``save_policy``
+    has_policy: bool = True
+    #: ``fit`` trains it (False for policies that only act, e.g. random ones)
+    is_trainable: bool = True
+    #: its loss takes importance weights and it reports per-sample TD
+    #: errors, so it can train from a prioritized buffer
+    supports_priorities: bool = False
+    #: ``predict`` itself draws from the policy's distribution (random policies)
+    predicts_stochastically: bool = False
+    #: d3rlpy's flag: the algorithm needs returns-to-go in its batches
+    need_returns_to_go: bool = False
 
     def __init__(self, config: LearnableConfig, device: DeviceArg = False) -> None:
         if not isinstance(config, LearnableConfig):
@@ -211,6 +131,24 @@ class QLearningAlgoBase:
         self._observation_scaler = copy.deepcopy(self._config.observation_scaler)
         self._action_scaler = copy.deepcopy(self._config.action_scaler)
         self._reward_scaler = copy.deepcopy(self._config.reward_scaler)
+
+    @property
+    def has_q_function(self) -> bool:
+        """It estimates action values: ``predict_value`` works."""
+        return type(self)._predict_value is not QLearningAlgoBase._predict_value
+
+    @property
+    def has_stochastic_policy(self) -> bool:
+        """The policy is a distribution whose probabilities (discrete) or
+        densities (continuous) :meth:`action_probabilities` /
+        :meth:`action_log_densities` give (for importance sampling)."""
+        hook = "_action_probabilities" if self._action_type == ActionSpace.DISCRETE else "_action_log_prob"
+        return callable(getattr(self, hook, None))
+
+    @property
+    def compiled(self) -> bool:
+        """d3rlpy 2.8's flag: whether the update step is compiled (never, here)."""
+        return False
 
     # ------------------------------------------------------- scikit-learn
     def get_params(self, deep: bool = True) -> Dict[str, Any]:
@@ -310,11 +248,16 @@ class QLearningAlgoBase:
         """The networks, by name."""
         return self._nets
 
+    @property
+    def optimizers(self) -> Dict[str, Any]:
+        """The optimizers, by name."""
+        return dict(self._optims)
+
     # ------------------------------------------------------------ building
     def create_impl(self, observation_shape: Shape, action_size: int) -> None:
         """Build networks and optimizers for the given shapes."""
         shape = _normalise_shape(observation_shape)
-        _check_positive_int(action_size, "action_size")
+        check_positive_int(action_size, "action_size")
         self._nets = nn.ModuleDict()
         self._optims = {}
         self._optim_factories: Dict[str, Callable[[], Any]] = {}
@@ -353,7 +296,8 @@ class QLearningAlgoBase:
 
         self._optim_factories[name] = make
 
-    def _check_action_space(self, action_space: ActionSpace) -> None:
+    def check_action_space(self, action_space: ActionSpace) -> None:
+        """Raise ``ValueError`` unless this algorithm learns/acts with ``action_space``."""
         allowed = self._action_type
         if allowed == ActionSpace.BOTH or action_space == allowed:
             return
@@ -362,48 +306,84 @@ class QLearningAlgoBase:
             f"{action_space.name.lower()} actions"
         )
 
+    _check_action_space = check_action_space
+
     def build_with_dataset(self, dataset: Any) -> None:
-        """Fit unfitted scalers (on copies) and build networks for the dataset's shapes."""
+        """Fit unfitted scalers (on copies) and build networks for the dataset's shapes.
+
+        Nothing is changed when building fails (the scalers stay unfitted)."""
         info = dataset.dataset_info
-        self._check_action_space(info.action_space)
-        self._fit_scalers(dataset)
-        shape = info.observation_signature.shape
-        self.create_impl(shape if info.observation_signature.is_tuple else shape[0], info.action_size)
+        self.check_action_space(info.action_space)
+        saved = self._scalers()
+        try:
+            self.fit_scalers(dataset)
+            shape = info.observation_signature.shape
+            self.create_impl(shape if info.observation_signature.is_tuple else shape[0], info.action_size)
+        except Exception:
+            self._restore_scalers(saved)
+            raise
 
     def build_with_env(self, env: Any) -> None:
         """Build networks for a gymnasium environment's spaces (scalers that
-        can be fitted from the spaces are)."""
-        from ..dataset.signature import signatures_from_env
-        from ..dataset.writer import BasicWriterPreprocess
-
+        can be fitted from the spaces are). Nothing is changed when it fails."""
         obs_sig, _, _, space, size = signatures_from_env(env, BasicWriterPreprocess())
-        self._check_action_space(space)
-        for scaler in (self._observation_scaler, self._action_scaler, self._reward_scaler):
-            if scaler is not None and not scaler.built:
-                scaler.fit_with_env(env)
-        self.create_impl(obs_sig.shape if obs_sig.is_tuple else obs_sig.shape[0], size)
+        self.check_action_space(space)
+        saved = self._scalers()
+        try:
+            for scaler in (self._observation_scaler, self._action_scaler, self._reward_scaler):
+                if scaler is not None and not scaler.built:
+                    scaler.fit_with_env(env)
+            self.create_impl(obs_sig.shape if obs_sig.is_tuple else obs_sig.shape[0], size)
+        except Exception:
+            self._restore_scalers(saved)
+            raise
 
-    def _fit_scalers(self, dataset: Any) -> None:
+    def _scalers(self) -> Tuple[Any, Any, Any]:
+        return tuple(copy.deepcopy(getattr(self, f"_{name}")) for name in SCALER_NAMES)  # type: ignore[return-value]
+
+    def _restore_scalers(self, saved: Tuple[Any, Any, Any]) -> None:
+        for name, scaler in zip(SCALER_NAMES, saved):
+            setattr(self, f"_{name}", scaler)
+
+    def fit_scalers(self, dataset: Any) -> None:
+        """Fit the scalers that have no statistics yet on ``dataset`` (the
+        algorithm's own copies; the config's scalers are never changed)."""
         for scaler in (self._observation_scaler, self._action_scaler, self._reward_scaler):
             if scaler is not None and not scaler.built:
                 scaler.fit(dataset)
 
-    def _require_built(self) -> None:
+    _fit_scalers = fit_scalers
+
+    def check_dataset(self, dataset: Any) -> None:
+        """Raise ``ValueError`` unless ``dataset``'s shapes and action space
+        are those this (built) algorithm was built for."""
+        info = dataset.dataset_info
+        self.check_action_space(info.action_space)
+        signature = info.observation_signature
+        expected = [tuple(s) for s in signature.shape] if signature.is_tuple else tuple(signature.shape[0])
+        if expected != self._observation_shape:
+            raise ValueError(f"the dataset's observations have shape {expected}, the algorithm was built for {self._observation_shape}")
+        if info.action_size != self._action_size:
+            raise ValueError(f"the dataset has action_size={info.action_size}, the algorithm was built for {self._action_size}")
+
+    def require_built(self) -> None:
+        """Raise ``RuntimeError`` unless networks are built."""
         if not self._built:
             raise RuntimeError(
                 f"{type(self).__name__} has no networks yet: call fit, build_with_dataset, "
                 "build_with_env or create_impl first"
             )
 
-    # ------------------------------------------------------------ batches
-    def _to_tensor_batch(self, batch: Any) -> TorchTransitionMiniBatch:
+    _require_built = require_built
+
+    # ------------------------------------------------------------ training
+    def preprocess_batch(self, batch: Union[TransitionMiniBatch, TorchTransitionMiniBatch]) -> TorchTransitionMiniBatch:
+        """A batch as torch tensors on the device with this algorithm's
+        observation scaler, action scaler and reward scaler applied."""
         if isinstance(batch, TransitionMiniBatch):
             batch = batch.to_torch(self._device)
         elif not isinstance(batch, TorchTransitionMiniBatch):
             raise TypeError(f"batch must be a TransitionMiniBatch, got {type(batch).__name__}")
-        return self._preprocess(batch)
-
-    def _preprocess(self, batch: TorchTransitionMiniBatch) -> TorchTransitionMiniBatch:
         obs, next_obs = batch.observations, batch.next_observations
         actions, next_actions = batch.actions, batch.next_actions
         rewards = batch.rewards
@@ -417,54 +397,97 @@ class QLearningAlgoBase:
             next_actions = self._action_scaler.transform(next_actions)
         if self._reward_scaler is not None:
             rewards = self._reward_scaler.transform(rewards)
-        return TorchTransitionMiniBatch(
-            obs, actions, rewards, next_obs, next_actions, batch.terminals, batch.intervals, batch.weights, batch.indices
+        return dataclasses.replace(
+            batch, observations=obs, actions=actions, rewards=rewards, next_observations=next_obs, next_actions=next_actions
         )
 
-    def update(self, batch: Union[TransitionMiniBatch, TorchTransitionMiniBatch]) -> Dict[str, float]:
-        """One gradient step on a mini-batch; returns the losses as floats."""
-        self._require_built()
-        losses = self._update(self._to_tensor_batch(batch), self._grad_step)
+    def training_step(self, batch: Union[TransitionMiniBatch, TorchTransitionMiniBatch]) -> TrainStepResult:
+        """One gradient step on a (raw) mini-batch: what ``fit`` and
+        ``fit_online`` call. Returns the losses as 0-dim tensors on the device
+        (no host sync) and, for algorithms that compute them, the per-sample
+        TD errors a prioritized buffer takes as priorities.
+
+        A subclass (or a wrapper set on the instance) that overrides
+        :meth:`update` is honoured: its ``update`` is called instead."""
+        self.require_built()
+        if self._update_overridden():
+            captured: List[TrainStepResult] = []
+            self._capture = captured
+            try:
+                losses = self.update(batch)
+            finally:
+                self._capture = None
+            td_errors = captured[-1].td_errors if captured else None
+            metrics = {k: torch.as_tensor(float(v)) for k, v in dict(losses).items()}
+            return TrainStepResult(metrics, td_errors)
+        return self._step(batch)
+
+    def _update_overridden(self) -> bool:
+        method = self.update
+        return getattr(method, "__func__", None) is not QLearningAlgoBase.update
+
+    def _step(self, batch: Union[TransitionMiniBatch, TorchTransitionMiniBatch]) -> TrainStepResult:
+        out = self._update(self.preprocess_batch(batch), self._grad_step)
+        result = out if isinstance(out, TrainStepResult) else TrainStepResult(out)
         self._grad_step += 1
-        out = {k: float(v) for k, v in losses.items()}
+        capture = getattr(self, "_capture", None)
+        if capture is not None:
+            capture.append(result)
+        return result
+
+    def update(self, batch: Union[TransitionMiniBatch, TorchTransitionMiniBatch]) -> Dict[str, float]:
+        """One gradient step on a mini-batch; returns the losses as floats
+        (d3rlpy's API; ``fit`` calls it when a subclass overrides it)."""
+        self.require_built()
+        result = self._step(batch)
+        out = {k: float(v) for k, v in result.metrics.items()}
         for name, value in out.items():
-            if not np.isfinite(value):
+            if not math.isfinite(value):
                 raise NonFiniteLossError(f"{name} is {value} at step {self._grad_step}")
         return out
 
-    def _update(self, batch: TorchTransitionMiniBatch, grad_step: int) -> Dict[str, torch.Tensor]:
+    def _update(self, batch: TorchTransitionMiniBatch, grad_step: int) -> Union[Dict[str, torch.Tensor], TrainStepResult]:
         raise NotImplementedError(f"{type(self).__name__} cannot be trained")
 
     # ---------------------------------------------------------- inference
-    def _observation_tensor(self, x: Any, name: str = "x") -> Any:
+    def observation_tensor(self, x: Any, name: str = "x") -> Any:
+        """``x`` checked against the observation shape and moved to the
+        device as raw (unscaled) tensors: a tensor, or a list for tuple
+        observations."""
         shape = self._observation_shape
         if isinstance(shape, list):
             if not isinstance(x, (list, tuple)) or len(x) != len(shape):
                 raise ValueError(f"{name} must be a list of {len(shape)} arrays (tuple observations of shapes {shape})")
-            arrays = [np.asarray(v) for v in x]
+            arrays = [v if isinstance(v, torch.Tensor) else np.asarray(v) for v in x]
             batch = arrays[0].shape[0] if arrays[0].ndim else None
             for k, (array, expected) in enumerate(zip(arrays, shape)):
-                if array.shape[1:] != tuple(expected) or array.ndim != len(expected) + 1:
-                    raise ValueError(f"{name}[{k}] must have shape (batch, {', '.join(map(str, expected))}), got {array.shape}")
+                if tuple(array.shape[1:]) != tuple(expected) or array.ndim != len(expected) + 1:
+                    raise ValueError(f"{name}[{k}] must have shape (batch, {', '.join(map(str, expected))}), got {tuple(array.shape)}")
                 if array.shape[0] != batch:
                     raise ValueError(f"{name}[{k}] has {array.shape[0]} rows, {name}[0] has {batch}")
-            tensors = [self._as_input(a) for a in arrays]
-            if self._observation_scaler is not None:
-                return self._observation_scaler.transform(tensors)
-            return [_float_observation(t) for t in tensors]
-        array = np.asarray(x) if not isinstance(x, torch.Tensor) else x
+            return [self._as_input(a, f"{name}[{k}]") for k, a in enumerate(arrays)]
+        array = x if isinstance(x, torch.Tensor) else np.asarray(x)
         expected = tuple(shape)  # type: ignore[arg-type]
         if tuple(array.shape[1:]) != expected or array.ndim != len(expected) + 1:
             hint = " (add the batch dimension: x[None])" if tuple(array.shape) == expected else ""
             raise ValueError(f"{name} must have shape (batch, {', '.join(map(str, expected))}), got {tuple(array.shape)}{hint}")
-        tensor = self._as_input(array)
-        if self._observation_scaler is not None:
-            return self._observation_scaler.transform(tensor)
-        return _float_observation(tensor)
+        return self._as_input(array, name)
 
-    def _as_input(self, array: Any) -> torch.Tensor:
+    def scale_observations(self, observations: Any) -> Any:
+        """Raw observation tensors (from :meth:`observation_tensor`) as the
+        networks see them: scaled, or converted to float32."""
+        if self._observation_scaler is not None:
+            return self._observation_scaler.transform(observations)
+        return _float_observation(observations)
+
+    def _observation_tensor(self, x: Any, name: str = "x") -> Any:
+        return self.scale_observations(self.observation_tensor(x, name))
+
+    def _as_input(self, array: Any, name: str) -> torch.Tensor:
         if isinstance(array, torch.Tensor):
             return array.to(self._device)
+        if array.dtype.kind not in "biuf":
+            raise TypeError(f"{name} must hold real numbers, got dtype {array.dtype}")
         if array.dtype == np.float64:
             array = array.astype(np.float32)
         if not array.flags.c_contiguous:
@@ -501,49 +524,51 @@ class QLearningAlgoBase:
         if self._toggles_mode:
             self._nets.train()
 
+    def _in_eval_mode(self, fn: Callable[[Any], torch.Tensor], observations: Any) -> torch.Tensor:
+        with torch.no_grad():
+            self._eval_mode()
+            try:
+                return fn(observations)
+            finally:
+                self._train_mode()
+
     def _postprocess_action(self, action: torch.Tensor) -> np.ndarray:
+        return self._unscale_action(action).cpu().numpy()
+
+    def _unscale_action(self, action: torch.Tensor) -> torch.Tensor:
         if action.is_floating_point() and self._action_scaler is not None:
             action = self._action_scaler.reverse_transform(action)
-        return action.cpu().numpy()
+        return action
+
+    def policy_actions(self, observations: Any, sample: bool = False) -> torch.Tensor:
+        """Actions for raw observation tensors on this algorithm's device, in
+        the environment's units, as a tensor: ``(B, action_size)`` floats or
+        ``(B,)`` int64 indices; greedy, or drawn from the policy with
+        ``sample``. No numpy round trip (FQE calls it in its hot loop)."""
+        self.require_built()
+        scaled = self.scale_observations(observations)
+        action = self._in_eval_mode(self._sample if sample else self._predict, scaled)
+        return self._unscale_action(action)
 
     def predict(self, x: Any) -> np.ndarray:
         """Greedy actions for a batch of observations: ``(B, action_size)``
         for continuous control, ``(B,)`` indices for discrete control."""
-        self._require_built()
-        with torch.no_grad():
-            obs = self._observation_tensor(x)
-            self._eval_mode()
-            try:
-                action = self._predict(obs)
-            finally:
-                self._train_mode()
-            return self._postprocess_action(action)
+        self.require_built()
+        return self.policy_actions(self.observation_tensor(x)).cpu().numpy()
 
     def sample_action(self, x: Any) -> np.ndarray:
         """Actions sampled from the policy (``predict`` for deterministic ones)."""
-        self._require_built()
-        with torch.no_grad():
-            obs = self._observation_tensor(x)
-            self._eval_mode()
-            try:
-                action = self._sample(obs)
-            finally:
-                self._train_mode()
-            return self._postprocess_action(action)
+        self.require_built()
+        return self.policy_actions(self.observation_tensor(x), sample=True).cpu().numpy()
 
     def predict_value(self, x: Any, action: Any) -> np.ndarray:
         """Estimated action-values ``Q(x, action)``, shape ``(B,)``."""
-        self._require_built()
-        with torch.no_grad():
-            obs = self._observation_tensor(x)
-            batch = obs[0].shape[0] if isinstance(obs, list) else obs.shape[0]
-            a = self._action_tensor(action, batch)
-            self._eval_mode()
-            try:
-                value = self._predict_value(obs, a)
-            finally:
-                self._train_mode()
-            return value.reshape(-1).cpu().numpy()
+        self.require_built()
+        obs = self._observation_tensor(x)
+        batch = obs[0].shape[0] if isinstance(obs, list) else obs.shape[0]
+        a = self._action_tensor(action, batch)
+        value = self._in_eval_mode(lambda o: self._predict_value(o, a), obs)
+        return value.reshape(-1).cpu().numpy()
 
     def _predict(self, x: Any) -> torch.Tensor:
         raise NotImplementedError
@@ -554,6 +579,37 @@ class QLearningAlgoBase:
     def _predict_value(self, x: Any, action: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} has no value function")
 
+    # ------------------------------------------- stochastic-policy hooks
+    def action_probabilities(self, x: Any) -> np.ndarray:
+        """The discrete policy's probabilities of every action, ``(B,
+        action_size)`` float64 (for importance sampling)."""
+        self.require_built()
+        if self._action_type != ActionSpace.DISCRETE or not self.has_stochastic_policy:
+            raise ValueError(f"{type(self).__name__} has no discrete action distribution")
+        obs = self._observation_tensor(x)
+        return self._in_eval_mode(self._action_probabilities, obs).double().cpu().numpy()  # type: ignore[attr-defined]
+
+    def action_log_densities(self, x: Any, actions: Any) -> np.ndarray:
+        """Log-densities of ``actions`` (in the environment's units) under the
+        continuous policy at ``x``, ``(B,)`` float64: the policy's density on
+        scaled actions plus ``log |det d scaled / d raw|`` of the action scaler."""
+        self.require_built()
+        if self._action_type == ActionSpace.DISCRETE or not self.has_stochastic_policy:
+            raise ValueError(f"{type(self).__name__} has no continuous action density")
+        obs = self._observation_tensor(x)
+        raw = torch.as_tensor(np.asarray(actions), dtype=torch.float32, device=self._device)
+        if self._action_scaler is None:
+            scaled, log_jacobian = raw, torch.zeros(raw.shape[0], device=raw.device)
+        else:
+            with torch.enable_grad():
+                raw = raw.clone().requires_grad_(True)
+                scaled = self._action_scaler.transform(raw)
+                (grad,) = torch.autograd.grad(scaled.sum(), raw)
+            scaled, log_jacobian = scaled.detach(), torch.log(grad.abs()).sum(dim=-1)
+        log_prob = self._in_eval_mode(lambda o: self._action_log_prob(o, scaled), obs)  # type: ignore[attr-defined]
+        return (log_prob + log_jacobian).double().cpu().numpy()
+
+    # ---------------------------------------------------------- exporting
     def policy_module(self) -> nn.Module:
         """The greedy policy on scaled observations, as a module (for export)."""
         raise NotImplementedError(f"{type(self).__name__} has no exportable policy")
@@ -561,64 +617,108 @@ class QLearningAlgoBase:
     def save_policy(self, fname: str) -> None:
         """Export the greedy policy with its scalers: ``.pt`` TorchScript,
         ``.onnx`` ONNX; verified against :meth:`predict` after writing."""
-        from ..export import save_policy
-
-        save_policy(self, fname)
+        export_policy(self, fname)
 
     # ------------------------------------------------------------- training
     def fit(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
-            with_timestamp: bool = True, logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
+            with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
+            logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
             evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
             epoch_callback: Optional[Callable[..., None]] = None) -> List[Tuple[int, Dict[str, float]]]:
         """Train on ``dataset`` for ``n_steps`` gradient steps; returns
         ``[(epoch, metrics), ...]``. See :func:`offrl.algos.training.fitter`."""
-        return list(self.fitter(dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
-                                show_progress, save_interval, evaluators, callback, epoch_callback))
+        return list(self.fitter(dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logging_steps,
+                                logging_strategy, logger_adapter, show_progress, save_interval, evaluators, callback,
+                                epoch_callback))
 
     def fitter(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
-               with_timestamp: bool = True, logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
+               with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
+               logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
                evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
                epoch_callback: Optional[Callable[..., None]] = None) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
-        from .training import fitter
-
-        if not self._trainable:
+        if not self.is_trainable:
             raise RuntimeError(
                 f"{type(self).__name__} cannot be trained; build it with build_with_dataset, "
                 "build_with_env or create_impl and use it to act"
             )
-        return fitter(self, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
-                      show_progress, save_interval, evaluators, callback, epoch_callback)
+        return training.fitter(self, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp,
+                               logger_adapter, show_progress, save_interval, evaluators, callback, epoch_callback,
+                               logging_steps=logging_steps, logging_strategy=logging_strategy)
 
     def fit_online(self, env: Any, buffer: Any = None, explorer: Any = None, n_steps: int = 1000000,
-                   n_steps_per_epoch: int = 10000, update_interval: int = 1, update_start_step: int = 0,
-                   random_steps: int = 0, eval_env: Any = None, eval_epsilon: float = 0.0, save_interval: int = 1,
-                   experiment_name: Optional[str] = None, with_timestamp: bool = True, logger_adapter: Any = None,
-                   show_progress: bool = True, callback: Optional[Callable[..., None]] = None, n_updates: int = 1,
-                   eval_n_trials: int = 10,
+                   n_steps_per_epoch: int = 10000, update_interval: int = 1, n_updates: int = 1,
+                   update_start_step: int = 0, random_steps: int = 0, eval_env: Any = None, eval_epsilon: float = 0.0,
+                   eval_n_trials: int = 10, save_interval: int = 1, experiment_name: Optional[str] = None,
+                   with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
+                   logger_adapter: Any = None, show_progress: bool = True, callback: Optional[Callable[..., None]] = None,
                    epoch_callback: Optional[Callable[..., None]] = None) -> List[Tuple[int, Dict[str, float]]]:
         """Train while acting in a gymnasium environment; returns
         ``[(epoch, metrics), ...]``. See :func:`offrl.algos.online.fit_online`."""
-        from .online import fit_online
-
-        return fit_online(self, env, buffer, explorer, n_steps, n_steps_per_epoch, update_interval, update_start_step,
-                          random_steps, eval_env, eval_epsilon, save_interval, experiment_name, with_timestamp,
-                          logger_adapter, show_progress, callback, n_updates, eval_n_trials, epoch_callback)
+        return online.fit_online(self, env, buffer, explorer, n_steps, n_steps_per_epoch, update_interval,
+                                 update_start_step, random_steps, eval_env, eval_epsilon, save_interval,
+                                 experiment_name, with_timestamp, logger_adapter, show_progress, callback, n_updates,
+                                 eval_n_trials, epoch_callback)
 
     def collect(self, env: Any, buffer: Any = None, explorer: Any = None, deterministic: bool = False,
                 n_steps: int = 1000000, show_progress: bool = True) -> Any:
         """Act in ``env`` for ``n_steps`` steps, writing them into ``buffer``;
         returns the buffer. See :func:`offrl.algos.online.collect`."""
-        from .online import collect
-
-        return collect(self, env, buffer, explorer, deterministic, n_steps, show_progress)
+        return online.collect(self, env, buffer, explorer, deterministic, n_steps, show_progress)
 
     # ---------------------------------------------------- saving / loading
+    def get_state(self) -> Dict[str, Any]:
+        """What a model file holds besides the config: ``modules`` and
+        ``optimizers`` (state dicts by name), fitted ``scalers`` (state dicts
+        by scaler name) and ``grad_step``; tensors on the CPU."""
+        self.require_built()
+        scalers = {}
+        for name in SCALER_NAMES:
+            scaler = getattr(self, f"_{name}")
+            if scaler is not None:
+                scalers[name] = {k: v.detach().cpu() for k, v in scaler.state_dict().items()}
+        return {
+            "modules": {name: {k: v.detach().cpu() for k, v in m.state_dict().items()} for name, m in self._nets.items()},
+            "optimizers": {name: _cpu(o.state_dict()) for name, o in self._optims.items()},
+            "scalers": scalers,
+            "grad_step": int(self._grad_step),
+        }
+
+    def load_state(self, state: Dict[str, Any], source: str = "the state") -> None:
+        """Load :meth:`get_state`'s content into this built algorithm;
+        raises ``ValueError`` naming ``source`` when it does not fit."""
+        self.require_built()
+        modules = state["modules"]
+        missing = sorted(set(self._nets.keys()) - set(modules))
+        if missing:
+            raise ValueError(f"{source} has no weights for {missing} of {type(self).__name__}")
+        for key, module in self._nets.items():
+            try:
+                module.load_state_dict(modules[key])
+            except RuntimeError as e:
+                raise ValueError(f"{source}: the weights of {key!r} do not fit {type(self).__name__}: {e}") from None
+        for key, optim in self._optims.items():
+            if key in state["optimizers"]:
+                try:
+                    optim.load_state_dict(state["optimizers"][key])
+                except (ValueError, KeyError, RuntimeError) as e:
+                    raise ValueError(f"{source}: the optimizer state {key!r} does not fit: {e}") from None
+        for key in SCALER_NAMES:
+            scaler = getattr(self, f"_{key}")
+            scaler_state = state["scalers"].get(key)
+            if scaler_state is None:
+                continue
+            if scaler is None:
+                raise ValueError(f"{source} holds a fitted {key}, but the algorithm's config has none")
+            for name, value in scaler_state.items():
+                owner_path, _, attr = name.rpartition(".")
+                owner = scaler.get_submodule(owner_path) if owner_path else scaler
+                setattr(owner, attr, value.to(self._device))
+        self.set_grad_step(int(state["grad_step"]))
+
     def save(self, fname: str) -> None:
         """Write config, networks, optimizer states, fitted scalers and
         grad_step to one file (atomically)."""
-        from ..serialization import save_learnable
-
         save_learnable(self, fname)
 
     def save_model(self, fname: str) -> None:
@@ -628,16 +728,12 @@ class QLearningAlgoBase:
     def load_model(self, fname: str) -> None:
         """Load networks, optimizer states, scalers and grad_step from a file
         saved by an algorithm of the same type and shapes."""
-        from ..serialization import load_state_into
-
         load_state_into(self, fname)
 
     @classmethod
     def from_json(cls, fname: str, device: DeviceArg = False) -> "QLearningAlgoBase":
         """Rebuild an (untrained) algorithm from a ``params.json`` written by
         :class:`~offrl.logging.FileAdapter`."""
-        from ..serialization import algo_from_params_json
-
         algo = algo_from_params_json(fname, device)
         if not isinstance(algo, cls):
             raise ValueError(f"{fname} describes a {type(algo).__name__}, not a {cls.__name__}")
@@ -655,8 +751,8 @@ class QLearningAlgoBase:
 
     # -------------------------------------------------- transfer learning
     def _copy_module(self, other: "QLearningAlgoBase", mine: Optional[str], theirs: Optional[str], what: str) -> None:
-        self._require_built()
-        other._require_built()
+        self.require_built()
+        other.require_built()
         if mine is None or theirs is None or mine not in self._nets or theirs not in other._nets:
             raise ValueError(f"cannot copy the {what} from {type(other).__name__} to {type(self).__name__}: one of them has none")
         try:
@@ -680,8 +776,8 @@ class QLearningAlgoBase:
             self._copy_module(algo, mine, theirs, "Q-function")
 
     def _copy_optim(self, other: "QLearningAlgoBase", mine: Optional[str], theirs: Optional[str], what: str) -> None:
-        self._require_built()
-        other._require_built()
+        self.require_built()
+        other.require_built()
         if mine is None or theirs is None:
             raise ValueError(f"cannot copy the {what} optimizer from {type(other).__name__} to {type(self).__name__}")
         try:
@@ -697,13 +793,23 @@ class QLearningAlgoBase:
 
     def reset_optimizer_states(self) -> None:
         """Forget optimizer moments and step counts (e.g. before finetuning)."""
-        self._require_built()
+        self.require_built()
         for optim in self._optims.values():
             optim.reset()
 
     def __repr__(self) -> str:
         state = f"built for {self._observation_shape} -> {self._action_size}" if self._built else "not built"
         return f"{type(self).__name__}({state}, device={self._device}, grad_step={self._grad_step})"
+
+
+def _cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cpu(v) for v in value]
+    return value
 
 
 def _float_observation(x: Any) -> Any:
@@ -719,3 +825,7 @@ def _normalise_shape(shape: Any) -> Shape:
         return tuple(int(s) for s in shape)
     except TypeError:
         raise ValueError(f"observation_shape must be a shape or a list of shapes, got {shape!r}") from None
+
+
+normalise_shape = _normalise_shape
+float_observation = _float_observation

@@ -40,7 +40,8 @@ from ..models.optimizers import AdamFactory
 from ..models.optimizers import OptimizerFactory
 from ..models.policies import ArgmaxPolicy, CategoricalPolicy, DeterministicPolicy, GreedyNormalPolicy, NormalPolicy
 from ..serialization import register
-from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_number
+from .base import QLearningAlgoBase
+from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, one_of, param
 
 __all__ = [
     "BCConfig",
@@ -70,19 +71,11 @@ class BCConfig(LearnableConfig):
         encoder_factory: encoder of the policy.
     """
 
-    batch_size: int = 100
-    learning_rate: float = 1e-3
-    policy_type: str = "deterministic"
-    optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-
-    def validate(self) -> None:
-        super().validate()
-        check_positive_number(self.learning_rate, "learning_rate")
-        if self.policy_type not in POLICY_TYPES:
-            raise ValueError(f"policy_type must be one of {list(POLICY_TYPES)}, got {self.policy_type!r}")
-        check_instance(self, ("encoder_factory",), EncoderFactory)
-        check_instance(self, ("optim_factory",), OptimizerFactory)
+    batch_size: int = param(100, check=POSITIVE_INT)
+    learning_rate: float = param(1e-3, check=POSITIVE)
+    policy_type: str = param("deterministic", check=one_of(POLICY_TYPES))
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
 
     @staticmethod
     def get_type() -> str:
@@ -103,6 +96,11 @@ class BC(QLearningAlgoBase):
     @property
     def _stochastic(self) -> bool:
         return self._config.policy_type == "stochastic"
+
+    @property
+    def has_stochastic_policy(self) -> bool:
+        """Only the stochastic policy has a density (the deterministic one is a point)."""
+        return self._stochastic
 
     def _build(self, observation_shape, action_size: int) -> None:
         cfg = self._config
@@ -167,18 +165,11 @@ class DiscreteBCConfig(LearnableConfig):
         beta: weight of the ``mean(logits**2)`` penalty.
     """
 
-    batch_size: int = 100
-    learning_rate: float = 1e-3
-    optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    beta: float = 0.5
-
-    def validate(self) -> None:
-        super().validate()
-        check_positive_number(self.learning_rate, "learning_rate")
-        check_positive_number(self.beta, "beta", allow_zero=True)
-        check_instance(self, ("encoder_factory",), EncoderFactory)
-        check_instance(self, ("optim_factory",), OptimizerFactory)
+    batch_size: int = param(100, check=POSITIVE_INT)
+    learning_rate: float = param(1e-3, check=POSITIVE)
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    beta: float = param(0.5, check=NON_NEGATIVE)
 
     @staticmethod
     def get_type() -> str:

@@ -55,15 +55,27 @@ import numpy as np
 import torch
 
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.parameters import ScalarParameter
 from ..models.policies import squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import hard_update, soft_update, td_target
-from .base import LearnableConfig, check_positive_int, check_positive_number
+from .base import TrainStepResult
+from .config import (
+    BOOL,
+    FINITE,
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL_OPEN_LOW,
+    LearnableConfig,
+    between,
+    instance_of,
+    param,
+)
 from .dqn import DQN, DQNConfig, abs_td_errors
-from .sac import SAC, actor_temperature_step, check_actor_critic_fields
+from .sac import SAC, actor_temperature_step
 
 __all__ = ["CQLConfig", "CQL", "DiscreteCQLConfig", "DiscreteCQL"]
 
@@ -93,47 +105,39 @@ class CQLConfig(LearnableConfig):
         alpha_threshold: the gap ``tau_c`` the multiplier aims for.
         conservative_weight: ``w``, scale of the conservative term.
         n_action_samples: actions drawn from each proposal to estimate the
-            log-sum-exp.
+            log-sum-exp (and for ``max_q_backup``).
         soft_q_backup: keep SAC's entropy term in the critic target.
+        max_q_backup: the critic target is ``min_j max_k Q'_j(s', a_k)`` over
+            ``n_action_samples`` actions ``a_k ~ pi(.|s')`` (the paper's
+            max-backup variant; d3rlpy 2.8's flag).
     """
 
-    batch_size: int = 256
-    actor_learning_rate: float = 1e-4
-    critic_learning_rate: float = 3e-4
-    temp_learning_rate: float = 1e-4
-    alpha_learning_rate: float = 1e-4
-    actor_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    critic_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    temp_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    alpha_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    actor_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    critic_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    q_func_factory: QFunctionFactory = dataclasses.field(default_factory=MeanQFunctionFactory)
-    tau: float = 0.005
-    n_critics: int = 2
-    initial_temperature: float = 1.0
-    initial_alpha: float = 1.0
-    alpha_threshold: float = 10.0
-    conservative_weight: float = 5.0
-    n_action_samples: int = 10
-    soft_q_backup: bool = False
+    batch_size: int = param(256, check=POSITIVE_INT)
+    actor_learning_rate: float = param(1e-4, check=POSITIVE)
+    critic_learning_rate: float = param(3e-4, check=POSITIVE)
+    temp_learning_rate: float = param(1e-4, check=NON_NEGATIVE)
+    alpha_learning_rate: float = param(1e-4, check=NON_NEGATIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    temp_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    alpha_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    n_critics: int = param(2, check=POSITIVE_INT)
+    initial_temperature: float = param(1.0, check=POSITIVE)
+    initial_alpha: float = param(1.0, check=between(*ALPHA_RANGE))
+    alpha_threshold: float = param(10.0, check=FINITE)
+    conservative_weight: float = param(5.0, check=NON_NEGATIVE)
+    n_action_samples: int = param(10, check=POSITIVE_INT)
+    soft_q_backup: bool = param(False, check=BOOL)
+    max_q_backup: bool = param(False, check=BOOL)
 
     def validate(self) -> None:
         super().validate()
-        check_actor_critic_fields(
-            self, ("actor_optim_factory", "critic_optim_factory", "temp_optim_factory", "alpha_optim_factory")
-        )
-        check_positive_number(self.alpha_learning_rate, "alpha_learning_rate", allow_zero=True)
-        check_positive_number(self.initial_alpha, "initial_alpha")
-        if not ALPHA_RANGE[0] <= self.initial_alpha <= ALPHA_RANGE[1]:
-            raise ValueError(f"initial_alpha must be in [{ALPHA_RANGE[0]}, {ALPHA_RANGE[1]}], got {self.initial_alpha}")
-        threshold = self.alpha_threshold
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) or not math.isfinite(threshold):
-            raise ValueError(f"alpha_threshold must be a finite number, got {self.alpha_threshold!r}")
-        check_positive_number(self.conservative_weight, "conservative_weight", allow_zero=True)
-        check_positive_int(self.n_action_samples, "n_action_samples")
-        if not isinstance(self.soft_q_backup, bool):
-            raise ValueError(f"soft_q_backup must be a bool, got {self.soft_q_backup!r}")
+        if self.soft_q_backup and self.max_q_backup:
+            raise ValueError("soft_q_backup and max_q_backup cannot both be True: choose one critic target")
 
     @staticmethod
     def get_type() -> str:
@@ -170,7 +174,13 @@ class CQL(SAC):
 
     def _target(self, batch, next_mean: torch.Tensor, next_logstd: torch.Tensor) -> torch.Tensor:
         targ = self._nets["targ_q_function"]
-        if self._config.soft_q_backup:
+        if self._config.max_q_backup:
+            n = int(self._config.n_action_samples)
+            actions, _ = squashed_sample(next_mean, next_logstd, n)  # (B, n, A)
+            values = targ.expected(_repeat_observations(batch.next_observations, n), actions.reshape(-1, actions.shape[-1]))
+            values = values.view(values.shape[0], next_mean.shape[0], n)  # (E, B, n)
+            next_value = values.max(dim=2).values.min(dim=0).values.unsqueeze(-1)  # (B, 1)
+        elif self._config.soft_q_backup:
             next_action, next_log_prob = squashed_sample(next_mean, next_logstd)
             next_dist, _ = targ.at_action(batch.next_observations, next_action)
             next_value = targ.reduce(next_dist, "min") - self._nets["log_temp"]() * next_log_prob.unsqueeze(-1)
@@ -255,11 +265,7 @@ class DiscreteCQLConfig(DQNConfig):
         alpha: weight of the conservative term.
     """
 
-    alpha: float = 1.0
-
-    def validate(self) -> None:
-        super().validate()
-        check_positive_number(self.alpha, "alpha", allow_zero=True)
+    alpha: float = param(1.0, check=NON_NEGATIVE)
 
     @staticmethod
     def get_type() -> str:
@@ -276,7 +282,7 @@ class DiscreteCQL(DQN):
 
     _double = True
 
-    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+    def _update(self, batch, grad_step: int) -> TrainStepResult:
         cfg = self._config
         q, targ = self._nets["q_function"], self._nets["targ_q_function"]
         with torch.no_grad():
@@ -291,8 +297,7 @@ class DiscreteCQL(DQN):
             pred, taus = q.at_action(batch.observations, batch.actions)
         data_values = data_values.squeeze(-1)
         td_loss = q.loss(pred, target, taus, batch.weights)
-        if batch.weights is not None:
-            self._td_errors = abs_td_errors(pred.detach(), target)
+        td_errors = abs_td_errors(pred.detach(), target) if batch.weights is not None else None
         conservative_loss = (torch.logsumexp(values, dim=2) - data_values).mean(dim=1).sum()
         loss = td_loss + cfg.alpha * conservative_loss
         optim = self._optims["optim"]
@@ -301,4 +306,5 @@ class DiscreteCQL(DQN):
         optim.step()
         if (grad_step + 1) % int(cfg.target_update_interval) == 0:
             hard_update(targ, q)
-        return {"loss": loss.detach(), "td_loss": td_loss.detach(), "conservative_loss": conservative_loss.detach()}
+        metrics = {"loss": loss.detach(), "td_loss": td_loss.detach(), "conservative_loss": conservative_loss.detach()}
+        return TrainStepResult(metrics, td_errors)

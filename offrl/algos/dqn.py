@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Dict, Optional
 
 import torch
 from torch import nn
@@ -37,7 +36,8 @@ from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, td_target
-from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
+from .base import QLearningAlgoBase, TrainStepResult
+from .config import POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
 
 __all__ = ["DQNConfig", "DQN", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy", "abs_td_errors"]
 
@@ -56,22 +56,13 @@ class DQNConfig(LearnableConfig):
         target_update_interval: steps between target network copies.
     """
 
-    batch_size: int = 32
-    learning_rate: float = 6.25e-5
-    optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    q_func_factory: QFunctionFactory = dataclasses.field(default_factory=MeanQFunctionFactory)
-    n_critics: int = 1
-    target_update_interval: int = 8000
-
-    def validate(self) -> None:
-        super().validate()
-        check_positive_number(self.learning_rate, "learning_rate")
-        check_positive_int(self.n_critics, "n_critics")
-        check_positive_int(self.target_update_interval, "target_update_interval")
-        check_instance(self, ("encoder_factory",), EncoderFactory)
-        check_instance(self, ("q_func_factory",), QFunctionFactory)
-        check_instance(self, ("optim_factory",), OptimizerFactory)
+    batch_size: int = param(32, check=POSITIVE_INT)
+    learning_rate: float = param(6.25e-5, check=POSITIVE)
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    n_critics: int = param(1, check=POSITIVE_INT)
+    target_update_interval: int = param(8000, check=POSITIVE_INT)
 
     @staticmethod
     def get_type() -> str:
@@ -104,13 +95,13 @@ class DQN(QLearningAlgoBase):
     """Deep Q-Network (see the module docstring).
 
     With a prioritized buffer (batches carrying ``weights``) the loss is the
-    importance-weighted mean and ``_td_errors`` keeps the step's
+    importance-weighted mean and the step's result carries
     :func:`abs_td_errors` (detached, on the device) for ``update_priorities``.
     """
 
     _action_type = ActionSpace.DISCRETE
-    _supports_priorities = True
-    _td_errors: Optional[torch.Tensor] = None
+    has_q_function = True
+    supports_priorities = True
     _q_modules = ("q_function", "targ_q_function")
     _q_optim = "optim"
     _double = False
@@ -122,7 +113,7 @@ class DQN(QLearningAlgoBase):
         self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
         self._add_optimizer("optim", cfg.optim_factory, [q], cfg.learning_rate)
 
-    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+    def _update(self, batch, grad_step: int) -> TrainStepResult:
         q, targ = self._nets["q_function"], self._nets["targ_q_function"]
         with torch.no_grad():
             target = td_target(
@@ -130,15 +121,14 @@ class DQN(QLearningAlgoBase):
             )
         pred, taus = q.at_action(batch.observations, batch.actions)
         loss = q.loss(pred, target, taus, batch.weights)
-        if batch.weights is not None:
-            self._td_errors = abs_td_errors(pred.detach(), target)
+        td_errors = abs_td_errors(pred.detach(), target) if batch.weights is not None else None
         optim = self._optims["optim"]
         optim.zero_grad()
         loss.backward()
         optim.step()
         if (grad_step + 1) % int(self._config.target_update_interval) == 0:
             hard_update(targ, q)
-        return {"loss": loss.detach()}
+        return TrainStepResult({"loss": loss.detach()}, td_errors)
 
     def _next_value(self, next_observations) -> torch.Tensor:
         """``Q_target(s', a*)`` reduced over the ensemble, ``(B, N)``: one

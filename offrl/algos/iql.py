@@ -38,12 +38,13 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.policies import GreedyNormalPolicy, NormalPolicy, ValueFunction
 from ..models.q_functions import MeanQFunctionFactory
 from ..serialization import register
 from ._common import expectile_loss, freeze, soft_update, td_target
-from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
+from .base import QLearningAlgoBase
+from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, between, instance_of, param
 
 __all__ = ["IQLConfig", "IQL"]
 
@@ -69,33 +70,18 @@ class IQLConfig(LearnableConfig):
         max_weight: upper clip of the advantage weights.
     """
 
-    actor_learning_rate: float = 3e-4
-    critic_learning_rate: float = 3e-4
-    actor_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    critic_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    actor_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    critic_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    value_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    tau: float = 0.005
-    n_critics: int = 2
-    expectile: float = 0.7
-    weight_temp: float = 3.0
-    max_weight: float = 100.0
-
-    def validate(self) -> None:
-        super().validate()
-        check_positive_number(self.actor_learning_rate, "actor_learning_rate")
-        check_positive_number(self.critic_learning_rate, "critic_learning_rate")
-        check_instance(self, ("actor_encoder_factory", "critic_encoder_factory", "value_encoder_factory"), EncoderFactory)
-        check_positive_int(self.n_critics, "n_critics")
-        if not 0.0 <= float(self.tau) <= 1.0:
-            raise ValueError(f"tau must be in [0, 1], got {self.tau}")
-        if not 0.0 < float(self.expectile) < 1.0:
-            raise ValueError(f"expectile must be in (0, 1), got {self.expectile}")
-        if not float(self.weight_temp) >= 0.0:
-            raise ValueError(f"weight_temp must be >= 0, got {self.weight_temp}")
-        if not float(self.max_weight) > 0.0:
-            raise ValueError(f"max_weight must be > 0, got {self.max_weight}")
+    actor_learning_rate: float = param(3e-4, check=POSITIVE)
+    critic_learning_rate: float = param(3e-4, check=POSITIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    value_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    n_critics: int = param(2, check=POSITIVE_INT)
+    expectile: float = param(0.7, check=between(0.0, 1.0, low_open=True, high_open=True))
+    weight_temp: float = param(3.0, check=NON_NEGATIVE)
+    max_weight: float = param(100.0, check=POSITIVE)
 
     @staticmethod
     def get_type() -> str:
@@ -110,6 +96,7 @@ class IQL(QLearningAlgoBase):
     """Implicit Q-Learning (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
+    has_q_function = True
     _policy_module = "policy"
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"

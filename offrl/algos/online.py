@@ -30,9 +30,13 @@ import numpy as np
 
 from .._random import get_rng
 from ..constants import ActionSpace
-from .base import QLearningAlgoBase
 from .explorers import check_explorer
-from .training import LossTracker, end_epoch, experiment_directory_name
+from ..dataset.replay_buffer import create_fifo_replay_buffer, create_infinite_replay_buffer
+from ..dataset.signature import signatures_from_env
+from ..dataset.writer import BasicWriterPreprocess
+from ..logging import FileAdapterFactory
+from ..metrics.utility import rollout_returns
+from .training import LossTracker, check_priority_support, end_epoch, experiment_directory_name, train_step
 
 __all__ = ["fit_online", "collect"]
 
@@ -62,9 +66,6 @@ def _check_callable(value: Any, name: str) -> None:
 
 
 def _env_signature(env: Any, writer: Any = None):
-    from ..dataset.signature import signatures_from_env
-    from ..dataset.writer import BasicWriterPreprocess
-
     return signatures_from_env(env, writer if writer is not None else BasicWriterPreprocess())
 
 
@@ -73,13 +74,13 @@ def _shape_of(signature: Any) -> Any:
     return shapes if len(shapes) > 1 else shapes[0]
 
 
-def _prepare(algo: QLearningAlgoBase, env: Any, buffer: Any, explorer: Any, make_buffer: Callable[[], Any]) -> Tuple[Any, ActionSpace]:
+def _prepare(algo: Any, env: Any, buffer: Any, explorer: Any, make_buffer: Callable[[], Any]) -> Tuple[Any, ActionSpace]:
     """Check the environment, explorer and buffer against the algorithm;
     build the algorithm for the environment if needed. Returns the buffer
     and the environment's action space."""
     _check_env(env)
     obs_sig, _, _, space, size = _env_signature(env)
-    algo._check_action_space(space)
+    algo.check_action_space(space)
     check_explorer(explorer, space, type(algo).__name__)
     if callable(getattr(explorer, "bind_action_space", None)):
         explorer.bind_action_space(env.action_space)
@@ -271,24 +272,8 @@ def _progress(show: bool, total: int, desc: str):
 
 
 # ----------------------------------------------------------- fit_online
-def _priority_feeder(algo: Any, buffer: Any) -> Optional[Callable[[Any, Any, Any], None]]:
-    """``training.feed_priorities`` for a prioritized buffer (one with
-    ``update_priorities``), after checking the algorithm supports it; None otherwise."""
-    if not hasattr(buffer, "update_priorities"):
-        return None
-    from . import training
-
-    check = getattr(training, "check_priority_support", None)
-    if check is not None:
-        check(algo)
-    feed = getattr(training, "feed_priorities", None)
-    if feed is None:  # pragma: no cover - prioritized replay not installed
-        raise ValueError("this offrl has no prioritized replay support (offrl.algos.training.feed_priorities)")
-    return feed
-
-
 def fit_online(
-    algo: QLearningAlgoBase,
+    algo: Any,
     env: Any,
     buffer: Any = None,
     explorer: Any = None,
@@ -330,7 +315,7 @@ def fit_online(
     after every environment step, ``epoch_callback`` after every epoch.
     See the module docstring for episode endings, seeding and interruptions.
     """
-    if not getattr(algo, "_trainable", True):
+    if not algo.is_trainable:
         raise RuntimeError(f"{type(algo).__name__} cannot be trained; use collect to gather data with it")
     n_steps = _check_int(n_steps, "n_steps", 1)
     n_steps_per_epoch = _check_int(n_steps_per_epoch, "n_steps_per_epoch", 1)
@@ -353,8 +338,6 @@ def fit_online(
         _check_env(eval_env, "eval_env")
 
     def default_buffer():
-        from ..dataset.replay_buffer import create_fifo_replay_buffer
-
         return create_fifo_replay_buffer(limit=1000000, env=env)
 
     buffer, _ = _prepare(algo, env, buffer, explorer, default_buffer)
@@ -364,15 +347,14 @@ def fit_online(
         if _shape_of(eval_space[0]) != _shape_of(env_space[0]) or eval_space[3:] != env_space[3:]:
             raise ValueError("eval_env's observation and action spaces must match env's")
 
-    from ..logging import FileAdapterFactory
-
     factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
     logger = factory.create(experiment_directory_name(algo, experiment_name or f"{type(algo).__name__}_online", with_timestamp))
     logger.write_params(algo.to_params())
 
-    feed_priorities = _priority_feeder(algo, buffer)
+    prioritized = hasattr(buffer, "update_priorities")
+    if prioritized:
+        check_priority_support(algo)
     batch_size = algo.batch_size
-    device = algo.device
     n_epochs = (n_steps + n_steps_per_epoch - 1) // n_steps_per_epoch
     tracker = LossTracker()
     results: List[Tuple[int, Dict[str, float]]] = []
@@ -397,16 +379,10 @@ def fit_online(
                         updates_ready = buffer.transition_count > batch_size
                     if updates_ready:
                         for _ in range(n_updates):
-                            t0 = time.perf_counter()
-                            batch = algo._preprocess(buffer.sample_transition_batch(batch_size).to_torch(device))
-                            t1 = time.perf_counter()
-                            losses = algo._update(batch, algo._grad_step)
-                            if feed_priorities is not None:
-                                feed_priorities(algo, buffer, batch)
-                            update_time += time.perf_counter() - t1
-                            sample_time += t1 - t0
-                            algo._grad_step += 1
-                            tracker.add(losses, algo._grad_step)
+                            result, t_sample, t_update = train_step(algo, buffer, batch_size, prioritized)
+                            update_time += t_update
+                            sample_time += t_sample
+                            tracker.add(result.metrics, algo.grad_step)
                 if progress is not None:
                     if tracker.rows == 0 and tracker.last:
                         progress.set_postfix({k: f"{v:.4g}" for k, v in tracker.last.items()}, refresh=False)
@@ -429,8 +405,6 @@ def fit_online(
             metrics["time_algorithm_update"] = update_time / steps
             metrics["time_step"] = elapsed / steps
             if eval_env is not None:
-                from ..metrics.utility import rollout_returns
-
                 seed = int(get_rng().integers(2**31 - 1))
                 metrics[EVALUATION] = float(np.mean(rollout_returns(algo, eval_env, eval_n_trials, float(eval_epsilon), seed)))
             end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, save_interval, epoch_callback)
@@ -449,7 +423,7 @@ def fit_online(
 
 # -------------------------------------------------------------- collect
 def collect(
-    algo: QLearningAlgoBase,
+    algo: Any,
     env: Any,
     buffer: Any = None,
     explorer: Any = None,
@@ -475,8 +449,6 @@ def collect(
         raise ValueError("give either deterministic=True (greedy actions) or an explorer, not both")
 
     def default_buffer():
-        from ..dataset.replay_buffer import create_infinite_replay_buffer
-
         return create_infinite_replay_buffer(env=env)
 
     buffer, _ = _prepare(algo, env, buffer, explorer, default_buffer)

@@ -28,7 +28,8 @@ from torch import nn
 from ..constants import ActionSpace
 from ..models.policies import gaussian_log_prob
 from ..serialization import register
-from .base import LearnableConfig, QLearningAlgoBase, check_positive_number
+from .base import QLearningAlgoBase
+from .config import POSITIVE, LearnableConfig, one_of, param
 
 __all__ = [
     "RandomPolicyConfig",
@@ -52,14 +53,8 @@ class RandomPolicyConfig(LearnableConfig):
         normal_std: standard deviation of the ``"normal"`` distribution.
     """
 
-    distribution: str = "uniform"
-    normal_std: float = 1.0
-
-    def validate(self) -> None:
-        super().validate()
-        if self.distribution not in DISTRIBUTIONS:
-            raise ValueError(f"distribution must be one of {list(DISTRIBUTIONS)}, got {self.distribution!r}")
-        check_positive_number(self.normal_std, "normal_std")
+    distribution: str = param("uniform", check=one_of(DISTRIBUTIONS))
+    normal_std: float = param(1.0, check=POSITIVE)
 
     @staticmethod
     def get_type() -> str:
@@ -91,8 +86,8 @@ def _batch_size(x: Any) -> int:
 class _RandomPolicyBase(QLearningAlgoBase):
     """What both random policies share: no networks, no training."""
 
-    _trainable = False
-    _random_predict = True
+    is_trainable = False
+    predicts_stochastically = True
 
     def _build(self, observation_shape, action_size: int) -> None:
         pass

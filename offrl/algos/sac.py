@@ -42,24 +42,10 @@ from ..models.policies import GreedyNormalPolicy, NormalPolicy, squashed_log_pro
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, no_param_grads, soft_update, td_target
-from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
+from .base import QLearningAlgoBase
+from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
 
 __all__ = ["SACConfig", "SAC"]
-
-
-def check_actor_critic_fields(config: Any, optimizers: Tuple[str, ...]) -> None:
-    """Checks shared by the SAC and CQL configs."""
-    check_instance(config, optimizers, OptimizerFactory)
-    check_instance(config, ("actor_encoder_factory", "critic_encoder_factory"), EncoderFactory)
-    check_instance(config, ("q_func_factory",), QFunctionFactory)
-    check_positive_number(config.actor_learning_rate, "actor_learning_rate")
-    check_positive_number(config.critic_learning_rate, "critic_learning_rate")
-    check_positive_number(config.temp_learning_rate, "temp_learning_rate", allow_zero=True)
-    check_positive_int(config.n_critics, "n_critics")
-    check_positive_number(config.tau, "tau")
-    if config.tau > 1.0:
-        raise ValueError(f"tau must be in (0, 1], got {config.tau}")
-    check_positive_number(config.initial_temperature, "initial_temperature")
 
 
 @register("algorithm")
@@ -80,23 +66,19 @@ class SACConfig(LearnableConfig):
         initial_temperature: initial entropy temperature ``alpha``.
     """
 
-    batch_size: int = 256
-    actor_learning_rate: float = 3e-4
-    critic_learning_rate: float = 3e-4
-    temp_learning_rate: float = 3e-4
-    actor_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    critic_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    temp_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    actor_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    critic_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    q_func_factory: QFunctionFactory = dataclasses.field(default_factory=MeanQFunctionFactory)
-    tau: float = 0.005
-    n_critics: int = 2
-    initial_temperature: float = 1.0
-
-    def validate(self) -> None:
-        super().validate()
-        check_actor_critic_fields(self, ("actor_optim_factory", "critic_optim_factory", "temp_optim_factory"))
+    batch_size: int = param(256, check=POSITIVE_INT)
+    actor_learning_rate: float = param(3e-4, check=POSITIVE)
+    critic_learning_rate: float = param(3e-4, check=POSITIVE)
+    temp_learning_rate: float = param(3e-4, check=NON_NEGATIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    temp_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    n_critics: int = param(2, check=POSITIVE_INT)
+    initial_temperature: float = param(1.0, check=POSITIVE)
 
     @staticmethod
     def get_type() -> str:
@@ -155,6 +137,7 @@ class SAC(QLearningAlgoBase):
     """Soft Actor-Critic (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
+    has_q_function = True
     _policy_module = "policy"
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"

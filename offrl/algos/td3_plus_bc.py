@@ -33,12 +33,13 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.policies import DeterministicPolicy
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, no_param_grads, soft_update, td_target
-from .base import LearnableConfig, QLearningAlgoBase, check_instance, check_positive_int, check_positive_number
+from .base import QLearningAlgoBase
+from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
 
 __all__ = ["TD3PlusBCConfig", "TD3PlusBC", "smooth_target_action"]
 
@@ -64,33 +65,19 @@ class TD3PlusBCConfig(LearnableConfig):
         update_actor_interval: critic steps per policy (and target) update.
     """
 
-    actor_learning_rate: float = 3e-4
-    critic_learning_rate: float = 3e-4
-    actor_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    critic_optim_factory: AdamFactory = dataclasses.field(default_factory=AdamFactory)
-    actor_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    critic_encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
-    q_func_factory: QFunctionFactory = dataclasses.field(default_factory=MeanQFunctionFactory)
-    tau: float = 0.005
-    n_critics: int = 2
-    target_smoothing_sigma: float = 0.2
-    target_smoothing_clip: float = 0.5
-    alpha: float = 2.5
-    update_actor_interval: int = 2
-
-    def validate(self) -> None:
-        super().validate()
-        check_positive_number(self.actor_learning_rate, "actor_learning_rate")
-        check_positive_number(self.critic_learning_rate, "critic_learning_rate")
-        check_instance(self, ("actor_encoder_factory", "critic_encoder_factory"), EncoderFactory)
-        check_instance(self, ("q_func_factory",), QFunctionFactory)
-        check_positive_int(self.n_critics, "n_critics")
-        check_positive_int(self.update_actor_interval, "update_actor_interval")
-        if not 0.0 <= float(self.tau) <= 1.0:
-            raise ValueError(f"tau must be in [0, 1], got {self.tau}")
-        for name in ("target_smoothing_sigma", "target_smoothing_clip", "alpha"):
-            if not float(getattr(self, name)) >= 0.0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+    actor_learning_rate: float = param(3e-4, check=POSITIVE)
+    critic_learning_rate: float = param(3e-4, check=POSITIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    n_critics: int = param(2, check=POSITIVE_INT)
+    target_smoothing_sigma: float = param(0.2, check=NON_NEGATIVE)
+    target_smoothing_clip: float = param(0.5, check=NON_NEGATIVE)
+    alpha: float = param(2.5, check=NON_NEGATIVE)
+    update_actor_interval: int = param(2, check=POSITIVE_INT)
 
     @staticmethod
     def get_type() -> str:
@@ -112,6 +99,7 @@ class TD3PlusBC(QLearningAlgoBase):
     """TD3+BC (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
+    has_q_function = True
     _policy_module = "policy"
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"

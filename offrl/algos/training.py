@@ -8,6 +8,7 @@ stops training with the exact step and loss named, before anything is saved.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
@@ -15,9 +16,38 @@ from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from .base import NonFiniteLossError, QLearningAlgoBase
+from ..constants import LoggingStrategy
+from ..logging import FileAdapterFactory
 
-__all__ = ["fitter", "end_epoch", "LossTracker", "CHECK_INTERVAL", "feed_priorities"]
+__all__ = [
+    "fitter",
+    "end_epoch",
+    "LossTracker",
+    "CHECK_INTERVAL",
+    "TrainStepResult",
+    "NonFiniteLossError",
+    "train_step",
+    "check_priority_support",
+]
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A training loss became NaN or infinite."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainStepResult:
+    """What one gradient step returns (see ``QLearningAlgoBase.training_step``).
+
+    Attributes:
+        metrics: losses and other figures as 0-dim tensors on the device.
+        td_errors: ``(B,)`` per-sample absolute TD errors (detached), for
+            algorithms that compute them; a prioritized buffer takes them
+            as new priorities.
+    """
+
+    metrics: Dict[str, torch.Tensor]
+    td_errors: Optional[torch.Tensor] = None
 
 #: steps between reads of the loss buffer (progress bar, NaN check)
 CHECK_INTERVAL = 100
@@ -76,26 +106,31 @@ class LossTracker:
         return metrics
 
 
-def check_priority_support(algo: QLearningAlgoBase) -> None:
+def check_priority_support(algo: Any) -> None:
     """Raise when ``algo`` cannot train from a prioritized buffer (its loss
     takes no importance weights and it reports no TD errors)."""
-    if not getattr(algo, "_supports_priorities", False):
+    if not algo.supports_priorities:
         raise ValueError(
             f"{type(algo).__name__} does not support prioritized replay (its loss takes no importance "
             "weights): use a plain ReplayBuffer, or DQN, DoubleDQN or DiscreteCQL"
         )
 
 
-def feed_priorities(algo: QLearningAlgoBase, buffer: Any, batch: Any) -> None:
-    """Give ``buffer`` (a prioritized one) the TD errors of ``algo``'s last
-    update on ``batch`` (a batch sampled from it, numpy or torch): one
-    device-to-host copy of ``B`` floats."""
-    errors = getattr(algo, "_td_errors", None)
-    if errors is None or batch.indices is None:
-        check_priority_support(algo)
-        raise ValueError("the batch carries no importance weights or indices: sample it from the prioritized buffer")
-    algo._td_errors = None
-    buffer.update_priorities(batch.indices, errors)
+def train_step(algo: Any, buffer: Any, batch_size: int, prioritized: bool) -> Tuple[TrainStepResult, float, float]:
+    """The step ``fit`` and ``fit_online`` share: sample a batch from
+    ``buffer``, run ``algo.training_step`` on it, and give a prioritized
+    buffer the step's TD errors (one device-to-host copy of ``B`` floats).
+    Returns the result and the seconds spent sampling and updating."""
+    t0 = time.perf_counter()
+    batch = buffer.sample_transition_batch(batch_size)
+    t1 = time.perf_counter()
+    result = algo.training_step(batch)
+    if prioritized:
+        if result.td_errors is None or batch.indices is None:
+            check_priority_support(algo)
+            raise ValueError("the batch carries no importance weights or indices: sample it from the prioritized buffer")
+        buffer.update_priorities(batch.indices, result.td_errors)
+    return result, t1 - t0, time.perf_counter() - t1
 
 
 def _check_steps(n_steps: Any, n_steps_per_epoch: Any) -> None:
@@ -104,22 +139,19 @@ def _check_steps(n_steps: Any, n_steps_per_epoch: Any) -> None:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def experiment_directory_name(algo: QLearningAlgoBase, experiment_name: Optional[str], with_timestamp: bool) -> str:
+def experiment_directory_name(algo: Any, experiment_name: Optional[str], with_timestamp: bool) -> str:
     name = experiment_name or type(algo).__name__
     if with_timestamp:
         name += "_" + datetime.datetime.now().strftime("%Y%m%d%H%M%S%f")
     return name
 
 
-def end_epoch(algo: QLearningAlgoBase, logger: Any, epoch: int, n_epochs: int, total_step: int,
+def end_epoch(algo: Any, logger: Any, epoch: int, n_epochs: int, total_step: int,
               metrics: Dict[str, float], save_interval: int, epoch_callback: Optional[Callable[..., None]]) -> None:
     """Log an epoch's metrics, save the model every ``save_interval`` epochs
     and after the last one, then run ``epoch_callback(algo, epoch, total_step)``
     (shared by ``fit`` and ``fit_online``)."""
-    logger.before_write_metric(epoch, total_step)
-    for name, value in metrics.items():
-        logger.write_metric(epoch, total_step, name, value)
-    logger.after_write_metric(epoch, total_step)
+    write_metrics(logger, epoch, total_step, metrics)
     if epoch % save_interval == 0 or epoch == n_epochs:
         logger.save_model(epoch, algo)
     if epoch_callback is not None:
@@ -127,7 +159,7 @@ def end_epoch(algo: QLearningAlgoBase, logger: Any, epoch: int, n_epochs: int, t
 
 
 def fitter(
-    algo: QLearningAlgoBase,
+    algo: Any,
     dataset: Any,
     n_steps: int,
     n_steps_per_epoch: int = 10000,
@@ -139,6 +171,8 @@ def fitter(
     evaluators: Optional[Dict[str, Any]] = None,
     callback: Optional[Callable[[Any, int, int], None]] = None,
     epoch_callback: Optional[Callable[[Any, int, int], None]] = None,
+    logging_steps: int = 500,
+    logging_strategy: Any = LoggingStrategy.EPOCH,
 ) -> Generator[Tuple[int, Dict[str, float]], None, None]:
     """Train ``algo`` on ``dataset``; yield ``(epoch, metrics)`` per epoch.
 
@@ -147,11 +181,15 @@ def fitter(
     timing figures and the evaluators' scores. ``callback(algo, epoch,
     total_step)`` runs after every step, ``epoch_callback`` after every
     epoch. Models are saved through the logger every ``save_interval``
-    epochs and after the last one.
+    epochs and after the last one. With ``logging_strategy="steps"`` the
+    losses' means are also written every ``logging_steps`` steps.
     """
     _check_steps(n_steps, n_steps_per_epoch)
     if isinstance(save_interval, bool) or not isinstance(save_interval, (int, np.integer)) or save_interval <= 0:
         raise ValueError(f"save_interval must be a positive int, got {save_interval!r}")
+    if isinstance(logging_steps, bool) or not isinstance(logging_steps, (int, np.integer)) or logging_steps <= 0:
+        raise ValueError(f"logging_steps must be a positive int, got {logging_steps!r}")
+    strategy = LoggingStrategy.parse(logging_strategy)
     if not hasattr(dataset, "sample_transition_batch") or not hasattr(dataset, "dataset_info"):
         raise TypeError(f"dataset must be a ReplayBuffer or MDPDataset, got {type(dataset).__name__}")
     for name, evaluator in (evaluators or {}).items():
@@ -160,28 +198,34 @@ def fitter(
     return _fit_generator(
         algo, dataset, int(n_steps), int(n_steps_per_epoch), experiment_name, with_timestamp, logger_adapter,
         show_progress, int(save_interval), evaluators or {}, callback, epoch_callback,
+        int(logging_steps) if strategy == LoggingStrategy.STEPS else None,
     )
 
 
-def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
-                   show_progress, save_interval, evaluators, callback, epoch_callback):
-    from ..logging import FileAdapterFactory
-
-    info = dataset.dataset_info
-    algo._check_action_space(info.action_space)
-    prioritized = hasattr(dataset, "update_priorities")
-    if prioritized:
-        check_priority_support(algo)
+def prepare_algorithm(algo: Any, dataset: Any) -> None:
+    """Build ``algo`` for ``dataset`` or, when it is built, check that the
+    dataset fits it and fit any scaler that has no statistics yet."""
+    algo.check_action_space(dataset.dataset_info.action_space)
     if not algo.is_built:
         algo.build_with_dataset(dataset)
     else:
-        algo._fit_scalers(dataset)
-        signature = info.observation_signature
-        expected = [tuple(s) for s in signature.shape] if signature.is_tuple else tuple(signature.shape[0])
-        if expected != algo.observation_shape:
-            raise ValueError(f"the dataset's observations have shape {expected}, the algorithm was built for {algo.observation_shape}")
-        if info.action_size != algo.action_size:
-            raise ValueError(f"the dataset has action_size={info.action_size}, the algorithm was built for {algo.action_size}")
+        algo.fit_scalers(dataset)
+        algo.check_dataset(dataset)
+
+
+def write_metrics(logger: Any, epoch: int, step: int, metrics: Dict[str, float]) -> None:
+    logger.before_write_metric(epoch, step)
+    for name, value in metrics.items():
+        logger.write_metric(epoch, step, name, value)
+    logger.after_write_metric(epoch, step)
+
+
+def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
+                   show_progress, save_interval, evaluators, callback, epoch_callback, logging_steps):
+    prioritized = hasattr(dataset, "update_priorities")
+    if prioritized:
+        check_priority_support(algo)
+    prepare_algorithm(algo, dataset)
 
     factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
     logger = factory.create(experiment_directory_name(algo, experiment_name, with_timestamp))
@@ -190,6 +234,7 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
     batch_size = algo.batch_size
     n_epochs = (n_steps + n_steps_per_epoch - 1) // n_steps_per_epoch
     tracker = LossTracker()
+    window = LossTracker() if logging_steps is not None else None
     total_step = 0
     try:
         for epoch in range(1, n_epochs + 1):
@@ -202,17 +247,15 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
             sample_time = update_time = 0.0
             epoch_start = time.perf_counter()
             for i in range(steps):
-                t0 = time.perf_counter()
-                batch = algo._preprocess(dataset.sample_transition_batch(batch_size).to_torch(algo.device))
-                t1 = time.perf_counter()
-                losses = algo._update(batch, algo._grad_step)
-                if prioritized:
-                    feed_priorities(algo, dataset, batch)
-                update_time += time.perf_counter() - t1
-                sample_time += t1 - t0
-                algo._grad_step += 1
+                result, t_sample, t_update = train_step(algo, dataset, batch_size, prioritized)
+                sample_time += t_sample
+                update_time += t_update
                 total_step += 1
-                tracker.add(losses, algo._grad_step)
+                tracker.add(result.metrics, algo.grad_step)
+                if window is not None:
+                    window.add(result.metrics, algo.grad_step)
+                    if total_step % logging_steps == 0:
+                        write_metrics(logger, epoch, total_step, window.epoch_metrics())
                 if progress is not None:
                     if tracker.rows == 0:
                         progress.set_postfix({k: f"{v:.4g}" for k, v in tracker.last.items()}, refresh=False)

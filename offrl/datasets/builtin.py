@@ -80,7 +80,7 @@ class _ScriptedPolicy(QLearningAlgoBase):
     """A fixed controller written with torch ops, acting like an algorithm
     so that ``collect`` and the explorers can drive it."""
 
-    _trainable = False
+    is_trainable = False
 
     def __init__(self) -> None:
         super().__init__(_ScriptedConfig(), "cpu")

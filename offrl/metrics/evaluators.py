@@ -28,7 +28,6 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..algos.base import QLearningAlgoBase
 from ..constants import ActionSpace
 from ..dataset.episode import EpisodeBase
 from ._transitions import TransitionSet, dataset_buffer, episodes_buffer
@@ -83,8 +82,9 @@ def _name(algo: Any) -> str:
 
 
 def _has_value_function(algo: Any) -> bool:
-    if isinstance(algo, QLearningAlgoBase):
-        return type(algo)._predict_value is not QLearningAlgoBase._predict_value
+    flag = getattr(algo, "has_q_function", None)
+    if isinstance(flag, bool):
+        return flag
     return callable(getattr(algo, "predict_value", None))
 
 

@@ -10,16 +10,12 @@ A policy is an offrl algorithm or a plain callable:
 * continuous actions: ``policy(observations, actions) -> (B,)`` densities of
   the given actions (in the dataset's action units).
 
-Offrl algorithms with a stochastic policy report its probabilities through
-two hooks on the algorithm class (an algorithm whose policy type is a
-config choice says which with a ``_stochastic`` property), both on
-preprocessed tensors:
-``_action_probabilities(x) -> (B, A)`` (discrete: DiscreteBC's softmax,
-DiscreteRandomPolicy's uniform) and ``_action_log_prob(x, action) -> (B,)``
-(continuous, ``action`` in the algorithm's scaled action space: SAC/CQL's
-squashed Gaussian, stochastic BC and IQL's Gaussian, RandomPolicy). The
-density is moved to the dataset's action units with the action scaler's
-Jacobian (scalers act per dimension).
+Offrl algorithms with a stochastic policy (``has_stochastic_policy``) report
+its probabilities through the algorithm interface:
+``action_probabilities(x) -> (B, A)`` (discrete: DiscreteBC's softmax,
+DiscreteRandomPolicy's uniform) and ``action_log_densities(x, actions) ->
+(B,)`` (continuous, in the dataset's action units: SAC/CQL's squashed
+Gaussian, stochastic BC and IQL's Gaussian, RandomPolicy).
 
 Deterministic policies (DQN, DiscreteCQL, TD3+BC, deterministic BC, or any
 algorithm with ``greedy=True``) have no density at most logged actions, so
@@ -96,39 +92,12 @@ def _chunks(n: int, batch_size: int):
         yield slice(start, min(start + batch_size, n))
 
 
-def _has_hook(algo: QLearningAlgoBase, name: str) -> bool:
-    return callable(getattr(algo, name, None))
-
-
 def _stochastic(algo: QLearningAlgoBase, discrete: bool, greedy: bool) -> bool:
-    hook = "_action_probabilities" if discrete else "_action_log_prob"
-    if not _has_hook(algo, hook) or not getattr(algo, "_stochastic", True):
+    """Whether ``algo``'s own distribution is the target (not its smoothed greedy action)."""
+    if not algo.has_stochastic_policy:
         return False
     # random policies have no greedy action: their distribution is the policy
-    return not greedy or getattr(algo, "_random_predict", False)
-
-
-def _algo_call(algo: QLearningAlgoBase, fn: Callable[[Any], torch.Tensor], x: Observations) -> torch.Tensor:
-    with torch.no_grad():
-        obs = algo._observation_tensor(x)
-        algo._eval_mode()
-        try:
-            return fn(obs)
-        finally:
-            algo._train_mode()
-
-
-def _scaled_action(algo: QLearningAlgoBase, actions: np.ndarray):
-    """Actions in the algorithm's scaled space and ``log |det d scaled / d raw|``."""
-    raw = torch.as_tensor(actions, dtype=torch.float32, device=algo.device)
-    scaler = algo.action_scaler
-    if scaler is None:
-        return raw, torch.zeros(raw.shape[0], device=raw.device)
-    with torch.enable_grad():
-        raw = raw.clone().requires_grad_(True)
-        scaled = scaler.transform(raw)
-        (grad,) = torch.autograd.grad(scaled.sum(), raw)
-    return scaled.detach(), torch.log(grad.abs()).sum(dim=-1)
+    return not greedy or algo.predicts_stochastically
 
 
 def kernel_widths(actions: np.ndarray, bandwidth: float) -> np.ndarray:
@@ -177,7 +146,7 @@ def policy_probabilities(
     if isinstance(policy, QLearningAlgoBase):
         check_built(policy, role)
         name = type(policy).__name__
-        policy._check_action_space(ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS)
+        policy.check_action_space(ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS)
         if policy.action_size is not None and policy.action_size != size:
             raise ValueError(
                 f"the {role} {name} was built for action_size={policy.action_size}, the dataset has {size}"
@@ -185,18 +154,14 @@ def policy_probabilities(
         if _stochastic(policy, discrete, greedy):
             if discrete:
                 probs = np.concatenate([
-                    _algo_call(policy, policy._action_probabilities, take_rows(data.observations, rows)).double().cpu().numpy()
-                    for rows in _chunks(n, batch_size)
+                    policy.action_probabilities(take_rows(data.observations, rows)) for rows in _chunks(n, batch_size)
                 ])
                 logged = probs[np.arange(n), data.actions]
                 return PolicyProbabilities(logged, probs, f"action probabilities of {name}", None)
-            parts = []
-            for rows in _chunks(n, batch_size):
-                scaled, log_jacobian = _scaled_action(policy, data.actions[rows])
-                log_prob = _algo_call(
-                    policy, lambda x: policy._action_log_prob(x, scaled), take_rows(data.observations, rows)
-                )
-                parts.append((log_prob + log_jacobian).double().cpu().numpy())
+            parts = [
+                policy.action_log_densities(take_rows(data.observations, rows), data.actions[rows])
+                for rows in _chunks(n, batch_size)
+            ]
             return PolicyProbabilities(np.exp(np.concatenate(parts)), None, f"action density of {name}", None)
         if not allow_smoothing:
             raise ValueError(

@@ -129,7 +129,7 @@ def test_optimizer_factory_and_learning_rate_are_used():
     algo.create_impl((2,), 2)
     policy = algo.modules["policy"]
     before = [p.detach().clone() for p in policy.parameters()]
-    loss = algo._loss(algo._to_tensor_batch(_batch(CONTINUOUS_ACTIONS)))
+    loss = algo._loss(algo.preprocess_batch(_batch(CONTINUOUS_ACTIONS)))
     grads = torch.autograd.grad(loss, list(policy.parameters()))
     algo.update(_batch(CONTINUOUS_ACTIONS))
     for old, new, grad in zip(before, policy.parameters(), grads):

@@ -64,7 +64,7 @@ def _make(name: str, kind: str, discrete: bool, device=DEVICE):
 
 
 def _trainable(algo) -> bool:
-    return getattr(algo, "_trainable", True)
+    return algo.is_trainable
 
 
 def _fit(algo, dataset, steps: int = 3):
@@ -147,7 +147,7 @@ def test_save_load_gives_identical_predictions(name, kind, discrete, tmp_path, d
     assert loaded.grad_step == algo.grad_step
     assert loaded.config.to_dict() == algo.config.to_dict()
     x = _observations(dataset)
-    if not getattr(algo, "_random_predict", False):
+    if not algo.predicts_stochastically:
         np.testing.assert_array_equal(loaded.predict(x), algo.predict(x))
     try:
         expected = algo.predict_value(x, _actions(dataset))
@@ -254,7 +254,7 @@ def test_build_with_env(name):
             CONFIGS[name]().create(device=DEVICE).build_with_env(other)
 
 
-EXPORT_CASES = [c for c in CASES if c[1] != "image" and getattr(CONFIGS[c[0]].algorithm_class(), "_trainable", True)]
+EXPORT_CASES = [c for c in CASES if c[1] != "image" and CONFIGS[c[0]].algorithm_class().is_trainable]
 
 
 @pytest.mark.parametrize("name,kind,discrete", EXPORT_CASES, ids=[f"{n}-{k}-{'discrete' if d else 'continuous'}" for n, k, d in EXPORT_CASES])

@@ -13,7 +13,7 @@ import torch
 import offrl
 from hand_losses import discrete_batch, huber, quantile_huber_per_sample
 from offrl.algos import DiscreteBCConfig, DiscreteCQLConfig, DoubleDQNConfig, DQNConfig
-from offrl.algos.training import feed_priorities
+from offrl.algos.training import train_step
 from offrl.dataset import MDPDataset, PrioritizedReplayBuffer
 from offrl.logging import NoopAdapterFactory
 from offrl.models import MeanQFunctionFactory, QRQFunctionFactory, VectorEncoderFactory
@@ -50,10 +50,10 @@ def test_weighted_loss_and_td_errors_match_hand_computation(cls, n_critics):
     pred = q_now[:, rows, batch.actions[:, 0]]  # (E, B)
     w = WEIGHTS[:, 0]
     expected_loss = sum((w * huber(pred[e] - y)).mean() for e in range(n_critics))
-    loss = algo.update(batch)["loss"]
-    assert loss == pytest.approx(float(expected_loss), abs=1e-5)
-    np.testing.assert_allclose(algo._td_errors.numpy(), np.abs(y - pred).mean(axis=0), atol=1e-5)
-    assert not algo._td_errors.requires_grad
+    result = algo.training_step(batch)
+    assert float(result.metrics["loss"]) == pytest.approx(float(expected_loss), abs=1e-5)
+    np.testing.assert_allclose(result.td_errors.numpy(), np.abs(y - pred).mean(axis=0), atol=1e-5)
+    assert not result.td_errors.requires_grad
 
 
 def test_unit_weights_give_the_unweighted_loss():
@@ -62,9 +62,9 @@ def test_unit_weights_give_the_unweighted_loss():
     algo.create_impl((2,), 3)
     twin = copy.deepcopy(algo)
     weighted = algo.update(discrete_batch(2.5, np.ones((4, 1), np.float32)))["loss"]
-    plain = twin.update(discrete_batch(2.5))["loss"]
-    assert weighted == pytest.approx(plain, rel=1e-6)
-    assert twin._td_errors is None  # no prioritized batch, no TD errors kept
+    plain = twin.training_step(discrete_batch(2.5))
+    assert weighted == pytest.approx(float(plain.metrics["loss"]), rel=1e-5)
+    assert plain.td_errors is None  # no prioritized batch, no TD errors computed
 
 
 def test_weighted_quantile_loss_matches_hand_computation():
@@ -82,8 +82,9 @@ def test_weighted_quantile_loss_matches_hand_computation():
     target = batch.rewards + 0.5**batch.intervals * (1 - batch.terminals) * nxt[np.arange(4), a_star]  # (B, N)
     pred = dist[np.arange(4), batch.actions[:, 0]]  # (B, N)
     total = (WEIGHTS[:, 0] * quantile_huber_per_sample(target, pred)).sum()
-    assert algo.update(batch)["loss"] == pytest.approx(total / 4, abs=1e-5)
-    np.testing.assert_allclose(algo._td_errors.numpy(), np.abs(target.mean(1) - pred.mean(1)), atol=1e-5)
+    result = algo.training_step(batch)
+    assert float(result.metrics["loss"]) == pytest.approx(total / 4, abs=1e-5)
+    np.testing.assert_allclose(result.td_errors.numpy(), np.abs(target.mean(1) - pred.mean(1)), atol=1e-5)
 
 
 def test_discrete_cql_weights_its_td_loss_only():
@@ -101,11 +102,12 @@ def test_discrete_cql_weights_its_td_loss_only():
     td = (WEIGHTS[:, 0] * huber(pred - y)).mean()
     logsumexp = np.log(np.exp(q_now).sum(axis=1))
     conservative = (logsumexp - pred).mean()
-    losses = algo.update(batch)
+    result = algo.training_step(batch)
+    losses = {k: float(v) for k, v in result.metrics.items()}
     assert losses["td_loss"] == pytest.approx(float(td), abs=1e-5)
     assert losses["conservative_loss"] == pytest.approx(float(conservative), abs=1e-5)
     assert losses["loss"] == pytest.approx(float(td + 0.7 * conservative), abs=1e-5)
-    np.testing.assert_allclose(algo._td_errors.numpy(), np.abs(y - pred), atol=1e-5)
+    np.testing.assert_allclose(result.td_errors.numpy(), np.abs(y - pred), atol=1e-5)
 
 
 def _dataset(n: int = 64, seed: int = 0) -> MDPDataset:
@@ -130,13 +132,11 @@ def test_fit_feeds_the_td_errors_back_as_priorities(config):
     _fit(algo, buffer, 1)
     offrl.seed(5)
     batch = shadow.sample_transition_batch(16)  # the batch fit drew
-    before.update(batch)  # TD errors of the pre-step networks on it
-    errors = before._td_errors.numpy()
+    errors = before.training_step(batch).td_errors.numpy()  # TD errors of the pre-step networks on it
     expected = np.ones(64)
     expected[batch.indices] = (errors + 0.01) ** 0.6
     np.testing.assert_allclose(buffer.priorities, expected, rtol=1e-5)
     assert buffer.sampled_batches == 1
-    assert algo._td_errors is None  # consumed by feed_priorities
 
 
 def test_fit_runs_many_steps_with_a_fifo_prioritized_buffer():
@@ -157,17 +157,16 @@ def test_unsupported_algorithm_is_refused_before_training(tmp_path):
         _fit(algo, buffer, 1)
     assert buffer.sampled_batches == 0
     algo.build_with_dataset(buffer)
-    batch = algo._preprocess(buffer.sample_transition_batch(4).to_torch())
     with pytest.raises(ValueError, match="DiscreteBC does not support prioritized replay"):
-        feed_priorities(algo, buffer, batch)
+        train_step(algo, buffer, 4, prioritized=True)
 
 
-def test_feed_priorities_needs_a_prioritized_batch():
+def test_feeding_priorities_needs_a_prioritized_batch():
     algo = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8])).create()
-    algo.create_impl((2,), 3)
-    algo.update(discrete_batch(2.5))
+    data = _dataset()
+    algo.build_with_dataset(data)
     with pytest.raises(ValueError, match="sample it from the prioritized buffer"):
-        feed_priorities(algo, None, discrete_batch(2.5))
+        train_step(algo, data, 4, prioritized=True)
 
 
 def _rare_reward_chain(n_episodes: int = 300, seed: int = 0) -> MDPDataset:

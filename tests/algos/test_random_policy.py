@@ -173,7 +173,7 @@ def test_offrl_seed_makes_draws_reproducible(config, action_size):
 def test_cannot_be_trained(discrete):
     config = DiscreteRandomPolicyConfig() if discrete else RandomPolicyConfig()
     algo = config.create()
-    assert algo._trainable is False and algo._random_predict is True
+    assert algo.is_trainable is False and algo.predicts_stochastically is True
     dataset = _dataset(discrete)
     with pytest.raises(RuntimeError, match="cannot be trained"):
         algo.fit(dataset, n_steps=10, logger_adapter=NoopAdapterFactory(), show_progress=False)

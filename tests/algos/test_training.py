@@ -95,7 +95,8 @@ def test_nan_loss_stops_fit_naming_step_and_loss(tmp_path, monkeypatch):
         out = original(self, batch, grad_step)
         calls["n"] += 1
         if calls["n"] == 3:
-            out["loss"] = out["loss"] * float("nan")
+            metrics = out.metrics if hasattr(out, "metrics") else out
+            metrics["loss"] = metrics["loss"] * float("nan")
         return out
 
     monkeypatch.setattr(type(algo), "_update", poisoned)

@@ -231,7 +231,7 @@ def test_batches_to_torch_and_through_preprocess():
     np.testing.assert_array_equal(torch_batch.indices.numpy(), batch.indices)
     algo = DQNConfig().create()
     algo.create_impl((2,), 3)
-    processed = algo._preprocess(torch_batch)
+    processed = algo.preprocess_batch(torch_batch)
     assert processed.weights is torch_batch.weights and processed.indices is torch_batch.indices
     plain = ReplayBuffer(InfiniteBuffer(), episodes=_dataset().episodes).sample_transition_batch(4)
     assert plain.weights is None and plain.indices is None

@@ -514,7 +514,7 @@ def test_estimate_is_the_mean_state_value_at_first_observations():
 
 
 def test_bootstrap_interval_matches_the_normal_approximation():
-    from offrl.ope.fqe import _bootstrap_interval
+    from offrl.algos.fqe import _bootstrap_interval
 
     values = np.random.default_rng(0).normal(3.0, 2.0, size=400)
     half_width = 1.96 * values.std() / np.sqrt(values.size)

@@ -1,0 +1,194 @@
+"""Algorithm configs: hyperparameters as data, with their constraints
+declared once, next to each field.
+
+A config field states what it accepts with :func:`param`::
+
+    tau: float = param(0.005, UNIT_INTERVAL_OPEN_LOW)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+
+and :meth:`LearnableConfig.validate` checks every declared field with the
+same routine and the same message style (``tau must be a number in (0, 1],
+got 1.5``), when the config is made and after ``set_params``. A config
+with constraints between fields adds them in its own ``validate``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Dict, Optional, Sequence
+
+import numpy as np
+
+from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
+from ..serialization import Serializable
+
+__all__ = [
+    "Constraint",
+    "param",
+    "check_field",
+    "POSITIVE_INT",
+    "NON_NEGATIVE_INT",
+    "POSITIVE",
+    "NON_NEGATIVE",
+    "FINITE",
+    "UNIT_INTERVAL",
+    "UNIT_INTERVAL_OPEN_LOW",
+    "BOOL",
+    "between",
+    "instance_of",
+    "one_of",
+    "LearnableConfig",
+    "check_positive_int",
+    "check_positive_number",
+    "check_instance",
+]
+
+
+def _is_int(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer))
+
+
+def _is_number(value: Any) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float, np.integer, np.floating))
+        and math.isfinite(float(value))
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+    """What a field accepts: ``accepts(value)`` and the phrase that completes
+    "``<field> must be ...``". ``error`` is the exception type raised (a
+    ``TypeError`` for a value of the wrong kind of object)."""
+
+    description: str
+    accepts: Callable[[Any], bool]
+    error: type = ValueError
+
+    def check(self, value: Any, name: str) -> None:
+        if not self.accepts(value):
+            shown = type(value).__name__ if self.error is TypeError else repr(value)
+            raise self.error(f"{name} must be {self.description}, got {shown}")
+
+
+POSITIVE_INT = Constraint("a positive int", lambda v: _is_int(v) and v > 0)
+NON_NEGATIVE_INT = Constraint("an int >= 0", lambda v: _is_int(v) and v >= 0)
+POSITIVE = Constraint("a finite number > 0", lambda v: _is_number(v) and v > 0)
+NON_NEGATIVE = Constraint("a finite number >= 0", lambda v: _is_number(v) and v >= 0)
+FINITE = Constraint("a finite number", _is_number)
+BOOL = Constraint("a bool", lambda v: isinstance(v, (bool, np.bool_)))
+
+
+def between(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Constraint:
+    """A finite number in the interval from ``low`` to ``high``."""
+
+    def accepts(v: Any) -> bool:
+        if not _is_number(v):
+            return False
+        above = v > low if low_open else v >= low
+        below = v < high if high_open else v <= high
+        return above and below
+
+    text = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    return Constraint(f"in {text}", accepts)
+
+
+UNIT_INTERVAL = between(0.0, 1.0)
+#: the target-network update rate: 0 would never move the target
+UNIT_INTERVAL_OPEN_LOW = between(0.0, 1.0, low_open=True)
+
+
+def instance_of(cls: type, optional: bool = False) -> Constraint:
+    """An instance of ``cls`` (or ``None`` when ``optional``)."""
+    text = f"a {cls.__name__}" + (" or None" if optional else "")
+    return Constraint(text, lambda v: (optional and v is None) or isinstance(v, cls), TypeError)
+
+
+def one_of(choices: Sequence[Any]) -> Constraint:
+    values = tuple(choices)
+    return Constraint(f"one of {list(values)}", lambda v: v in values)
+
+
+def param(default: Any = dataclasses.MISSING, *, check: Constraint,
+          default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field carrying its constraint (see the module docstring)."""
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"check": check})
+
+
+def check_field(config: Any, name: str) -> None:
+    """Check one declared field of ``config`` (no-op for undeclared ones)."""
+    for f in dataclasses.fields(config):
+        if f.name == name and "check" in f.metadata:
+            f.metadata["check"].check(getattr(config, name), name)
+
+
+# the same checks for arguments that are not config fields
+def check_positive_int(value: Any, name: str) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int > 0."""
+    POSITIVE_INT.check(value, name)
+
+
+def check_positive_number(value: Any, name: str, allow_zero: bool = False) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a finite
+    number > 0 (>= 0 with ``allow_zero``)."""
+    (NON_NEGATIVE if allow_zero else POSITIVE).check(value, name)
+
+
+def check_instance(config: Any, names: Sequence[str], cls: type) -> None:
+    """Raise ``TypeError`` naming the field unless each ``config.<name>`` is a ``cls``."""
+    for name in names:
+        instance_of(cls).check(getattr(config, name), name)
+
+
+@dataclasses.dataclass
+class LearnableConfig(Serializable):
+    """Hyperparameters shared by every algorithm.
+
+    Args:
+        batch_size: mini-batch size.
+        gamma: discount factor.
+        observation_scaler, action_scaler, reward_scaler: preprocessing; an
+            unfitted scaler is fitted on the training data (on a copy held
+            by the algorithm: the config is never changed by ``fit``).
+    """
+
+    _kind = "algorithm"
+
+    batch_size: int = param(256, check=POSITIVE_INT)
+    gamma: float = param(0.99, check=UNIT_INTERVAL)
+    observation_scaler: Optional[ObservationScaler] = param(None, check=instance_of(ObservationScaler, optional=True))
+    action_scaler: Optional[ActionScaler] = param(None, check=instance_of(ActionScaler, optional=True))
+    reward_scaler: Optional[RewardScaler] = param(None, check=instance_of(RewardScaler, optional=True))
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every declared field (subclasses add checks between fields)."""
+        for f in dataclasses.fields(self):
+            check = f.metadata.get("check")
+            if check is not None:
+                check.check(getattr(self, f.name), f.name)
+
+    def create(self, device: Any = False) -> Any:
+        """The algorithm configured by this config, on ``device``."""
+        return self.algorithm_class()(self, device)
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        raise NotImplementedError
+
+    # scikit-learn style access to hyperparameters
+    def get_params(self, deep: bool = True) -> Dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def set_params(self, **params: Any) -> "LearnableConfig":
+        names = {f.name for f in dataclasses.fields(self)}
+        for key, value in params.items():
+            if key not in names:
+                raise ValueError(f"{type(self).__name__} has no parameter {key!r}")
+            setattr(self, key, value)
+        self.validate()
+        return self

@@ -1,0 +1,566 @@
+"""Fitted Q Evaluation (FQE): the value of a trained policy from logged data.
+
+FQE (Le, Voloshin and Yue, 2019, "Batch Policy Learning under Constraints",
+https://arxiv.org/abs/1903.08738; used for offline policy selection by
+Paine et al., 2020, https://arxiv.org/abs/2007.09055) fits the action-value
+function of a fixed policy ``pi`` (the greedy policy of a trained algorithm)
+by regressing on its own bootstrapped target at the policy's next action:
+
+    L(theta) = E_{(s, a, r, s') ~ D} [ l( r + gamma^k (1 - d) Q_target(s', pi(s')) - Q_theta(s, a) ) ]
+
+with ``l`` the squared error (the quantile Huber loss for QR / IQN
+Q-functions), ``k`` the transition's interval and ``d`` its terminal flag.
+Discrete actions too use the squared error, whose minimiser is the expected
+return: d3rlpy's DiscreteFQE uses DQN's Huber loss, which settles between
+the mean and the median of the targets and so biases the estimate when
+returns are stochastic with spreads above 1 (see
+``test_discrete_fqe_estimates_the_mean_of_skewed_returns``). With
+``n_critics > 1`` the target takes the ensemble minimum and
+``predict_value`` the ensemble mean (as d3rlpy). The target network is copied from the online one every
+``target_update_interval`` steps (after steps ``interval, 2 interval, ...``,
+as offrl's DQN).
+
+``pi(s')`` is computed on the raw next observations of each batch, in torch
+on the device: the evaluated algorithm's observation scaler, its greedy
+``_predict``, its action scaler reversed (actions in the environment's
+units), then FQE's own action scaler. FQE's scalers and the evaluated
+algorithm's may differ.
+
+The policy's value is estimated at the initial states of episodes:
+``V(s_0) = Q(s_0, pi(s_0))``, in FQE's reward units (after its reward
+scaler, if any) and discounted with its ``gamma``
+(:meth:`FQE.estimate_policy_value`, with a bootstrap confidence interval
+across episodes).
+
+Saving and loading: ``fqe.save(fname)`` writes FQE's networks and config;
+the evaluated algorithm is not stored, and is given again when loading:
+``FQE.load(fname, algo=evaluated)`` (config from the file), or
+``FQE(algo=evaluated, config=same_config).load_model(fname)``.
+``offrl.load_learnable`` cannot rebuild an FQE on its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from ._common import freeze, hard_update, td_target
+from .base import DeviceArg, QLearningAlgoBase, normalise_shape
+from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL, LearnableConfig, check_positive_int, instance_of, param
+from ..constants import ActionSpace
+from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..serialization import config_from_params, read_model_file, register
+
+__all__ = [
+    "FQEConfig",
+    "DiscreteFQEConfig",
+    "FQE",
+    "DiscreteFQE",
+    "PolicyValueEstimate",
+    "initial_observations",
+]
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class FQEConfig(LearnableConfig):
+    """Config of Fitted Q Evaluation (see the module docstring for the loss).
+
+    Defaults are d3rlpy's. ``DiscreteFQE`` also accepts this config.
+
+    Args:
+        learning_rate: optimizer learning rate.
+        optim_factory: optimizer (Adam by default).
+        encoder_factory: encoder of the Q-function.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        batch_size: mini-batch size.
+        gamma: discount factor of the estimated value.
+        n_critics: ensemble size.
+        target_update_interval: steps between target network copies.
+    """
+
+    # FQE is built around the algorithm it evaluates, which the contract suite
+    # cannot give it; tests/ope/test_fqe.py runs the contract's checks instead.
+    _contract_exempt = True
+
+    learning_rate: float = param(1e-4, check=POSITIVE)
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    batch_size: int = param(100, check=POSITIVE_INT)
+    gamma: float = param(0.99, check=UNIT_INTERVAL)
+    n_critics: int = param(1, check=POSITIVE_INT)
+    target_update_interval: int = param(100, check=POSITIVE_INT)
+
+    def create(self, device: DeviceArg = False, algo: Optional[QLearningAlgoBase] = None) -> "FQE":  # type: ignore[override]
+        """The FQE evaluating ``algo``: ``FQE(algo=algo, config=self, device=device)``."""
+        cls = self.algorithm_class()
+        if algo is None:
+            raise TypeError(
+                f"{cls.__name__} needs the algorithm it evaluates: {cls.__name__}(algo=trained, config=config); "
+                f"to load a saved {cls.__name__}: {cls.__name__}.load(fname, algo=trained)"
+            )
+        return cls(algo=algo, config=self, device=device)
+
+    @staticmethod
+    def get_type() -> str:
+        return "fqe"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return FQE
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class DiscreteFQEConfig(FQEConfig):
+    """Config of Fitted Q Evaluation for discrete actions (the same fields
+    and defaults as :class:`FQEConfig`)."""
+
+    @staticmethod
+    def get_type() -> str:
+        return "discrete_fqe"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DiscreteFQE
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyValueEstimate:
+    """An estimate of a policy's value with a percentile-bootstrap interval.
+
+    Attributes:
+        value: mean of ``initial_values``.
+        lower, upper: bounds of the ``confidence`` interval of the mean,
+            from resampling episodes with replacement.
+        initial_values: ``(n_episodes,)`` float64, the estimate per episode.
+        confidence: the interval's coverage, e.g. 0.95.
+        n_bootstrap: number of bootstrap resamples.
+    """
+
+    value: float
+    lower: float
+    upper: float
+    initial_values: np.ndarray = dataclasses.field(repr=False)
+    confidence: float
+    n_bootstrap: int
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+def _bootstrap_interval(values: np.ndarray, confidence: float, n_bootstrap: int, seed: Any) -> Tuple[float, float]:
+    """Percentile interval of the mean of ``values`` over ``n_bootstrap``
+    resamples, drawn in chunks of at most ~1e6 indices."""
+    rng = np.random.default_rng(seed)
+    n = values.shape[0]
+    means = np.empty(n_bootstrap, dtype=np.float64)
+    chunk = max(1, 1_000_000 // n)
+    for start in range(0, n_bootstrap, chunk):
+        stop = min(start + chunk, n_bootstrap)
+        means[start:stop] = values[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lower, upper = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(lower), float(upper)
+
+
+def initial_observations(episodes: Any) -> Union[np.ndarray, List[np.ndarray]]:
+    """The first observation of every episode, stacked: ``(n_episodes,
+    *obs_shape)``, or a list of such arrays for tuple observations.
+
+    ``episodes``: a ReplayBuffer / MDPDataset (its episodes) or a sequence
+    of episodes.
+    """
+    from ..dataset.episode import retrieve_observation
+    from ..dataset.storage import ColumnStore
+
+    store = getattr(episodes, "_store", None)
+    if isinstance(store, ColumnStore) and store.is_initialized:
+        # one gather per observation column instead of a view per episode
+        starts = store.episode_table()[0]
+        if starts.shape[0] == 0:
+            raise ValueError("the dataset has no episodes")
+        columns = [column[starts] for column in store.observations]
+        return columns[0] if len(columns) == 1 else columns
+    sequence = getattr(episodes, "episodes", episodes)
+    try:
+        count = len(sequence)
+    except TypeError:
+        raise TypeError(f"episodes must be a dataset or a sequence of episodes, got {type(episodes).__name__}") from None
+    if count == 0:
+        raise ValueError("episodes is empty: the policy value needs at least one episode")
+    firsts = []
+    for i, episode in enumerate(sequence):
+        observations = getattr(episode, "observations", None)
+        if observations is None:
+            raise TypeError(f"episodes[{i}] is a {type(episode).__name__}, not an episode")
+        if int(episode.size()) == 0:
+            raise ValueError(f"episodes[{i}] has no steps")
+        firsts.append(retrieve_observation(observations, 0))
+    if isinstance(firsts[0], (list, tuple)):
+        return [np.stack([f[k] for f in firsts]) for k in range(len(firsts[0]))]
+    return np.stack(firsts)
+
+
+def _slice_observations(x: Any, start: int, stop: int) -> Any:
+    return [a[start:stop] for a in x] if isinstance(x, list) else x[start:stop]
+
+
+def _to_device(x: Any, device: torch.device) -> Any:
+    if isinstance(x, list):
+        return [t.to(device) for t in x]
+    return x.to(device)
+
+
+def _merge_scorers(evaluators: Optional[Dict[str, Any]], scorers: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    if scorers is None:
+        return evaluators
+    if evaluators is not None:
+        raise ValueError("give evaluators or scorers (its older name), not both")
+    return scorers
+
+
+class FQE(QLearningAlgoBase):
+    """Fitted Q Evaluation of a trained continuous-action algorithm's greedy
+    policy (see the module docstring).
+
+    Args:
+        algo: the trained algorithm to evaluate (built before FQE is built,
+            i.e. before ``fit``); it is only read, never changed.
+        config: :class:`FQEConfig` (default: ``FQEConfig()``).
+        device: where FQE's networks live.
+
+    ``predict`` / ``sample_action`` / ``save_policy`` are the evaluated
+    algorithm's; ``predict_value(x, a)`` is FQE's ``Q(x, a)``.
+    """
+
+    _action_type = ActionSpace.CONTINUOUS
+    has_q_function = True
+    _q_modules = ("q_function", "targ_q_function")
+    _q_optim = "optim"
+
+    def __init__(self, algo: QLearningAlgoBase, config: Optional[FQEConfig] = None, device: DeviceArg = False) -> None:
+        if config is None:
+            config = self._default_config()
+        self._check_config(config)
+        self._algo = self._check_algo(algo)
+        super().__init__(config, device)
+
+    # ------------------------------------------------------------ checks
+    @staticmethod
+    def _default_config() -> FQEConfig:
+        return FQEConfig()
+
+    def _check_config(self, config: Any) -> None:
+        if not isinstance(config, FQEConfig) or isinstance(config, DiscreteFQEConfig):
+            raise TypeError(f"config must be an FQEConfig, got {type(config).__name__}")
+
+    def _check_algo(self, algo: Any) -> QLearningAlgoBase:
+        name = type(self).__name__
+        if not isinstance(algo, QLearningAlgoBase):
+            raise TypeError(f"algo must be a trained offrl algorithm (a QLearningAlgoBase), got {type(algo).__name__}")
+        kind = algo.get_action_type()
+        if kind not in (self._action_type, ActionSpace.BOTH):
+            other = "DiscreteFQE" if kind == ActionSpace.DISCRETE else "FQE"
+            raise ValueError(
+                f"{name} evaluates policies with {self._action_type.name.lower()} actions, but algo "
+                f"({type(algo).__name__}) acts with {kind.name.lower()} actions: use {other}"
+            )
+        return algo
+
+    def _check_algo_built(self, observation_shape: Any, action_size: int) -> None:
+        algo = self._algo
+        name = type(algo).__name__
+        if not algo.is_built:
+            raise ValueError(
+                f"algo ({name}) is not built: fit it or load it (offrl.load_learnable) before building "
+                f"{type(self).__name__}, which evaluates its policy"
+            )
+        shape = normalise_shape(observation_shape)
+        if shape != algo.observation_shape:
+            raise ValueError(
+                f"the observations have shape {shape}, but algo ({name}) was built for observations of "
+                f"shape {algo.observation_shape}"
+            )
+        if int(action_size) != algo.action_size:
+            raise ValueError(f"the data has action_size={int(action_size)}, but algo ({name}) was built for action_size={algo.action_size}")
+
+    # ------------------------------------------------------------ sklearn
+    @property
+    def algo(self) -> QLearningAlgoBase:
+        """The evaluated algorithm."""
+        return self._algo
+
+    def get_params(self, deep: bool = True) -> Dict[str, Any]:
+        params = super().get_params(deep)
+        params["algo"] = self._algo
+        return params
+
+    def set_params(self, **params: Any) -> "FQE":
+        """As :meth:`QLearningAlgoBase.set_params`, plus ``algo`` (a new
+        evaluated algorithm; FQE's networks are discarded)."""
+        if "algo" in params:
+            self._algo = self._check_algo(params.pop("algo"))
+        if "config" in params:
+            self._check_config(params["config"])
+        super().set_params(**params)
+        return self
+
+    def __sklearn_clone__(self) -> "FQE":
+        """An unfitted FQE evaluating the same algorithm (which is shared,
+        not cloned: cloning it would give an untrained policy)."""
+        return type(self)(algo=self._algo, config=copy.deepcopy(self._config), device=self._device_arg)
+
+    # ------------------------------------------------------------ building
+    def create_impl(self, observation_shape: Any, action_size: int) -> None:
+        self._check_algo_built(observation_shape, action_size)
+        super().create_impl(observation_shape, action_size)
+
+    def build_with_dataset(self, dataset: Any) -> None:
+        # scalers are fitted before the shapes are checked: a refused dataset must not leave them fitted
+        try:
+            super().build_with_dataset(dataset)
+        except Exception:
+            self._reset_state()
+            raise
+
+    def build_with_env(self, env: Any) -> None:
+        try:
+            super().build_with_env(env)
+        except Exception:
+            self._reset_state()
+            raise
+
+    def _discrete(self) -> bool:
+        return self._action_type == ActionSpace.DISCRETE
+
+    def _build(self, observation_shape: Any, action_size: int) -> None:
+        cfg = self._config
+        q = cfg.q_func_factory.create(cfg.encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=self._discrete())
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        self._add_optimizer("optim", cfg.optim_factory, [q], cfg.learning_rate)
+
+    def to_params(self) -> Dict[str, Any]:
+        params = super().to_params()
+        params["evaluated_algorithm"] = self._algo.config.get_type()
+        return params
+
+    # ------------------------------------------------------------ the policy
+    def _policy_actions(self, observations: Any) -> torch.Tensor:
+        """The evaluated policy's greedy actions for raw observation tensors,
+        in the environment's units on FQE's device: ``(B, action_size)``
+        floats or ``(B, 1)`` int64."""
+        algo = self._algo
+        if algo.device != self._device:
+            observations = _to_device(observations, algo.device)
+        action = algo.policy_actions(observations)
+        if not action.is_floating_point():
+            action = action.reshape(-1, 1)
+        return action.to(self._device)
+
+    def preprocess_batch(self, batch: Any) -> TorchTransitionMiniBatch:
+        """The batch as every algorithm preprocesses it, with ``next_actions``
+        replaced by the evaluated policy's actions at the raw next
+        observations (computed before FQE's own scalers apply)."""
+        if isinstance(batch, TransitionMiniBatch):
+            batch = batch.to_torch(self._device)
+        elif not isinstance(batch, TorchTransitionMiniBatch):
+            raise TypeError(f"batch must be a TransitionMiniBatch, got {type(batch).__name__}")
+        next_actions = self._policy_actions(batch.next_observations)
+        return super().preprocess_batch(dataclasses.replace(batch, next_actions=next_actions))
+
+    # ------------------------------------------------------------ training
+    def _update(self, batch: TorchTransitionMiniBatch, grad_step: int) -> Dict[str, torch.Tensor]:
+        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
+        with torch.no_grad():
+            next_dist, _ = targ.at_action(batch.next_observations, batch.next_actions)
+            target = td_target(batch.rewards, targ.reduce(next_dist, "min"), batch.terminals, self._config.gamma, batch.intervals)
+        pred, taus = q.at_action(batch.observations, batch.actions)
+        if taus is None and pred.shape[0] == 1:  # one mean Q-function: squared error
+            loss = F.mse_loss(pred[0], target)
+        elif taus is None:  # summed over members
+            loss = F.mse_loss(pred, target.expand_as(pred)) * pred.shape[0]
+        else:
+            loss = q.loss(pred, target, taus)
+        optim = self._optims["optim"]
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        if (grad_step + 1) % int(self._config.target_update_interval) == 0:
+            hard_update(targ, q)
+        return {"loss": loss.detach()}
+
+    def fit(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
+            with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
+            logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
+            evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
+            epoch_callback: Optional[Callable[..., None]] = None,
+            scorers: Optional[Dict[str, Any]] = None) -> List[Tuple[int, Dict[str, float]]]:
+        """Train FQE on ``dataset`` (see :meth:`QLearningAlgoBase.fit`);
+        ``scorers`` is accepted as d3rlpy's older name of ``evaluators``.
+        Evaluators see FQE: ``predict`` is the evaluated policy and
+        ``predict_value`` FQE's Q."""
+        return list(self.fitter(dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logging_steps,
+                                logging_strategy, logger_adapter, show_progress, save_interval, evaluators, callback,
+                                epoch_callback, scorers))
+
+    def fitter(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
+               with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
+               logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
+               evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
+               epoch_callback: Optional[Callable[..., None]] = None,
+               scorers: Optional[Dict[str, Any]] = None) -> Generator[Tuple[int, Dict[str, float]], None, None]:
+        """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
+        return super().fitter(dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logging_steps,
+                              logging_strategy, logger_adapter, show_progress, save_interval,
+                              _merge_scorers(evaluators, scorers), callback, epoch_callback)
+
+    # ----------------------------------------------------------- inference
+    def predict(self, x: Any) -> np.ndarray:
+        """The evaluated algorithm's greedy actions (``algo.predict``)."""
+        return self._algo.predict(x)
+
+    def sample_action(self, x: Any) -> np.ndarray:
+        """The evaluated algorithm's sampled actions (``algo.sample_action``)."""
+        return self._algo.sample_action(x)
+
+    def policy_actions(self, observations: Any, sample: bool = False) -> torch.Tensor:
+        """The evaluated algorithm's actions (``algo.policy_actions``)."""
+        return self._algo.policy_actions(observations, sample)
+
+    def save_policy(self, fname: str) -> None:
+        """Export the evaluated algorithm's policy (``algo.save_policy``).""" 
+        self._algo.save_policy(fname)
+
+    def policy_module(self) -> nn.Module:
+        return self._algo.policy_module()
+
+    def _predict(self, x: Any) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} acts through its evaluated algorithm: use predict")
+
+    def _predict_value(self, x: Any, action: torch.Tensor) -> torch.Tensor:
+        return self._nets["q_function"].expected(x, action).mean(dim=0).squeeze(1)
+
+    def predict_state_value(self, x: Any) -> np.ndarray:
+        """``V(x) = Q(x, pi(x))`` at the evaluated policy's greedy actions,
+        ``(B,)`` (discounted with ``gamma``, in FQE's reward units)."""
+        self._require_built()
+        with torch.no_grad():
+            actions = self._policy_actions(self._algo.observation_tensor(x))
+            return self._state_value(self._observation_tensor(x), actions).cpu().numpy().astype(np.float64)
+
+    def _state_value(self, observations: Any, actions: torch.Tensor) -> torch.Tensor:
+        if actions.is_floating_point() and self._action_scaler is not None:
+            actions = self._action_scaler.transform(actions)
+        self._eval_mode()
+        try:
+            return self._predict_value(observations, actions).reshape(-1)
+        finally:
+            self._train_mode()
+
+    def estimate_policy_value(self, episodes: Any, confidence: float = 0.95, n_bootstrap: int = 1000,
+                              seed: Optional[int] = None, batch_size: int = 4096) -> PolicyValueEstimate:
+        """The evaluated policy's value: the mean over episodes of
+        ``Q(s_0, pi(s_0))`` at each episode's first observation, with a
+        percentile-bootstrap ``confidence`` interval (episodes resampled
+        with replacement ``n_bootstrap`` times; ``seed`` seeds the
+        resampling). ``episodes``: a dataset or a sequence of episodes.
+        Observations are evaluated ``batch_size`` at a time."""
+        self._require_built()
+        if not 0.0 < float(confidence) < 1.0:
+            raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+        check_positive_int(n_bootstrap, "n_bootstrap")
+        check_positive_int(batch_size, "batch_size")
+        observations = initial_observations(episodes)
+        count = int(observations[0].shape[0] if isinstance(observations, list) else observations.shape[0])
+        values = np.concatenate([
+            self.predict_state_value(_slice_observations(observations, start, start + batch_size))
+            for start in range(0, count, batch_size)
+        ])
+        lower, upper = _bootstrap_interval(values, float(confidence), int(n_bootstrap), seed)
+        return PolicyValueEstimate(float(values.mean()), lower, upper, values, float(confidence), int(n_bootstrap))
+
+    # ----------------------------------------------------- saving / loading
+    def load_model(self, fname: str) -> None:
+        """Load FQE's networks, optimizer state, scalers and grad_step from a
+        file saved by an FQE of the same config (the evaluated algorithm is
+        this FQE's ``algo``)."""
+        self._check_evaluated(read_model_file(os.fspath(fname))["params"], fname)
+        super().load_model(fname)
+
+    def _check_evaluated(self, params: Dict[str, Any], fname: Any) -> None:
+        saved = params.get("evaluated_algorithm")
+        if saved is not None and saved != self._algo.config.get_type():
+            raise ValueError(
+                f"{os.fspath(fname)} holds an FQE of a {saved!r} policy, but algo is a "
+                f"{self._algo.config.get_type()!r} algorithm"
+            )
+
+    @classmethod
+    def load(cls, fname: str, algo: QLearningAlgoBase, device: DeviceArg = False) -> "FQE":
+        """Rebuild an FQE saved with ``fqe.save(fname)`` (config, networks,
+        optimizer state, scalers, grad_step), evaluating ``algo`` (the
+        algorithm it was trained on, which the file does not hold)."""
+        name = os.fspath(fname)
+        payload = read_model_file(name)
+        params = payload["params"]
+        config = config_from_params(params, name)
+        if not isinstance(config, FQEConfig):
+            raise ValueError(f"{name} holds a {params.get('algorithm')!r} model, not an FQE")
+        if isinstance(config, DiscreteFQEConfig) and not issubclass(cls, DiscreteFQE):
+            raise ValueError(f"{name} holds a DiscreteFQE model: load it with DiscreteFQE.load")
+        fqe = cls(algo=algo, config=config, device=device)
+        fqe._check_evaluated(params, name)
+        fqe.create_impl(params["observation_shape"], params["action_size"])
+        fqe.load_state(payload, name)
+        return fqe
+
+
+class DiscreteFQE(FQE):
+    """Fitted Q Evaluation of a trained discrete-action algorithm's greedy
+    policy (see the module docstring).
+
+    Args:
+        algo: the trained algorithm to evaluate.
+        config: :class:`DiscreteFQEConfig` or :class:`FQEConfig` (default:
+            ``DiscreteFQEConfig()``).
+        device: where FQE's networks live.
+    """
+
+    _action_type = ActionSpace.DISCRETE
+
+    @staticmethod
+    def _default_config() -> FQEConfig:
+        return DiscreteFQEConfig()
+
+    def _check_config(self, config: Any) -> None:
+        if not isinstance(config, FQEConfig):
+            raise TypeError(f"config must be a DiscreteFQEConfig or an FQEConfig, got {type(config).__name__}")
+
+    def _predict_value(self, x: Any, action: torch.Tensor) -> torch.Tensor:
+        values = self._nets["q_function"].expected(x).mean(dim=0)
+        return values.gather(1, action.long().view(-1, 1)).squeeze(1)
+
+    def predict_action_values(self, x: Any) -> np.ndarray:
+        """``Q(x, a)`` for every action, ``(B, action_size)`` (e.g. for the
+        expected value under a stochastic policy)."""
+        self._require_built()
+        with torch.no_grad():
+            obs = self._observation_tensor(x)
+            self._eval_mode()
+            try:
+                return self._nets["q_function"].expected(obs).mean(dim=0).cpu().numpy()
+            finally:
+                self._train_mode()
