@@ -1,14 +1,17 @@
 #!/usr/bin/env python
 """Benchmark of offrl's off-policy evaluation against d3rlpy 2.x.
 
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
     python benchmarks/ope.py               # FQE and DiscreteFQE (about a minute)
     python benchmarks/ope.py --quick       # short rounds, for a smoke run
     python benchmarks/ope.py --threads 2   # torch.set_num_threads(2) in both libraries (default 1)
     python benchmarks/ope.py --no-d3rlpy   # offrl only
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/ope.py --quick
 
 FQE section. At the documented default ``FQEConfig`` (only ``device`` is set,
 to the CPU), on the seeded synthetic 20,000-step datasets of
-``benchmarks/algos.py``:
+``benchmarks/algos.py`` (``_data.make_data``):
 
 * ``FQE`` evaluating an ``IQL`` policy (default ``IQLConfig``, built on the
   data; throughput does not depend on its weights) on the Pendulum-like data
@@ -20,21 +23,20 @@ Torch runs one intra-op thread in both processes by default: on a shared
 so. Measured in each library: updates per second of
 ``dataset.sample_transition_batch(batch_size)`` followed by
 ``fqe.update(batch)`` (each update runs the evaluated policy on the batch's
-next observations); for offrl also the internal fast path that ``fit`` runs
-(``_update`` on ``_preprocess(batch.to_torch(device))``, losses left as
-tensors); and the time to estimate the policy value at the initial states of
+next observations); for offrl also the fast path that ``fit`` runs
+(``fqe.training_step(batch)``, losses left as tensors); and the time to estimate the policy value at the initial states of
 all the dataset's episodes: ``fqe.estimate_policy_value(dataset)`` (with a
 1,000-resample bootstrap interval) against d3rlpy's
 ``InitialStateValueEstimationEvaluator()(fqe, dataset)``.
 
-d3rlpy runs in the interpreter given by ``--d3rlpy-python``,
-``$D3RLPY_PYTHON`` or ``/opt/d3venv/bin/python``: that interpreter runs this
-same file with ``--backend d3rlpy --serve``, builds the same cases and then
+d3rlpy runs in the interpreter given by ``--d3rlpy-python`` or
+``$D3RLPY_PYTHON`` (skipped with a note when neither is given): a worker
+process that runs this same file with ``--backend d3rlpy --serve``, builds the same cases and then
 runs ``k`` steps on request, so the rounds of the two libraries interleave
 (a change in machine load hits both sides of a ratio) and ratios are
 medians of per-round ratios. The d3rlpy side never imports offrl. Timing
 helpers (calibrated rounds, medians over rounds, the garbage collector
-paused during a round) are those of ``benchmarks/algos.py``.
+paused during a round) are those of ``benchmarks/_harness.py``.
 """
 
 from __future__ import annotations
@@ -42,21 +44,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import importlib.util
-import json
-import os
 import platform
-import statistics
-import subprocess
 import sys
-import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from algos import FULL, QUICK, SEED, make_data, run_rounds, warm_up  # noqa: E402
-
-DEFAULT_D3RLPY_PYTHON = "/opt/d3venv/bin/python"
+from _data import SEED, make_data
+from _harness import (FULL, QUICK, Worker, add_common_args, check_threads, d3rlpy_interpreter, fmt, format_table,
+                      log, paired_ratio, parse_only, print_load, quiet_d3rlpy, run_rounds, set_threads, warm_up)
+from _harness import serve as serve_requests
 
 #: name -> (data kind, evaluated algorithm's config, d3rlpy updates/s measured earlier on the 2-core machine)
 CASES: Dict[str, Tuple[str, str, Optional[float]]] = {
@@ -65,14 +60,6 @@ CASES: Dict[str, Tuple[str, str, Optional[float]]] = {
 }
 TARGET_RATIO = 2.0  # offrl / d3rlpy updates per second (FQE)
 N_BOOTSTRAP = 1000
-
-
-def _import_offrl():
-    if importlib.util.find_spec("offrl") is None:  # running from a checkout without installing it
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import offrl
-
-    return offrl
 
 
 # --------------------------------------------------------------- the cases
@@ -84,7 +71,7 @@ class Case:
         kind, algo_config, _ = CASES[name]
         data = make_data(kind)
         if backend == "offrl":
-            offrl = _import_offrl()
+            import offrl
             from offrl.dataset import MDPDataset
 
             offrl.seed(SEED)
@@ -117,9 +104,7 @@ class Case:
                 fqe.update(dataset.sample_transition_batch(batch_size))
         elif what == "fast":
             for _ in range(k):
-                batch = fqe._preprocess(dataset.sample_transition_batch(batch_size).to_torch(fqe.device))
-                fqe._update(batch, fqe._grad_step)
-                fqe._grad_step += 1
+                fqe.training_step(dataset.sample_transition_batch(batch_size))
         elif what == "estimate":
             for _ in range(k):
                 self.estimate()
@@ -180,21 +165,13 @@ class BareFQE:
 
 
 def serve(names: List[str], threads: Optional[int]) -> int:
-    """d3rlpy side: build the cases, then run ``name what k`` requests read
-    from stdin, answering ``ok`` (or ``error ...``) on stdout."""
-    import torch
-
-    out = sys.stdout
+    """d3rlpy side: build the cases, then run ``[name, what, k]`` requests
+    read from stdin, answering ``"ok"`` (or the error)."""
     with contextlib.redirect_stdout(sys.stderr):  # library chatter stays off the protocol
-        if threads:
-            torch.set_num_threads(threads)
-        with contextlib.suppress(Exception):  # keep d3rlpy's info logs quiet
-            import logging
-
-            import structlog
-
-            structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        set_threads(threads)
+        quiet_d3rlpy()
         import d3rlpy
+        import torch
 
         cases: Dict[str, Any] = {}
         for name in names:
@@ -202,66 +179,28 @@ def serve(names: List[str], threads: Optional[int]) -> int:
                 cases[name] = Case("d3rlpy", name)
             except Exception as e:
                 cases[name] = f"{type(e).__name__}: {e}"
-        info = {"version": d3rlpy.__version__, "threads": torch.get_num_threads(),
-                "cases": {n: ({"episodes": c.episodes, "batch_size": c.batch_size} if isinstance(c, Case) else {"error": c})
-                          for n, c in cases.items()}}
-        out.write(json.dumps(info) + "\n")
-        out.flush()
-        # no collection inside a timed request (offrl's rounds run with the collector paused too)
-        gc.collect()
-        gc.disable()
-        for line in sys.stdin:
-            name, what, k = line.split()
-            try:
-                cases[name].run(what, int(k))
-                reply = "ok"
-            except Exception as e:
-                reply = f"error {type(e).__name__}: {e}"
-            out.write(reply + "\n")
-            out.flush()
-    return 0
+    info = {"version": d3rlpy.__version__, "threads": torch.get_num_threads(),
+            "cases": {n: ({"episodes": c.episodes, "batch_size": c.batch_size} if isinstance(c, Case) else {"error": c})
+                      for n, c in cases.items()}}
+
+    def handle(request: List[Any]) -> str:
+        name, what, k = request
+        cases[name].run(what, int(k))
+        return "ok"
+
+    # no collection inside a timed request (offrl's rounds run with the collector paused too)
+    return serve_requests(info, handle, pause_gc=True)
 
 
-class D3rlpyServer:
-    """The d3rlpy side in its own interpreter, answering run requests."""
-
-    def __init__(self, python: str, names: List[str], threads: Optional[int]) -> None:
-        cmd = [python, os.path.abspath(__file__), "--backend", "d3rlpy", "--serve", "--only", ",".join(names)]
-        if threads:
-            cmd += ["--threads", str(threads)]
-        self.log = tempfile.TemporaryFile("w+")  # its stderr: a pipe nobody reads could fill and block it
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        first = self.proc.stdout.readline()
-        if not first:
-            code = self.proc.wait()
-            self.log.seek(0)
-            tail = "\n".join(self.log.read().strip().splitlines()[-15:])
-            raise RuntimeError(f"{python} exited with {code}:\n{tail}")
-        self.info = json.loads(first)
-
-    def runner(self, name: str, what: str) -> Callable[[int], None]:
-        def run(k: int) -> None:
-            self.proc.stdin.write(f"{name} {what} {k}\n")
-            self.proc.stdin.flush()
-            reply = self.proc.stdout.readline().strip()
-            if reply != "ok":
-                raise RuntimeError(f"d3rlpy: {reply or 'no reply'}")
-        return run
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-        self.log.close()
-
-
-def paired_ratio(a: dict, b: dict) -> float:
-    """Median over interleaved rounds of ``a / b``."""
-    return statistics.median(x / y for x, y in zip(a["per_round"], b["per_round"]))
+def d3rlpy_runner(worker: Worker, name: str, what: str) -> Callable[[int], None]:
+    """A step runner that runs ``k`` steps of ``name`` in the d3rlpy worker."""
+    def run(k: int) -> None:
+        worker.call([name, what, k])
+    return run
 
 
 # ------------------------------------------------------------------ main run
-def measure(names: List[str], quick: bool, server: Optional[D3rlpyServer], log: Callable[[str], None]) -> Dict[str, dict]:
+def measure(names: List[str], quick: bool, server: Optional[Worker]) -> Dict[str, dict]:
     settings = QUICK if quick else FULL
     results: Dict[str, dict] = {}
     for name in names:
@@ -276,7 +215,7 @@ def measure(names: List[str], quick: bool, server: Optional[D3rlpyServer], log: 
         bare.run(settings.warmup)
         variants = {"offrl": lambda k: case.run("update", k), "fast": lambda k: case.run("fast", k), "bare": bare.run}
         if d_ok:
-            d_run = server.runner(name, "update")
+            d_run = d3rlpy_runner(server, name, "update")
             d_run(settings.warmup)
             variants["d3rlpy"] = d_run
         log(f"{name}: updates/s, {'offrl and d3rlpy' if d_ok else 'offrl'} in interleaved rounds")
@@ -284,7 +223,7 @@ def measure(names: List[str], quick: bool, server: Optional[D3rlpyServer], log: 
         log(f"{name}: policy value at the initial states")
         variants = {"offrl": lambda k: case.run("estimate", k)}
         if d_ok:
-            variants["d3rlpy"] = server.runner(name, "estimate")
+            variants["d3rlpy"] = d3rlpy_runner(server, name, "estimate")
         r["estimate"] = run_rounds(variants, settings.call_round_s * 2, settings.call_rounds, warmup=1, min_steps=1)
         results[name] = r
         gc.collect()
@@ -294,7 +233,8 @@ def measure(names: List[str], quick: bool, server: Optional[D3rlpyServer], log: 
 def report(results: Dict[str, dict], d_info: Optional[dict], d_source: str, load: Tuple[Any, Any], threads: int) -> str:
     import torch
 
-    offrl = _import_offrl()
+    import offrl
+
     lines = [
         f"offrl {offrl.__version__} vs d3rlpy {d_info['version'] if d_info else '-'} ({d_source}); "
         f"torch {torch.__version__}, {threads} threads; python {platform.python_version()}; "
@@ -302,9 +242,9 @@ def report(results: Dict[str, dict], d_info: Optional[dict], d_source: str, load
         "",
         "Updates per second (sample_transition_batch + update), default config, CPU; ratio (offrl/d3rlpy updates/s) "
         "and fast/bare (time per step) are medians of per-round ratios",
-        f"{'':<12} {'batch':>5} {'offrl':>8} {'fast path':>9} {'bare torch':>10} {'fast/bare':>9} {'d3rlpy':>8} "
-        f"{'ratio':>7} {'d3rlpy earlier':>14} {'target':>7}",
     ]
+    rows: List[List[str]] = []
+    errors: List[str] = []
     for name, r in results.items():
         u = r["update"]
         ups, fast = 1e3 / u["offrl"]["ms"], 1e3 / u["fast"]["ms"]
@@ -312,79 +252,55 @@ def report(results: Dict[str, dict], d_info: Optional[dict], d_source: str, load
         ratio = paired_ratio(u["d3rlpy"], u["offrl"]) if "d3rlpy" in u else None
         earlier = CASES[name][2]
         target = f">= {TARGET_RATIO:g}x" if earlier is not None else "-"
-        verdict = "" if ratio is None or earlier is None else ("  ok" if ratio >= TARGET_RATIO else "  MISSED")
+        verdict = "-" if ratio is None or earlier is None else ("ok" if ratio >= TARGET_RATIO else "MISS")
         bare = 1e3 / u["bare"]["ms"]
         bare_ratio = paired_ratio(u["fast"], u["bare"])  # time per step: > 1 is slower than bare torch
-        lines.append(
-            f"{name:<12} {r['batch_size']:>5} {ups:>8.1f} {fast:>9.1f} {bare:>10.1f} {bare_ratio:>8.2f}x "
-            f"{'-' if d_ups is None else f'{d_ups:.1f}':>8} "
-            f"{'-' if ratio is None else f'{ratio:.2f}x':>7} {'-' if earlier is None else f'{earlier:.1f}':>14} {target:>7}{verdict}"
-        )
+        rows.append([name, r["batch_size"], f"{ups:.1f}", f"{fast:.1f}", f"{bare:.1f}", f"{bare_ratio:.2f}x",
+                     fmt(d_ups), fmt(ratio, "{:.2f}x"), fmt(earlier), target, verdict])
         if r.get("d3rlpy_error"):
-            lines.append(f"{'':<12} d3rlpy: {r['d3rlpy_error']}")
-    lines += ["", "Policy value at the initial states of all episodes (ms per call)",
-              f"{'':<12} {'episodes':>8} {'offrl':>8} {'d3rlpy':>8} {'d3rlpy/offrl':>12}"]
+            errors.append(f"{name} d3rlpy: {r['d3rlpy_error']}")
+    lines += format_table(["case", "batch", "offrl", "fast path", "bare torch", "fast/bare", "d3rlpy", "ratio",
+                           "d3rlpy earlier", "target", "result"], rows).splitlines() + errors
+    lines += ["", "Policy value at the initial states of all episodes (ms per call)"]
+    rows = []
     for name, r in results.items():
         e = r["estimate"]
         d_ms = e["d3rlpy"]["ms"] if "d3rlpy" in e else None
         ratio = paired_ratio(e["d3rlpy"], e["offrl"]) if "d3rlpy" in e else None
-        lines.append(f"{name:<12} {r['episodes']:>8} {e['offrl']['ms']:>8.2f} {'-' if d_ms is None else f'{d_ms:.2f}':>8} "
-                     f"{'-' if ratio is None else f'{ratio:.1f}x':>12}")
+        rows.append([name, r["episodes"], f"{e['offrl']['ms']:.2f}", fmt(d_ms, "{:.2f}"), fmt(ratio, "{:.1f}x")])
+    lines += format_table(["case", "episodes", "offrl", "d3rlpy", "d3rlpy/offrl"], rows).splitlines()
     lines.append(f"(offrl's figure includes a {N_BOOTSTRAP:,}-resample bootstrap interval; d3rlpy's evaluator gives the mean only)")
     return "\n".join(lines)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="short rounds (a smoke run)")
-    parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(CASES)}")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch.set_num_threads(N) in both libraries (default 1: on a shared 2-core machine "
-                             "two threads can be many times slower)")
-    parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
-    parser.add_argument("--d3rlpy-python", default=None,
-                        help=f"interpreter with d3rlpy (default $D3RLPY_PYTHON or {DEFAULT_D3RLPY_PYTHON})")
+    add_common_args(parser, only=list(CASES))
     parser.add_argument("--backend", choices=("d3rlpy",), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    names = list(CASES)
-    if args.only:
-        names = [n.strip() for n in args.only.split(",") if n.strip()]
-        unknown = [n for n in names if n not in CASES]
-        if unknown:
-            parser.error(f"unknown cases {unknown}; choose from {list(CASES)}")
-    if args.threads is not None and args.threads < 1:
-        parser.error("--threads must be >= 1")
+    names = parse_only(args.only, list(CASES), parser)
+    check_threads(args, parser)
     if args.backend == "d3rlpy":
         return serve(names, args.threads)
 
-    import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    server, d_source = None, "skipped (--no-d3rlpy)"
-    if not args.no_d3rlpy:
-        python = args.d3rlpy_python or os.environ.get("D3RLPY_PYTHON") or (
-            DEFAULT_D3RLPY_PYTHON if os.path.exists(DEFAULT_D3RLPY_PYTHON) else None)
-        if python is None:
-            d_source = "not available (pass --d3rlpy-python)"
-        else:
-            log(f"starting d3rlpy in {python}")
-            try:
-                server, d_source = D3rlpyServer(python, names, args.threads), f"subprocess {python}"
-            except (OSError, RuntimeError, ValueError) as e:
-                d_source = f"failed: {e}"
-    load_start = os.getloadavg()
+    threads = set_threads(args.threads)
+    server: Optional[Worker] = None
+    python, d_source = d3rlpy_interpreter(args)
+    if python is not None:
+        try:
+            server = Worker(python, __file__, ["--backend", "d3rlpy", "--serve", "--only", ",".join(names),
+                                               "--threads", str(args.threads)])
+        except (OSError, RuntimeError, ValueError) as e:
+            d_source = f"failed: {e}"
+    load_start = print_load("start")
     try:
-        results = measure(names, args.quick, server, log)
+        results = measure(names, args.quick, server)
     finally:
         if server is not None:
             server.close()
-    print(report(results, server.info if server else None, d_source, (load_start, os.getloadavg()), torch.get_num_threads()))
+    load_end = print_load("end")
+    print(report(results, server.info if server else None, d_source, (load_start, load_end), threads))
     return 0
 
 
