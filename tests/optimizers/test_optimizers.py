@@ -1,0 +1,128 @@
+"""offrl.optimizers: d3rlpy's names, AdamW, learning-rate schedulers, JSON round trips."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import offrl.models
+import offrl.optimizers as O
+from offrl.serialization import from_json_value
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 2)
+
+
+def _lrs(factory, lr: float, steps: int) -> list[float]:
+    model = _model()
+    wrapper = factory.create(list(model.named_parameters()), lr)
+    out = []
+    for _ in range(steps):
+        out.append(wrapper.optim.param_groups[0]["lr"])
+        wrapper.zero_grad()
+        model(torch.ones(1, 3)).sum().backward()
+        wrapper.step()
+    return out
+
+
+def test_names_are_the_models_classes():
+    for name in ("OptimizerFactory", "SGDFactory", "AdamFactory", "RMSpropFactory", "GPTAdamWFactory"):
+        assert getattr(O, name) is getattr(offrl.models, name)
+    assert issubclass(O.AdamWFactory, O.OptimizerFactory)
+    assert set(O.__all__) <= set(dir(O))
+    with pytest.raises(AttributeError):
+        O.NoSuchFactory  # noqa: B018
+
+
+def test_adamw_defaults_and_update_match_torch():
+    factory = O.AdamWFactory(weight_decay=0.1)
+    assert (factory.betas, factory.eps, factory.amsgrad, factory.clip_grad_norm, factory.lr_scheduler_factory) == (
+        (0.9, 0.999), 1e-8, False, None, None)
+    assert O.AdamWFactory().weight_decay == 0.0
+    model, reference = _model(), _model()
+    wrapper = factory.create(list(model.named_parameters()), 1e-2)
+    assert isinstance(wrapper.optim, torch.optim.AdamW)
+    torch_optim = torch.optim.AdamW(reference.parameters(), lr=1e-2, weight_decay=0.1)
+    for net, step in ((model, wrapper), (reference, torch_optim)):
+        for _ in range(3):
+            step.zero_grad()
+            net(torch.ones(1, 3)).pow(2).sum().backward()
+            step.step()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_warmup_schedule_values():
+    lrs = _lrs(O.AdamWFactory(lr_scheduler_factory=O.WarmupSchedulerFactory(4)), 1.0, 6)
+    assert lrs == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+
+
+def test_cosine_schedule_values():
+    lrs = _lrs(O.AdamWFactory(lr_scheduler_factory=O.CosineAnnealingLRFactory(T_max=4, eta_min=0.1)), 1.0, 5)
+    expected = [0.1 + 0.9 * (1 + math.cos(math.pi * t / 4)) / 2 for t in range(5)]
+    assert lrs == pytest.approx(expected)
+
+
+def test_scheduler_state_round_trips_through_state_dict():
+    factory = O.AdamWFactory(lr_scheduler_factory=O.WarmupSchedulerFactory(10))
+    model = _model()
+    wrapper = factory.create(list(model.named_parameters()), 1.0)
+    for _ in range(3):
+        wrapper.zero_grad()
+        model(torch.ones(1, 3)).sum().backward()
+        wrapper.step()
+    state = wrapper.state_dict()
+    fresh = factory.create(list(_model().named_parameters()), 1.0)
+    fresh.load_state_dict(state)
+    assert fresh.optim.param_groups[0]["lr"] == pytest.approx(0.4)
+    assert fresh.lr_scheduler.last_epoch == 3
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        O.AdamWFactory(weight_decay=0.01, clip_grad_norm=1.0, lr_scheduler_factory=O.WarmupSchedulerFactory(5)),
+        O.AdamWFactory(lr_scheduler_factory=O.CosineAnnealingLRFactory(100, eta_min=1e-5)),
+        O.WarmupSchedulerFactory(7),
+        O.CosineAnnealingLRFactory(T_max=3, eta_min=0.5, last_epoch=-1),
+        O.AdamFactory(),
+    ],
+    ids=repr,
+)
+def test_factories_round_trip_json(factory):
+    import json
+
+    data = json.loads(factory.to_json())
+    back = from_json_value(data)
+    assert type(back) is type(factory) and back == factory
+    assert back.to_dict() == factory.to_dict()
+
+
+def test_bad_arguments_name_the_field():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        O.WarmupSchedulerFactory(0)
+    with pytest.raises(TypeError, match="T_max"):
+        O.CosineAnnealingLRFactory(2.5)
+    with pytest.raises(ValueError, match="eta_min"):
+        O.CosineAnnealingLRFactory(3, eta_min=-1.0)
+    with pytest.raises(TypeError, match="lr_scheduler_factory"):
+        O.AdamWFactory(lr_scheduler_factory="warmup")
+    with pytest.raises(TypeError):
+        O.register_optimizer_factory(int)
+
+
+def test_make_fields():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Config:
+        optim_factory: O.OptimizerFactory = O.make_optimizer_field()
+        lr_scheduler_factory: O.LRSchedulerFactory = O.make_lr_scheduler_field()
+
+    config = Config()
+    assert isinstance(config.optim_factory, O.AdamFactory) and config.lr_scheduler_factory is None
+    assert Config().optim_factory is not config.optim_factory
