@@ -644,14 +644,6 @@ class ReplayBuffer(ReplayBufferBase):
         ReplayBuffer.__init__(out, buffer, episodes=list(store.episodes), **components)
         return out
 
-    def to_minari(self, path: Union[str, os.PathLike], **kwargs: Any) -> Any:
-        """Write the buffer as a Minari dataset folder (HDF5 or Arrow backend);
-        see :func:`offrl.datasets.to_minari` for the arguments. Returns the folder."""
-        from ..datasets.minari import to_minari
-
-        return to_minari(self, path, **kwargs)
-
-    @classmethod
     def from_episode_generator(
         cls, episode_generator: Iterable[EpisodeBase], buffer: BufferProtocol, **kwargs: Any
     ) -> "ReplayBuffer":

@@ -91,7 +91,7 @@ def assert_same(a, b):
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_round_trip(tmp_path, data_format, kind):
     original = KINDS[kind]()
-    folder = original.to_minari(tmp_path / "ds-v0", data_format=data_format)
+    folder = offrl.datasets.to_minari(original, tmp_path / "ds-v0", data_format=data_format)
     assert folder == tmp_path / "ds-v0"
     loaded, env = get_minari(folder)
     assert env is None  # no env spec stored
@@ -125,7 +125,7 @@ def test_env_is_stored_and_rebuilt(tmp_path):
     env = gymnasium.make("CartPole-v1")
     obs = np.zeros((5, 4), np.float32)
     ds = MDPDataset(obs, np.array([0, 1, 0, 1, 0]), np.ones(5), np.array([0, 0, 0, 0, 1]))
-    ds.to_minari(tmp_path / "cp", env=env)
+    offrl.datasets.to_minari(ds, tmp_path / "cp", env=env)
     meta = json.loads((tmp_path / "cp" / "data" / "metadata.json").read_text())
     assert json.loads(meta["observation_space"])["type"] == "Box"
     loaded, rebuilt = get_minari(tmp_path / "cp")
@@ -135,10 +135,10 @@ def test_env_is_stored_and_rebuilt(tmp_path):
 
 def test_overwrite_is_explicit(tmp_path):
     ds = _continuous_without_finals()
-    ds.to_minari(tmp_path / "d")
+    offrl.datasets.to_minari(ds, tmp_path / "d")
     with pytest.raises(ValueError, match="already exists: pass overwrite=True"):
-        ds.to_minari(tmp_path / "d")
-    ds.to_minari(tmp_path / "d", overwrite=True, data_format="arrow")
+        offrl.datasets.to_minari(ds, tmp_path / "d")
+    offrl.datasets.to_minari(ds, tmp_path / "d", overwrite=True, data_format="arrow")
     assert_same(ds, get_minari(tmp_path / "d")[0])
 
 
@@ -370,7 +370,7 @@ def test_unsupported_space(tmp_path):
 def test_action_space_must_match_on_export(tmp_path):
     ds = _continuous_without_finals()
     with pytest.raises(ValueError, match="does not match the dataset's CONTINUOUS actions"):
-        ds.to_minari(tmp_path / "d", action_space=gymnasium.spaces.Discrete(3))
+        offrl.datasets.to_minari(ds, tmp_path / "d", action_space=gymnasium.spaces.Discrete(3))
 
 
 # ------------------------------------------------- hostile folders (issue 15)
@@ -534,7 +534,7 @@ def test_overwrite_killed_mid_write_keeps_the_previous_dataset(tmp_path, monkeyp
     import offrl.datasets.minari as minari_module
 
     first = _continuous_without_finals()
-    first.to_minari(tmp_path / "d")
+    offrl.datasets.to_minari(first, tmp_path / "d")
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
 
     def killed(*args, **kwargs):
@@ -542,7 +542,7 @@ def test_overwrite_killed_mid_write_keeps_the_previous_dataset(tmp_path, monkeyp
 
     monkeypatch.setattr(minari_module, "_write_arrow_episode", killed)
     with pytest.raises(KeyboardInterrupt):
-        _discrete_with_finals().to_minari(tmp_path / "d", overwrite=True, data_format="arrow")
+        offrl.datasets.to_minari(_discrete_with_finals(), tmp_path / "d", overwrite=True, data_format="arrow")
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert_same(first, get_minari(tmp_path / "d")[0])
 
@@ -550,7 +550,7 @@ def test_overwrite_killed_mid_write_keeps_the_previous_dataset(tmp_path, monkeyp
 def test_overwrite_replaces_by_rename_and_leaves_no_temporary_folders(tmp_path, monkeypatch):
     import offrl.datasets.minari as minari_module
 
-    _continuous_without_finals().to_minari(tmp_path / "d")
+    offrl.datasets.to_minari(_continuous_without_finals(), tmp_path / "d")
     (tmp_path / "d" / "README").write_text("kept")
     renames = []
     real_rename = minari_module.os.rename
