@@ -230,7 +230,7 @@ def as_actions(
         if bad.any():
             i = first_index(bad)
             raise ValueError(f"{name}[{i}] is {_show(array[i, 0])}, expected an integer action index")
-        huge = array >= 2.0**63  # would wrap around when cast to int64
+        huge = array >= np.float64(2.0**63)  # would wrap around when cast to int64 (compared in float64)
         if huge.any():
             i = first_index(huge)
             raise ValueError(f"{name}[{i}] is {_show(array[i, 0])}, too large for an action index")
