@@ -3,6 +3,8 @@
 CartPole-v1 and SAC on Pendulum-v1, offrl next to d3rlpy 2.x, and (with
 ``--learning``) a learning check.
 
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
     python benchmarks/online.py                 # throughput, both cases (about 2-4 minutes)
     python benchmarks/online.py --quick         # shorter rounds
     python benchmarks/online.py --only DQN      # one case
@@ -10,15 +12,16 @@ CartPole-v1 and SAC on Pendulum-v1, offrl next to d3rlpy 2.x, and (with
     python benchmarks/online.py --no-d3rlpy     # offrl only
     python benchmarks/online.py --learning      # DQN >= 475 on CartPole-v1, SAC >= -200 on Pendulum-v1
     python benchmarks/online.py --learning --with-d3rlpy   # then the same runs in d3rlpy
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/online.py --quick
 
 Throughput: both libraries run ``algo.fit_online(env, buffer, n_steps=R,
 n_steps_per_epoch=R, show_progress=False)`` with the algorithm's default
 config (``device="cpu"``), the default ``fit_online`` settings (no
 explorer: ``sample_action``; an update after every step) and a logger that
 only keeps the epoch's metrics. Each library runs in its own worker process
-(d3rlpy in ``--d3rlpy-python``, ``$D3RLPY_PYTHON`` or
-``/opt/d3venv/bin/python``, running this file as ``--backend d3rlpy
---serve``; it never imports offrl) that keeps its algorithm, environment and
+(d3rlpy in ``--d3rlpy-python`` or ``$D3RLPY_PYTHON``, skipped with a note
+when neither is given, running this file as ``--backend d3rlpy --serve``; it
+never imports offrl) that keeps its algorithm, environment and
 a FIFO buffer warm between rounds; the buffer is first filled by a warm-up
 call. Rounds alternate between the two workers, so a change in machine load
 hits both; the ratio is the median of per-round ratios. Each library's own
@@ -46,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import statistics
@@ -55,12 +57,15 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+from _harness import (Worker, add_common_args, check_threads, d3rlpy_interpreter, log, median_ratio, parse_only, print_load,
+                      print_table, quiet_d3rlpy)
+from _harness import serve as serve_requests
+
 CASES = {
     "DQN": {"env": "CartPole-v1", "config": "DQNConfig"},
     "SAC": {"env": "Pendulum-v1", "config": "SACConfig"},
 }
 TARGET_RATIO = 1.5
-DEFAULT_D3RLPY_PYTHON = "/opt/d3venv/bin/python"
 WARMUP_STEPS = 1000
 BREAKDOWN = ("time_inference", "time_environment_step", "time_sample_batch", "time_algorithm_update")
 
@@ -103,8 +108,9 @@ class _CaptureFactory:
         return self.adapter
 
 
-class Worker:
-    """Keeps one algorithm, environment and buffer per case; runs rounds."""
+class Runner:
+    """Keeps one algorithm, environment and buffer per case; runs rounds
+    (inside a worker process)."""
 
     def __init__(self, backend: str, threads: int) -> None:
         import gymnasium
@@ -157,61 +163,21 @@ class Worker:
 
 
 def serve(backend: str, threads: int) -> int:
-    """Answer one JSON command per stdin line with one JSON line on stdout."""
-    real_stdout = sys.stdout
+    """Answer ``{"case": ..., "steps": ...}`` requests, one per stdin line."""
     with contextlib.redirect_stdout(sys.stderr):  # library chatter stays off the protocol
-        worker = Worker(backend, threads)
-        real_stdout.write(json.dumps({"ready": worker.versions}) + "\n")
-        real_stdout.flush()
-        for line in sys.stdin:
-            command = json.loads(line)
-            if command.get("quit"):
-                break
-            try:
-                reply = worker.run(command["case"], int(command["steps"]))
-            except Exception as e:  # reported to the parent, which prints it
-                reply = {"error": f"{type(e).__name__}: {e}"}
-            real_stdout.write(json.dumps(reply) + "\n")
-            real_stdout.flush()
-    return 0
+        runner = Runner(backend, threads)
+    return serve_requests(runner.versions, lambda request: runner.run(request["case"], int(request["steps"])))
 
 
-class Client:
+class Client(Worker):
     """A worker process of one backend."""
 
     def __init__(self, python: str, backend: str, threads: int) -> None:
-        cmd = [python, os.path.abspath(__file__), "--backend", backend, "--serve", "--threads", str(threads)]
-        env = dict(os.environ)
-        if backend == "offrl":
-            root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        super().__init__(python, __file__, ["--backend", backend, "--serve", "--threads", str(threads)], name=backend)
         self.backend = backend
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, env=env)
-        self.info = self._read().get("ready", {})
-
-    def _read(self) -> Dict[str, Any]:
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the {self.backend} worker exited (code {self.proc.poll()})")
-        return json.loads(line)
 
     def run(self, case: str, steps: int) -> Dict[str, Any]:
-        self.proc.stdin.write(json.dumps({"case": case, "steps": steps}) + "\n")
-        self.proc.stdin.flush()
-        reply = self._read()
-        if "error" in reply:
-            raise RuntimeError(f"{self.backend} {case}: {reply['error']}")
-        return reply
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
-            self.proc.stdin.flush()
-        with contextlib.suppress(Exception):
-            self.proc.wait(timeout=30)
-        if self.proc.poll() is None:
-            self.proc.kill()
+        return self.call({"case": case, "steps": steps})
 
 
 # --------------------------------------------------------------- throughput
@@ -237,35 +203,20 @@ def measure_case(clients: Sequence[Client], case: str, round_s: float, rounds: i
                         "breakdown_ms": {k: v * 1e3 for k, v in breakdown.items()}}
     if len(per_round) == 2:
         a, b = out["offrl"]["rates"], out["d3rlpy"]["rates"]
-        out["ratio"] = statistics.median(x / y for x, y in zip(a, b))
+        out["ratio"] = median_ratio(a, b)
     return out
 
 
-def d3rlpy_python(args: argparse.Namespace) -> Optional[str]:
-    for candidate in (args.d3rlpy_python, os.environ.get("D3RLPY_PYTHON")):
-        if candidate:
-            return candidate
-    return DEFAULT_D3RLPY_PYTHON if os.path.exists(DEFAULT_D3RLPY_PYTHON) else None
-
-
 def throughput(args: argparse.Namespace, names: Sequence[str]) -> int:
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
     clients = [Client(sys.executable, "offrl", args.threads)]
-    d3_note = "skipped (--no-d3rlpy)"
-    if not args.no_d3rlpy:
-        python = d3rlpy_python(args)
-        if python is None:
-            d3_note = "not available (pass --d3rlpy-python)"
-        else:
-            try:
-                clients.append(Client(python, "d3rlpy", args.threads))
-                d3_note = f"worker {python}"
-            except (OSError, RuntimeError) as e:
-                d3_note = f"failed to start {python}: {e}"
+    python, d3_note = d3rlpy_interpreter(args)
+    if python is not None:
+        try:
+            clients.append(Client(python, "d3rlpy", args.threads))
+        except (OSError, RuntimeError) as e:
+            d3_note = f"failed to start {python}: {e}"
     round_s, rounds = (1.0, 3) if args.quick else (2.5, 5)
-    load_start = os.getloadavg()
+    load_start = print_load("start")
     started = time.perf_counter()
     results = {}
     try:
@@ -274,7 +225,7 @@ def throughput(args: argparse.Namespace, names: Sequence[str]) -> int:
     finally:
         for client in clients:
             client.close()
-    load_end = os.getloadavg()
+    load_end = print_load("end")
 
     info = ", ".join(f"{c.backend}: " + " ".join(f"{k} {v}" for k, v in c.info.items()) for c in clients)
     print(f"fit_online throughput, default configs on the CPU, {rounds} alternating rounds of ~{round_s} s per library")
@@ -290,7 +241,7 @@ def throughput(args: argparse.Namespace, names: Sequence[str]) -> int:
                      f"{r['d3rlpy']['steps_per_s']:.0f}" if "d3rlpy" in r else "-",
                      f"{ratio:.2f}x" if ratio is not None else "-", f">= {TARGET_RATIO}x",
                      "-" if ratio is None else ("ok" if ratio >= TARGET_RATIO else "MISS")])
-    print(_table(header, rows))
+    print_table(header, rows)
     print()
     print("per environment step, ms (medians over rounds, from each library's epoch metrics)")
     header = ["case", "library", "inference", "env step", "sample batch", "update", "other", "total"]
@@ -304,21 +255,13 @@ def throughput(args: argparse.Namespace, names: Sequence[str]) -> int:
             known = sum(b.get(k, 0.0) for k in BREAKDOWN)
             rows.append([case, backend] + [f"{b[k]:.3f}" if k in b else "-" for k in BREAKDOWN]
                         + [f"{total - known:.3f}", f"{total:.3f}"])
-    print(_table(header, rows))
+    print_table(header, rows, left=2)
     print()
     print("* rounds run fit_online(env, buffer, n_steps=R, n_steps_per_epoch=R) on a warm algorithm and a buffer "
           f"pre-filled by a {WARMUP_STEPS}-step call; the ratio is the median of per-round ratios")
     print("* 'other': buffer writes, episode resets, loss bookkeeping, logging and the call's fixed costs")
     print(f"* total time {time.perf_counter() - started:.0f} s")
     return 0
-
-
-def _table(header: Sequence[str], rows: List[Sequence[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------- learning
@@ -357,11 +300,7 @@ def learning_case(backend: str, case: str, seed: int, threads: int, full_budget:
 
     lib = __import__(backend)
     if backend == "d3rlpy":  # keep d3rlpy's per-epoch log lines out of the curve
-        import logging
-
-        import structlog
-
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+        quiet_d3rlpy()
     torch.set_num_threads(threads)
     lib.seed(seed)
     n_steps, target = LEARNING_TARGETS[case]
@@ -410,9 +349,9 @@ def learning(args: argparse.Namespace, names: Sequence[str]) -> int:
         for case in names:
             learning_case("d3rlpy", case, args.seed, args.threads, args.full_budget)
     elif args.with_d3rlpy:
-        python = d3rlpy_python(args)
+        python, note = d3rlpy_interpreter(args)
         if python is None:
-            print("d3rlpy: not available (pass --d3rlpy-python)")
+            print(f"d3rlpy: {note}")
         else:
             cmd = [python, os.path.abspath(__file__), "--learning", "--backend", "d3rlpy", "--seed", str(args.seed),
                    "--threads", str(args.threads), "--only", ",".join(names)] + (["--full-budget"] if args.full_budget else [])
@@ -425,12 +364,7 @@ def learning(args: argparse.Namespace, names: Sequence[str]) -> int:
 # --------------------------------------------------------------------- main
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="shorter rounds")
-    parser.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(CASES)}")
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads(N) in both libraries (default 1)")
-    parser.add_argument("--no-d3rlpy", action="store_true", help="skip the d3rlpy comparison")
-    parser.add_argument("--d3rlpy-python", default=None,
-                        help=f"interpreter with d3rlpy (default $D3RLPY_PYTHON or {DEFAULT_D3RLPY_PYTHON})")
+    add_common_args(parser, only=list(CASES), quick_help="shorter rounds")
     parser.add_argument("--learning", action="store_true", help="run the learning check instead of the throughput one")
     parser.add_argument("--full-budget", action="store_true", help="--learning: run the whole step budget")
     parser.add_argument("--seed", type=int, default=0, help="--learning: the libraries' seed")
@@ -438,18 +372,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.threads < 1:
-        parser.error("--threads must be >= 1")
+    check_threads(args, parser)
     if args.serve:
         return serve(args.backend or "offrl", args.threads)
-    names = list(CASES)
-    if args.only:
-        lookup = {n.lower(): n for n in CASES}
-        requested = [n.strip().lower() for n in args.only.split(",") if n.strip()]
-        unknown = [n for n in requested if n not in lookup]
-        if unknown:
-            parser.error(f"unknown cases {unknown}; choose from {list(CASES)}")
-        names = [lookup[n] for n in requested]
+    names = parse_only(args.only, list(CASES), parser)
     if args.learning:
         return learning(args, names)
     return throughput(args, names)
