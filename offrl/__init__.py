@@ -46,7 +46,12 @@ _LAZY_ATTRIBUTES: Dict[str, Tuple[str, str]] = {
 def __getattr__(name: str) -> Any:
     if name in _LAZY_MODULES:
         # import_module also binds the submodule as an attribute of this package
-        return importlib.import_module(f".{name}", __name__)
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise  # a dependency of the submodule is missing: say which
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     if name in _LAZY_ATTRIBUTES:
         if name == "load_learnable":
             # a model file names its algorithm, encoder and scaler types: the

@@ -48,7 +48,7 @@ def test_export_command(tmp_path, capsys):
     assert main(["export", str(tmp_path / "model.d3"), str(tmp_path / "policy.onnx")]) == 0
     assert "verified" in capsys.readouterr().out
     x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
-    np.testing.assert_allclose(load_onnx_policy(tmp_path / "policy.onnx").predict(x), algo.predict(x), atol=1e-5)
+    np.testing.assert_allclose(load_onnx_policy(tmp_path / "policy.onnx").predict(x), algo.predict(x), rtol=1e-5, atol=1e-5)
 
 
 def test_export_command_errors(tmp_path, capsys):
@@ -232,6 +232,8 @@ def test_moving_average_matches_a_loop():
     (["info", "nothing-here"], "nothing-here: no such file or directory"),
     (["plot", "missing.csv", "--save", "x.png"], "missing.csv: no such metric file"),
     (["plot-all", "{tmp}", "--save", "x.png"], "holds no metric CSV files"),
+    (["fit", "{data}", "discrete_cql", "--env", "Pendulum-v1", "--steps", "1", "--output-dir", "{tmp}/run"],
+     "is a discrete-action model (2 actions), but Pendulum-v1 has a continuous action space of size 1"),
 ])
 def test_user_errors_print_one_line_and_exit_2(args, message, dataset_file, tmp_path, capsys):
     empty = tmp_path / "empty"
@@ -370,6 +372,15 @@ def test_package_attributes_load_on_first_use():
                                             "datasets", "logging", "metrics", "models", "ope", "preprocessing"])
     with pytest.raises(AttributeError, match="module 'offrl' has no attribute 'nothing_here'"):
         offrl.nothing_here
+
+
+def test_lazy_submodule_that_does_not_exist_is_an_attribute_error(monkeypatch):
+    import offrl
+
+    assert {"envs", "types", "optimizers"} <= offrl._LAZY_MODULES
+    monkeypatch.setattr(offrl, "_LAZY_MODULES", offrl._LAZY_MODULES | {"not_a_module_here"})
+    assert not hasattr(offrl, "not_a_module_here")
+    assert offrl.metrics is sys.modules["offrl.metrics"]
 
 
 def test_load_learnable_from_a_fresh_interpreter_finds_the_algorithms(tmp_path):
