@@ -1,0 +1,229 @@
+"""The architecture's rules, checked on the source tree.
+
+* Outside ``offrl/algos/`` nothing touches a ``_``-prefixed member of an
+  algorithm: the training loops, OPE, export, serialization, metrics and the
+  command line use the public interface of ``QLearningAlgoBase``.
+* ``offrl``'s import graph has no cycle, counting imports inside functions.
+* Every algorithm config declares the constraint of every field next to it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import pathlib
+from typing import Dict, Iterator, List, Set, Tuple
+
+import pytest
+
+import offrl
+from offrl.algos.base import QLearningAlgoBase
+from offrl.serialization import registered
+
+ROOT = pathlib.Path(offrl.__file__).resolve().parent
+
+
+def _modules() -> Dict[str, pathlib.Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _algorithm_private_names() -> Set[str]:
+    """Private member names that algorithm classes define or set on themselves."""
+    names: Set[str] = set()
+    classes = [QLearningAlgoBase]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        names.update(n for n in vars(cls) if n.startswith("_") and not n.startswith("__"))
+    # attributes set in methods: ``self._x = ...`` in the algorithm modules
+    for path in (ROOT / "algos").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                if node.attr.startswith("_") and not node.attr.startswith("__") and isinstance(node.ctx, ast.Store):
+                    names.add(node.attr)
+    return names
+
+
+def _algorithm_class_names() -> Set[str]:
+    names, classes = set(), [QLearningAlgoBase]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        names.add(cls.__name__)
+    return names
+
+
+def _own_members(tree: ast.AST) -> Set[int]:
+    """ids of ``self.x`` / ``cls.x`` nodes inside classes that are not
+    algorithms (a scaler's own ``self._device`` is not an algorithm's)."""
+    algorithms = _algorithm_class_names()
+    skip: Set[int] = set()
+    for cls in ast.walk(tree):
+        if isinstance(cls, ast.ClassDef) and not any(ast.unparse(b).split(".")[-1] in algorithms for b in cls.bases):
+            for node in ast.walk(cls):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    skip.add(id(node))
+    return skip
+
+
+def _private_uses(tree: ast.AST, names: Set[str]) -> Iterator[Tuple[int, str]]:
+    own = _own_members(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names and id(node) not in own:
+            yield node.lineno, ast.unparse(node)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in names
+        ):
+            yield node.lineno, ast.unparse(node)
+
+
+def test_nothing_outside_algos_touches_private_members_of_an_algorithm():
+    names = _algorithm_private_names()
+    assert {"_nets", "_optims", "_update", "_predict", "_observation_tensor"} <= names  # the rule sees the base
+    offences: List[str] = []
+    for module, path in sorted(MODULES.items()):
+        if module.startswith("offrl.algos"):
+            continue
+        for line, text in _private_uses(ast.parse(path.read_text()), names):
+            offences.append(f"{path.relative_to(ROOT.parent)}:{line}: {text}")
+    assert offences == [], "use the algorithm interface of offrl/algos/base.py:\n" + "\n".join(offences)
+
+
+def test_the_private_use_finder_finds_reach_ins():
+    tree = ast.parse(
+        "algo._nets['q']\ngetattr(algo, '_td_errors', None)\nalgo.modules\n"
+        "class Scaler:\n    def f(self):\n        return self._nets\n"
+        "class Mine(DQN):\n    def f(self):\n        return self._td_errors\n"
+    )
+    assert sorted(text for _, text in _private_uses(tree, {"_nets", "_td_errors"})) == [
+        "algo._nets",
+        "getattr(algo, '_td_errors', None)",
+        "self._td_errors",
+    ]
+
+
+def _resolve(module: str, node: ast.AST, is_package: bool) -> List[str]:
+    targets: List[str] = []
+    if isinstance(node, ast.Import):
+        targets = [alias.name for alias in node.names if alias.name.split(".")[0] == "offrl"]
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = module.split(".")
+            if not is_package:
+                base = base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        if prefix.split(".")[0] != "offrl":
+            return []
+        # ``from package import submodule`` imports the submodule
+        targets = [f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in MODULES else prefix for alias in node.names]
+    resolved = []
+    for target in targets:
+        while target not in MODULES and "." in target:
+            target = target.rsplit(".", 1)[0]
+        resolved.append(target)
+    return resolved
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every import statement, in functions too, except under ``if TYPE_CHECKING``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if _is_type_checking_block(node):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    graph: Dict[str, Set[str]] = {}
+    for module, path in MODULES.items():
+        is_package = path.name == "__init__.py"
+        deps: Set[str] = set()
+        for node in _imports(ast.parse(path.read_text())):
+            deps.update(_resolve(module, node, is_package))
+        deps.discard(module)
+        graph[module] = deps
+    return graph
+
+
+def find_cycle(graph: Dict[str, Set[str]]) -> List[str]:
+    """One cycle of ``graph`` as a list of modules (empty when acyclic)."""
+    state: Dict[str, int] = {}
+    path: List[str] = []
+
+    def visit(node: str) -> List[str]:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def test_the_import_graph_has_no_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle == [], "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) == []
+    tree = ast.parse("def f():\n    from .training import fitter\n")
+    (node,) = list(_imports(tree))
+    assert _resolve("offrl.algos.base", node, False) == ["offrl.algos.training"]
+
+
+CONFIGS = sorted(registered("algorithm").items())
+
+
+@pytest.mark.parametrize("name, cls", CONFIGS, ids=[name for name, _ in CONFIGS])
+def test_every_config_field_declares_its_constraint(name, cls):
+    undeclared = [f.name for f in dataclasses.fields(cls) if "check" not in f.metadata]
+    assert undeclared == [], f"{cls.__name__} fields without param(..., check=...): {undeclared}"
+
+
+@pytest.mark.parametrize("name, cls", CONFIGS, ids=[name for name, _ in CONFIGS])
+def test_every_config_refuses_out_of_range_values_naming_the_field(name, cls):
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for field, bad in (("batch_size", 0), ("gamma", 1.5), ("tau", 0.0), ("tau", 1.5), ("learning_rate", -1.0),
+                       ("actor_learning_rate", float("nan")), ("n_critics", 2.5), ("critic_optim_factory", "adam")):
+        if field not in fields:
+            continue
+        with pytest.raises((ValueError, TypeError), match=rf"^{field} must be"):
+            cls(**{field: bad})
