@@ -2,9 +2,12 @@
 """Benchmark of ``offrl.datasets`` importers against the issue's targets, with
 d3rlpy 2.x side by side where it has an equivalent.
 
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
     python benchmarks/importers.py                  # 1,000,000-step D4RL file, 1,000 Minari episodes
     python benchmarks/importers.py --quick          # 100,000 steps, 1,000 episodes of 100 steps
     python benchmarks/importers.py --no-d3rlpy
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/importers.py --quick
 
 Targets: a 1,000,000-step D4RL-format file imports in <= 2 s; a Minari dataset
 of 1,000 episodes imports in <= 3 s.
@@ -28,9 +31,10 @@ episodes of ``--episode-length`` steps (1,000 by default) ending in a timeout.
   pandas' own ``sort_values`` of the table by (episode, step) as a floor.
 
 Each timing is the median of ``--repeats`` runs (3 by default) of one call.
-d3rlpy runs in the interpreter given by ``--d3rlpy-python``, ``$D3RLPY_PYTHON``
-or ``/opt/d3venv/bin/python``, which runs this file with ``--backend d3rlpy
---json`` on the same files; that process never imports offrl.
+d3rlpy runs in the interpreter given by ``--d3rlpy-python`` or
+``$D3RLPY_PYTHON`` (skipped with a note when neither is given), a worker
+process that runs this file with ``--backend d3rlpy --json`` on the same
+files; that process never imports offrl.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,10 +52,8 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-OBS_DIM = 17
-ACTION_DIM = 6
-SEED = 0
-JSON_MARKER = "@@offrl-benchmark-json@@"
+from _data import ACTION_DIM, OBS_DIM, SEED
+from _harness import add_common_args, d3rlpy_interpreter, emit_json, format_table, print_load, run_json, worker_main
 
 
 def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
@@ -150,19 +151,13 @@ def d3rlpy_measure(d4rl_path: str, minari_folder: str, repeats: int) -> dict:
     return out
 
 
-def run_d3rlpy(args: argparse.Namespace, d4rl_path: str, minari_folder: str) -> Optional[dict]:
-    python = args.d3rlpy_python or os.environ.get("D3RLPY_PYTHON") or "/opt/d3venv/bin/python"
-    if not os.path.exists(python):
-        print(f"d3rlpy: no interpreter at {python}; skipped")
-        return None
-    cmd = [python, os.path.abspath(__file__), "--backend", "d3rlpy", "--json", "--d4rl-file", d4rl_path,
-           "--minari-folder", minari_folder, "--repeats", str(args.repeats)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    for line in proc.stdout.splitlines():
-        if line.startswith(JSON_MARKER):
-            return json.loads(line[len(JSON_MARKER):])
-    print(f"d3rlpy run failed:\n{proc.stderr[-2000:]}")
-    return None
+def run_d3rlpy(args: argparse.Namespace, d4rl_path: str, minari_folder: str) -> tuple[Optional[dict], str]:
+    python, note = d3rlpy_interpreter(args)
+    if python is None:
+        return None, note
+    argv = ["--backend", "d3rlpy", "--json", "--d4rl-file", d4rl_path, "--minari-folder", minari_folder,
+            "--repeats", str(args.repeats)]
+    return run_json(python, __file__, argv, timeout=900)
 
 
 # --------------------------------------------------------------- offrl side
@@ -221,25 +216,24 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="D4RL file steps (default 1,000,000)")
     parser.add_argument("--episode-length", type=int, default=None, help="Minari episode length (default 1,000)")
     parser.add_argument("--episodes", type=int, default=1000, help="Minari episodes")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--no-d3rlpy", action="store_true")
-    parser.add_argument("--d3rlpy-python", default=None)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per timing (median)")
+    add_common_args(parser, quick_help="100,000 steps, 1,000 episodes of 100 steps", threads=False)  # no torch here
     parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--d4rl-file", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--minari-folder", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.backend == "d3rlpy":
-        result = d3rlpy_measure(args.d4rl_file, args.minari_folder, args.repeats)
-        print(JSON_MARKER + json.dumps(result))
-        return 0
+        return worker_main(lambda: d3rlpy_measure(args.d4rl_file, args.minari_folder, args.repeats))
 
     steps = args.steps or (100_000 if args.quick else 1_000_000)
     args.episode_length = args.episode_length or (100 if args.quick else 1000)
     minari_steps = args.episodes * args.episode_length
     print(f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs")
+    print_load("start")
     tmp = tempfile.mkdtemp(prefix="offrl-importers-")
     try:
         d4rl_data = synthetic(steps, 1000)
@@ -251,20 +245,21 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"D4RL-format file: {steps:,} steps; Minari dataset: {episodes:,} episodes of {args.episode_length} steps")
 
         ours = offrl_measure(args, minari_data, d4rl_path, minari_folder, tmp)
-        theirs = None if args.no_d3rlpy else run_d3rlpy(args, d4rl_path, minari_folder)
+        theirs, d3_note = run_d3rlpy(args, d4rl_path, minari_folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    print_load("end")
+    print(f"d3rlpy: {d3_note}")
+    rows: list = []
 
     def row(name: str, key: str, target: Optional[float] = None) -> None:
         mine = ours.get(key)
         if mine is None:
             return
-        line = f"{name:<44} offrl {mine:8.3f} s"
-        if theirs and key in theirs:
-            line += f"   d3rlpy-style {theirs[key]:8.3f} s   ratio {theirs[key] / mine:5.2f}x"
-        if target is not None:
-            line += f"   target <= {target:g} s: {'met' if mine <= target else 'MISSED'}"
-        print(line)
+        d = theirs.get(key) if theirs else None
+        rows.append([name, f"{mine:.3f}", "-" if d is None else f"{d:.3f}", "-" if d is None else f"{d / mine:.2f}x",
+                     "-" if target is None else f"<= {target:g} s",
+                     "-" if target is None else ("ok" if mine <= target else "MISS")])
 
     print()
     row(f"load_d4rl_hdf5 ({steps:,} steps)", "d4rl", 2.0 if steps >= 1_000_000 else None)
@@ -274,6 +269,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     row("to_minari Arrow", "to_minari_arrow")
     row(f"from_dataframe ({ours.get('dataframe_rows', 0):,} shuffled rows)", "from_dataframe")
     row("  floor: pandas sort_values(episode, step)", "pandas_sort_floor")
+    print(format_table(["operation", "offrl s", "d3rlpy-style s", "d3rlpy-style/offrl", "target", "result"], rows))
     print(f"\ntransitions: offrl D4RL {ours['d4rl_transitions']:,}, Minari {ours['minari_transitions']:,}", end="")
     if theirs:
         print(f"; d3rlpy-style D4RL {theirs['d4rl_transitions']:,}, Minari {theirs['minari_transitions']:,}"
@@ -281,7 +277,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         print()
     if args.json:
-        print(JSON_MARKER + json.dumps({"offrl": ours, "d3rlpy": theirs}))
+        emit_json({"offrl": ours, "d3rlpy": theirs})
     return 0
 
 
