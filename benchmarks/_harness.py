@@ -267,6 +267,24 @@ def serve(info: Any, handle: Callable[[Any], Any], pause_gc: bool = False) -> in
     return 0
 
 
+def load_module(name: str, path: str) -> Any:
+    """Import the Python file at ``path`` (repository-relative paths are
+    resolved from the repository root) as module ``name``, without touching
+    ``sys.path``: for a helper that lives outside ``benchmarks/`` (e.g. a
+    test fixture that builds a reference problem)."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    full = path if os.path.isabs(path) else os.path.join(root, path)
+    spec = importlib.util.spec_from_file_location(name, full)
+    if spec is None or spec.loader is None or not os.path.isfile(full):
+        raise ValueError(f"path {full!r} is not a Python file that can be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
 # ------------------------------------------------------------------ timing
 StepRunner = Callable[[int], Any]  # runs k steps
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env python
 """Benchmark of offrl's importance-sampling family (``offrl.ope``).
 
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
     python benchmarks/ope_is.py            # speed and accuracy (about 1-2 minutes on 2 cores)
     python benchmarks/ope_is.py --quick    # smaller sizes, a smoke run
     python benchmarks/ope_is.py --blas-threads 1
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/ope_is.py --quick
 
 d3rlpy 2.x has no importance-sampling estimators (its ``d3rlpy.ope`` holds
-FQE and DiscreteFQE only; the script lists it from the d3rlpy interpreter,
-``--d3rlpy-python``, ``$D3RLPY_PYTHON`` or ``/opt/d3venv/bin/python``), so
+FQE and DiscreteFQE only; the script lists it from the d3rlpy interpreter
+given by ``--d3rlpy-python`` or ``$D3RLPY_PYTHON``, when one is given), so
 there is nothing to time side by side. Instead:
 
 1. Speed: every estimator end to end (target probabilities from a
@@ -28,6 +31,9 @@ there is nothing to time side by side. Instead:
    calibrated post hoc (sigmoid, 3 folds), which is why that is not the
    default. DR/WDR use the exact ``Q_t(s, a)`` and, as "DR (Q + 0.5)", a
    model off by 0.5 everywhere.
+
+The tabular MDP is the test suite's own fixture, loaded by file path
+(``_harness.load_module``), so that tests and benchmark share one definition.
 """
 
 from __future__ import annotations
@@ -42,17 +48,15 @@ import time
 from typing import Callable, Dict, List
 
 import numpy as np
+from offrl.dataset import MDPDataset
+from offrl.ope.behaviour import estimate_behaviour_policy
+from offrl.ope.importance import ESTIMATORS, estimate_policy_value
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests", "ope"))
+from _harness import add_common_args, d3rlpy_interpreter, format_table, load_module, print_load
 
-from offrl.dataset import MDPDataset  # noqa: E402
-from offrl.ope.behaviour import estimate_behaviour_policy  # noqa: E402
-from offrl.ope.importance import ESTIMATORS, estimate_policy_value  # noqa: E402
-from tabular_mdp import action_values, make_mdp, sample_dataset, table_policy, table_q  # noqa: E402
-
-DEFAULT_D3RLPY_PYTHON = "/opt/d3venv/bin/python"
+_tabular = load_module("_offrl_tabular_mdp", os.path.join("tests", "ope", "tabular_mdp.py"))
+action_values, make_mdp, sample_dataset = _tabular.action_values, _tabular.make_mdp, _tabular.sample_dataset
+table_policy, table_q = _tabular.table_policy, _tabular.table_q
 KINDS = tuple(ESTIMATORS)
 
 
@@ -151,9 +155,7 @@ def speed(quick: bool, reference_resamples: int) -> None:
     gamma, n_bootstrap = 0.99, 1000
     print(f"\n1. Speed: {n_episodes:,} episodes x {horizon} steps = {n_episodes * horizon:,} steps, "
           f"{n_bootstrap} bootstrap resamples (median of 3 runs; reference: {reference_resamples} resamples, scaled)")
-    header = f"{'estimator':<10}{'offrl s':>10}{'  of which bootstrap s':>22}{'reference s':>14}{'ref / offrl':>13}"
-    print(header)
-    print("-" * len(header))
+    rows: List[List[str]] = []
     for kind in KINDS:
         model = q if ESTIMATORS[kind][1] else None
         run = lambda: estimate_policy_value(target, dataset, kind, model, gamma=gamma,  # noqa: E731
@@ -172,7 +174,8 @@ def speed(quick: bool, reference_resamples: int) -> None:
         ours = run().value
         if not np.isclose(ours, ref_value, rtol=1e-6):
             raise SystemExit(f"{kind}: offrl {ours} differs from the reference {ref_value}")
-        print(f"{kind.upper():<10}{full:>10.3f}{bootstrap:>22.3f}{ref_full:>14.1f}{ref_full / full:>12.0f}x")
+        rows.append([kind.upper(), f"{full:.3f}", f"{bootstrap:.3f}", f"{ref_full:.1f}", f"{ref_full / full:.0f}x"])
+    print(format_table(["estimator", "offrl s", "of which bootstrap s", "reference s", "ref / offrl"], rows))
 
 
 # ------------------------------------------------------------------ accuracy
@@ -214,13 +217,12 @@ def accuracy(repeats: int, estimated_repeats: int, n_episodes: int) -> None:
                 covered[name] += result.lower <= truth <= result.upper
                 ess[name].append(result.effective_sample_size)
         print(f"\n   {label}: {n_repeats} datasets ({time.perf_counter() - t0:.1f} s)")
-        header = f"   {'estimator':<14}{'bias':>9}{'RMSE':>9}{'coverage':>10}{'mean ESS':>10}"
-        print(header)
-        print("   " + "-" * (len(header) - 3))
+        table = []
         for _, name, _ in rows:
             e = np.asarray(errors[name])
-            print(f"   {name.upper() if name in KINDS else name:<14}{e.mean():>9.4f}{np.sqrt(np.mean(e**2)):>9.4f}"
-                  f"{covered[name] / n_repeats:>10.1%}{np.mean(ess[name]):>10.1f}")
+            table.append([name.upper() if name in KINDS else name, f"{e.mean():.4f}", f"{np.sqrt(np.mean(e**2)):.4f}",
+                          f"{covered[name] / n_repeats:.1%}", f"{np.mean(ess[name]):.1f}"])
+        print(format_table(["estimator", "bias", "RMSE", "coverage", "mean ESS"], table, left=1))
 
 
 def d3rlpy_ope_members(python: str) -> str:
@@ -234,17 +236,20 @@ def d3rlpy_ope_members(python: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true")
+    add_common_args(parser, quick_help="smaller sizes, a smoke run", threads=False)  # numpy only: see --blas-threads
     parser.add_argument("--repeats", type=int, default=None, help="datasets for the accuracy table (default 300; quick 60)")
     parser.add_argument("--reference-resamples", type=int, default=10)
     parser.add_argument("--blas-threads", type=int, default=None, help="limit numpy's BLAS threads (threadpoolctl)")
-    parser.add_argument("--d3rlpy-python", default=os.environ.get("D3RLPY_PYTHON", DEFAULT_D3RLPY_PYTHON))
     args = parser.parse_args(argv)
     repeats = args.repeats if args.repeats is not None else (60 if args.quick else 300)
     print(f"offrl importance-sampling benchmark; python {platform.python_version()}, numpy {np.__version__}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    if os.path.exists(args.d3rlpy_python):
-        print(f"d3rlpy (from {args.d3rlpy_python}): version and d3rlpy.ope classes: {d3rlpy_ope_members(args.d3rlpy_python)}"
+          f"{os.cpu_count()} CPUs")
+    print_load("start")
+    python, note = d3rlpy_interpreter(args)
+    if python is None:
+        print(f"d3rlpy: {note}")
+    else:
+        print(f"d3rlpy (from {python}): version and d3rlpy.ope classes: {d3rlpy_ope_members(python)}"
               " -- no importance-sampling estimators to compare with")
     limit = None
     if args.blas_threads is not None:
@@ -257,7 +262,8 @@ def main(argv=None) -> int:
     finally:
         if limit is not None:
             limit.restore_original_limits()
-    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+    print()
+    print_load("end")
     return 0
 
 
