@@ -6,6 +6,10 @@
 A user error (a missing file, an unknown name, a malformed override) prints
 one line on stderr and exits with status 2 (argparse's usage errors too);
 ``--debug`` shows the traceback instead.
+
+Building the parser imports neither torch nor offrl's numeric packages: each
+command imports what it needs when it runs, so ``offrl --help`` and usage
+errors answer at once. Nothing below ``offrl.cli`` imports it back.
 """
 
 from __future__ import annotations
