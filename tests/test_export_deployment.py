@@ -54,7 +54,7 @@ def test_csv_in_csv_out_matches_predict(tmp_path):
     result = _run(tmp_path, str(path), "--csv", str(tmp_path / "obs.csv"), "--out", str(tmp_path / "actions.csv"))
     assert result.returncode == 0, result.stderr
     actions = np.loadtxt(tmp_path / "actions.csv", delimiter=",", ndmin=2)
-    np.testing.assert_allclose(actions, algo.predict(x), atol=1e-5)
+    np.testing.assert_allclose(actions, algo.predict(x), rtol=1e-5, atol=1e-5)
 
 
 def test_stdin_and_discrete_indices(tmp_path):

@@ -124,14 +124,14 @@ def test_predict_sample_and_value(small_encoder, build_algo):
     with torch.no_grad():
         mean, logstd = algo.modules["policy"](torch.from_numpy(x))
         q = algo.modules["q_function"].expected(torch.from_numpy(x), torch.zeros(6, 2))
-    np.testing.assert_allclose(algo.predict(x), np.tanh(mean.numpy()), rtol=1e-6)
-    np.testing.assert_allclose(algo.predict_value(x, np.zeros((6, 2), np.float32)), q.mean(dim=0)[:, 0].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(algo.predict(x), np.tanh(mean.numpy()), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(algo.predict_value(x, np.zeros((6, 2), np.float32)), q.mean(dim=0)[:, 0].numpy(), rtol=1e-5, atol=1e-6)
     samples = np.stack([algo.sample_action(x) for _ in range(200)])
     assert samples.min() >= -1.0 and samples.max() <= 1.0
     assert not np.allclose(samples[0], samples[1])
     with torch.no_grad():
         exported = algo.policy_module()(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(exported, algo.predict(x), rtol=1e-6)
+    np.testing.assert_allclose(exported, algo.predict(x), rtol=1e-5, atol=1e-6)
 
 
 def one_step_config(factory: VectorEncoderFactory) -> IQLConfig:

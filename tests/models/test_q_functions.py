@@ -22,7 +22,7 @@ def test_ensemble_linear_equals_member_loop(e, b, i, o, shared):
     for k in range(e):
         xk = x if shared else x[k]
         expected = xk @ layer.weight[k] + layer.bias[k, 0]
-        torch.testing.assert_close(out[k], expected)
+        torch.testing.assert_close(out[k], expected, rtol=1e-5, atol=1e-5)
 
 
 def _member_mlp(q: QFunction, k: int, x: torch.Tensor) -> torch.Tensor:
@@ -44,12 +44,12 @@ def test_mean_q_ensemble_equals_per_member(discrete):
     if discrete:
         out = q.expected(x)
         for k in range(3):
-            torch.testing.assert_close(out[k], _member_mlp(q, k, x))
+            torch.testing.assert_close(out[k], _member_mlp(q, k, x), rtol=1e-5, atol=1e-5)
     else:
         a = torch.randn(4, 2)
         out = q.expected(x, a)
         for k in range(3):
-            torch.testing.assert_close(out[k], _member_mlp(q, k, torch.cat([x, a], dim=1)))
+            torch.testing.assert_close(out[k], _member_mlp(q, k, torch.cat([x, a], dim=1)), rtol=1e-5, atol=1e-5)
 
 
 def test_members_are_initialised_differently():
@@ -115,7 +115,7 @@ def test_expected_is_mean_of_quantiles_at_action():
     a = torch.randint(0, 3, (6, 1))
     dist, _ = q.at_action(x, a)
     values = q.expected(x).gather(2, a.view(1, -1, 1).expand(2, -1, 1)).squeeze(2)
-    torch.testing.assert_close(dist.mean(-1), values)
+    torch.testing.assert_close(dist.mean(-1), values, rtol=1e-5, atol=1e-6)
 
 
 def test_tuple_and_pixel_ensembles():

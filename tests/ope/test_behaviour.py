@@ -149,7 +149,7 @@ def test_an_offrl_algorithm_as_the_behaviour_model(logged):
     model = AlgoBehaviourPolicy(algo)
     data = logged_data(logged.dataset)
     expected = policy_probabilities(algo, data).logged
-    np.testing.assert_allclose(model.probabilities(data.observations, data.actions), expected)
+    np.testing.assert_allclose(model.probabilities(data.observations, data.actions), expected, rtol=1e-5)
     result = estimate_policy_value(table_policy(MDP, TARGET), logged.dataset, "wis", behaviour_policy=algo, n_bootstrap=20)
     assert result.behaviour == "model: offrl DiscreteBC"
     dqn = DQNConfig().create()

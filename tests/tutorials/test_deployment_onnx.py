@@ -15,7 +15,7 @@ def test_exported_policy_runs_without_torch_and_matches(tutorial, tmp_path):
     # CSV actions written by export/run_policy.py (torch and offrl blocked) equal predict's
     assert os.path.isfile(tmp_path / "actions.csv")
     assert result["deployed_actions"].shape == (len(observations), 1)
-    np.testing.assert_allclose(result["deployed_actions"], algo.predict(observations), atol=1e-5)
+    np.testing.assert_allclose(result["deployed_actions"], algo.predict(observations), rtol=1e-5, atol=1e-5)
     assert result["max_difference"] <= 1e-5
     assert np.abs(result["deployed_actions"]).max() <= 2.0  # environment units, action scaler inside
     scaler = algo.action_scaler
@@ -24,7 +24,7 @@ def test_exported_policy_runs_without_torch_and_matches(tutorial, tmp_path):
     # the same file, opened here, takes raw observations and carries its metadata
     session = onnxruntime.InferenceSession(result["onnx_path"], providers=["CPUExecutionProvider"])
     (actions,) = session.run(["action"], {"observation": observations.astype(np.float32)})
-    np.testing.assert_allclose(actions, algo.predict(observations), atol=1e-5)
+    np.testing.assert_allclose(actions, algo.predict(observations), rtol=1e-5, atol=1e-5)
     assert result["metadata"]["action_space"] == "continuous"
     assert result["metadata"]["observation_shapes"] == "[[3]]"
 
