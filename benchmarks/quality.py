@@ -1,16 +1,21 @@
 """Learning quality: evaluation returns after the same number of updates on
 the same data, offrl beside d3rlpy 2.8.1 (several seeds).
 
-    python benchmarks/quality.py [--quick] [--seeds 3] [--only DQN,IQL] [--no-d3rlpy]
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
+    python benchmarks/quality.py [--quick] [--seeds 3] [--only DQN,IQL] [--no-d3rlpy] [--threads 1]
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/quality.py --quick --only DQN
 
 Data (made here with gymnasium, deterministic): CartPole-v1 logged by a
 noisy balancing heuristic (30 % random actions) and Pendulum-v1 logged by a
 noisy energy-pumping swing-up controller. Each algorithm trains with its
 documented default config for the same number of updates in both
 libraries, then its greedy policy is rolled out on the environment
-(10 episodes, fixed seeds). d3rlpy runs in its own interpreter
-(``--d3rlpy-python``, ``$D3RLPY_PYTHON`` or /opt/d3venv/bin/python) on the
-same arrays. This is a benchmark, not a test: read the table.
+(10 episodes, fixed seeds). Every (library, algorithm, seed) job runs in
+its own worker process on the same saved arrays, with ``--threads`` torch
+threads (default 1); d3rlpy's in the interpreter given by ``--d3rlpy-python``
+or ``$D3RLPY_PYTHON`` (skipped with a note when neither is given). This is a
+benchmark, not a test: read the table.
 """
 
 from __future__ import annotations
@@ -18,12 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
+from typing import Optional
 
 import numpy as np
+
+from _harness import (add_common_args, check_threads, d3rlpy_interpreter, log, parse_only, print_load, print_table,
+                      quiet_d3rlpy, run_json, set_threads, worker_main)
 
 ALGOS = {
     # name: (environment, updates, quick updates)
@@ -135,6 +144,7 @@ def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int) -> di
 def run_d3rlpy(name: str, data: dict, env_id: str, updates: int, seed: int) -> dict:
     import d3rlpy
 
+    quiet_d3rlpy()
     d3rlpy.seed(seed)
     discrete = np.issubdtype(data["actions"].dtype, np.integer)
     dataset = d3rlpy.dataset.MDPDataset(
@@ -150,86 +160,77 @@ def run_d3rlpy(name: str, data: dict, env_id: str, updates: int, seed: int) -> d
     return {"return": evaluate(algo.predict, env_id), "seconds": seconds}
 
 
-def _d3rlpy_python(arg: str | None) -> str | None:
-    for candidate in (arg, os.environ.get("D3RLPY_PYTHON"), "/opt/d3venv/bin/python"):
-        if candidate and os.path.exists(candidate):
-            return candidate
-    return None
-
-
-def main() -> None:
+def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer updates and data (a smoke run)")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--only", default="", help="comma-separated algorithm names")
-    parser.add_argument("--no-d3rlpy", action="store_true")
-    parser.add_argument("--d3rlpy-python", default=None)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads in both libraries (default 1)")
+    add_common_args(parser, only=list(ALGOS), quick_help="fewer updates and data (a smoke run)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and library")
     parser.add_argument("--backend", choices=["offrl", "d3rlpy"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    check_threads(args, parser)
+    if args.seeds < 1:
+        parser.error(f"--seeds must be >= 1, got {args.seeds}")
 
-    if args.backend is not None:  # child process: one (algorithm, seed) job on saved data
+    if args.backend is not None:  # worker process: one (algorithm, seed) job on saved data
         job = json.loads(args.job)
-        import torch
-
-        torch.set_num_threads(job["threads"])
-        data = dict(np.load(job["data"]))
+        set_threads(job["threads"])
+        with np.load(job["data"]) as saved:  # plain arrays (allow_pickle stays off)
+            data = dict(saved)
         runner = run_offrl if args.backend == "offrl" else run_d3rlpy
-        print(json.dumps(runner(job["name"], data, job["env_id"], job["updates"], job["seed"])))
-        return
+        return worker_main(lambda: runner(job["name"], data, job["env_id"], job["updates"], job["seed"]))
 
-    names = [n for n in (args.only.split(",") if args.only else ALGOS) if n]
-    unknown = sorted(set(names) - set(ALGOS))
-    if unknown:
-        sys.exit(f"unknown algorithms {unknown}; known: {sorted(ALGOS)}")
+    names = parse_only(args.only, list(ALGOS), parser)
     n_steps = 10_000 if args.quick else 30_000
+    print_load("start")
     tmp = tempfile.mkdtemp(prefix="offrl-quality-")
-    files = {}
-    for env in sorted({ALGOS[n][0] for n in names}):
-        data = make_cartpole(n_steps) if env == "cartpole" else make_pendulum(n_steps)
-        files[env] = os.path.join(tmp, f"{env}.npz")
-        np.savez(files[env], **data)
-        returns = []
-        ends = np.flatnonzero(data["terminals"] + data["timeouts"]) + 1
-        starts = np.r_[0, ends[:-1]]
-        returns = [data["rewards"][s:e].sum() for s, e in zip(starts, ends)]
-        print(f"{ENV_IDS[env]}: {n_steps} logged steps, {len(returns)} episodes, behaviour return {np.mean(returns):.1f} ± {np.std(returns):.1f}")
-    d3_python = None if args.no_d3rlpy else _d3rlpy_python(args.d3rlpy_python)
-    print(f"d3rlpy: {'subprocess ' + d3_python if d3_python else 'not run'}; {args.seeds} seeds; {N_EVAL_EPISODES} evaluation episodes each; torch threads {args.threads}\n")
+    try:
+        files = {}
+        for env in sorted({ALGOS[n][0] for n in names}):
+            data = make_cartpole(n_steps) if env == "cartpole" else make_pendulum(n_steps)
+            files[env] = os.path.join(tmp, f"{env}.npz")
+            np.savez(files[env], **data)
+            ends = np.flatnonzero(data["terminals"] + data["timeouts"]) + 1
+            starts = np.r_[0, ends[:-1]]
+            returns = [data["rewards"][s:e].sum() for s, e in zip(starts, ends)]
+            print(f"{ENV_IDS[env]}: {n_steps} logged steps, {len(returns)} episodes, "
+                  f"behaviour return {np.mean(returns):.1f} ± {np.std(returns):.1f}")
+        d3_python, d3_note = d3rlpy_interpreter(args)
+        print(f"d3rlpy: {d3_note}; {args.seeds} seeds; {N_EVAL_EPISODES} evaluation episodes each; "
+              f"torch threads {args.threads}\n")
 
-    def job(backend: str, python: str, name: str, seed: int) -> dict:
-        env, updates, quick = ALGOS[name]
-        spec = {"name": name, "data": files[env], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates, "seed": seed, "threads": args.threads}
-        out = subprocess.run([python, os.path.abspath(__file__), "--backend", backend, "--job", json.dumps(spec)],
-                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""} if backend == "d3rlpy" else None)
-        if out.returncode != 0:
-            return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        def job(backend: str, python: str, name: str, seed: int) -> dict:
+            env, updates, quick = ALGOS[name]
+            spec = {"name": name, "data": files[env], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates,
+                    "seed": seed, "threads": args.threads}
+            result, note = run_json(python, __file__, ["--backend", backend, "--job", json.dumps(spec)])
+            return result if result is not None else {"error": note.strip().splitlines()[-1]}
 
-    header = f"{'algorithm':<12} {'env':<14} {'updates':>7}  {'offrl return':>18}  {'d3rlpy return':>18}  {'offrl s':>8} {'d3rlpy s':>8}"
-    print(header)
-    print("-" * len(header))
-    for name in names:
-        env, updates, quick = ALGOS[name]
-        rows = {"offrl": [], "d3rlpy": []}
-        for seed in range(args.seeds):
-            rows["offrl"].append(job("offrl", sys.executable, name, seed))
-            if d3_python:
-                rows["d3rlpy"].append(job("d3rlpy", d3_python, name, seed))
-
-        def cell(results: list) -> tuple[str, str]:
+        def cell(results: list) -> tuple:
             ok = [r for r in results if "error" not in r]
             if not results:
                 return "n/a", "n/a"
             if not ok:
                 return "error: " + results[0]["error"][:40], "-"
             values = np.array([r["return"] for r in ok])
-            return f"{values.mean():8.1f} ± {values.std():6.1f}", f"{np.mean([r['seconds'] for r in ok]):8.1f}"
+            return f"{values.mean():.1f} ± {values.std():.1f}", f"{np.mean([r['seconds'] for r in ok]):.1f}"
 
-        (o_ret, o_s), (d_ret, d_s) = cell(rows["offrl"]), cell(rows["d3rlpy"])
-        print(f"{name:<12} {ENV_IDS[env]:<14} {quick if args.quick else updates:>7}  {o_ret:>18}  {d_ret:>18}  {o_s:>8} {d_s:>8}", flush=True)
+        table = []
+        for name in names:
+            env, updates, quick = ALGOS[name]
+            rows: dict = {"offrl": [], "d3rlpy": []}
+            for seed in range(args.seeds):
+                rows["offrl"].append(job("offrl", sys.executable, name, seed))
+                if d3_python:
+                    rows["d3rlpy"].append(job("d3rlpy", d3_python, name, seed))
+            (o_ret, o_s), (d_ret, d_s) = cell(rows["offrl"]), cell(rows["d3rlpy"])
+            log(f"{name}: offrl {o_ret}, d3rlpy {d_ret}")
+            table.append([name, ENV_IDS[env], quick if args.quick else updates, o_ret, d_ret, o_s, d_s])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print_table(["algorithm", "env", "updates", "offrl return", "d3rlpy return", "offrl s", "d3rlpy s"], table, left=2)
+    print_load("end")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -200,14 +200,17 @@ def _env_from_header(code: str) -> Any:
     command line, as with ``python -c``) defines; for environments that
     need arguments or wrappers (``--env-header``)."""
     namespace: Dict[str, Any] = {}
-    print(f"executing --env-header: {code}", file=sys.stderr)
     try:
         exec(compile(code, "<--env-header>", "exec"), namespace)  # noqa: S102  (the user's own command-line code)
     except Exception as e:
         raise CLIError(f"--env-header failed: {type(e).__name__}: {e}") from None
     if "env" not in namespace:
         raise CLIError("--env-header must define a variable named env (e.g. \"import gymnasium; env = gymnasium.make('CartPole-v1')\")")
-    return namespace["env"]
+    env = namespace["env"]
+    missing = [name for name in ("action_space", "observation_space", "reset", "step") if not hasattr(env, name)]
+    if missing:
+        raise CLIError(f"--env-header defined env as a {type(env).__name__}, not a gymnasium environment (it has no {', '.join(missing)})")
+    return env
 
 
 def _env_name(env: Any) -> str:
@@ -237,6 +240,9 @@ def check_env_fits(algo: Any, env: Any, model_name: str = "the model") -> None:
         if size != int(action_space.n):
             raise CLIError(f"{model_name} chooses among {size} discrete actions, but {name} has {int(action_space.n)} "
                            f"({action_space})")
+        if int(getattr(action_space, "start", 0)) != 0:
+            raise CLIError(f"{model_name} chooses actions 0..{size - 1}, but the actions of {name} start at "
+                           f"{int(action_space.start)} ({action_space})")
     elif isinstance(action_space, spaces.Box):
         env_size = int(np.prod(action_space.shape))
         if kind == ActionSpace.DISCRETE:

@@ -222,6 +222,10 @@ def config_from_params(params: Dict[str, Any], name: str) -> Any:
 
 def _build_from_params(params: Dict[str, Any], device: Any, name: str) -> Any:
     config = config_from_params(params, name)
+    cls = config.algorithm_class()
+    if cls.evaluates_algorithm:
+        raise TypeError(f"{name} holds a {cls.__name__}, which needs the algorithm it evaluates: "
+                        f"{cls.__name__}.load({name!r}, algo=trained)")
     algo = config.create(device=device if device is not None else False)
     shape = params.get("observation_shape")
     action_size = params.get("action_size")

@@ -431,6 +431,14 @@ def test_record_and_play_check_the_environment_and_their_options(tmp_path, capsy
     assert "give either --env-id or --env-header, not both" in capsys.readouterr().err
     assert main(["play", path, "--env-header", "x = 1"]) == 2
     assert "--env-header must define a variable named env" in capsys.readouterr().err
+    assert main(["play", path, "--env-header", "env = 3"]) == 2
+    assert capsys.readouterr().err == ("offrl play: error: --env-header defined env as a int, not a gymnasium environment "
+                                       "(it has no action_space, observation_space, reset, step)\n")
+    shifted = "import gymnasium; env = gymnasium.make('CartPole-v1'); env.action_space = gymnasium.spaces.Discrete(7, start=1)"
+    assert main(["play", path, "--env-header", shifted]) == 2
+    assert "chooses actions 0..6, but the actions of CartPole-v1 start at 1 (Discrete(7, start=1))" in capsys.readouterr().err
+    assert main(["play", path, "--env-header", "env = 1 / 0"]) == 2
+    assert capsys.readouterr().err == "offrl play: error: --env-header failed: ZeroDivisionError: division by zero\n"
     assert main(["play", path, "--env-header", "import gymnasium; env = gymnasium.make('CartPole-v1')"]) == 2
     assert "chooses among 7 discrete actions, but CartPole-v1 has 2" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:

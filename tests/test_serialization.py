@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
-import pickle
-import zipfile
 
 import numpy as np
 import pytest
@@ -17,7 +14,7 @@ from torch import nn
 import offrl
 from offrl.algos import DQNConfig
 from offrl.models import AdamFactory, EncoderFactory, OptimizerFactory, VectorEncoderFactory, register_encoder_factory
-from offrl.serialization import from_json_value, read_model_file
+from offrl.serialization import from_json_value
 
 
 def _trained(tmp_path):

@@ -4,7 +4,7 @@ from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainS
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
 from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
-from .fqe import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig  # registered; offrl.ope re-exports them
+from .fqe import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig  # noqa: F401 (registered; offrl.ope re-exports them)
 from .explorers import (
     AdditiveOU,
     Boltzmann,

@@ -109,6 +109,9 @@ class QLearningAlgoBase:
     supports_priorities: bool = False
     #: ``predict`` itself draws from the policy's distribution (random policies)
     predicts_stochastically: bool = False
+    #: it is made around a trained algorithm whose policy it evaluates
+    #: (``cls(algo=trained, config=...)``, ``cls.load(fname, algo=trained)``: FQE)
+    evaluates_algorithm: bool = False
     #: d3rlpy's flag: the algorithm needs returns-to-go in its batches
     need_returns_to_go: bool = False
 

@@ -51,7 +51,6 @@ import dataclasses
 import math
 from typing import Any, Dict
 
-import numpy as np
 import torch
 
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory

@@ -89,10 +89,6 @@ class FQEConfig(LearnableConfig):
         target_update_interval: steps between target network copies.
     """
 
-    # FQE is built around the algorithm it evaluates, which the contract suite
-    # cannot give it; tests/ope/test_fqe.py runs the contract's checks instead.
-    _contract_exempt = True
-
     learning_rate: float = param(1e-4, check=POSITIVE)
     optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
     encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
@@ -106,7 +102,8 @@ class FQEConfig(LearnableConfig):
         """The FQE evaluating ``algo``: ``FQE(algo=algo, config=self, device=device)``."""
         cls = self.algorithm_class()
         if algo is None:
-            raise TypeError(
+            # d3rlpy raises NotImplementedError here too
+            raise NotImplementedError(
                 f"{cls.__name__} needs the algorithm it evaluates: {cls.__name__}(algo=trained, config=config); "
                 f"to load a saved {cls.__name__}: {cls.__name__}.load(fname, algo=trained)"
             )
@@ -247,6 +244,7 @@ class FQE(QLearningAlgoBase):
 
     _action_type = ActionSpace.CONTINUOUS
     has_q_function = True
+    evaluates_algorithm = True
     _q_modules = ("q_function", "targ_q_function")
     _q_optim = "optim"
 
@@ -441,7 +439,7 @@ class FQE(QLearningAlgoBase):
         return self._algo.policy_actions(observations, sample)
 
     def save_policy(self, fname: str) -> None:
-        """Export the evaluated algorithm's policy (``algo.save_policy``).""" 
+        """Export the evaluated algorithm's policy (``algo.save_policy``)."""
         self._algo.save_policy(fname)
 
     def policy_module(self) -> nn.Module:

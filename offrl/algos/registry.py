@@ -20,7 +20,7 @@ def algorithm_configs() -> Dict[str, type]:
     """The registered algorithm config classes that a user can create by
     name, by type name (helpers such as FQE, which needs an algorithm to
     evaluate, are left out)."""
-    return {name: cls for name, cls in registered("algorithm").items() if not getattr(cls, "_contract_exempt", False)}
+    return {name: cls for name, cls in registered("algorithm").items() if not cls.algorithm_class().evaluates_algorithm}
 
 
 def _normalise(name: str) -> str:

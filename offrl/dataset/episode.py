@@ -7,7 +7,7 @@ columnar storage: its arrays are numpy slices, not copies.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 import numpy as np
 

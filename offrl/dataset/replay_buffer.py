@@ -644,6 +644,7 @@ class ReplayBuffer(ReplayBufferBase):
         ReplayBuffer.__init__(out, buffer, episodes=list(store.episodes), **components)
         return out
 
+    @classmethod
     def from_episode_generator(
         cls, episode_generator: Iterable[EpisodeBase], buffer: BufferProtocol, **kwargs: Any
     ) -> "ReplayBuffer":

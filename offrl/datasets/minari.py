@@ -337,6 +337,15 @@ class _Columns:
     behaviour: Optional[np.ndarray]
 
 
+def _count(value: Any, where: Any, key: str) -> int:
+    """A stored count (``total_steps``, ``total_episodes``) as an int."""
+    if isinstance(value, (np.integer, np.ndarray)) and np.ndim(value) == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: {key} is {value!r}, expected a non-negative integer")
+    return value
+
+
 def _check_episode(
     name: str, n: int, observation_rows: list[int], reward_rows: int, terminations: np.ndarray,
     truncations: np.ndarray, final_missing: bool, total_steps: Any,
@@ -345,8 +354,8 @@ def _check_episode(
     returns ``(terminated, has_final)``."""
     if n == 0:
         raise ValueError(f"{name} has no steps")
-    if total_steps is not None and int(total_steps) != n:
-        raise ValueError(f"{name} says total_steps={int(total_steps)} but holds {n} actions")
+    if total_steps is not None and _count(total_steps, name, "total_steps") != n:
+        raise ValueError(f"{name} says total_steps={total_steps!r} but holds {n} actions")
     for label, rows in (("rewards", reward_rows), ("terminations", terminations.shape[0]),
                         ("truncations", truncations.shape[0])):
         if rows != n:
@@ -401,15 +410,20 @@ def _h5_dataset(parent: Any, path: tuple, where: str, label: str) -> Any:
     return node
 
 
-def _h5_read_into(dataset: Any, out: np.ndarray, rows: int) -> None:
+def _h5_read_into(dataset: Any, out: np.ndarray, rows: int, where: str = "", label: str = "dataset") -> None:
     """Read the first ``rows`` rows of ``dataset`` into the contiguous
     ``out`` (HDF5 converts to ``out``'s dtype)."""
     from h5py import h5s
 
+    # h5py's low-level read trusts the buffer: a dataset with more values per
+    # row than ``out`` holds would write past its end, so check first
+    count = (rows,) + tuple(dataset.shape[1:])
+    if len(dataset.shape) == 0 or rows > dataset.shape[0] or out.size != int(np.prod(count, dtype=np.int64)) \
+            or not out.flags.c_contiguous:
+        raise ValueError(f"{where}: {label} has shape {dataset.shape}, expected {rows} rows of {out.shape[1:] or 'one value'}")
     if rows == dataset.shape[0]:
         dataset.read(h5s.ALL, h5s.ALL, out)
         return
-    count = (rows,) + tuple(dataset.shape[1:])
     file_space = dataset.get_space()
     file_space.select_hyperslab((0,) * len(count), count)
     dataset.read(h5s.create_simple(count), file_space, out)
@@ -532,16 +546,16 @@ def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -
             for out, dataset in zip(observations_out, observations):
                 if dataset.shape[1:] != out.shape[1:]:
                     raise ValueError(f"{names[e]}: observations have shape {dataset.shape[1:]}, episode 0 has {out.shape[1:]}")
-                _h5_read_into(dataset, out[a : a + keep], keep)
+                _h5_read_into(dataset, out[a : a + keep], keep, names[e], "observations")
             if int(np.prod(actions.shape[1:])) != int(np.prod(actions_out.shape[1:])):
                 raise ValueError(f"{names[e]}: actions have shape {actions.shape[1:]}, episode 0 has {first_actions.shape[1:]}")
-            _h5_read_into(actions, actions_out[a : a + n], n)
-            _h5_read_into(rewards, rewards_out[a : a + n], n)
+            _h5_read_into(actions, actions_out[a : a + n], n, names[e], "actions")
+            _h5_read_into(rewards, rewards_out[a : a + n], n, names[e], "rewards")
             if behaviour_out is not None:
                 if behaviour is None:
                     behaviour_out[a : a + n] = np.nan
                 else:
-                    _h5_read_into(behaviour, behaviour_out[a : a + n], n)
+                    _h5_read_into(behaviour, behaviour_out[a : a + n], n, names[e], _BEHAVIOUR)
     return _Columns(
         names, lengths_array, np.asarray(terminated, dtype=bool), finals, observations_out,
         actions_out, rewards_out, behaviour_out,
@@ -689,6 +703,8 @@ def _get_minari(
     act_leaf = act_leaves[0]
 
     data_format = metadata.get("data_format", "hdf5")
+    if not isinstance(data_format, str):
+        raise ValueError(f"{meta_path}: data_format is {data_format!r}, expected 'hdf5' or 'arrow'")
     if data_format == "hdf5":
         data = _read_hdf5(folder, obs_leaves, act_leaf)
     elif data_format == "arrow":
@@ -698,8 +714,8 @@ def _get_minari(
 
     lengths = data.lengths
     for key, found in (("total_episodes", len(lengths)), ("total_steps", int(lengths.sum()))):
-        if key in metadata and int(metadata[key]) != found:
-            raise ValueError(f"{meta_path} says {key}={int(metadata[key])} but the data holds {found}")
+        if key in metadata and _count(metadata[key], meta_path, key) != found:
+            raise ValueError(f"{meta_path} says {key}={metadata[key]!r} but the data holds {found}")
     starts, ends, _ = episode_layout(lengths, data.has_final)
     actions = data.actions
     if act_leaf.kind == "Discrete":

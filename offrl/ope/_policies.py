@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from ..algos.base import QLearningAlgoBase
 from ..constants import ActionSpace
-from ._logged import LoggedData, Observations, locate, take_rows
+from ._logged import LoggedData, locate, take_rows
 
 __all__ = [
     "DEFAULT_EPSILON",

@@ -5,7 +5,6 @@ through the same checks."""
 
 from __future__ import annotations
 
-import copy
 import importlib
 import os
 import pkgutil
@@ -34,7 +33,7 @@ for _module in pkgutil.iter_modules(offrl.algos.__path__):
 #: run the suite on another device, e.g. OFFRL_TEST_DEVICE=cuda:0 on a GPU machine
 DEVICE = os.environ.get("OFFRL_TEST_DEVICE", "cpu")
 
-CONFIGS = {name: cls for name, cls in sorted(registered("algorithm").items()) if not getattr(cls, "_contract_exempt", False)}
+CONFIGS = dict(sorted(registered("algorithm").items()))
 
 
 def _action_kinds(config_cls) -> list[bool]:
@@ -57,9 +56,21 @@ def _scalers(kind: str, discrete: bool) -> dict:
     return scalers
 
 
-def _make(name: str, kind: str, discrete: bool, device=DEVICE):
+def _evaluated(discrete: bool, kind: str, device=DEVICE, scalers: bool = True):
+    """The policy an algorithm that evaluates another (``evaluates_algorithm``:
+    FQE) is made around: behaviour cloning, built when first needed."""
+    config = (offrl.algos.DiscreteBCConfig if discrete else offrl.algos.BCConfig)(
+        batch_size=8, **(_scalers(kind, discrete) if scalers else {}))
+    return config.create(device=device)
+
+
+def _make(name: str, kind: str, discrete: bool, device=DEVICE, scalers: bool = True):
+    """``(config, algorithm)``; ``scalers=False`` leaves the scalers out (an
+    environment cannot fit a standard scaler)."""
     cls = CONFIGS[name]
-    config = cls(batch_size=8, **_scalers(kind, discrete))
+    config = cls(batch_size=8, **(_scalers(kind, discrete) if scalers else {}))
+    if cls.algorithm_class().evaluates_algorithm:
+        return config, cls.algorithm_class()(algo=_evaluated(discrete, kind, device, scalers), config=config, device=device)
     return config, config.create(device=device)
 
 
@@ -67,8 +78,23 @@ def _trainable(algo) -> bool:
     return algo.is_trainable
 
 
+def _build(algo, dataset) -> None:
+    if algo.evaluates_algorithm and not algo.algo.is_built:
+        algo.algo.build_with_dataset(dataset)
+    algo.build_with_dataset(dataset)
+
+
 def _fit(algo, dataset, steps: int = 3):
+    if algo.evaluates_algorithm and not algo.algo.is_built:
+        algo.algo.build_with_dataset(dataset)
     return algo.fit(dataset, n_steps=steps, n_steps_per_epoch=2, logger_adapter=NoopAdapterFactory(), show_progress=False)
+
+
+def _load(algo, path):
+    """A saved algorithm read back (one that evaluates another is given it again)."""
+    if algo.evaluates_algorithm:
+        return type(algo).load(path, algo=algo.algo, device=DEVICE)
+    return offrl.load_learnable(path, device=DEVICE)
 
 
 def _observations(dataset, n: int = 5):
@@ -108,7 +134,7 @@ def test_fit_predict_shapes(name, kind, discrete, dataset_factory):
     else:
         with pytest.raises((RuntimeError, TypeError, NotImplementedError)):
             _fit(algo, dataset)
-        algo.build_with_dataset(dataset)
+        _build(algo, dataset)
     assert config.to_dict() == before, "fit must not change the user's config"
 
     x = _observations(dataset)
@@ -139,10 +165,10 @@ def test_save_load_gives_identical_predictions(name, kind, discrete, tmp_path, d
     if _trainable(algo):
         _fit(algo, dataset, steps=2)
     else:
-        algo.build_with_dataset(dataset)
+        _build(algo, dataset)
     path = tmp_path / "model.d3"
     algo.save(path)
-    loaded = offrl.load_learnable(path, device=DEVICE)
+    loaded = _load(algo, path)
     assert type(loaded) is type(algo)
     assert loaded.grad_step == algo.grad_step
     assert loaded.config.to_dict() == algo.config.to_dict()
@@ -155,7 +181,7 @@ def test_save_load_gives_identical_predictions(name, kind, discrete, tmp_path, d
         return
     np.testing.assert_array_equal(loaded.predict_value(x, _actions(dataset)), expected)
     # load_model into a fresh algorithm of the same config
-    fresh = copy.deepcopy(algo.config).create(device=DEVICE)
+    fresh = clone(algo)
     fresh.load_model(path)
     np.testing.assert_array_equal(fresh.predict_value(x, _actions(dataset)), expected)
 
@@ -172,7 +198,7 @@ def test_same_seed_same_result(name, dataset_factory):
         if _trainable(algo):
             _fit(algo, dataset, steps=4)
         else:
-            algo.build_with_dataset(dataset)
+            _build(algo, dataset)
         offrl.seed(7)
         outputs.append((algo.predict(_observations(dataset)), algo.sample_action(_observations(dataset))))
     np.testing.assert_array_equal(outputs[0][0], outputs[1][0])
@@ -216,7 +242,7 @@ def test_bad_input(name, dataset_factory):
     _, algo = _make(name, "vector", discrete)
     with pytest.raises(RuntimeError, match="no networks"):
         algo.predict(_observations(dataset))
-    algo.build_with_dataset(dataset)
+    _build(algo, dataset)
     with pytest.raises(ValueError, match="shape"):
         algo.predict(np.zeros(3, dtype=np.float32))  # no batch dimension
     with pytest.raises(ValueError, match="shape"):
@@ -227,6 +253,8 @@ def test_bad_input(name, dataset_factory):
     other = make_dataset("vector", not discrete)
     if algo.get_action_type() != ActionSpace.BOTH and _trainable(algo):
         fresh = _make(name, "vector", discrete)[1]
+        if fresh.evaluates_algorithm:
+            fresh.algo.build_with_dataset(dataset)
         with pytest.raises(ValueError, match="actions"):
             fresh.fit(other, n_steps=1, logger_adapter=NoopAdapterFactory(), show_progress=False)
 
@@ -237,8 +265,9 @@ def test_build_with_env(name):
 
     discrete = _action_kinds(CONFIGS[name])[0]
     env = gymnasium.make("CartPole-v1" if discrete else "Pendulum-v1")
-    config = CONFIGS[name](batch_size=8)
-    algo = config.create(device=DEVICE)
+    _, algo = _make(name, "vector", discrete, scalers=False)
+    if algo.evaluates_algorithm:
+        algo.algo.build_with_env(env)
     algo.build_with_env(env)
     observation, _ = env.reset(seed=0)
     action = algo.predict(observation[None])[0]
@@ -249,7 +278,7 @@ def test_build_with_env(name):
         assert action.shape == (1,) and algo.observation_shape == (3,)
     env.step(int(action) if discrete else action)
     other = gymnasium.make("Pendulum-v1" if discrete else "CartPole-v1")
-    if algo.get_action_type() != ActionSpace.BOTH:
+    if algo.get_action_type() != ActionSpace.BOTH and not algo.evaluates_algorithm:
         with pytest.raises(ValueError, match="actions"):
             CONFIGS[name]().create(device=DEVICE).build_with_env(other)
 
@@ -283,7 +312,8 @@ def test_exported_policy_matches_predict(name, kind, discrete, tmp_path, dataset
                 assert got.dtype == np.float32
                 np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5)
         meta = policy.metadata
-        assert meta["algorithm"] == name and meta["action_space"] == ("discrete" if discrete else "continuous")
+        exported = algo.algo.config.get_type() if algo.evaluates_algorithm else name  # FQE exports the evaluated policy
+        assert meta["algorithm"] == exported and meta["action_space"] == ("discrete" if discrete else "continuous")
         assert int(meta["action_size"]) == 2
         assert json.loads(meta["observation_shapes"]) == ([[3], [1, 36, 36]] if kind == "tuple" else [[3]])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx", "policy.pt"]

@@ -79,11 +79,11 @@ def test_cql_losses_match_hand_computation(monkeypatch, soft_q_backup, small_enc
         a_pi, logp = fixed_sample(*policy_before(obs))
         actor_loss = (temp0 * logp - nets["q_function"].expected(obs, a_pi)[:, :, 0].min(dim=0).values).mean()
 
-    assert metrics["conservative_loss"] == pytest.approx(float(conservative), abs=1e-5)
-    assert metrics["critic_loss"] == pytest.approx(float(td_loss + conservative), abs=1e-5)
-    assert metrics["alpha_loss"] == pytest.approx(float(alpha_loss), abs=1e-5)
+    assert metrics["conservative_loss"] == pytest.approx(float(conservative), rel=1e-5, abs=1e-5)
+    assert metrics["critic_loss"] == pytest.approx(float(td_loss + conservative), rel=1e-5, abs=1e-5)
+    assert metrics["alpha_loss"] == pytest.approx(float(alpha_loss), rel=1e-5, abs=1e-5)
     assert metrics["alpha"] == pytest.approx(alpha0, abs=1e-6)
-    assert metrics["actor_loss"] == pytest.approx(float(actor_loss), abs=1e-5)
+    assert metrics["actor_loss"] == pytest.approx(float(actor_loss), rel=1e-5, abs=1e-5)
     assert metrics["temp"] == pytest.approx(temp0, abs=1e-6)
     assert set(metrics) == {"critic_loss", "actor_loss", "temp_loss", "temp", "alpha_loss", "alpha", "conservative_loss"}
     # Adam's first step moves log_alpha by lr, up while the gap exceeds the threshold
@@ -232,9 +232,9 @@ def test_discrete_cql_loss_matches_hand_computation(small_encoder, build_algo):
     td = sum(huber(q_now[i, rows, a] - y).mean() for i in range(2))
     conservative = sum((np.log(np.exp(q_now[i]).sum(axis=1)) - q_now[i, rows, a]).mean() for i in range(2))
     metrics = algo.update(batch)
-    assert metrics["td_loss"] == pytest.approx(float(td), abs=1e-5)
-    assert metrics["conservative_loss"] == pytest.approx(float(conservative), abs=1e-5)
-    assert metrics["loss"] == pytest.approx(float(td + alpha * conservative), abs=1e-5)
+    assert metrics["td_loss"] == pytest.approx(float(td), rel=1e-5, abs=1e-5)
+    assert metrics["conservative_loss"] == pytest.approx(float(conservative), rel=1e-5, abs=1e-5)
+    assert metrics["loss"] == pytest.approx(float(td + alpha * conservative), rel=1e-5, abs=1e-5)
 
 
 def test_discrete_cql_conservative_term_with_quantile_critics(small_encoder, build_algo):
@@ -247,8 +247,8 @@ def test_discrete_cql_conservative_term_with_quantile_critics(small_encoder, bui
     rows, a = np.arange(4), batch.actions[:, 0]
     conservative = (np.log(np.exp(q_now).sum(axis=1)) - q_now[rows, a]).mean()
     metrics = algo.update(batch)
-    assert metrics["conservative_loss"] == pytest.approx(float(conservative), abs=1e-5)
-    assert metrics["loss"] == pytest.approx(metrics["td_loss"] + 0.5 * metrics["conservative_loss"], abs=1e-5)
+    assert metrics["conservative_loss"] == pytest.approx(float(conservative), rel=1e-5, abs=1e-5)
+    assert metrics["loss"] == pytest.approx(metrics["td_loss"] + 0.5 * metrics["conservative_loss"], rel=1e-5, abs=1e-5)
 
 
 def _chain_dataset(n_states: int = 5, n_episodes: int = 200, seed: int = 0) -> MDPDataset:

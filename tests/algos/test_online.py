@@ -443,7 +443,7 @@ for _module in pkgutil.iter_modules(offrl.algos.__path__):
 #: the algorithms of offrl.algos that learn (off-policy evaluators such as FQE live elsewhere)
 TRAINABLE = {
     name: cls for name, cls in sorted(registered("algorithm").items())
-    if cls.__module__.startswith("offrl.algos.") and cls.algorithm_class().is_trainable and not getattr(cls, "_contract_exempt", False)
+    if cls.__module__.startswith("offrl.algos.") and cls.algorithm_class().is_trainable and not cls.algorithm_class().evaluates_algorithm
 }
 ONLINE_CASES = [
     (name, discrete)

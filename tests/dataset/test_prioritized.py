@@ -26,7 +26,6 @@ from offrl.dataset import (
     ReplayBuffer,
     Signature,
     SumTree,
-    create_infinite_replay_buffer,
     create_prioritized_replay_buffer,
 )
 

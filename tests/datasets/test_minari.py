@@ -18,7 +18,7 @@ from offrl.dataset import MDPDataset
 from offrl.datasets import get_minari, to_minari
 
 pa = pytest.importorskip("pyarrow")  # the `minari` extra; in the test extra too
-import pyarrow.ipc  # noqa: E402
+import pyarrow.ipc  # noqa: E402,F401 (loads pa.ipc)
 
 FORMATS = ["hdf5", "arrow"]
 

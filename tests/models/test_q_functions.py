@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
-from torch import nn
 
 from offrl.models import DefaultEncoderFactory, IQNQFunctionFactory, MeanQFunctionFactory, QRQFunctionFactory, VectorEncoderFactory
 from offrl.models.layers import EnsembleLinear

@@ -160,7 +160,7 @@ def test_config_defaults_are_d3rlpys():
         assert config.q_func_factory.get_type() == "mean"
         assert (config.batch_size, config.gamma, config.n_critics, config.target_update_interval) == (100, 0.99, 1, 100)
         assert config.observation_scaler is None and config.action_scaler is None and config.reward_scaler is None
-        assert cls._contract_exempt
+        assert cls.algorithm_class().evaluates_algorithm
         assert registered("algorithm")[config.get_type()] is cls
     assert (FQEConfig.get_type(), DiscreteFQEConfig.get_type()) == ("fqe", "discrete_fqe")
 
@@ -674,7 +674,7 @@ def test_default_configs_and_config_create():
     assert type(DiscreteFQE(algo=dqn, config=FQEConfig()).config) is FQEConfig  # d3rlpy's way
     created = DiscreteFQEConfig().create(algo=dqn)
     assert type(created) is DiscreteFQE and created.algo is dqn
-    with pytest.raises(TypeError, match="algorithm it evaluates"):
+    with pytest.raises(NotImplementedError, match="algorithm it evaluates"):  # as d3rlpy
         DiscreteFQEConfig().create()
     iql = _trained_algo("vector", False, _dataset("vector", False))
     assert type(FQE(algo=iql).config) is FQEConfig
