@@ -3,6 +3,8 @@
 from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainStepResult, parse_device
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
 from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
+from .ddpg import DDPG, DDPGConfig
+from .discrete_sac import DiscreteSAC, DiscreteSACConfig
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
 from .fqe import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig  # noqa: F401 (registered; offrl.ope re-exports them)
 from .explorers import (
@@ -16,8 +18,10 @@ from .explorers import (
 )
 from .hooks import LinearInterpolationHook, combine_callbacks, set_config, set_learning_rate
 from .iql import IQL, IQLConfig
+from .nfq import NFQ, NFQConfig
 from .random_policy import DiscreteRandomPolicy, DiscreteRandomPolicyConfig, RandomPolicy, RandomPolicyConfig
 from .sac import SAC, SACConfig
+from .td3 import TD3, TD3Config
 from .td3_plus_bc import TD3PlusBC, TD3PlusBCConfig
 
 __all__ = [
@@ -44,6 +48,14 @@ __all__ = [
     "IQL",
     "TD3PlusBCConfig",
     "TD3PlusBC",
+    "NFQConfig",
+    "NFQ",
+    "DDPGConfig",
+    "DDPG",
+    "TD3Config",
+    "TD3",
+    "DiscreteSACConfig",
+    "DiscreteSAC",
     "RandomPolicyConfig",
     "RandomPolicy",
     "DiscreteRandomPolicyConfig",

@@ -105,16 +105,23 @@ class DQN(QLearningAlgoBase):
     _q_modules = ("q_function", "targ_q_function")
     _q_optim = "optim"
     _double = False
+    #: False: bootstrap from the online network itself (NFQ)
+    _has_target_network = True
 
     def _build(self, observation_shape, action_size: int) -> None:
         cfg = self._config
         q = cfg.q_func_factory.create(cfg.encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=True)
         self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        if self._has_target_network:
+            self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
         self._add_optimizer("optim", cfg.optim_factory, [q], cfg.learning_rate)
 
+    def _target_q_function(self) -> nn.Module:
+        """The network the target bootstraps from (the online one without a target network)."""
+        return self._nets["targ_q_function" if self._has_target_network else "q_function"]
+
     def _update(self, batch, grad_step: int) -> TrainStepResult:
-        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
+        q, targ = self._nets["q_function"], self._target_q_function()
         with torch.no_grad():
             target = td_target(
                 batch.rewards, self._next_value(batch.next_observations), batch.terminals, self._config.gamma, batch.intervals
@@ -126,14 +133,14 @@ class DQN(QLearningAlgoBase):
         optim.zero_grad()
         loss.backward()
         optim.step()
-        if (grad_step + 1) % int(self._config.target_update_interval) == 0:
+        if self._has_target_network and (grad_step + 1) % int(self._config.target_update_interval) == 0:
             hard_update(targ, q)
         return TrainStepResult({"loss": loss.detach()}, td_errors)
 
     def _next_value(self, next_observations) -> torch.Tensor:
         """``Q_target(s', a*)`` reduced over the ensemble, ``(B, N)``: one
         target forward pass for all actions, then a gather."""
-        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
+        q, targ = self._nets["q_function"], self._target_q_function()
         dist = targ.distribution(next_observations, greedy_taus=False)  # (E, B, A, N)
         chooser = q.expected(next_observations) if self._double else dist.mean(dim=-1)
         next_action = chooser.mean(dim=0).argmax(dim=-1)  # (B,)

@@ -24,22 +24,16 @@ critics with ``tau``. On steps without a policy update the reported
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from typing import Dict
 
 import torch
-from torch import nn
 
-from ..constants import ActionSpace
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.policies import DeterministicPolicy
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
-from ._common import freeze, no_param_grads, soft_update, td_target
-from .base import QLearningAlgoBase
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .td3 import TD3, smooth_target_action
 
 __all__ = ["TD3PlusBCConfig", "TD3PlusBC", "smooth_target_action"]
 
@@ -88,79 +82,11 @@ class TD3PlusBCConfig(LearnableConfig):
         return TD3PlusBC
 
 
-def smooth_target_action(action: torch.Tensor, sigma: float, clip: float) -> torch.Tensor:
-    """``clip(action + clip(N(0, sigma^2), -clip, clip), -1, 1)``: TD3's
-    target policy smoothing."""
-    noise = (torch.randn_like(action) * sigma).clamp(-clip, clip)
-    return (action + noise).clamp(-1.0, 1.0)
+class TD3PlusBC(TD3):
+    """TD3+BC (see the module docstring): :class:`~offrl.algos.td3.TD3`
+    whose policy loss adds the behaviour-cloning term."""
 
-
-class TD3PlusBC(QLearningAlgoBase):
-    """TD3+BC (see the module docstring)."""
-
-    _action_type = ActionSpace.CONTINUOUS
-    has_q_function = True
-    _policy_module = "policy"
-    _q_modules = ("q_function", "targ_q_function")
-    _policy_optim = "actor_optim"
-    _q_optim = "critic_optim"
-
-    def _build(self, observation_shape, action_size: int) -> None:
-        cfg = self._config
-        encoder = cfg.actor_encoder_factory.create(observation_shape)
-        policy = DeterministicPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
-        q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
-        self._add_module("policy", policy)
-        self._add_module("targ_policy", freeze(copy.deepcopy(policy)))
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
-        # reported on steps without a policy update until the first one
-        self._last_actor_loss = torch.zeros((), device=self._device)
-
-    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
-        cfg = self._config
-        nets = self._nets
-        q, targ_q, policy, targ_policy = nets["q_function"], nets["targ_q_function"], nets["policy"], nets["targ_policy"]
-        obs, actions = batch.observations, batch.actions
-
-        with torch.no_grad():
-            next_actions = smooth_target_action(
-                targ_policy(batch.next_observations), float(cfg.target_smoothing_sigma), float(cfg.target_smoothing_clip)
-            )
-            next_dist, _ = targ_q.at_action(batch.next_observations, next_actions)
-            target = td_target(batch.rewards, targ_q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
-        pred, taus = q.at_action(obs, actions)
-        critic_loss = q.loss(pred, target, taus)
-        critic_optim = self._optims["critic_optim"]
-        critic_optim.zero_grad()
-        critic_loss.backward()
-        critic_optim.step()
-
-        if grad_step % int(cfg.update_actor_interval) == 0:
-            # gradients flow through the critic to the action, not into its weights
-            with no_param_grads(q):
-                policy_actions = policy(obs)
-                q_first = q.expected(obs, policy_actions)[0]  # (B, 1)
-                lam = float(cfg.alpha) / q_first.abs().mean().detach()
-                actor_loss = -lam * q_first.mean() + ((policy_actions - actions) ** 2).mean()
-                actor_optim = self._optims["actor_optim"]
-                actor_optim.zero_grad()
-                actor_loss.backward()
-                actor_optim.step()
-            soft_update(targ_q, q, float(cfg.tau))
-            soft_update(targ_policy, policy, float(cfg.tau))
-            self._last_actor_loss = actor_loss.detach()
-
-        return {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss}
-
-    def _predict(self, x) -> torch.Tensor:
-        return self._nets["policy"](x)
-
-    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._nets["q_function"].expected(x, action).mean(dim=0)
-
-    def policy_module(self) -> nn.Module:
-        self._require_built()
-        return self._nets["policy"]
+    def _actor_loss(self, batch, policy_actions: torch.Tensor) -> torch.Tensor:
+        q_first = self._nets["q_function"].expected(batch.observations, policy_actions)[0]  # (B, 1)
+        lam = float(self._config.alpha) / q_first.abs().mean().detach()
+        return -lam * q_first.mean() + ((policy_actions - batch.actions) ** 2).mean()

@@ -1,0 +1,168 @@
+"""Deep Deterministic Policy Gradients.
+
+DDPG (Lillicrap et al., 2016, "Continuous control with deep reinforcement
+learning", https://arxiv.org/abs/1509.02971) trains a deterministic policy
+``pi`` (a tanh-squashed action) against Q-functions ``Q_1..Q_E`` (one by
+default) with target copies ``pi'`` and ``Q'``:
+
+    y          = r + gamma^k (1 - d) min_j Q'_j(s', pi'(s'))
+    L_Q(theta) = sum_i E_{(s, a, r, s') ~ D} [ l(y - Q_theta_i(s, a)) ]
+    L_pi(phi)  = -E_{s ~ D} [ Q_theta_1(s, pi_phi(s)) ]
+
+with ``k`` the transition's interval, ``d`` its terminal flag and ``l`` the
+squared error (the quantile Huber loss for QR / IQN Q-functions). Each step
+updates the critics, then the policy (against the updated first critic;
+gradients reach the policy through the action, the critics' weights are
+left alone), then moves both target networks towards the online ones by
+``tau`` (Polyak averaging).
+
+:class:`DDPG` is also the base of :class:`~offrl.algos.td3.TD3` and
+:class:`~offrl.algos.td3_plus_bc.TD3PlusBC`, which change it through three
+hooks: the target action (:meth:`DDPG._target_actions`), how often the
+policy and targets move (:meth:`DDPG._actor_interval`) and the policy loss
+(:meth:`DDPG._actor_loss`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Dict
+
+import torch
+from torch import nn
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.policies import DeterministicPolicy
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..serialization import register
+from ._common import freeze, no_param_grads, soft_update, td_target
+from .base import QLearningAlgoBase
+from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+
+__all__ = ["DDPGConfig", "DDPG"]
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class DDPGConfig(LearnableConfig):
+    """Config of DDPG (see the module docstring for the losses).
+
+    Args:
+        actor_learning_rate: learning rate of the policy.
+        critic_learning_rate: learning rate of the Q-functions.
+        actor_optim_factory: optimizer of the policy (Adam).
+        critic_optim_factory: optimizer of the Q-functions (Adam).
+        actor_encoder_factory: encoder of the policy.
+        critic_encoder_factory: encoder of the Q-functions.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        tau: Polyak averaging factor of the target networks.
+        n_critics: number of Q-functions (the target takes their minimum).
+    """
+
+    batch_size: int = param(256, check=POSITIVE_INT)
+    actor_learning_rate: float = param(3e-4, check=POSITIVE)
+    critic_learning_rate: float = param(3e-4, check=POSITIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    n_critics: int = param(1, check=POSITIVE_INT)
+
+    @staticmethod
+    def get_type() -> str:
+        return "ddpg"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DDPG
+
+
+class DDPG(QLearningAlgoBase):
+    """Deep Deterministic Policy Gradients (see the module docstring).
+
+    Subclasses (TD3, TD3+BC) redefine :meth:`_target_actions`,
+    :meth:`_actor_interval` and :meth:`_actor_loss`; the networks, their
+    names in model files and the order of the steps are shared."""
+
+    _action_type = ActionSpace.CONTINUOUS
+    has_q_function = True
+    _policy_module = "policy"
+    _q_modules = ("q_function", "targ_q_function")
+    _policy_optim = "actor_optim"
+    _q_optim = "critic_optim"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        encoder = cfg.actor_encoder_factory.create(observation_shape)
+        policy = DeterministicPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
+        q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
+        self._add_module("policy", policy)
+        self._add_module("targ_policy", freeze(copy.deepcopy(policy)))
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
+        # reported on steps without a policy update until the first one
+        self._last_actor_loss = torch.zeros((), device=self._device)
+
+    # ------------------------------------------------------------- hooks
+    def _target_actions(self, next_observations: Any) -> torch.Tensor:
+        """The action the critic target is evaluated at (no gradient): the
+        target policy's, ``(B, action_size)``."""
+        return self._nets["targ_policy"](next_observations)
+
+    def _actor_interval(self) -> int:
+        """Critic steps per policy-and-target step (1: every step)."""
+        return 1
+
+    def _actor_loss(self, batch: Any, policy_actions: torch.Tensor) -> torch.Tensor:
+        """The policy's loss at its actions ``pi(s)`` (gradients flow into
+        the policy through the critic): ``-mean Q_1(s, pi(s))``."""
+        return -self._nets["q_function"].expected(batch.observations, policy_actions)[0].mean()
+
+    # -------------------------------------------------------------- step
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        nets = self._nets
+        q, targ_q, policy, targ_policy = nets["q_function"], nets["targ_q_function"], nets["policy"], nets["targ_policy"]
+
+        with torch.no_grad():
+            next_actions = self._target_actions(batch.next_observations)
+            next_dist, _ = targ_q.at_action(batch.next_observations, next_actions)
+            target = td_target(batch.rewards, targ_q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
+        pred, taus = q.at_action(batch.observations, batch.actions)
+        critic_loss = q.loss(pred, target, taus)
+        critic_optim = self._optims["critic_optim"]
+        critic_optim.zero_grad()
+        critic_loss.backward()
+        critic_optim.step()
+
+        if grad_step % self._actor_interval() == 0:
+            # gradients flow through the critic to the action, not into its weights
+            with no_param_grads(q):
+                actor_loss = self._actor_loss(batch, policy(batch.observations))
+                actor_optim = self._optims["actor_optim"]
+                actor_optim.zero_grad()
+                actor_loss.backward()
+                actor_optim.step()
+            soft_update(targ_q, q, float(cfg.tau))
+            soft_update(targ_policy, policy, float(cfg.tau))
+            self._last_actor_loss = actor_loss.detach()
+
+        return {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss}
+
+    # ---------------------------------------------------------- acting
+    def _predict(self, x) -> torch.Tensor:
+        return self._nets["policy"](x)
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        return self._nets["q_function"].expected(x, action).mean(dim=0)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        return self._nets["policy"]

@@ -1,0 +1,218 @@
+"""Soft Actor-Critic for discrete actions.
+
+Discrete SAC (Christodoulou, 2019, "Soft Actor-Critic for Discrete Action
+Settings", https://arxiv.org/abs/1910.07207) trains a categorical policy
+``pi`` against an ensemble of critics ``Q_1..Q_E`` that output a value per
+action (twin critics by default). With the policy's full distribution the
+expectations over actions are exact sums:
+
+    critic:  L(theta_i) = E_{(s, a, r, s') ~ D} [ l(y - Q_i(s, a)) ]
+             y = r + gamma^k (1 - d) sum_a' pi(a'|s') ( min_j Q'_j(s', a') - alpha log pi(a'|s') )
+    actor:   J(phi) = E_{s ~ D} [ sum_a pi_phi(a|s) ( alpha log pi_phi(a|s) - min_i Q_i(s, a) ) ]
+    temperature, alpha = exp(log_alpha):
+             J(log_alpha) = -E_{s ~ D} [ alpha ( sum_a pi(a|s) log pi(a|s) + H ) ],   H = 0.98 log(action_size)
+
+``l`` is the Huber loss (the quantile Huber loss for QR / IQN critics,
+whose ensemble minimum picks, per action, the member with the lowest mean);
+``k`` is the transition's interval and ``d`` its terminal flag. The
+critic losses are summed over the ensemble. As in d3rlpy 2.8.1:
+
+* each step updates the critics, then the temperature, then the policy
+  (the actor loss uses the temperature just updated and the updated
+  critics, without gradient into them);
+* the target critics ``Q'`` are copied from the critics on steps where
+  ``grad_step % target_update_interval == 0``;
+* the temperature is fixed at ``initial_temperature`` when
+  ``temp_learning_rate`` is 0, and ``initial_temperature=0`` drops the
+  entropy terms (then ``temp_learning_rate`` must be 0);
+* ``predict`` is the most probable action, ``sample_action`` draws from
+  ``pi``, and ``predict_value`` is the ensemble mean of ``Q(s, a)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Dict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.parameters import ScalarParameter
+from ..models.policies import ArgmaxPolicy, CategoricalPolicy
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..serialization import register
+from ._common import freeze, hard_update, td_target
+from .base import QLearningAlgoBase
+from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
+
+__all__ = ["DiscreteSACConfig", "DiscreteSAC", "target_entropy", "ensemble_min_per_action"]
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class DiscreteSACConfig(LearnableConfig):
+    """Config of discrete Soft Actor-Critic (see the module docstring).
+
+    Args:
+        actor_learning_rate: learning rate of the policy.
+        critic_learning_rate: learning rate of the Q-functions.
+        temp_learning_rate: learning rate of the temperature (0: fixed).
+        actor_optim_factory, critic_optim_factory, temp_optim_factory: optimizers.
+        actor_encoder_factory, critic_encoder_factory: encoders of the policy
+            and of the Q-functions.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        n_critics: number of Q-functions in the ensemble.
+        initial_temperature: initial entropy temperature ``alpha`` (0: no
+            entropy terms).
+        target_update_interval: steps between copies of the critics into
+            the target critics.
+    """
+
+    batch_size: int = param(64, check=POSITIVE_INT)
+    actor_learning_rate: float = param(3e-4, check=POSITIVE)
+    critic_learning_rate: float = param(3e-4, check=POSITIVE)
+    temp_learning_rate: float = param(3e-4, check=NON_NEGATIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    temp_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    n_critics: int = param(2, check=POSITIVE_INT)
+    initial_temperature: float = param(1.0, check=NON_NEGATIVE)
+    target_update_interval: int = param(8000, check=POSITIVE_INT)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.initial_temperature == 0 and self.temp_learning_rate > 0:
+            raise ValueError(
+                "initial_temperature=0 turns the entropy terms off, so there is no temperature to learn: "
+                f"temp_learning_rate must be 0, got {self.temp_learning_rate}"
+            )
+
+    @staticmethod
+    def get_type() -> str:
+        return "discrete_sac"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DiscreteSAC
+
+
+def target_entropy(action_size: int) -> float:
+    """``0.98 log(action_size)``: 98 % of the uniform policy's entropy."""
+    return 0.98 * math.log(action_size)
+
+
+def ensemble_min_per_action(dist: torch.Tensor) -> torch.Tensor:
+    """``(E, B, A, N)`` value distributions -> ``(B, A, N)``: for each state
+    and action, the member with the lowest mean (the plain minimum for
+    scalar values)."""
+    if dist.shape[0] == 1:
+        return dist[0]
+    if dist.shape[-1] == 1:
+        return dist.min(dim=0).values
+    index = dist.mean(dim=-1).argmin(dim=0)  # (B, A)
+    index = index.view(1, *index.shape, 1).expand(1, -1, -1, dist.shape[-1])
+    return dist.gather(0, index)[0]
+
+
+class DiscreteSAC(QLearningAlgoBase):
+    """Soft Actor-Critic for discrete actions (see the module docstring)."""
+
+    _action_type = ActionSpace.DISCRETE
+    has_q_function = True
+    _policy_module = "policy"
+    _q_modules = ("q_function", "targ_q_function")
+    _policy_optim = "actor_optim"
+    _q_optim = "critic_optim"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        encoder = cfg.actor_encoder_factory.create(observation_shape)
+        policy = self._add_module("policy", CategoricalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size))
+        q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=True)
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
+        if cfg.initial_temperature > 0:
+            log_temp = self._add_module("log_temp", ScalarParameter(cfg.initial_temperature))
+            if cfg.temp_learning_rate > 0:
+                self._add_optimizer("temp_optim", cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
+
+    def _temperature(self) -> torch.Tensor:
+        """``alpha`` as a 0-dim tensor (0 without entropy terms)."""
+        if "log_temp" in self._nets:
+            return self._nets["log_temp"]()
+        return torch.zeros((), device=self._device)
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        policy, q, targ = self._nets["policy"], self._nets["q_function"], self._nets["targ_q_function"]
+
+        # critics
+        with torch.no_grad():
+            next_log_probs = F.log_softmax(policy(batch.next_observations), dim=-1)  # (B, A)
+            next_dist = ensemble_min_per_action(targ.distribution(batch.next_observations, greedy_taus=False))  # (B, A, N)
+            soft = next_dist - (self._temperature() * next_log_probs).unsqueeze(-1)
+            next_value = (next_log_probs.exp().unsqueeze(-1) * soft).sum(dim=1)  # (B, N)
+            target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
+        pred, taus = q.at_action(batch.observations, batch.actions)
+        critic_loss = q.loss(pred, target, taus)
+        critic_optim = self._optims["critic_optim"]
+        critic_optim.zero_grad()
+        critic_loss.backward()
+        critic_optim.step()
+
+        # temperature, then the policy with the updated temperature
+        with torch.no_grad():
+            q_values = q.expected(batch.observations).min(dim=0).values  # (B, A)
+        log_probs = F.log_softmax(policy(batch.observations), dim=-1)
+        probs = log_probs.exp()
+        temp_optim = self._optims.get("temp_optim")
+        if temp_optim is not None:
+            with torch.no_grad():
+                gap = (probs * log_probs).sum(dim=1) + target_entropy(int(self._action_size))  # (B,)
+            temp_loss = -(self._nets["log_temp"]() * gap).mean()
+            temp_optim.zero_grad()
+            temp_loss.backward()
+            temp_optim.step()
+            temp_loss = temp_loss.detach()
+        else:
+            temp_loss = torch.zeros((), device=critic_loss.device)
+        temp = self._temperature().detach()
+        actor_loss = (probs * (temp * log_probs - q_values)).sum(dim=1).mean()
+        actor_optim = self._optims["actor_optim"]
+        actor_optim.zero_grad()
+        actor_loss.backward()
+        actor_optim.step()
+
+        if grad_step % int(cfg.target_update_interval) == 0:
+            hard_update(targ, q)
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "temp_loss": temp_loss, "temp": temp}
+
+    def _predict(self, x) -> torch.Tensor:
+        return self._nets["policy"](x).argmax(dim=-1)
+
+    def _sample(self, x) -> torch.Tensor:
+        probs = torch.softmax(self._nets["policy"](x), dim=-1)
+        return torch.multinomial(probs, 1).squeeze(1)
+
+    def _action_probabilities(self, x) -> torch.Tensor:
+        """``softmax(logits)``, ``(B, A)``: the distribution ``sample_action`` draws from (for :mod:`offrl.ope`)."""
+        return torch.softmax(self._nets["policy"](x), dim=-1)
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        values = self._nets["q_function"].expected(x).mean(dim=0)
+        return values.gather(1, action.long().view(-1, 1)).squeeze(1)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        return ArgmaxPolicy(self._nets["policy"])

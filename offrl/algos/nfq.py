@@ -1,0 +1,68 @@
+"""Neural Fitted Q Iteration.
+
+NFQ (Riedmiller, 2005, "Neural Fitted Q Iteration - First Experiences with
+a Data Efficient Neural Reinforcement Learning Method") regresses Q on a
+target bootstrapped from the current network itself:
+
+    L(theta) = E_{(s, a, r, s') ~ D} [ l( r + gamma^k (1 - d) max_a' Q_theta-(s', a') - Q_theta(s, a) ) ]
+
+where ``theta-`` are the current weights with no gradient through them,
+``l`` the Huber loss (the quantile Huber loss for QR / IQN Q-functions),
+``k`` the transition's interval and ``d`` its terminal flag. It is DQN
+(:mod:`offrl.algos.dqn`) without a target network: d3rlpy 2.8.1 builds NFQ
+as DQN whose target network is copied after every step, which gives the
+same numbers as bootstrapping from the online network, so no copy is kept
+here (nor saved). With ``n_critics > 1`` the greedy next action uses the
+ensemble mean and the target the ensemble minimum; prioritized replay works
+as for DQN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..serialization import register
+from .config import POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
+from .dqn import DQN
+
+__all__ = ["NFQConfig", "NFQ"]
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class NFQConfig(LearnableConfig):
+    """Config of NFQ (see the module docstring for the loss).
+
+    Args:
+        learning_rate: optimizer learning rate.
+        optim_factory: optimizer (Adam by default).
+        encoder_factory: encoder of the Q-function.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        n_critics: ensemble size.
+    """
+
+    batch_size: int = param(32, check=POSITIVE_INT)
+    learning_rate: float = param(6.25e-5, check=POSITIVE)
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    n_critics: int = param(1, check=POSITIVE_INT)
+
+    @staticmethod
+    def get_type() -> str:
+        return "nfq"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return NFQ
+
+
+class NFQ(DQN):
+    """Neural Fitted Q Iteration (see the module docstring): DQN that
+    bootstraps from its own network."""
+
+    _q_modules = ("q_function",)
+    _has_target_network = False

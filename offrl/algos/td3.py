@@ -1,0 +1,102 @@
+"""Twin Delayed Deep Deterministic Policy Gradients.
+
+TD3 (Fujimoto, van Hoof and Meger, 2018, "Addressing Function Approximation
+Error in Actor-Critic Methods", https://arxiv.org/abs/1802.09477) is DDPG
+(:mod:`offrl.algos.ddpg`) with three changes against overestimation:
+
+* twin critics (``n_critics=2``), the target taking their minimum;
+* target policy smoothing: the target action is perturbed by clipped
+  Gaussian noise,
+
+      a' = clip(pi'(s') + clip(eps, -c, c), -1, 1),   eps ~ N(0, sigma^2)
+      y  = r + gamma^k (1 - d) min_j Q'_j(s', a')
+
+  with ``sigma = target_smoothing_sigma`` and ``c = target_smoothing_clip``;
+* delayed policy updates: the critics are updated every step, the policy
+  (``L_pi = -E Q_1(s, pi(s))``) and both target networks only on steps
+  where ``grad_step % update_actor_interval == 0`` (as in d3rlpy). On the
+  other steps the reported ``actor_loss`` is the last one computed (0
+  before the first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..serialization import register
+from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .ddpg import DDPG
+
+__all__ = ["TD3Config", "TD3", "smooth_target_action"]
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class TD3Config(LearnableConfig):
+    """Config of TD3 (see the module docstring for the losses).
+
+    Args:
+        actor_learning_rate: learning rate of the policy.
+        critic_learning_rate: learning rate of the Q-functions.
+        actor_optim_factory: optimizer of the policy (Adam).
+        critic_optim_factory: optimizer of the Q-functions (Adam).
+        actor_encoder_factory: encoder of the policy.
+        critic_encoder_factory: encoder of the Q-functions.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        tau: Polyak averaging factor of the target networks.
+        n_critics: number of Q-functions.
+        target_smoothing_sigma: standard deviation of the target policy noise.
+        target_smoothing_clip: the target policy noise is clipped to ``[-clip, clip]``.
+        update_actor_interval: critic steps per policy (and target) update.
+    """
+
+    batch_size: int = param(256, check=POSITIVE_INT)
+    actor_learning_rate: float = param(3e-4, check=POSITIVE)
+    critic_learning_rate: float = param(3e-4, check=POSITIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    n_critics: int = param(2, check=POSITIVE_INT)
+    target_smoothing_sigma: float = param(0.2, check=NON_NEGATIVE)
+    target_smoothing_clip: float = param(0.5, check=NON_NEGATIVE)
+    update_actor_interval: int = param(2, check=POSITIVE_INT)
+
+    @staticmethod
+    def get_type() -> str:
+        return "td3"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return TD3
+
+
+def smooth_target_action(action: torch.Tensor, sigma: float, clip: float) -> torch.Tensor:
+    """``clip(action + clip(N(0, sigma^2), -clip, clip), -1, 1)``: TD3's
+    target policy smoothing."""
+    noise = (torch.randn_like(action) * sigma).clamp(-clip, clip)
+    return (action + noise).clamp(-1.0, 1.0)
+
+
+class TD3(DDPG):
+    """TD3 (see the module docstring): DDPG with a smoothed target action
+    and delayed policy/target updates. Works with any config that has
+    ``target_smoothing_sigma``, ``target_smoothing_clip`` and
+    ``update_actor_interval`` (TD3+BC's too)."""
+
+    def _target_actions(self, next_observations: Any) -> torch.Tensor:
+        cfg = self._config
+        return smooth_target_action(
+            self._nets["targ_policy"](next_observations), float(cfg.target_smoothing_sigma), float(cfg.target_smoothing_clip)
+        )
+
+    def _actor_interval(self) -> int:
+        return int(self._config.update_actor_interval)
