@@ -34,7 +34,7 @@ class Policy:
     def act(self, observations: List[np.ndarray]) -> np.ndarray:
         """``observations``: one batch array per input (batch axis first)."""
         feed = {name: np.asarray(o, dtype=np.float32) for name, o in zip(self.inputs, observations)}
-        return self.session.run(["action"], feed)[0]
+        return self.session.run(None, feed)[0]  # one output: output_0 (older files: action)
 
 
 def _rows(lines) -> np.ndarray:

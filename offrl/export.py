@@ -2,10 +2,13 @@
 
 The exported graph holds the observation scaler, the greedy policy and the
 action scaler's inverse: it takes raw observations (float32, batch axis
-dynamic; one input per element of a tuple observation, named
-``observation`` or ``observation_<k>``) and returns ``action`` in the
-environment's units (float32), or action indices (int64) for discrete
-policies. After writing, the file is loaded back (``torch.jit.load`` /
+dynamic; one input per element of a tuple observation, named ``input_0``,
+``input_1``, ... as d3rlpy names them) and returns ``output_0``: actions in
+the environment's units (float32), or action indices (int64) for discrete
+policies. Unlike d3rlpy's export (batch fixed to 1), any batch size works.
+Files written by older offrl versions (inputs ``observation`` /
+``observation_<k>``, output ``action``) still load: the loaders read the
+names from the graph. After writing, the file is loaded back (``torch.jit.load`` /
 onnxruntime) and compared with ``algo.predict`` on a few observations; a
 mismatch is an error and no file is left behind.
 """
@@ -62,11 +65,14 @@ class PolicyGraph(nn.Module):
         return action
 
 
+#: name of the exported graph's output (d3rlpy's name)
+OUTPUT_NAME = "output_0"
+
+
 def _input_names(algo: Any) -> List[str]:
+    """``input_0``, ``input_1``, ...: one per observation element, as d3rlpy."""
     shape = algo.observation_shape
-    if isinstance(shape, list):
-        return [f"observation_{k}" for k in range(len(shape))]
-    return ["observation"]
+    return [f"input_{k}" for k in range(len(shape) if isinstance(shape, list) else 1)]
 
 
 def _example_inputs(algo: Any, batch: int, seed: int = 0) -> List[np.ndarray]:
@@ -162,11 +168,11 @@ def _export_onnx(graph: nn.Module, example: List[torch.Tensor], algo: Any, tmp: 
 
     names = _input_names(algo)
     axes = {name: {0: "batch"} for name in names}
-    axes["action"] = {0: "batch"}
+    axes[OUTPUT_NAME] = {0: "batch"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            graph, tuple(example), tmp, input_names=names, output_names=["action"],
+            graph, tuple(example), tmp, input_names=names, output_names=[OUTPUT_NAME],
             dynamic_axes=axes, dynamo=False, opset_version=17,
         )
     model = onnx.load(tmp)
@@ -184,12 +190,17 @@ class _OnnxPolicy:
         if threads is not None:
             options.intra_op_num_threads = int(threads)
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        # read from the graph: files from before the d3rlpy names
+        # (``observation``/``action``) keep working
         self.names = [i.name for i in self.session.get_inputs()]
+        self.output_name = self.session.get_outputs()[0].name
         self.metadata = dict(self.session.get_modelmeta().custom_metadata_map)
 
     def __call__(self, *observations: np.ndarray) -> np.ndarray:
+        if len(observations) != len(self.names):
+            raise ValueError(f"this policy takes {len(self.names)} observation input(s) {self.names}, got {len(observations)}")
         feed = {n: np.asarray(o, dtype=np.float32) for n, o in zip(self.names, observations)}
-        return self.session.run(["action"], feed)[0]
+        return self.session.run([self.output_name], feed)[0]
 
     def predict(self, x: Any) -> np.ndarray:
         """``algo.predict``'s interface (a batch, or a list for tuple observations)."""

@@ -32,7 +32,7 @@ On the deployment machine: ``pip install numpy onnxruntime`` and copy
 
     import onnxruntime, numpy as np
     session = onnxruntime.InferenceSession("policy.onnx")
-    action = session.run(["action"], {"observation": obs[None].astype(np.float32)})[0][0]
+    action = session.run(None, {"input_0": obs[None].astype(np.float32)})[0][0]
 """
 
 from __future__ import annotations

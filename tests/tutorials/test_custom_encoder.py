@@ -28,7 +28,7 @@ def test_custom_encoder_trains_saves_loads_and_exports(tutorial, tmp_path):
     assert result["same_values"]
 
     session = onnxruntime.InferenceSession(result["onnx_path"], providers=["CPUExecutionProvider"])
-    np.testing.assert_array_equal(session.run(["action"], {"observation": x})[0], actions)
+    np.testing.assert_array_equal(session.run(None, {"input_0": x})[0], actions)
     assert result["onnx_matches"]
 
     # SAC's two critics take observation (3) + action (1) through create_with_action

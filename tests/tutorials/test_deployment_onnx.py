@@ -23,7 +23,7 @@ def test_exported_policy_runs_without_torch_and_matches(tutorial, tmp_path):
 
     # the same file, opened here, takes raw observations and carries its metadata
     session = onnxruntime.InferenceSession(result["onnx_path"], providers=["CPUExecutionProvider"])
-    (actions,) = session.run(["action"], {"observation": observations.astype(np.float32)})
+    (actions,) = session.run(None, {"input_0": observations.astype(np.float32)})
     np.testing.assert_allclose(actions, algo.predict(observations), rtol=1e-5, atol=1e-5)
     assert result["metadata"]["action_space"] == "continuous"
     assert result["metadata"]["observation_shapes"] == "[[3]]"

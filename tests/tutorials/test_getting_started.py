@@ -34,7 +34,7 @@ def test_fit_evaluate_save_load_export(tutorial, tmp_path, capsys):
     actions = algo.predict(x)
     np.testing.assert_array_equal(loaded.predict_value(x, actions), algo.predict_value(x, actions))
     session = onnxruntime.InferenceSession(result["onnx_path"], providers=["CPUExecutionProvider"])
-    (onnx_actions,) = session.run(["action"], {"observation": x.astype(np.float32)})
+    (onnx_actions,) = session.run(None, {"input_0": x.astype(np.float32)})
     np.testing.assert_array_equal(onnx_actions, actions)
     assert result["same_actions"] and result["same_values"] and result["onnx_matches"]
     assert len(result["returns"]) == 1

@@ -45,7 +45,7 @@ def test_scalers_are_fitted_saved_and_exported(tutorial, tmp_path):
     np.testing.assert_array_equal(result["loaded"].observation_scaler.mean.numpy(), fitted.mean.numpy())
     x = test.to_arrays()["observations"]
     session = onnxruntime.InferenceSession(result["onnx_path"], providers=["CPUExecutionProvider"])
-    np.testing.assert_array_equal(session.run(["action"], {"observation": x})[0],
+    np.testing.assert_array_equal(session.run(None, {"input_0": x})[0],
                                   runs["standardised"]["algo"].predict(x))
 
 
