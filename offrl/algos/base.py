@@ -454,14 +454,18 @@ class QLearningAlgoBase:
 
     # ---------------------------------------------------------- inference
     def observation_tensor(self, x: Any, name: str = "x") -> Any:
-        """``x`` checked against the observation shape and moved to the
-        device as raw (unscaled) tensors: a tensor, or a list for tuple
-        observations."""
+        """``x`` checked and moved to the device as raw (unscaled) tensors: a
+        tensor, or a list for tuple observations.
+
+        Raises ``TypeError`` for values that are not real numbers (strings,
+        objects, complex) and ``ValueError`` for a wrong shape, an empty batch
+        or a value that is NaN, infinite or beyond float32's range, naming
+        ``name``, the first bad row and what was expected."""
         shape = self._observation_shape
         if isinstance(shape, list):
             if not isinstance(x, (list, tuple)) or len(x) != len(shape):
                 raise ValueError(f"{name} must be a list of {len(shape)} arrays (tuple observations of shapes {shape})")
-            arrays = [v if isinstance(v, torch.Tensor) else np.asarray(v) for v in x]
+            arrays = [_as_array(v, f"{name}[{k}]") for k, v in enumerate(x)]
             batch = arrays[0].shape[0] if arrays[0].ndim else None
             for k, (array, expected) in enumerate(zip(arrays, shape)):
                 if tuple(array.shape[1:]) != tuple(expected) or array.ndim != len(expected) + 1:
@@ -469,7 +473,7 @@ class QLearningAlgoBase:
                 if array.shape[0] != batch:
                     raise ValueError(f"{name}[{k}] has {array.shape[0]} rows, {name}[0] has {batch}")
             return [self._as_input(a, f"{name}[{k}]") for k, a in enumerate(arrays)]
-        array = x if isinstance(x, torch.Tensor) else np.asarray(x)
+        array = _as_array(x, name)
         expected = tuple(shape)  # type: ignore[arg-type]
         if tuple(array.shape[1:]) != expected or array.ndim != len(expected) + 1:
             hint = " (add the batch dimension: x[None])" if tuple(array.shape) == expected else ""
@@ -487,10 +491,13 @@ class QLearningAlgoBase:
         return self.scale_observations(self.observation_tensor(x, name))
 
     def _as_input(self, array: Any, name: str) -> torch.Tensor:
+        """A checked (see :func:`check_real_values`) numpy array or tensor
+        as a tensor on the device; float64 becomes float32."""
+        check_real_values(array, name)
         if isinstance(array, torch.Tensor):
+            if array.dtype == torch.float64:
+                array = array.to(torch.float32)
             return array.to(self._device)
-        if array.dtype.kind not in "biuf":
-            raise TypeError(f"{name} must hold real numbers, got dtype {array.dtype}")
         if array.dtype == np.float64:
             array = array.astype(np.float32)
         if not array.flags.c_contiguous:
@@ -498,19 +505,24 @@ class QLearningAlgoBase:
         return torch.from_numpy(array).to(self._device)
 
     def _action_tensor(self, action: Any, batch: int) -> torch.Tensor:
-        a = np.asarray(action)
+        a = _as_array(action, "action")
         if self._action_type_of_data() == ActionSpace.DISCRETE:
             if a.shape not in ((batch,), (batch, 1)):
                 raise ValueError(f"action must have shape ({batch},) holding action indices, got {a.shape}")
-            if not (np.issubdtype(a.dtype, np.integer) or np.all(np.asarray(a) == np.round(a))):
-                raise ValueError("action must hold integer action indices")
+            check_real_values(a, "action")
+            if a.dtype.kind not in "biu":
+                whole = a == np.round(a)
+                if not whole.all():
+                    row = int(np.argmin(whole.reshape(batch, -1).all(axis=1)))
+                    raise ValueError(f"action[{row}] is {a.reshape(batch, -1)[row, 0].item()!r}; expected an integer action index")
             if a.size and (a.min() < 0 or a.max() >= self._action_size):
-                raise ValueError(f"action indices must be in [0, {self._action_size}), got values in [{a.min()}, {a.max()}]")
+                flat = a.reshape(-1)
+                row = int(np.argmax((flat < 0) | (flat >= self._action_size)))
+                raise ValueError(f"action[{row}] is {flat[row].item()!r}; expected an action index in [0, {self._action_size})")
             return torch.as_tensor(a.reshape(batch, 1).astype(np.int64), device=self._device)
         if a.shape != (batch, self._action_size):
             raise ValueError(f"action must have shape ({batch}, {self._action_size}), got {a.shape}")
-        if not np.isfinite(a).all():
-            raise ValueError("action holds nan or inf")
+        check_real_values(a, "action")
         t = torch.as_tensor(a, dtype=torch.float32, device=self._device)
         if self._action_scaler is not None:
             t = self._action_scaler.transform(t)
@@ -627,18 +639,20 @@ class QLearningAlgoBase:
             with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
             logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
             evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
-            epoch_callback: Optional[Callable[..., None]] = None) -> List[Tuple[int, Dict[str, float]]]:
+            epoch_callback: Optional[Callable[..., None]] = None,
+            resume_from: Any = None) -> List[Tuple[int, Dict[str, float]]]:
         """Train on ``dataset`` for ``n_steps`` gradient steps; returns
         ``[(epoch, metrics), ...]``. See :func:`offrl.algos.training.fitter`."""
         return list(self.fitter(dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logging_steps,
                                 logging_strategy, logger_adapter, show_progress, save_interval, evaluators, callback,
-                                epoch_callback))
+                                epoch_callback, resume_from=resume_from))
 
     def fitter(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
                with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
                logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
                evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
-               epoch_callback: Optional[Callable[..., None]] = None) -> Generator[Tuple[int, Dict[str, float]], None, None]:
+               epoch_callback: Optional[Callable[..., None]] = None,
+               resume_from: Any = None) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
         if not self.is_trainable:
             raise RuntimeError(
@@ -647,7 +661,7 @@ class QLearningAlgoBase:
             )
         return training.fitter(self, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp,
                                logger_adapter, show_progress, save_interval, evaluators, callback, epoch_callback,
-                               logging_steps=logging_steps, logging_strategy=logging_strategy)
+                               logging_steps=logging_steps, logging_strategy=logging_strategy, resume_from=resume_from)
 
     def fit_online(self, env: Any, buffer: Any = None, explorer: Any = None, n_steps: int = 1000000,
                    n_steps_per_epoch: int = 10000, update_interval: int = 1, n_updates: int = 1,
@@ -813,6 +827,61 @@ def _cpu(value: Any) -> Any:
     if isinstance(value, list):
         return [_cpu(v) for v in value]
     return value
+
+
+#: the largest float32 magnitude: a larger float64 would become inf on conversion
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+_TORCH_REAL = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+               torch.bfloat16, torch.float32, torch.float64}
+
+
+def _as_array(x: Any, name: str) -> Any:
+    """``x`` as a numpy array (tensors are kept); a ragged nesting raises
+    ``ValueError`` naming ``name``."""
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        return x
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{name} is not a rectangular array of numbers: {e}") from None
+
+
+def check_real_values(array: Any, name: str) -> None:
+    """Raise unless ``array`` (numpy or torch, batch first) is a non-empty
+    batch of real numbers that float32 represents: ``TypeError`` for other
+    dtypes (strings, objects, complex), ``ValueError`` naming the first bad
+    row for NaN, infinite or out-of-range values. One vectorised reduction
+    for floats (NaN propagates through ``max``)."""
+    if isinstance(array, torch.Tensor):
+        if array.dtype not in _TORCH_REAL:
+            raise TypeError(f"{name} must hold real numbers (bool, int or float), got dtype {array.dtype}")
+        if array.ndim == 0 or array.shape[0] == 0:
+            raise ValueError(f"{name} is an empty batch: expected at least one row")
+        if array.is_floating_point() and not float(array.abs().max()) <= FLOAT32_MAX:
+            _raise_bad_row(array.detach().cpu().double().numpy(), name)
+        return
+    kind = array.dtype.kind
+    if kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers (bool, int or float), got dtype {array.dtype}")
+    if array.ndim == 0 or array.shape[0] == 0:
+        raise ValueError(f"{name} is an empty batch: expected at least one row")
+    if kind == "f" and not float(np.abs(array).max()) <= FLOAT32_MAX:
+        _raise_bad_row(array, name)
+
+
+def _raise_bad_row(array: np.ndarray, name: str) -> None:
+    rows = np.asarray(array, dtype=np.float64).reshape(array.shape[0], -1)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(rows) <= FLOAT32_MAX)
+    row = int(np.argmax(bad.any(axis=1)))
+    value = rows[row][bad[row]][0]
+    if np.isnan(value):
+        what = "nan"
+    elif np.isinf(value):
+        what = str(value)
+    else:
+        what = f"{value:g}, beyond float32's range (+-{FLOAT32_MAX:.4g})"
+    raise ValueError(f"{name}[{row}] holds {what}; expected finite numbers")
 
 
 def _float_observation(x: Any) -> Any:
