@@ -85,7 +85,26 @@ ALPHA_RANGE = (1e-8, 1e6)
 @register("algorithm")
 @dataclasses.dataclass
 class CQLConfig(LearnableConfig):
-    """Config of continuous CQL (see the module docstring for the losses).
+    """Config of continuous CQL (details in the module docstring).
+
+    Loss:
+        SAC's losses, each critic's plus α · C_i with
+        C_i = w (E_s~D [ log Σ_a exp Q_i(s, a) ] − E_(s,a)~D [ Q_i(s, a) ] − τ_c),
+        and the multiplier's J(log α) = −α mean_i C_i, where
+        w = ``conservative_weight``, τ_c = ``alpha_threshold`` and the
+        log-sum-exp is estimated from ``n_action_samples`` actions of each
+        of three proposals.
+
+    Defaults:
+        d3rlpy 2.8.1's: actor learning rate 1e-4, critics 3e-4, temperature
+        1e-4, α learned (1e-4) towards the threshold 10, conservative_weight
+        5, 10 action samples, batch_size=256, tau=0.005. The paper's code
+        uses the same learning rates; its Gym-MuJoCo runs keep the
+        multiplier fixed (``alpha_learning_rate=0`` here) with weight 5.
+
+    References:
+        Kumar, Zhou, Tucker and Levine, "Conservative Q-Learning for Offline
+        Reinforcement Learning", 2020, arXiv:2006.04779.
 
     Args:
         actor_learning_rate, critic_learning_rate: learning rates of the
@@ -257,6 +276,19 @@ class CQL(SAC):
 class DiscreteCQLConfig(DQNConfig):
     """Config of discrete CQL: Double DQN plus the conservative term (see
     the module docstring).
+
+    Loss:
+        Double DQN's loss + α Σ_i E_(s,a)~D [ log Σ_a' exp Q_i(s, a') − Q_i(s, a) ]
+        with α = ``alpha``.
+
+    Defaults:
+        d3rlpy 2.8.1's: DQN's (Adam 6.25e-5, batch_size=32,
+        target_update_interval=8000) with alpha=1.0. The paper's Atari
+        experiments build on QR-DQN and set α per dataset.
+
+    References:
+        Kumar, Zhou, Tucker and Levine, "Conservative Q-Learning for Offline
+        Reinforcement Learning", 2020, arXiv:2006.04779.
 
     Args:
         learning_rate, optim_factory, encoder_factory, q_func_factory,

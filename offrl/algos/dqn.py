@@ -45,7 +45,26 @@ __all__ = ["DQNConfig", "DQN", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPo
 @register("algorithm")
 @dataclasses.dataclass
 class DQNConfig(LearnableConfig):
-    """Config of DQN (see the module docstring for the loss).
+    """Config of DQN (details in the module docstring).
+
+    Loss:
+        L(θ) = E_(s,a,r,s')~D [ ℓ(r + γ^k (1 − d) max_a' Q_θ⁻(s', a') − Q_θ(s, a)) ]
+        with ℓ the Huber loss (the quantile Huber loss for QR / IQN
+        Q-functions), k the transition's interval, d its terminal flag and
+        θ⁻ copied from θ every ``target_update_interval`` steps.
+
+    Defaults:
+        d3rlpy 2.8.1's, which are Rainbow's (Hessel et al.): Adam with
+        learning_rate=6.25e-5, batch_size=32, target_update_interval=8000
+        steps (32K frames), gamma=0.99. The Nature DQN paper used RMSProp
+        with learning rate 2.5e-4 and a target period of 10,000 updates.
+
+    References:
+        Mnih et al., "Human-level control through deep reinforcement
+        learning", Nature 518, 2015 (its workshop version "Playing Atari with
+        Deep Reinforcement Learning", 2013, is arXiv:1312.5602); Hessel et
+        al., "Rainbow: Combining Improvements in Deep Reinforcement
+        Learning", 2018, arXiv:1710.02298.
 
     Args:
         learning_rate: optimizer learning rate.
@@ -162,7 +181,19 @@ class DQN(QLearningAlgoBase):
 @dataclasses.dataclass
 class DoubleDQNConfig(DQNConfig):
     """Config of Double DQN: DQN whose target action is chosen by the online
-    network (see :mod:`offrl.algos.dqn`)."""
+    network (see :mod:`offrl.algos.dqn`).
+
+    Loss:
+        DQN's loss with the target r + γ^k (1 − d) Q_θ⁻(s', a*),
+        a* = argmax_a Q_θ(s', a).
+
+    Defaults:
+        those of :class:`DQNConfig` (d3rlpy 2.8.1's).
+
+    References:
+        van Hasselt, Guez and Silver, "Deep Reinforcement Learning with
+        Double Q-learning", 2016, arXiv:1509.06461.
+    """
 
     @staticmethod
     def get_type() -> str:

@@ -74,9 +74,22 @@ __all__ = [
 @register("algorithm")
 @dataclasses.dataclass
 class FQEConfig(LearnableConfig):
-    """Config of Fitted Q Evaluation (see the module docstring for the loss).
+    """Config of Fitted Q Evaluation (details in the module docstring).
 
-    Defaults are d3rlpy's. ``DiscreteFQE`` also accepts this config.
+    Loss:
+        L(θ) = E_(s,a,r,s')~D [ (r + γ^k (1 − d) Q_θ⁻(s', π(s')) − Q_θ(s, a))² ]
+        for the evaluated greedy policy π (quantile Huber loss for QR / IQN
+        Q-functions), θ⁻ copied every ``target_update_interval`` steps.
+
+    Defaults:
+        d3rlpy 2.8.1's (Adam, learning_rate=1e-4, batch_size=100,
+        target_update_interval=100); the papers fix no values these follow.
+        ``DiscreteFQE`` also accepts this config.
+
+    References:
+        Le, Voloshin and Yue, "Batch Policy Learning under Constraints",
+        2019, arXiv:1903.08738; Paine et al., "Hyperparameter Selection for
+        Offline Reinforcement Learning", 2020, arXiv:2007.09055.
 
     Args:
         learning_rate: optimizer learning rate.
@@ -122,7 +135,19 @@ class FQEConfig(LearnableConfig):
 @dataclasses.dataclass
 class DiscreteFQEConfig(FQEConfig):
     """Config of Fitted Q Evaluation for discrete actions (the same fields
-    and defaults as :class:`FQEConfig`)."""
+    and defaults as :class:`FQEConfig`).
+
+    Loss:
+        FQE's squared error (d3rlpy uses DQN's Huber loss here; see the
+        module docstring for why offrl does not).
+
+    Defaults:
+        d3rlpy 2.8.1's, as :class:`FQEConfig`.
+
+    References:
+        Le, Voloshin and Yue, "Batch Policy Learning under Constraints",
+        2019, arXiv:1903.08738.
+    """
 
     @staticmethod
     def get_type() -> str:

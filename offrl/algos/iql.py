@@ -52,7 +52,23 @@ __all__ = ["IQLConfig", "IQL"]
 @register("algorithm")
 @dataclasses.dataclass
 class IQLConfig(LearnableConfig):
-    """Config of Implicit Q-Learning (see the module docstring for the losses).
+    """Config of Implicit Q-Learning (details in the module docstring).
+
+    Loss:
+        value   E_(s,a)~D [ |τ − 1(u < 0)| u² ],  u = min_i Q'_i(s, a) − V(s);
+        critics Σ_i E_(s,a,r,s')~D [ (r + γ^k (1 − d) V(s') − Q_i(s, a))² ];
+        actor   −E_(s,a)~D [ min(exp(β (min_i Q'_i(s, a) − V(s))), w_max) log π(a|s) ]
+        with τ = ``expectile``, β = ``weight_temp``, w_max = ``max_weight``.
+
+    Defaults:
+        d3rlpy 2.8.1's, the paper's locomotion values: learning rates 3e-4,
+        batch_size=256, tau=0.005, expectile 0.7, weight_temp 3.0,
+        max_weight 100. The paper also decays the actor's learning rate with
+        a cosine schedule (not a default here).
+
+    References:
+        Kostrikov, Nair and Levine, "Offline Reinforcement Learning with
+        Implicit Q-Learning", 2021, arXiv:2110.06169.
 
     Args:
         actor_learning_rate: learning rate of the policy.

@@ -47,6 +47,15 @@ class RandomPolicyConfig(LearnableConfig):
     """Config of the continuous random policy (see
     :mod:`offrl.algos.random_policy`).
 
+    Loss:
+        none: the policy is not trained (``fit`` raises).
+
+    Defaults:
+        d3rlpy 2.8.1's (``distribution="uniform"``, ``normal_std=1.0``).
+
+    References:
+        none: a baseline, not from a paper.
+
     Args:
         distribution: ``"uniform"`` on [-1, 1] or ``"normal"`` (clipped to
             [-1, 1]), before the action scaler's reverse transform.
@@ -68,7 +77,17 @@ class RandomPolicyConfig(LearnableConfig):
 @register("algorithm")
 @dataclasses.dataclass
 class DiscreteRandomPolicyConfig(LearnableConfig):
-    """Config of the discrete random policy: uniform action indices."""
+    """Config of the discrete random policy: uniform action indices.
+
+    Loss:
+        none: the policy is not trained (``fit`` raises).
+
+    Defaults:
+        d3rlpy 2.8.1's (no fields of its own).
+
+    References:
+        none: a baseline, not from a paper.
+    """
 
     @staticmethod
     def get_type() -> str:

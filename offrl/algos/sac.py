@@ -51,7 +51,25 @@ __all__ = ["SACConfig", "SAC"]
 @register("algorithm")
 @dataclasses.dataclass
 class SACConfig(LearnableConfig):
-    """Config of Soft Actor-Critic (see the module docstring for the losses).
+    """Config of Soft Actor-Critic (details in the module docstring).
+
+    Loss:
+        critics  Σ_i E_(s,a,r,s')~D [ (y − Q_i(s, a))² ],
+                 y = r + γ^k (1 − d) (min_j Q'_j(s', a') − α log π(a'|s')), a' ~ π(·|s');
+        actor    E_s~D, a~π(·|s) [ α log π(a|s) − min_i Q_i(s, a) ];
+        temperature (α = exp(log_α))  E [ −log_α (log π(a|s) − action_size) ].
+
+    Defaults:
+        d3rlpy 2.8.1's, the paper's values: Adam with learning rate 3e-4
+        for actor, critics and temperature, batch_size=256, tau=0.005,
+        gamma=0.99, two critics, target entropy −action_size; the
+        temperature starts at 1.0.
+
+    References:
+        Haarnoja, Zhou, Abbeel and Levine, "Soft Actor-Critic: Off-Policy
+        Maximum Entropy Deep Reinforcement Learning with a Stochastic
+        Actor", 2018, arXiv:1801.01290; Haarnoja et al., "Soft Actor-Critic
+        Algorithms and Applications", 2018, arXiv:1812.05905.
 
     Args:
         actor_learning_rate: learning rate of the policy.

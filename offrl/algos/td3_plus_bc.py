@@ -41,7 +41,26 @@ __all__ = ["TD3PlusBCConfig", "TD3PlusBC", "smooth_target_action"]
 @register("algorithm")
 @dataclasses.dataclass
 class TD3PlusBCConfig(LearnableConfig):
-    """Config of TD3+BC (see the module docstring for the losses).
+    """Config of TD3+BC (details in the module docstring).
+
+    Loss:
+        critics Σ_i E [ ℓ(r + γ^k (1 − d) min_j Q'_j(s', a') − Q_i(s, a)) ],
+                a' = clip(π'(s') + clip(ε, −c, c), −1, 1), ε ~ N(0, σ²);
+        actor   E_(s,a)~D [ −λ Q_1(s, π(s)) + (π(s) − a)² ],
+                λ = α / E_s |Q_1(s, π(s))| (no gradient through λ).
+
+    Defaults:
+        d3rlpy 2.8.1's, the paper's values: alpha 2.5, learning rates 3e-4,
+        batch_size=256, tau=0.005, σ=0.2, c=0.5, a policy update every 2
+        critic updates. The paper also standardises observations with the
+        dataset's mean and std: pass
+        ``observation_scaler=StandardObservationScaler()`` to do the same.
+
+    References:
+        Fujimoto and Gu, "A Minimalist Approach to Offline Reinforcement
+        Learning", 2021, arXiv:2106.06860; Fujimoto, van Hoof and Meger,
+        "Addressing Function Approximation Error in Actor-Critic Methods",
+        2018, arXiv:1802.09477.
 
     Args:
         actor_learning_rate: learning rate of the policy.
