@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
@@ -185,7 +186,14 @@ def _load_model(path: str) -> Any:
     return load_learnable(path)
 
 
+#: gymnasium's id syntax: [module:][namespace/]name[-vN]
+_ENV_ID = re.compile(r"^(?:[A-Za-z_][\w.]*:)?(?:[\w.-]+/)?[\w.-]+$")
+
+
 def _make_env(env_id: str, render_mode: Optional[str] = None) -> Any:
+    if not _ENV_ID.match(env_id):
+        raise CLIError(f"--env {env_id!r} is not a gymnasium environment id "
+                       "(expected [module:][namespace/]Name-vN, e.g. CartPole-v1)")
     import gymnasium
 
     try:
@@ -324,7 +332,13 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.seed is not None:
         seed_everything(args.seed)
     algo = config.create(device=args.device)
-    output = args.output_dir or os.path.join("offrl_runs", f"{config.get_type()}_{time.strftime('%Y%m%d%H%M%S')}")
+    if args.resume is not None:
+        if args.output_dir is not None and os.path.abspath(args.output_dir) != os.path.abspath(args.resume):
+            raise CLIError("--resume DIR continues the run in DIR: give no other --output-dir")
+        if not os.path.isfile(os.path.join(args.resume, "logs", "checkpoint.d3")):
+            raise CLIError(f"--resume {args.resume}: no checkpoint at {os.path.join(args.resume, 'logs', 'checkpoint.d3')} "
+                           "(give the --output-dir of an earlier 'offrl fit')")
+    output = args.resume or args.output_dir or os.path.join("offrl_runs", f"{config.get_type()}_{time.strftime('%Y%m%d%H%M%S')}")
     os.makedirs(output, exist_ok=True)
     remove_stale_temporaries(output, min_age_s=STALE_AFTER_S)  # half-written files of a killed earlier run
     test_episodes = dataset.episodes
@@ -341,11 +355,14 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         logger_adapter=FileAdapterFactory(output),
         show_progress=not args.no_progress,
         evaluators=evaluators,
+        resume_from=os.path.join(output, "logs") if args.resume is not None else None,
     )
     model_path = os.path.join(output, "model.d3")
     algo.save(model_path)
     print(f"trained {type(algo).__name__} for {args.steps} steps on {args.dataset}")
-    for name, value in results[-1][1].items():
+    if not results:
+        print(f"  the run in {output} had already finished its {args.steps} steps")
+    for name, value in (results[-1][1] if results else {}).items():
         if not name.startswith("time_"):
             print(f"  {name}: {value:.6g}")
     print(f"model: {model_path}")
@@ -694,6 +711,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--evaluators", default=None, help="comma-separated: auto, " + ", ".join(_EVALUATORS))
     p.add_argument("--env", "--env-id", dest="env", default=None, help="gymnasium env id for the environment evaluator")
     p.add_argument("--output-dir", default=None, help="run directory (default: offrl_runs/<algo>_<time>)")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the interrupted run in DIR (its --output-dir) from its last checkpoint; "
+                        "give the same dataset, algorithm, options and --steps-per-epoch")
     p.add_argument("--export", default=None, help="also export the policy (.onnx or .pt)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--seed", type=_seed, default=None)

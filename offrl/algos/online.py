@@ -16,7 +16,9 @@ resets continue the environment's own generator, as gymnasium intends).
 If training stops early (an exception, a non-finite loss, Ctrl-C), the
 episode being written is closed as truncated, so the buffer holds every step
 taken so far and can be dumped; model files saved before stay intact (saves
-are atomic). When ``fit_online`` created the buffer itself, the exception
+are atomic, and weights are checked finite before each save). After a
+``NonFiniteLossError`` the algorithm is rolled back to its state at the end
+of the last good epoch (or the start of the run). When ``fit_online`` created the buffer itself, the exception
 carries it as ``exception.offrl_buffer``.
 """
 
@@ -36,7 +38,9 @@ from ..dataset.signature import signatures_from_env
 from ..dataset.writer import BasicWriterPreprocess
 from ..logging import FileAdapterFactory
 from ..metrics.utility import rollout_returns
-from .training import LossTracker, check_priority_support, end_epoch, experiment_directory_name, train_step
+from .checkpoint import StateGuard
+from .training import (LossTracker, NonFiniteLossError, check_priority_support, end_epoch,
+                       experiment_directory_name, rolled_back, train_step)
 
 __all__ = ["fit_online", "collect"]
 
@@ -362,6 +366,7 @@ def fit_online(
     rollout: Optional[_Rollout] = None
     updates_ready = False
     total_step = 0
+    guard = StateGuard(algo)
     try:
         rollout = _Rollout(algo, env, buffer, explorer, False, random_steps)
         progress = _progress(show_progress, n_steps, f"{type(algo).__name__} online")
@@ -407,8 +412,13 @@ def fit_online(
             if eval_env is not None:
                 seed = int(get_rng().integers(2**31 - 1))
                 metrics[EVALUATION] = float(np.mean(rollout_returns(algo, eval_env, eval_n_trials, float(eval_epsilon), seed)))
-            end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, save_interval, epoch_callback)
+            end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, save_interval, epoch_callback, guard)
             results.append((epoch, metrics))
+    except NonFiniteLossError as error:
+        restored = rolled_back(error, guard)
+        _attach_buffer(restored, buffer)
+        _close_quietly(rollout)
+        raise restored from None
     except BaseException as error:
         _attach_buffer(error, buffer)
         _close_quietly(rollout)

@@ -4,12 +4,21 @@ Losses stay on the device: each step writes its losses into one row of a
 preallocated tensor, which is read once per check interval (for the progress
 bar and the NaN check) and summed into the epoch's metrics. A non-finite loss
 stops training with the exact step and loss named, before anything is saved.
+
+The weights are checked finite before each save (a loss is computed before
+the update that may blow the weights up), so no snapshot with NaN or
+infinite weights is ever written; after a :class:`NonFiniteLossError` the
+algorithm is rolled back to its last finite state (the end of the last good
+epoch, or the start of the run). At each epoch end of a run logged to files,
+``checkpoint.d3`` records everything ``fit(..., resume_from=...)`` needs to
+continue the run exactly (see :mod:`offrl.algos.checkpoint`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import time
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
@@ -17,7 +26,9 @@ import numpy as np
 import torch
 
 from ..constants import LoggingStrategy
-from ..logging import FileAdapterFactory
+from ..logging import FileAdapter, FileAdapterFactory
+from .checkpoint import (CHECKPOINT_NAME, StateGuard, load_checkpoint, non_finite_weights, resolve_checkpoint,
+                         save_checkpoint, truncate_metric_files)
 
 __all__ = [
     "fitter",
@@ -32,7 +43,9 @@ __all__ = [
 
 
 class NonFiniteLossError(FloatingPointError):
-    """A training loss became NaN or infinite."""
+    """A training loss or the weights became NaN or infinite. Raised before
+    anything non-finite is saved; the algorithm is rolled back to its last
+    finite state (the message says which)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,11 +80,13 @@ class LossTracker:
         self.last: Dict[str, float] = {}
 
     def add(self, losses: Dict[str, torch.Tensor], step: int) -> None:
-        if self.names is None:
-            self.names = list(losses)
+        if self.buffer is None:
+            if self.names is None:
+                self.names = list(losses)
             first = next(iter(losses.values()))
             self.buffer = torch.empty((self.interval, len(self.names)), dtype=torch.float32, device=first.device)
-            self.sums = np.zeros(len(self.names), dtype=np.float64)
+            if self.sums is None:
+                self.sums = np.zeros(len(self.names), dtype=np.float64)
         if self.rows == 0:
             self.first_step = step
         self.buffer[self.rows] = torch.stack([losses[n].detach().float() for n in self.names])
@@ -89,12 +104,31 @@ class LossTracker:
             row, col = np.argwhere(~finite)[0]
             raise NonFiniteLossError(
                 f"{self.names[col]} became {values[row, col]} at step {self.first_step + int(row)}; "
-                "training stopped (models saved before this step are intact)"
+                "training stopped"
             )
         self.sums += values.sum(axis=0)
         self.count += self.rows
         self.last = {n: float(v) for n, v in zip(self.names, values.mean(axis=0))}
         self.rows = 0
+
+    def partial(self) -> Optional[Dict[str, Any]]:
+        """The sums not yet written (JSON values), for a checkpoint."""
+        self.flush()
+        if self.names is None:
+            return None
+        return {"names": list(self.names), "sums": [float(v) for v in self.sums], "count": int(self.count)}
+
+    def load_partial(self, record: Dict[str, Any]) -> None:
+        """Continue from :meth:`partial`'s record."""
+        try:
+            names, sums, count = list(record["names"]), [float(v) for v in record["sums"]], int(record["count"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed logging window in the checkpoint: {e}") from None
+        if len(names) != len(sums):
+            raise ValueError("malformed logging window in the checkpoint: names and sums differ in length")
+        self.names = names
+        self.sums = np.asarray(sums, dtype=np.float64)
+        self.count = count
 
     def epoch_metrics(self) -> Dict[str, float]:
         self.flush()
@@ -147,15 +181,33 @@ def experiment_directory_name(algo: Any, experiment_name: Optional[str], with_ti
 
 
 def end_epoch(algo: Any, logger: Any, epoch: int, n_epochs: int, total_step: int,
-              metrics: Dict[str, float], save_interval: int, epoch_callback: Optional[Callable[..., None]]) -> None:
-    """Log an epoch's metrics, save the model every ``save_interval`` epochs
-    and after the last one, then run ``epoch_callback(algo, epoch, total_step)``
-    (shared by ``fit`` and ``fit_online``)."""
+              metrics: Dict[str, float], save_interval: int, epoch_callback: Optional[Callable[..., None]],
+              guard: Optional[StateGuard] = None) -> None:
+    """Log an epoch's metrics, check the weights are finite, save the model
+    every ``save_interval`` epochs and after the last one, remember the
+    state in ``guard``, then run ``epoch_callback(algo, epoch, total_step)``
+    (shared by ``fit`` and ``fit_online``). Raises
+    :class:`NonFiniteLossError` instead of saving non-finite weights."""
     write_metrics(logger, epoch, total_step, metrics)
+    problem = non_finite_weights(algo)
+    if problem is not None:
+        raise NonFiniteLossError(f"{problem} at the end of epoch {epoch} (grad_step {algo.grad_step}); "
+                                 "training stopped and no model was saved from this epoch")
     if epoch % save_interval == 0 or epoch == n_epochs:
         logger.save_model(epoch, algo)
+    if guard is not None:
+        guard.commit(epoch)
     if epoch_callback is not None:
         epoch_callback(algo, epoch, total_step)
+
+
+def rolled_back(error: NonFiniteLossError, guard: Optional[StateGuard]) -> NonFiniteLossError:
+    """``error`` with the algorithm restored from ``guard`` and the message
+    saying so (snapshots written so far hold finite weights only)."""
+    if guard is None:
+        return error
+    return NonFiniteLossError(f"{error}; {guard.restore()}. Model files saved before are intact "
+                              "(every save is checked finite)")
 
 
 def fitter(
@@ -173,6 +225,7 @@ def fitter(
     epoch_callback: Optional[Callable[[Any, int, int], None]] = None,
     logging_steps: int = 500,
     logging_strategy: Any = LoggingStrategy.EPOCH,
+    resume_from: Any = None,
 ) -> Generator[Tuple[int, Dict[str, float]], None, None]:
     """Train ``algo`` on ``dataset``; yield ``(epoch, metrics)`` per epoch.
 
@@ -183,6 +236,16 @@ def fitter(
     epoch. Models are saved through the logger every ``save_interval``
     epochs and after the last one. With ``logging_strategy="steps"`` the
     losses' means are also written every ``logging_steps`` steps.
+
+    With file logging, ``checkpoint.d3`` in the log directory is rewritten
+    at each epoch end. ``resume_from`` (that file, or the log directory
+    holding it) continues an interrupted run from its last checkpoint:
+    weights, optimizer states, counters, random states and the logging
+    window are restored, and the metric CSVs of that directory are appended
+    to (rows written after the checkpoint are dropped). On the same device
+    and thread count the result equals the uninterrupted run's. Give the
+    same dataset, ``n_steps_per_epoch`` and logging options; ``n_steps``
+    may be larger than the first run's.
     """
     _check_steps(n_steps, n_steps_per_epoch)
     if isinstance(save_interval, bool) or not isinstance(save_interval, (int, np.integer)) or save_interval <= 0:
@@ -195,10 +258,11 @@ def fitter(
     for name, evaluator in (evaluators or {}).items():
         if not callable(evaluator):
             raise TypeError(f"evaluator {name!r} is not callable")
+    resume = resolve_checkpoint(resume_from) if resume_from is not None else None
     return _fit_generator(
         algo, dataset, int(n_steps), int(n_steps_per_epoch), experiment_name, with_timestamp, logger_adapter,
         show_progress, int(save_interval), evaluators or {}, callback, epoch_callback,
-        int(logging_steps) if strategy == LoggingStrategy.STEPS else None,
+        int(logging_steps) if strategy == LoggingStrategy.STEPS else None, resume,
     )
 
 
@@ -220,24 +284,62 @@ def write_metrics(logger: Any, epoch: int, step: int, metrics: Dict[str, float])
     logger.after_write_metric(epoch, step)
 
 
+def _resume(algo: Any, dataset: Any, checkpoint: str, n_steps: int, n_steps_per_epoch: int,
+            logging_steps: Optional[int]) -> Dict[str, Any]:
+    """Load ``checkpoint`` into ``algo`` and check the run's options agree
+    with it; returns its loop record."""
+    loop = load_checkpoint(algo, checkpoint)
+    try:
+        saved = {k: loop[k] for k in ("epoch", "total_step", "n_steps_per_epoch", "logging_steps", "transition_count")}
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{checkpoint} has a malformed resume record: missing {e}") from None
+    if saved["n_steps_per_epoch"] != n_steps_per_epoch:
+        raise ValueError(f"n_steps_per_epoch={n_steps_per_epoch}, but {checkpoint} was written with "
+                         f"n_steps_per_epoch={saved['n_steps_per_epoch']}: resume with the same value")
+    if saved["logging_steps"] != logging_steps:
+        raise ValueError(f"the logging options differ from the run {checkpoint} was written by "
+                         f"(logging_steps {saved['logging_steps']} then, {logging_steps} now)")
+    if saved["transition_count"] != int(dataset.transition_count):
+        raise ValueError(f"the dataset has {int(dataset.transition_count)} transitions, the run {checkpoint} "
+                         f"was written by had {saved['transition_count']}: resume on the same dataset")
+    if saved["total_step"] > n_steps:
+        raise ValueError(f"n_steps={n_steps} is below the {saved['total_step']} steps {checkpoint} already holds")
+    return loop
+
+
 def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
-                   show_progress, save_interval, evaluators, callback, epoch_callback, logging_steps):
+                   show_progress, save_interval, evaluators, callback, epoch_callback, logging_steps, resume):
     prioritized = hasattr(dataset, "update_priorities")
     if prioritized:
         check_priority_support(algo)
     prepare_algorithm(algo, dataset)
 
-    factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
-    logger = factory.create(experiment_directory_name(algo, experiment_name, with_timestamp))
+    tracker = LossTracker()
+    window = LossTracker() if logging_steps is not None else None
+    total_step = 0
+    first_epoch = 1
+    if resume is not None:
+        checkpoint, resume_dir = resume
+        loop = _resume(algo, dataset, checkpoint, n_steps, n_steps_per_epoch, logging_steps)
+        total_step = int(loop["total_step"])
+        first_epoch = int(loop["epoch"]) + 1
+        if window is not None and loop.get("window") is not None:
+            window.load_partial(loop["window"])
+    if resume is not None and resume[1] is not None and logger_adapter is None:
+        logger = FileAdapter(resume[1])  # the run's own log directory, appended to
+    else:
+        factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
+        logger = factory.create(experiment_directory_name(algo, experiment_name, with_timestamp))
+    logdir = getattr(logger, "logdir", None)
+    if resume is not None and logdir is not None and os.path.isdir(logdir):
+        truncate_metric_files(logdir, total_step)
     logger.write_params(algo.to_params())
 
     batch_size = algo.batch_size
     n_epochs = (n_steps + n_steps_per_epoch - 1) // n_steps_per_epoch
-    tracker = LossTracker()
-    window = LossTracker() if logging_steps is not None else None
-    total_step = 0
+    guard = StateGuard(algo, first_epoch - 1)
     try:
-        for epoch in range(1, n_epochs + 1):
+        for epoch in range(first_epoch, n_epochs + 1):
             steps = min(n_steps_per_epoch, n_steps - total_step)
             progress = None
             if show_progress:
@@ -271,7 +373,14 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
             metrics["time_step"] = elapsed / steps
             for name, evaluator in evaluators.items():
                 metrics[name] = float(evaluator(algo, dataset))
-            end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, save_interval, epoch_callback)
+            end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, save_interval, epoch_callback, guard)
+            if logdir is not None and os.path.isdir(logdir):
+                loop = {"epoch": epoch, "total_step": total_step, "n_steps_per_epoch": n_steps_per_epoch,
+                        "logging_steps": logging_steps, "transition_count": int(dataset.transition_count),
+                        "window": window.partial() if window is not None else None}
+                save_checkpoint(algo, os.path.join(logdir, CHECKPOINT_NAME), loop)
             yield epoch, metrics
+    except NonFiniteLossError as error:
+        raise rolled_back(error, guard) from None
     finally:
         logger.close()

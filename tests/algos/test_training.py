@@ -46,7 +46,7 @@ def test_fit_returns_epochs_and_writes_logs(tmp_path):
     assert [float(r[2]) for r in rows] == pytest.approx([m["loss"] for _, m in results])
     # saved every 2 epochs and after the last one, named by grad step
     assert sorted(os.listdir(logdir)) == sorted(
-        ["params.json", "model_20.d3", "model_25.d3"] + [f"{m}.csv" for m in results[0][1]]
+        ["params.json", "checkpoint.d3", "model_20.d3", "model_25.d3"] + [f"{m}.csv" for m in results[0][1]]
     )
     loaded = offrl.load_learnable(logdir / "model_25.d3")
     assert loaded.grad_step == 25
@@ -103,8 +103,10 @@ def test_nan_loss_stops_fit_naming_step_and_loss(tmp_path, monkeypatch):
     with pytest.raises(NonFiniteLossError, match=r"loss became nan at step 7"):
         algo.fit(_dataset(), n_steps=50, n_steps_per_epoch=10, experiment_name="a", with_timestamp=False,
                  logger_adapter=FileAdapterFactory(str(tmp_path)), show_progress=False)
-    assert sorted(p for p in os.listdir(tmp_path / "a") if p.endswith(".d3")) == ["model_4.d3"]
+    assert sorted(p for p in os.listdir(tmp_path / "a") if p.endswith(".d3")) == ["checkpoint.d3", "model_4.d3"]
     assert offrl.load_learnable(saved).grad_step == 4
+    # rolled back to the state saved at the end of the last good epoch
+    assert algo.grad_step == 4
 
 
 def test_fit_does_not_mutate_config_and_keeps_fitted_scalers(tmp_path):

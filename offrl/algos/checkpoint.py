@@ -1,0 +1,231 @@
+"""Training checkpoints (``checkpoint.d3``) and the in-memory copy of the
+last finite state that ``fit`` / ``fit_online`` roll back to.
+
+A checkpoint is an offrl model file (JSON text and tensors only, read back
+with ``torch.load(weights_only=True)``: loading one runs no code) with one
+more record, ``resume``: the loop's counters, the random states (offrl's
+generator, which replay buffers sample from; Python's ``random``; numpy's
+global state; torch's CPU and CUDA generators) and the logging window, so
+that ``fit(..., resume_from=...)`` continues a run exactly where its last
+epoch ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from .. import _random
+from .._atomic import atomic_write
+from ..serialization import MODEL_FORMAT, MODEL_FORMAT_VERSION, dumps, read_model_file
+
+__all__ = ["CHECKPOINT_NAME", "StateGuard", "non_finite_weights", "save_checkpoint", "load_checkpoint",
+           "resolve_checkpoint", "truncate_metric_files"]
+
+#: the file name of the latest checkpoint in a log directory
+CHECKPOINT_NAME = "checkpoint.d3"
+RESUME_VERSION = 1
+
+
+# ------------------------------------------------------------ finiteness
+#: a weight tensor whose float32 sum of squares overflows (some ``|w|`` of
+#: about 1e19 or more) has diverged: products with it overflow in the
+#: forward pass, so a model holding it predicts NaN or inf
+def non_finite_weights(algo: Any) -> Optional[str]:
+    """``None`` when every floating weight tensor of ``algo`` is finite and
+    has a finite float32 sum of squares, else a description of the first
+    that is not (one device sync for the whole check)."""
+    modules = algo.get_state()["modules"]
+    names: List[Tuple[str, str]] = []
+    flags = []
+    for module_name, tensors in modules.items():
+        for key, tensor in tensors.items():
+            if torch.is_tensor(tensor) and (tensor.is_floating_point() or tensor.is_complex()):
+                names.append((module_name, key))
+                flags.append(torch.isfinite(tensor.detach().float().abs().square().sum()))
+    if not flags:
+        return None
+    finite = torch.stack(flags).cpu().numpy()
+    if finite.all():
+        return None
+    module_name, key = names[int(np.argmin(finite))]
+    tensor = modules[module_name][key].detach()
+    if not torch.isfinite(tensor).all():
+        bad = tensor[~torch.isfinite(tensor)].flatten()[0].item()
+        return f"weight {key!r} of module {module_name!r} holds {bad}"
+    return f"weight {key!r} of module {module_name!r} has diverged (largest |w| = {tensor.abs().max().item():.3g})"
+
+
+def _clone(value: Any) -> Any:
+    if torch.is_tensor(value):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_clone(v) for v in value)
+    return value
+
+
+class StateGuard:
+    """A copy of the algorithm's state at its last finite point (the start
+    of training, then each epoch end whose weights were checked finite), to
+    roll the algorithm back after a :class:`NonFiniteLossError`."""
+
+    def __init__(self, algo: Any, epoch: int = 0) -> None:
+        self.algo = algo
+        self.commit(epoch)
+
+    def commit(self, epoch: int) -> None:
+        """Remember the algorithm's current state as the last good one."""
+        self.state = _clone(self.algo.get_state())
+        self.epoch = epoch
+        self.grad_step = int(self.algo.grad_step)
+
+    def restore(self) -> str:
+        """Load the last good state back; returns a sentence saying which."""
+        self.algo.load_state(_clone(self.state), "the last finite state")
+        when = f"the end of epoch {self.epoch}" if self.epoch > 0 else "the start of this training run"
+        return f"{type(self.algo).__name__} was restored to its state at {when} (grad_step {self.grad_step})"
+
+
+# ------------------------------------------------------------ random states
+def _random_states() -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    record = {
+        "offrl_generator": _random.get_rng().bit_generator.state,
+        "python_random": [version, list(internal), gauss],
+        "numpy_global": {"kind": kind, "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)},
+    }
+    tensors = {
+        "numpy_global_keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+        "torch_cpu": torch.random.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"torch_cuda_{i}"] = state
+    return record, tensors
+
+
+def _set_random_states(record: Dict[str, Any], tensors: Dict[str, torch.Tensor], source: str) -> None:
+    try:
+        generator = _random.get_rng()
+        state = record["offrl_generator"]
+        if state.get("bit_generator") != type(generator.bit_generator).__name__:
+            raise ValueError(f"generator {state.get('bit_generator')!r}, this process uses "
+                             f"{type(generator.bit_generator).__name__}")
+        generator.bit_generator.state = state
+        version, internal, gauss = record["python_random"]
+        random.setstate((int(version), tuple(int(v) for v in internal), gauss))
+        numpy_global = record["numpy_global"]
+        keys = tensors["numpy_global_keys"].numpy().astype(np.uint32)
+        np.random.set_state((numpy_global["kind"], keys, int(numpy_global["pos"]), int(numpy_global["has_gauss"]),
+                             float(numpy_global["cached"])))
+        torch.random.set_rng_state(tensors["torch_cpu"])
+        cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("torch_cuda_"))]
+        if cuda and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(cuda)
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{source}: the random states in its resume record are malformed: {e}") from None
+
+
+# ------------------------------------------------------------ files
+def save_checkpoint(algo: Any, path: str, loop: Dict[str, Any]) -> None:
+    """Write ``algo``'s model state, the loop's counters ``loop`` (JSON
+    values) and the random states to ``path`` atomically."""
+    record, tensors = _random_states()
+    from .._version import __version__
+
+    payload = {
+        "format": MODEL_FORMAT,
+        "format_version": MODEL_FORMAT_VERSION,
+        "offrl_version": __version__,
+        "params": dumps(algo.to_params()),
+        **algo.get_state(),
+        "resume": json.dumps({"version": RESUME_VERSION, "loop": loop, "random": record}),
+        "random_tensors": tensors,
+    }
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+
+def resolve_checkpoint(resume_from: Any) -> Tuple[str, Optional[str]]:
+    """``(checkpoint file, log directory or None)`` for ``resume_from``: a
+    checkpoint file, a log directory holding ``checkpoint.d3``, or a run
+    directory whose ``logs/`` holds it (``offrl fit --output-dir``)."""
+    if not isinstance(resume_from, (str, os.PathLike)):
+        raise TypeError(f"resume_from must be a path, got {type(resume_from).__name__}")
+    path = os.fspath(resume_from)
+    if os.path.isdir(path):
+        for directory in (path, os.path.join(path, "logs")):
+            candidate = os.path.join(directory, CHECKPOINT_NAME)
+            if os.path.isfile(candidate):
+                return candidate, directory
+        raise FileNotFoundError(f"resume_from={path!r}: no {CHECKPOINT_NAME} in it (nor in its logs/): "
+                                "checkpoints are written at each epoch end of a run logged to files")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"resume_from={path!r}: no such checkpoint file or log directory")
+    return path, None
+
+
+def load_checkpoint(algo: Any, path: str) -> Dict[str, Any]:
+    """Load the checkpoint at ``path`` into the built ``algo`` (weights,
+    optimizer states, scalers, grad_step) and restore the random states;
+    returns the loop record saved with it."""
+    payload = read_model_file(path)
+    if "resume" not in payload:
+        raise ValueError(f"{path} is a model file without a resume record; resume from the run's "
+                         f"{CHECKPOINT_NAME} (or its log directory)")
+    saved_type = payload["params"].get("algorithm")
+    if saved_type != algo.config.get_type():
+        raise ValueError(f"{path} holds a {saved_type!r} checkpoint, not {algo.config.get_type()!r}")
+    try:
+        resume = json.loads(payload["resume"])
+        loop = resume["loop"]
+        random_record = resume["random"]
+        version = resume["version"]
+    except (TypeError, KeyError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} has a malformed resume record: {e}") from None
+    if version != RESUME_VERSION:
+        raise ValueError(f"{path} has resume record version {version}; this offrl reads {RESUME_VERSION}")
+    tensors = payload.get("random_tensors")
+    if not isinstance(tensors, dict):
+        raise ValueError(f"{path} has no random states in its resume record")
+    algo.load_state(payload, path)
+    _set_random_states(random_record, tensors, path)
+    return loop
+
+
+def truncate_metric_files(logdir: str, step: int) -> None:
+    """Drop the rows of ``logdir``'s metric CSVs (``epoch,step,value``)
+    written after ``step``: a resumed run appends from its checkpoint on."""
+    for name in sorted(os.listdir(logdir)):
+        path = os.path.join(logdir, name)
+        if not name.endswith(".csv") or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+        kept = []
+        for line in lines:
+            parts = line.split(",")
+            try:
+                row_step = int(parts[1])
+            except (IndexError, ValueError):
+                kept.append(line)  # not a metric row: leave it
+                continue
+            if row_step <= step:
+                kept.append(line)
+        if len(kept) != len(lines):
+            text = "".join(kept)
+
+            def write(tmp: str, text: str = text) -> None:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(text)
+
+            atomic_write(path, write)
