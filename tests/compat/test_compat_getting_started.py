@@ -136,17 +136,20 @@ def test_save_and_load(cartpole, workdir) -> None:
     assert (workdir / "policy.onnx").stat().st_size > 0
 
 
-def _pendulum_cql(pendulum):
+@pytest.fixture(scope="module")
+def cql_old(pendulum, tmp_path_factory):
+    """The docs' "Prepare Pretrained Policies": CQL fitted on Pendulum."""
     dataset, env = pendulum
+    logs = tmp_path_factory.mktemp("cql_logs")
     # docs: create(device="cuda:0")
     cql_old = offrl.algos.CQLConfig().create(device="cpu:0")
-    cql_old.fit(dataset, n_steps=10, n_steps_per_epoch=10, show_progress=False)  # docs: 100000
+    cql_old.fit(dataset, n_steps=10, n_steps_per_epoch=10, show_progress=False,  # docs: 100000
+                logger_adapter=offrl.logging.FileAdapterFactory(root_dir=str(logs)))
     return cql_old
 
 
-def test_after_training_load_d3_and_pt(pendulum, workdir) -> None:
+def test_after_training_load_d3_and_pt(pendulum, cql_old, workdir) -> None:
     dataset, env = pendulum
-    cql_old = _pendulum_cql(pendulum)
     x = np.random.random((5, 3)).astype(np.float32)
     expected = cql_old.predict(x)
 
@@ -169,9 +172,9 @@ def test_after_training_load_d3_and_pt(pendulum, workdir) -> None:
         np.testing.assert_allclose(cql.predict(x), expected, rtol=1e-6)
 
 
-def test_after_training_inference_and_interaction(pendulum, workdir) -> None:
+def test_after_training_inference_and_interaction(pendulum, cql_old, workdir) -> None:
     _, env = pendulum
-    cql = _pendulum_cql(pendulum)
+    cql = cql_old
     # make sure that the observation has the batch dimension
     observation = np.random.random((1, 3))
     # infer the action
@@ -191,8 +194,8 @@ def test_after_training_inference_and_interaction(pendulum, workdir) -> None:
     assert steps == 200  # Pendulum-v1 is truncated at 200 steps
 
 
-def test_export_torchscript(pendulum, workdir) -> None:
-    cql = _pendulum_cql(pendulum)
+def test_export_torchscript(cql_old, workdir) -> None:
+    cql = cql_old
     # export as TorchScript
     cql.save_policy("policy.pt")
     # load TorchScript policy
@@ -204,9 +207,9 @@ def test_export_torchscript(pendulum, workdir) -> None:
     np.testing.assert_allclose(action.detach().numpy(), cql.predict(x.numpy()), rtol=1e-5, atol=1e-6)
 
 
-def test_export_onnx_input_0(pendulum, workdir) -> None:
+def test_export_onnx_input_0(cql_old, workdir) -> None:
     ort = pytest.importorskip("onnxruntime", reason="ONNX export check needs onnxruntime")
-    cql = _pendulum_cql(pendulum)
+    cql = cql_old
     # export as ONNX
     cql.save_policy("policy.onnx")
     # load ONNX policy via onnxruntime
