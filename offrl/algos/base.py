@@ -320,8 +320,7 @@ class QLearningAlgoBase:
         saved = self._scalers()
         try:
             self.fit_scalers(dataset)
-            shape = info.observation_signature.shape
-            self.create_impl(shape if info.observation_signature.is_tuple else shape[0], info.action_size)
+            self.create_impl(network_observation_shape(dataset), info.action_size)
         except Exception:
             self._restore_scalers(saved)
             raise
@@ -362,8 +361,7 @@ class QLearningAlgoBase:
         are those this (built) algorithm was built for."""
         info = dataset.dataset_info
         self.check_action_space(info.action_space)
-        signature = info.observation_signature
-        expected = [tuple(s) for s in signature.shape] if signature.is_tuple else tuple(signature.shape[0])
+        expected = network_observation_shape(dataset)
         if expected != self._observation_shape:
             raise ValueError(f"the dataset's observations have shape {expected}, the algorithm was built for {self._observation_shape}")
         if info.action_size != self._action_size:
@@ -882,6 +880,31 @@ def _raise_bad_row(array: np.ndarray, name: str) -> None:
     else:
         what = f"{value:g}, beyond float32's range (+-{FLOAT32_MAX:.4g})"
     raise ValueError(f"{name}[{row}] holds {what}; expected finite numbers")
+
+
+def network_observation_shape(dataset: Any) -> Shape:
+    """The observation shape the networks see for ``dataset``: that of a
+    transition its transition picker gives (frame stacking changes it; the
+    first usable transition is picked, so no random numbers are drawn), or
+    the stored observations' shape when the dataset has no picker or
+    episodes to ask."""
+    signature = dataset.dataset_info.observation_signature
+    stored: Shape = [tuple(s) for s in signature.shape] if signature.is_tuple else tuple(signature.shape[0])
+    picker = getattr(dataset, "transition_picker", None)
+    try:
+        episodes = dataset.episodes
+    except (AttributeError, NotImplementedError):
+        return stored
+    if picker is None:
+        return stored
+    for episode in episodes:
+        # a transition index valid under d3rlpy's picker contract (a user picker may rely on it)
+        if episode.size() >= 2 or (episode.size() == 1 and bool(episode.terminated)):
+            observation = picker(episode, 0).observation
+            if isinstance(observation, (list, tuple)):
+                return [tuple(np.shape(o)) for o in observation]
+            return tuple(np.shape(observation))
+    return stored
 
 
 def _float_observation(x: Any) -> Any:
