@@ -85,10 +85,10 @@ def _example_inputs(algo: Any, batch: int, seed: int = 0) -> List[np.ndarray]:
         if element is not None and element.get_type() == "pixel":
             out.append(rng.integers(0, 256, size=(batch,) + tuple(shape)).astype(np.float32))
         elif element is not None and element.get_type() == "standard" and element.built:
-            mean, std = element.mean.cpu().numpy(), element.std.cpu().numpy()
+            mean, std = np.asarray(element.mean), np.asarray(element.std)
             out.append((mean + std * rng.normal(size=(batch,) + tuple(shape))).astype(np.float32))
         elif element is not None and element.get_type() == "min_max" and element.built:
-            low, high = element.minimum.cpu().numpy(), element.maximum.cpu().numpy()
+            low, high = np.asarray(element.minimum), np.asarray(element.maximum)
             out.append((low + (high - low) * rng.random(size=(batch,) + tuple(shape))).astype(np.float32))
         else:
             out.append(rng.normal(size=(batch,) + tuple(shape)).astype(np.float32))

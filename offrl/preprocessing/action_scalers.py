@@ -8,12 +8,16 @@ import numpy as np
 import torch
 
 from ..serialization import register
+from ._fitting import FitData
 from .base import Scaler
 
 __all__ = ["ActionScaler", "MinMaxActionScaler"]
 
 
 class ActionScaler(Scaler):
+    """Base of action scalers (``transform`` before the networks,
+    ``reverse_transform`` on what the policy outputs)."""
+
     _kind = "action_scaler"
 
     def transform(self, action: torch.Tensor) -> torch.Tensor:
@@ -22,21 +26,25 @@ class ActionScaler(Scaler):
     def reverse_transform(self, action: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def transform_numpy(self, action: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return self.transform(torch.as_tensor(action, dtype=torch.float32, device=self._device())).cpu().numpy()
 
-    def reverse_transform_numpy(self, action: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return self.reverse_transform(torch.as_tensor(action, dtype=torch.float32, device=self._device())).cpu().numpy()
+def _span_t(minimum: torch.Tensor, maximum: torch.Tensor) -> torch.Tensor:
+    span = maximum - minimum
+    return torch.where(span > 0, span, torch.ones_like(span))
+
+
+def _span_np(minimum: np.ndarray, maximum: np.ndarray) -> np.ndarray:
+    span = maximum - minimum
+    return np.where(span > 0, span, 1.0)
 
 
 @register("action_scaler")
 class MinMaxActionScaler(ActionScaler):
     """Maps ``[minimum, maximum]`` to ``[-1, 1]`` per action dimension.
 
-    Fitted from the dataset's actions, or from a Box action space's bounds
-    with ``fit_with_env``."""
+    ``minimum`` / ``maximum`` are numpy arrays (float64), fitted from the
+    data's actions, or from a Box action space's bounds with
+    ``fit_with_env``. A constant dimension maps to ``-1`` (d3rlpy divides by
+    zero)."""
 
     _stats = ("minimum", "maximum")
 
@@ -47,28 +55,38 @@ class MinMaxActionScaler(ActionScaler):
     def get_type() -> str:
         return "min_max"
 
-    def fit(self, dataset: Any) -> "MinMaxActionScaler":
-        actions = dataset.to_arrays()["actions"]
+    def _fit(self, data: FitData) -> None:
+        actions = data.actions
         if np.issubdtype(actions.dtype, np.integer):
-            raise ValueError("MinMaxActionScaler is for continuous actions; the dataset's actions are discrete")
+            raise ValueError("MinMaxActionScaler is for continuous actions; the data's actions are discrete")
         self._set_stats(minimum=actions.min(axis=0), maximum=actions.max(axis=0))
-        return self
 
     def fit_with_env(self, env: Any) -> "MinMaxActionScaler":
         space = env.action_space
-        if not hasattr(space, "low"):
-            raise ValueError("MinMaxActionScaler needs a Box action space")
-        self._set_stats(minimum=np.asarray(space.low, dtype=np.float64), maximum=np.asarray(space.high, dtype=np.float64))
+        if not (hasattr(space, "low") and hasattr(space, "high")):
+            raise ValueError(f"MinMaxActionScaler.fit_with_env needs a Box action space, got {type(space).__name__}")
+        low, high = np.asarray(space.low, dtype=np.float64), np.asarray(space.high, dtype=np.float64)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ValueError("the action space is unbounded; fit MinMaxActionScaler on a dataset instead")
+        self._set_stats(minimum=low, maximum=high)
         return self
-
-    def _range(self) -> torch.Tensor:
-        span = self.maximum - self.minimum
-        return torch.where(span > 0, span, torch.ones_like(span))
 
     def transform(self, action: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return (action - self.minimum) / self._range() * 2.0 - 1.0
+        minimum = self._t("minimum")
+        return (action - minimum) / _span_t(minimum, self._t("maximum")) * 2.0 - 1.0
 
     def reverse_transform(self, action: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return (action + 1.0) / 2.0 * self._range() + self.minimum
+        minimum = self._t("minimum")
+        return (action + 1.0) / 2.0 * _span_t(minimum, self._t("maximum")) + minimum
+
+    def transform_numpy(self, action: np.ndarray) -> np.ndarray:
+        self._require_built()
+        minimum = self._np("minimum")
+        return (np.asarray(action) - minimum) / _span_np(minimum, self._np("maximum")) * 2.0 - 1.0
+
+    def reverse_transform_numpy(self, action: np.ndarray) -> np.ndarray:
+        self._require_built()
+        minimum = self._np("minimum")
+        return (np.asarray(action) + 1.0) / 2.0 * _span_np(minimum, self._np("maximum")) + minimum

@@ -1,75 +1,163 @@
-"""Scaler base: a torch module whose statistics are buffers.
+"""Scaler base: a torch module whose statistics are numpy values in public
+and tensors inside.
 
-A scaler is configured with explicit statistics or none; ``fit(dataset)``
-(vectorised numpy over the whole dataset) or ``fit_with_env(env)`` fills
-them in. Algorithms fit a *copy* of the scaler in their config, so the
-user's config is never mutated, and save the fitted statistics with the
-model. Because scalers are modules, exported policies carry them.
+A scaler is configured with explicit statistics or none, and fitted with
+``fit(dataset)`` (every stored step), ``fit_with_transition_picker(episodes,
+picker)`` / ``fit_with_trajectory_slicer(episodes, slicer)`` (d3rlpy's two
+ways) or ``fit_with_env(env)`` where the environment's spaces say enough.
+Algorithms fit a *copy* of the scaler in their config, so the user's config
+is never mutated, and save the fitted statistics with the model.
+
+As in d3rlpy, a statistic reads as a numpy array (observation and action
+scalers) or a float (reward scalers); ``transform`` / ``reverse_transform``
+work on tensors with a float32 copy kept on the module's device, and
+``transform_numpy`` / ``reverse_transform_numpy`` on numpy arrays in
+float64. The statistics are float64 buffers in ``state_dict`` (model files
+written before kept float32 ones, which load as they are). Because scalers
+are modules, exported policies carry them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+import json
+from typing import Any, Dict, Optional, Sequence, Union
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..serialization import Serializable, to_json_value
+from ..serialization import Serializable, from_json_value, to_json_value
+from ._fitting import FitData
 
-__all__ = ["Scaler", "as_stat"]
+__all__ = ["Scaler", "as_stat", "NotFittableFromEnvError"]
+
+Stat = Union[np.ndarray, np.float64]
+
+
+class NotFittableFromEnvError(ValueError, NotImplementedError):
+    """The scaler's statistics cannot be read from an environment (a
+    ``ValueError``, and a ``NotImplementedError`` as d3rlpy raises)."""
 
 
 def as_stat(value: Any, name: str) -> Optional[np.ndarray]:
+    """``value`` as a finite float64 array (None stays None)."""
     if value is None:
         return None
-    array = np.asarray(value, dtype=np.float64)
+    if isinstance(value, torch.Tensor):
+        array = value.detach().cpu().to(torch.float64).numpy()
+    else:
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be an array of numbers, got {type(value).__name__}") from None
     if not np.isfinite(array).all():
-        raise ValueError(f"{name} holds nan or inf")
+        index = tuple(int(i) for i in np.argwhere(~np.isfinite(array))[0])
+        raise ValueError(f"{name} holds nan or inf (at index {index}); expected finite numbers")
     return array
 
 
+def _compute_name(name: str) -> str:
+    return f"{name}_float32"
+
+
 class Scaler(nn.Module, Serializable):
-    """Base of all scalers. Subclasses declare ``_stats`` (names of array
-    statistics) and ``_options`` (names of plain float/bool parameters)."""
+    """Base of all scalers. Subclasses declare ``_stats`` (names of the
+    statistics), ``_options`` (names of plain float/bool parameters) and
+    ``_scalar_stats`` (statistics are single floats, as for reward scalers)."""
 
     _stats: Sequence[str] = ()
     _options: Sequence[str] = ()
+    _scalar_stats: bool = False
 
     def __init__(self, **params: Any) -> None:
         nn.Module.__init__(self)
         for name in self._options:
             setattr(self, name, params[name])
         for name in self._stats:
-            stat = as_stat(params.get(name), name)
-            self.register_buffer(name, None if stat is None else torch.as_tensor(stat, dtype=torch.float32))
+            self.register_buffer(name, None)
+            self.register_buffer(_compute_name(name), None, persistent=False)
+            self._assign_stat(name, params.get(name))
 
     # --------------------------------------------------------------- state
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self)._stats and "_buffers" in self.__dict__:
+            self._assign_stat(name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def _assign_stat(self, name: str, value: Any) -> None:
+        """Set statistic ``name`` from an array, a number, a tensor or None:
+        the public numpy value, the float64 state buffer and the float32
+        copy ``transform`` uses, on the module's device."""
+        label = f"{type(self).__name__}.{name}"
+        stat = as_stat(value, label)
+        if stat is None:
+            self.__dict__[name] = None
+            self._buffers[name] = None
+            self._buffers[_compute_name(name)] = None
+            return
+        public: Stat
+        if self._scalar_stats:
+            if stat.size != 1:
+                raise ValueError(f"{label} must be a single number, got an array of shape {stat.shape}")
+            stat = stat.reshape(())
+            public = np.float64(stat)
+        else:
+            stat = np.array(stat)  # an owned copy
+            public = stat
+        device = self._device()
+        self.__dict__[name] = public
+        self._buffers[name] = torch.as_tensor(stat, dtype=torch.float64).to(device)
+        self._buffers[_compute_name(name)] = torch.as_tensor(stat, dtype=torch.float32).to(device)
+
+    def _t(self, name: str) -> torch.Tensor:
+        """The float32 tensor of statistic ``name`` (checked built first)."""
+        return self._buffers[_compute_name(name)]  # type: ignore[return-value]
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs) -> None:  # noqa: D401 (torch hook)
+        for name in self._stats:
+            key = prefix + name
+            if key in state_dict:
+                self._assign_stat(name, state_dict[key])
+            elif strict and getattr(self, name) is not None:
+                missing_keys.append(key)
+
     @property
     def built(self) -> bool:
         """Whether every statistic is known (given or fitted)."""
         return all(getattr(self, name) is not None for name in self._stats)
 
-    def _set_stats(self, **stats: np.ndarray) -> None:
+    def _set_stats(self, **stats: Any) -> None:
         for name, value in stats.items():
-            stat = as_stat(value, name)
-            device = self._device()
-            setattr(self, name, torch.as_tensor(stat, dtype=torch.float32, device=device))
+            self._assign_stat(name, value)
 
     def _device(self) -> torch.device:
         for name in self._stats:
-            value = getattr(self, name)
+            value = self._buffers.get(name)
             if value is not None:
                 return value.device
-        return torch.device("cpu")
+        return getattr(self, "_home_device", torch.device("cpu"))
+
+    def _apply(self, fn, recurse: bool = True):  # remember the device of a scaler with no statistics yet
+        result = super()._apply(fn, recurse)
+        try:
+            probe = fn(torch.zeros(()))
+        except Exception:  # a function that only suits real buffers: nothing to remember
+            return result
+        if isinstance(probe, torch.Tensor):
+            self.__dict__["_home_device"] = probe.device
+        return result
 
     def stats_numpy(self) -> Dict[str, Optional[np.ndarray]]:
-        return {n: None if getattr(self, n) is None else getattr(self, n).detach().cpu().numpy() for n in self._stats}
+        """Each statistic as a float64 numpy array (None when unknown)."""
+        return {n: None if getattr(self, n) is None else np.asarray(getattr(self, n), dtype=np.float64)
+                for n in self._stats}
 
-    def load_stats(self, stats: Dict[str, Optional[torch.Tensor]]) -> None:
+    def load_stats(self, stats: Dict[str, Any]) -> None:
+        """Set the statistics from arrays or tensors by name (None: unknown)."""
         for name in self._stats:
-            value = stats.get(name)
-            setattr(self, name, None if value is None else value.detach().to(torch.float32))
+            self._assign_stat(name, stats.get(name))
 
     def _require_built(self) -> None:
         if not self.built:
@@ -77,11 +165,43 @@ class Scaler(nn.Module, Serializable):
             raise RuntimeError(f"{type(self).__name__} is not fitted: {missing} unknown; fit it or give them")
 
     # ---------------------------------------------------------- fitting
+    def _fit(self, data: FitData) -> None:
+        """Compute the statistics from ``data`` (nothing to do by default)."""
+
     def fit(self, dataset: Any) -> "Scaler":
-        raise NotImplementedError
+        """Fit on every stored step of ``dataset``; returns ``self``."""
+        self._fit(FitData.from_dataset(dataset))
+        return self
+
+    def fit_with_transition_picker(self, episodes: Sequence[Any], transition_picker: Any) -> "Scaler":
+        """Fit on the transitions ``transition_picker`` returns for every
+        transition of ``episodes`` (how d3rlpy's Q-learning algorithms fit
+        scalers: ``dataset.episodes, dataset.transition_picker``); returns
+        ``self``."""
+        self._fit(FitData.from_transition_picker(episodes, transition_picker))
+        return self
+
+    def fit_with_trajectory_slicer(self, episodes: Sequence[Any], trajectory_slicer: Any) -> "Scaler":
+        """Fit on the whole-episode trajectories ``trajectory_slicer``
+        returns (how d3rlpy's Decision Transformer fits scalers); returns
+        ``self``."""
+        self._fit(FitData.from_trajectory_slicer(episodes, trajectory_slicer))
+        return self
 
     def fit_with_env(self, env: Any) -> "Scaler":
-        raise ValueError(f"{type(self).__name__} cannot be fitted from an environment; fit it on a dataset")
+        raise NotFittableFromEnvError(
+            f"{type(self).__name__} cannot be fitted from an environment; fit it on a dataset"
+        )
+
+    # ---------------------------------------------------------- numpy side
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _np(self, name: str) -> np.ndarray:
+        return np.asarray(getattr(self, name), dtype=np.float64)
 
     # ------------------------------------------------------ (de)serialise
     def _params(self) -> Dict[str, Any]:
@@ -95,9 +215,56 @@ class Scaler(nn.Module, Serializable):
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]):
+        if not isinstance(data, dict):
+            raise TypeError(f"{cls.__name__}.from_dict takes a dict, got {type(data).__name__}")
+        if "params" not in data or "type" not in data:  # d3rlpy's form: the parameters alone
+            return cls._from_plain_params(data)
         if data.get("type") != cls.get_type():
             raise ValueError(f"{cls.__name__} cannot load a {data.get('type')!r} record")
-        return cls(**data["params"])
+        return cls._from_plain_params(data["params"])
+
+    @classmethod
+    def _from_plain_params(cls, params: Dict[str, Any]):
+        if not isinstance(params, dict):
+            raise TypeError(f"{cls.__name__} parameters must be a dict, got {type(params).__name__}")
+        allowed = set(cls._stats) | set(cls._options)
+        unknown = sorted(set(params) - allowed)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no parameters {unknown}; expected some of {sorted(allowed)}")
+        return cls(**params)
+
+    def serialize_to_dict(self) -> Dict[str, Any]:
+        """The parameters as a JSON-compatible dict, as d3rlpy's
+        ``serialize_to_dict`` (``{"mean": [...], "std": [...], "eps": ...}``)."""
+        return self.to_dict()["params"]
+
+    def serialize(self) -> str:
+        """The parameters as a JSON string (d3rlpy's ``serialize``)."""
+        return json.dumps(self.serialize_to_dict())
+
+    @classmethod
+    def deserialize_from_dict(cls, dict_config: Dict[str, Any]):
+        """Rebuild from :meth:`serialize_to_dict`'s dict (or ``to_dict``'s)."""
+        return cls.from_dict(dict_config)
+
+    @classmethod
+    def deserialize(cls, serialized_config: str):
+        """Rebuild from :meth:`serialize`'s JSON string (or ``to_json``'s)."""
+        if not isinstance(serialized_config, (str, bytes, bytearray)):
+            raise TypeError(f"serialized_config must be a JSON string, got {type(serialized_config).__name__}")
+        try:
+            data = json.loads(serialized_config)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"serialized_config is not valid JSON: {e}") from None
+        return cls.from_dict(data)
+
+    from_json = deserialize
+
+    @classmethod
+    def deserialize_from_file(cls, path: str):
+        """Rebuild from a file holding :meth:`serialize`'s JSON."""
+        with open(path, "r") as f:
+            return cls.deserialize(f.read())
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -115,3 +282,8 @@ class Scaler(nn.Module, Serializable):
         new = type(self).from_dict(self.to_dict())
         new.to(self._device())
         return new
+
+
+def decode_scaler_list(values: Sequence[Any]) -> list:
+    """Scalers given as objects or as ``to_dict`` records (JSON)."""
+    return [from_json_value(v) if isinstance(v, dict) else v for v in values]

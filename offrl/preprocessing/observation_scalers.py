@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..serialization import from_json_value, register, to_json_value
-from .base import Scaler
+from ..serialization import from_json_value, lookup, register, to_json_value
+from ._fitting import FitData
+from .base import NotFittableFromEnvError, Scaler
 
 __all__ = [
     "ObservationScaler",
@@ -20,14 +21,23 @@ __all__ = [
 ]
 
 
-def _observations(dataset: Any) -> np.ndarray:
-    observations = dataset.to_arrays()["observations"]
+def _single(observations: Any, who: str) -> np.ndarray:
     if isinstance(observations, list):
         raise ValueError(
-            "the dataset has tuple observations: use TupleObservationScaler([scaler per element]) "
-            "instead of a single observation scaler"
+            f"the data has tuple observations: use TupleObservationScaler([scaler per element]) "
+            f"instead of a single {who}"
         )
-    return observations
+    return np.asarray(observations)
+
+
+def _box_bounds(space: Any, who: str) -> Tuple[np.ndarray, np.ndarray]:
+    low, high = getattr(space, "low", None), getattr(space, "high", None)
+    if low is None or high is None:
+        raise ValueError(f"{who}.fit_with_env needs a Box observation space, got {type(space).__name__}")
+    low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise ValueError(f"the observation space is unbounded; fit {who} on a dataset instead")
+    return low, high
 
 
 def _check_shape(scaler: Scaler, shape: Sequence[int]) -> None:
@@ -41,6 +51,9 @@ def _check_shape(scaler: Scaler, shape: Sequence[int]) -> None:
 
 
 class ObservationScaler(Scaler):
+    """Base of observation scalers: ``transform`` runs inside the networks
+    (and exported policies), ``transform_numpy`` on numpy arrays."""
+
     _kind = "observation_scaler"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -52,21 +65,13 @@ class ObservationScaler(Scaler):
     def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return self.transform(torch.as_tensor(x, device=self._device())).cpu().numpy()
-
-    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return self.reverse_transform(torch.as_tensor(x, device=self._device())).cpu().numpy()
-
     def check_observation_shape(self, shape: Sequence[int]) -> None:
         _check_shape(self, shape)
 
 
 @register("observation_scaler")
 class PixelObservationScaler(ObservationScaler):
-    """``x / 255`` for uint8 images."""
+    """``x / 255`` for uint8 images (nothing to fit)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -75,9 +80,6 @@ class PixelObservationScaler(ObservationScaler):
     def get_type() -> str:
         return "pixel"
 
-    def fit(self, dataset: Any) -> "PixelObservationScaler":
-        return self
-
     def fit_with_env(self, env: Any) -> "PixelObservationScaler":
         return self
 
@@ -85,13 +87,33 @@ class PixelObservationScaler(ObservationScaler):
         return x.to(torch.float32) / 255.0
 
     def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
-        return x * 255.0
+        """Back to integer pixel values (int64, rounded; d3rlpy truncates)."""
+        return torch.round(x * 255.0).long()
+
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x) / 255.0
+
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x) * 255.0
+
+
+def _span_t(minimum: torch.Tensor, maximum: torch.Tensor) -> torch.Tensor:
+    span = maximum - minimum
+    return torch.where(span > 0, span, torch.ones_like(span))
+
+
+def _span_np(minimum: np.ndarray, maximum: np.ndarray) -> np.ndarray:
+    span = maximum - minimum
+    return np.where(span > 0, span, 1.0)
 
 
 @register("observation_scaler")
 class MinMaxObservationScaler(ObservationScaler):
     """Maps ``[minimum, maximum]`` to ``[-1, 1]`` per dimension (a constant
-    dimension maps to ``-1``)."""
+    dimension maps to ``-1``, where d3rlpy divides by zero).
+
+    ``minimum`` / ``maximum`` are numpy arrays (float64); fitted from the data
+    or, with ``fit_with_env``, from a bounded Box observation space."""
 
     _stats = ("minimum", "maximum")
 
@@ -102,35 +124,40 @@ class MinMaxObservationScaler(ObservationScaler):
     def get_type() -> str:
         return "min_max"
 
-    def fit(self, dataset: Any) -> "MinMaxObservationScaler":
-        x = _observations(dataset)
+    def _fit(self, data: FitData) -> None:
+        x = _single(data.observations, "MinMaxObservationScaler")
         self._set_stats(minimum=x.min(axis=0), maximum=x.max(axis=0))
-        return self
 
     def fit_with_env(self, env: Any) -> "MinMaxObservationScaler":
-        space = env.observation_space
-        low, high = np.asarray(space.low, dtype=np.float64), np.asarray(space.high, dtype=np.float64)
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise ValueError("the observation space is unbounded; fit MinMaxObservationScaler on a dataset instead")
+        low, high = _box_bounds(env.observation_space, "MinMaxObservationScaler")
         self._set_stats(minimum=low, maximum=high)
         return self
 
-    def _range(self) -> torch.Tensor:
-        span = self.maximum - self.minimum
-        return torch.where(span > 0, span, torch.ones_like(span))
-
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return (x.to(torch.float32) - self.minimum) / self._range() * 2.0 - 1.0
+        minimum = self._t("minimum")
+        return (x.to(torch.float32) - minimum) / _span_t(minimum, self._t("maximum")) * 2.0 - 1.0
 
     def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return (x + 1.0) / 2.0 * self._range() + self.minimum
+        minimum = self._t("minimum")
+        return (x + 1.0) / 2.0 * _span_t(minimum, self._t("maximum")) + minimum
+
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        self._require_built()
+        minimum = self._np("minimum")
+        return (np.asarray(x) - minimum) / _span_np(minimum, self._np("maximum")) * 2.0 - 1.0
+
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        self._require_built()
+        minimum = self._np("minimum")
+        return (np.asarray(x) + 1.0) / 2.0 * _span_np(minimum, self._np("maximum")) + minimum
 
 
 @register("observation_scaler")
 class StandardObservationScaler(ObservationScaler):
-    """``(x - mean) / (std + eps)`` per dimension."""
+    """``(x - mean) / (std + eps)`` per dimension; ``mean`` / ``std`` are
+    numpy arrays (float64, population standard deviation)."""
 
     _stats = ("mean", "std")
     _options = ("eps",)
@@ -144,18 +171,25 @@ class StandardObservationScaler(ObservationScaler):
     def get_type() -> str:
         return "standard"
 
-    def fit(self, dataset: Any) -> "StandardObservationScaler":
-        x = _observations(dataset)
+    def _fit(self, data: FitData) -> None:
+        x = _single(data.observations, "StandardObservationScaler")
         self._set_stats(mean=x.mean(axis=0, dtype=np.float64), std=x.std(axis=0, dtype=np.float64))
-        return self
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return (x.to(torch.float32) - self.mean) / (self.std + self.eps)
+        return (x.to(torch.float32) - self._t("mean")) / (self._t("std") + self.eps)
 
     def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return x * (self.std + self.eps) + self.mean
+        return x * (self._t("std") + self.eps) + self._t("mean")
+
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        self._require_built()
+        return (np.asarray(x) - self._np("mean")) / (self._np("std") + self.eps)
+
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        self._require_built()
+        return np.asarray(x) * (self._np("std") + self.eps) + self._np("mean")
 
 
 class _Identity(ObservationScaler):
@@ -166,11 +200,32 @@ class _Identity(ObservationScaler):
     def get_type() -> str:
         return "identity"
 
+    def fit_with_env(self, env: Any) -> "_Identity":
+        return self
+
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
     def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         return x
+
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return x
+
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return x
+
+
+def _scaler_from_record(record: dict) -> Any:
+    """A scaler from offrl's ``to_dict`` record or d3rlpy's ``{"type", "params"}``."""
+    if "kind" not in record and set(record) == {"type", "params"}:
+        return lookup("observation_scaler", record["type"]).from_dict(record)
+    return from_json_value(record)
+
+
+class _SpaceView:
+    def __init__(self, observation_space: Any) -> None:
+        self.observation_space = observation_space
 
 
 @register("observation_scaler")
@@ -178,12 +233,14 @@ class TupleObservationScaler(ObservationScaler):
     """One scaler per element of a tuple observation (``None`` leaves an
     element as it is)."""
 
-    def __init__(self, observation_scalers: Sequence[Optional[ObservationScaler]]) -> None:
+    def __init__(self, observation_scalers: Sequence[Optional[ObservationScaler]] = ()) -> None:
         super().__init__()
-        scalers = [from_json_value(s) if isinstance(s, dict) else s for s in observation_scalers]
-        for s in scalers:
+        if isinstance(observation_scalers, (str, bytes, dict)) or not hasattr(observation_scalers, "__iter__"):
+            raise TypeError(f"observation_scalers must be a list of observation scalers, got {type(observation_scalers).__name__}")
+        scalers = [_scaler_from_record(s) if isinstance(s, dict) else s for s in observation_scalers]
+        for i, s in enumerate(scalers):
             if s is not None and not isinstance(s, ObservationScaler):
-                raise TypeError(f"TupleObservationScaler takes observation scalers or None, got {type(s).__name__}")
+                raise TypeError(f"observation_scalers[{i}] must be an observation scaler or None, got {type(s).__name__}")
         self.observation_scalers = nn.ModuleList([s if s is not None else _Identity() for s in scalers])
         self._given = [s is not None for s in scalers]
 
@@ -195,24 +252,28 @@ class TupleObservationScaler(ObservationScaler):
     def built(self) -> bool:
         return all(s.built for s in self.observation_scalers)
 
-    def _elements(self, dataset: Any):
-        observations = dataset.to_arrays()["observations"]
+    def _fit(self, data: FitData) -> None:
+        observations = data.observations
         if not isinstance(observations, list) or len(observations) != len(self.observation_scalers):
-            raise ValueError(f"TupleObservationScaler has {len(self.observation_scalers)} scalers; the dataset's observations do not have that many elements")
-        return observations
-
-    def fit(self, dataset: Any) -> "TupleObservationScaler":
-        observations = self._elements(dataset)
-
-        class _View:
-            def __init__(self, x):
-                self._x = x
-
-            def to_arrays(self):
-                return {"observations": self._x}
-
+            raise ValueError(
+                f"TupleObservationScaler has {len(self.observation_scalers)} scalers; the data's observations "
+                f"have {len(observations) if isinstance(observations, list) else 'not a tuple of'} elements"
+            )
         for scaler, x in zip(self.observation_scalers, observations):
-            scaler.fit(_View(x))
+            scaler._fit(FitData.from_arrays(x, source=data.source))
+
+    def fit_with_env(self, env: Any) -> "TupleObservationScaler":
+        """Fit each element's scaler from the matching part of a Tuple
+        observation space (d3rlpy has no such path)."""
+        spaces = getattr(env.observation_space, "spaces", None)
+        if not isinstance(spaces, (list, tuple)) or len(spaces) != len(self.observation_scalers):
+            raise NotFittableFromEnvError(
+                f"TupleObservationScaler needs a Tuple observation space of {len(self.observation_scalers)} "
+                f"spaces, got {type(env.observation_space).__name__}"
+            )
+        for scaler, space in zip(self.observation_scalers, spaces):
+            if not scaler.built:
+                scaler.fit_with_env(_SpaceView(space))
         return self
 
     def transform(self, x: List[torch.Tensor]) -> List[torch.Tensor]:  # type: ignore[override]
@@ -220,6 +281,12 @@ class TupleObservationScaler(ObservationScaler):
 
     def reverse_transform(self, x: List[torch.Tensor]) -> List[torch.Tensor]:  # type: ignore[override]
         return [s.reverse_transform(v) for s, v in zip(self.observation_scalers, x)]
+
+    def transform_numpy(self, x: List[np.ndarray]) -> List[np.ndarray]:  # type: ignore[override]
+        return [s.transform_numpy(v) for s, v in zip(self.observation_scalers, x)]
+
+    def reverse_transform_numpy(self, x: List[np.ndarray]) -> List[np.ndarray]:  # type: ignore[override]
+        return [s.reverse_transform_numpy(v) for s, v in zip(self.observation_scalers, x)]
 
     def check_observation_shape(self, shape) -> None:
         for s, sh in zip(self.observation_scalers, shape):
@@ -230,6 +297,12 @@ class TupleObservationScaler(ObservationScaler):
 
     def to_dict(self):
         return {"kind": self._kind, "type": self.get_type(), "params": {"observation_scalers": to_json_value(self._params()["observation_scalers"])}}
+
+    @classmethod
+    def _from_plain_params(cls, params):
+        if not isinstance(params, dict) or set(params) - {"observation_scalers"}:
+            raise ValueError("TupleObservationScaler takes only observation_scalers")
+        return cls(params.get("observation_scalers", ()))
 
     def stats_numpy(self):
         return {}

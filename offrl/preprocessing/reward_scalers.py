@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..serialization import register
+from ._fitting import FitData
 from .base import Scaler
 
 __all__ = [
@@ -21,15 +22,19 @@ __all__ = [
 ]
 
 
-def _rewards(dataset: Any) -> np.ndarray:
-    return dataset.to_arrays()["rewards"].reshape(-1)
+def _check_multiplier(multiplier: float, who: str) -> float:
+    if multiplier == 0.0:
+        raise ValueError(f"{who}.reverse_transform is undefined for multiplier=0 (every reward maps to 0)")
+    return multiplier
 
 
 class RewardScaler(Scaler):
-    _kind = "reward_scaler"
+    """Base of reward scalers: applied to rewards in each update (offline
+    and online). Statistics are floats, as in d3rlpy; fitting from an
+    environment leaves them as they are (the spaces say nothing of rewards)."""
 
-    def fit(self, dataset: Any) -> "RewardScaler":
-        return self
+    _kind = "reward_scaler"
+    _scalar_stats = True
 
     def fit_with_env(self, env: Any) -> "RewardScaler":
         return self
@@ -37,35 +42,51 @@ class RewardScaler(Scaler):
     def transform(self, reward: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return self.transform(torch.as_tensor(reward, dtype=torch.float32, device=self._device())).cpu().numpy()
+    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def _span(low: float, high: float) -> float:
+    return high - low if high > low else 1.0
 
 
 @register("reward_scaler")
 class MinMaxRewardScaler(RewardScaler):
-    """``(r - minimum) / (maximum - minimum) * multiplier``."""
+    """``(r - minimum) / (maximum - minimum) * multiplier`` (a constant reward
+    maps to 0, where d3rlpy divides by zero)."""
 
     _stats = ("minimum", "maximum")
     _options = ("multiplier",)
 
-    def __init__(self, minimum: Any = None, maximum: Any = None, multiplier: float = 1.0) -> None:
+    def __init__(self, minimum: Optional[float] = None, maximum: Optional[float] = None, multiplier: float = 1.0) -> None:
         super().__init__(minimum=minimum, maximum=maximum, multiplier=float(multiplier))
 
     @staticmethod
     def get_type() -> str:
         return "min_max"
 
-    def fit(self, dataset: Any) -> "MinMaxRewardScaler":
-        r = _rewards(dataset)
+    def _fit(self, data: FitData) -> None:
+        r = data.rewards
         self._set_stats(minimum=r.min(), maximum=r.max())
-        return self
+
+    def _base(self) -> float:
+        return _span(float(self.minimum), float(self.maximum))
 
     def transform(self, reward: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        span = self.maximum - self.minimum
-        span = torch.where(span > 0, span, torch.ones_like(span))
-        return (reward - self.minimum) / span * self.multiplier
+        return (reward - self._t("minimum")) / self._base() * self.multiplier
+
+    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        self._require_built()
+        return reward * self._base() / _check_multiplier(self.multiplier, "MinMaxRewardScaler") + self._t("minimum")
+
+    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        self._require_built()
+        return (np.asarray(reward) - self.minimum) / self._base() * self.multiplier
+
+    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        self._require_built()
+        return np.asarray(reward) * self._base() / _check_multiplier(self.multiplier, "MinMaxRewardScaler") + self.minimum
 
 
 @register("reward_scaler")
@@ -75,26 +96,41 @@ class StandardRewardScaler(RewardScaler):
     _stats = ("mean", "std")
     _options = ("eps", "multiplier")
 
-    def __init__(self, mean: Any = None, std: Any = None, eps: float = 1e-3, multiplier: float = 1.0) -> None:
+    def __init__(self, mean: Optional[float] = None, std: Optional[float] = None, eps: float = 1e-3,
+                 multiplier: float = 1.0) -> None:
         super().__init__(mean=mean, std=std, eps=float(eps), multiplier=float(multiplier))
 
     @staticmethod
     def get_type() -> str:
         return "standard"
 
-    def fit(self, dataset: Any) -> "StandardRewardScaler":
-        r = _rewards(dataset).astype(np.float64)
+    def _fit(self, data: FitData) -> None:
+        r = data.rewards
         self._set_stats(mean=r.mean(), std=r.std())
-        return self
 
     def transform(self, reward: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return (reward - self.mean) / (self.std + self.eps) * self.multiplier
+        return (reward - self._t("mean")) / (self._t("std") + self.eps) * self.multiplier
+
+    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        self._require_built()
+        multiplier = _check_multiplier(self.multiplier, "StandardRewardScaler")
+        return reward * (self._t("std") + self.eps) / multiplier + self._t("mean")
+
+    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        self._require_built()
+        return (np.asarray(reward) - self.mean) / (self.std + self.eps) * self.multiplier
+
+    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        self._require_built()
+        multiplier = _check_multiplier(self.multiplier, "StandardRewardScaler")
+        return np.asarray(reward) * (self.std + self.eps) / multiplier + self.mean
 
 
 @register("reward_scaler")
 class ClipRewardScaler(RewardScaler):
-    """``clip(r, low, high) * multiplier`` (a missing bound is not applied)."""
+    """``clip(r, low, high) * multiplier`` (a missing bound is not applied;
+    ``reverse_transform`` undoes the multiplier only, as in d3rlpy)."""
 
     _options = ("low", "high", "multiplier")
 
@@ -109,6 +145,15 @@ class ClipRewardScaler(RewardScaler):
 
     def transform(self, reward: torch.Tensor) -> torch.Tensor:
         return reward.clamp(min=self.low, max=self.high) * self.multiplier
+
+    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        return reward / _check_multiplier(self.multiplier, "ClipRewardScaler")
+
+    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        return np.clip(np.asarray(reward), self.low, self.high) * self.multiplier
+
+    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        return np.asarray(reward) / _check_multiplier(self.multiplier, "ClipRewardScaler")
 
 
 @register("reward_scaler")
@@ -127,47 +172,88 @@ class MultiplyRewardScaler(RewardScaler):
     def transform(self, reward: torch.Tensor) -> torch.Tensor:
         return reward * self.multiplier
 
+    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        return reward / _check_multiplier(self.multiplier, "MultiplyRewardScaler")
+
+    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        return np.asarray(reward) * self.multiplier
+
+    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        return np.asarray(reward) / _check_multiplier(self.multiplier, "MultiplyRewardScaler")
+
 
 @register("reward_scaler")
 class ReturnBasedRewardScaler(RewardScaler):
     """``r / (return_max - return_min) * multiplier``, with the largest and
-    smallest undiscounted episode returns of the dataset (as used by IQL on
-    locomotion tasks)."""
+    smallest undiscounted episode returns of the data (as used by IQL on
+    locomotion tasks). Equal returns leave the scale at 1 (d3rlpy divides
+    by zero)."""
 
     _stats = ("return_max", "return_min")
     _options = ("multiplier",)
 
-    def __init__(self, return_max: Any = None, return_min: Any = None, multiplier: float = 1.0) -> None:
+    def __init__(self, return_max: Optional[float] = None, return_min: Optional[float] = None,
+                 multiplier: float = 1.0) -> None:
         super().__init__(return_max=return_max, return_min=return_min, multiplier=float(multiplier))
 
     @staticmethod
     def get_type() -> str:
         return "return"
 
-    def fit(self, dataset: Any) -> "ReturnBasedRewardScaler":
-        returns = dataset.compute_returns()
+    def _fit(self, data: FitData) -> None:
+        returns = data.returns
         self._set_stats(return_max=returns.max(), return_min=returns.min())
-        return self
+
+    def _base(self) -> float:
+        return _span(float(self.return_min), float(self.return_max))
 
     def transform(self, reward: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        span = self.return_max - self.return_min
-        span = torch.where(span > 0, span, torch.ones_like(span))
-        return reward / span * self.multiplier
+        return reward / self._base() * self.multiplier
+
+    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        self._require_built()
+        return reward * self._base() / _check_multiplier(self.multiplier, "ReturnBasedRewardScaler")
+
+    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        self._require_built()
+        return np.asarray(reward) / self._base() * self.multiplier
+
+    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        self._require_built()
+        return np.asarray(reward) * self._base() / _check_multiplier(self.multiplier, "ReturnBasedRewardScaler")
 
 
 @register("reward_scaler")
 class ConstantShiftRewardScaler(RewardScaler):
-    """``r + shift`` (e.g. ``shift=-1`` for AntMaze-style sparse rewards)."""
+    """``(r + shift) * multiplier``, or ``r * multiplier + shift`` with
+    ``multiply_first=True`` (e.g. ``shift=-1`` for AntMaze-style sparse
+    rewards)."""
 
-    _options = ("shift",)
+    _options = ("shift", "multiplier", "multiply_first")
 
-    def __init__(self, shift: float = 0.0) -> None:
-        super().__init__(shift=float(shift))
+    def __init__(self, shift: float, multiplier: float = 1.0, multiply_first: bool = False) -> None:
+        if not isinstance(multiply_first, (bool, np.bool_)):
+            raise TypeError(f"multiply_first must be a bool, got {type(multiply_first).__name__}")
+        super().__init__(shift=float(shift), multiplier=float(multiplier), multiply_first=bool(multiply_first))
 
     @staticmethod
     def get_type() -> str:
         return "shift"
 
     def transform(self, reward: torch.Tensor) -> torch.Tensor:
-        return reward + self.shift
+        if self.multiply_first:
+            return reward * self.multiplier + self.shift
+        return (reward + self.shift) * self.multiplier
+
+    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        multiplier = _check_multiplier(self.multiplier, "ConstantShiftRewardScaler")
+        if self.multiply_first:
+            return (reward - self.shift) / multiplier
+        return reward / multiplier - self.shift
+
+    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        return self.transform(np.asarray(reward))  # type: ignore[arg-type]  (the same arithmetic on arrays)
+
+    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+        return self.reverse_transform(np.asarray(reward))  # type: ignore[arg-type]

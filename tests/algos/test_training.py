@@ -119,13 +119,13 @@ def test_fit_does_not_mutate_config_and_keeps_fitted_scalers(tmp_path):
     assert config.to_dict() == before
     assert not config.observation_scaler.built
     obs = dataset.to_arrays()["observations"]
-    np.testing.assert_allclose(algo.observation_scaler.mean.numpy(), obs.mean(axis=0), rtol=1e-5)
-    np.testing.assert_allclose(algo.observation_scaler.std.numpy(), obs.std(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(algo.observation_scaler.mean, obs.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(algo.observation_scaler.std, obs.std(axis=0), rtol=1e-5)
     path = tmp_path / "m.d3"
     algo.save(path)
     loaded = offrl.load_learnable(path)
-    np.testing.assert_array_equal(loaded.observation_scaler.mean.numpy(), algo.observation_scaler.mean.numpy())
-    np.testing.assert_array_equal(loaded.reward_scaler.std.numpy(), algo.reward_scaler.std.numpy())
+    np.testing.assert_array_equal(loaded.observation_scaler.mean, algo.observation_scaler.mean)
+    np.testing.assert_array_equal(loaded.reward_scaler.std, algo.reward_scaler.std)
 
 
 def test_fit_rejects_mismatched_dataset():

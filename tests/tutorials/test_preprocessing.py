@@ -42,7 +42,7 @@ def test_scalers_are_fitted_saved_and_exported(tutorial, tmp_path):
 
     # the statistics survive load_learnable and sit inside the ONNX graph
     assert result["same_statistics"] and result["onnx_matches"]
-    np.testing.assert_array_equal(result["loaded"].observation_scaler.mean.numpy(), fitted.mean.numpy())
+    np.testing.assert_array_equal(result["loaded"].observation_scaler.mean, fitted.mean)
     x = test.to_arrays()["observations"]
     session = onnxruntime.InferenceSession(result["onnx_path"], providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(session.run(None, {"input_0": x})[0],
