@@ -48,7 +48,21 @@ __all__ = ["DDPGConfig", "DDPG"]
 @register("algorithm")
 @dataclasses.dataclass
 class DDPGConfig(LearnableConfig):
-    """Config of DDPG (see the module docstring for the losses).
+    """Config of DDPG (details in the module docstring).
+
+    Loss:
+        critics Σ_i E_(s,a,r,s')~D [ ℓ(r + γ^k (1 − d) min_j Q'_j(s', π'(s')) − Q_i(s, a)) ];
+        actor   −E_s~D [ Q_1(s, π(s)) ];
+        ℓ the squared error, π' and Q' Polyak-averaged with ``tau``.
+
+    Defaults:
+        d3rlpy 2.8.1's (learning rates 3e-4, batch_size=256, tau=0.005, one
+        critic). The paper used actor 1e-4, critic 1e-3, tau=0.001, batch
+        64 and L2 weight decay 1e-2 on the critic.
+
+    References:
+        Lillicrap et al., "Continuous control with deep reinforcement
+        learning", 2016, arXiv:1509.02971.
 
     Args:
         actor_learning_rate: learning rate of the policy.

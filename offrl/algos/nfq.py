@@ -34,7 +34,20 @@ __all__ = ["NFQConfig", "NFQ"]
 @register("algorithm")
 @dataclasses.dataclass
 class NFQConfig(LearnableConfig):
-    """Config of NFQ (see the module docstring for the loss).
+    """Config of NFQ (details in the module docstring).
+
+    Loss:
+        L(θ) = E_(s,a,r,s')~D [ ℓ(r + γ^k (1 − d) max_a' Q_θ⁻(s', a') − Q_θ(s, a)) ]
+        with θ⁻ the current weights without gradient and ℓ the Huber loss.
+
+    Defaults:
+        d3rlpy 2.8.1's, DQN's optimizer settings (Adam, learning_rate=6.25e-5,
+        batch_size=32). The paper trained on the whole data set with Rprop.
+
+    References:
+        Riedmiller, "Neural Fitted Q Iteration - First Experiences with a
+        Data Efficient Neural Reinforcement Learning Method", ECML 2005 (no
+        arXiv id).
 
     Args:
         learning_rate: optimizer learning rate.

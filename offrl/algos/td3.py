@@ -39,7 +39,21 @@ __all__ = ["TD3Config", "TD3", "smooth_target_action"]
 @register("algorithm")
 @dataclasses.dataclass
 class TD3Config(LearnableConfig):
-    """Config of TD3 (see the module docstring for the losses).
+    """Config of TD3 (details in the module docstring).
+
+    Loss:
+        critics Σ_i E [ ℓ(r + γ^k (1 − d) min_j Q'_j(s', a') − Q_i(s, a)) ],
+                a' = clip(π'(s') + clip(ε, −c, c), −1, 1), ε ~ N(0, σ²);
+        actor   −E_s~D [ Q_1(s, π(s)) ] every ``update_actor_interval`` steps.
+
+    Defaults:
+        d3rlpy 2.8.1's, those of the authors' updated code: learning rates
+        3e-4, batch_size=256, tau=0.005, σ=0.2, c=0.5, policy delay 2. The
+        paper itself used learning rates 1e-3 and batch size 100.
+
+    References:
+        Fujimoto, van Hoof and Meger, "Addressing Function Approximation
+        Error in Actor-Critic Methods", 2018, arXiv:1802.09477.
 
     Args:
         actor_learning_rate: learning rate of the policy.
