@@ -58,6 +58,52 @@ def _positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
+def _available_memory() -> Optional[int]:
+    """Bytes of memory available to this process now (``MemAvailable`` on
+    Linux, free physical pages elsewhere), or None when unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _signature_bytes(signature: Signature) -> int:
+    return sum(int(np.dtype(d).itemsize) * int(np.prod(s, dtype=np.int64)) for d, s in zip(signature.dtype, signature.shape))
+
+
+def _check_sample_memory(info: DatasetInfo, batch_size: int, length: Optional[int]) -> None:
+    """Refuse, before allocating, a mini-batch whose arrays would need more
+    than half the memory available now, saying what was asked and needed.
+    A transition holds two observations, an action, a reward and a few
+    float32/int64 scalars and indices; a trajectory of ``length`` steps
+    holds per step an observation, an action, a reward, a return-to-go, a
+    terminal flag, a timestep and a mask, plus its indices."""
+    observation = _signature_bytes(info.observation_signature)
+    action = max(_signature_bytes(info.action_signature), 8)
+    reward = _signature_bytes(info.reward_signature)
+    if length is None:
+        per_item = 2 * observation + action + reward + 48
+        what = f"sample_transition_batch(batch_size={batch_size})"
+    else:
+        per_item = length * (observation + action + 2 * reward + 4 + 8 + 4) + 48
+        what = f"sample_trajectory_batch(batch_size={batch_size}, length={length})"
+    needed = per_item * batch_size
+    available = _available_memory()
+    if available is not None and needed > available // 2:
+        raise ValueError(
+            f"{what} would need about {needed / 2**30:.3g} GiB for the mini-batch "
+            f"({per_item} bytes a {'transition' if length is None else 'trajectory'}), more than half of the "
+            f"{available / 2**30:.3g} GiB of memory available: ask for a smaller batch"
+        )
+
+
 def _is_user_component(component: Any, batch_method: str) -> bool:
     """Whether ``component`` must go through the per-item path: it has no
     ``batch_method``, or it overrides ``__call__`` below the class that
@@ -141,6 +187,22 @@ class ReplayBufferBase:
             return format_summary(type(self).__name__, self.summary())
         except _EmptyBufferError:
             return f"{type(self).__name__}(empty)"
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _real_step_value(value: Any, field: str) -> np.ndarray:
+    """``value`` as an array of real numbers (bool, int or float), else a
+    ``ValueError`` naming ``field`` and what it got (a string is not parsed,
+    a complex number is not truncated)."""
+    if isinstance(value, (str, bytes)):
+        raise ValueError(f"{field} must be a real number or an array of them, got {type(value).__name__} {value!r}")
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.dtype.kind not in "biuf":
+        what = {"c": "complex numbers", "U": "strings", "S": "bytes", "O": "Python objects"}.get(array.dtype.kind, str(array.dtype))
+        raise ValueError(f"{field} must hold real numbers, got {what} (dtype {array.dtype})")
+    return array
 
 
 class _EmptyBufferError(ValueError):
@@ -308,13 +370,19 @@ class ReplayBuffer(ReplayBufferBase):
         if self._info is None:
             self._init_from_step(observation, action)
         info = self._info
+        parts = observation if isinstance(observation, (list, tuple)) else [observation]
+        for k, part in enumerate(parts):
+            _real_step_value(part, f"observation[{k}]" if isinstance(observation, (list, tuple)) else "observation")
         obs = _checks.as_single_observation(observation, info.observation_signature)
-        act = self._step_action(action)
-        rew = np.asarray(reward, dtype=np.float32).reshape(-1)
+        act = self._step_action(_real_step_value(action, "action"))
+        rew = _real_step_value(reward, "reward").reshape(-1)
         if rew.shape != (1,):
             raise ValueError(f"reward must be a scalar, got shape {np.shape(reward)}")
         if not np.isfinite(rew[0]):
             raise ValueError(f"reward is {rew[0]}")
+        if abs(float(rew[0])) > _FLOAT32_MAX:
+            raise ValueError(f"reward is {float(rew[0])!r}, beyond float32's range (|x| <= {_FLOAT32_MAX:.4g})")
+        rew = rew.astype(np.float32)
         if self._store is not None:
             self._store.append_step(obs, act, rew)
         else:
@@ -475,6 +543,7 @@ class ReplayBuffer(ReplayBufferBase):
     def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
         batch_size = _positive_int(batch_size, "batch_size")
         total = self._require_transitions()
+        _check_sample_memory(self.dataset_info, batch_size, None)
         indices = get_rng().integers(total, size=batch_size)
         if self._batch_picker:
             episode_ids, rows = self._store.locate_transitions(indices)
@@ -516,6 +585,12 @@ class ReplayBuffer(ReplayBufferBase):
     def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
         batch_size = _positive_int(batch_size, "batch_size")
         length = _positive_int(length, "length")
+        try:
+            info = self.dataset_info
+        except ValueError:  # empty: sampling below says so
+            info = None
+        if info is not None:
+            _check_sample_memory(info, batch_size, length)
         if self._user_slicer and self._store is not None:
             return TrajectoryMiniBatch.from_partial_trajectories(
                 [self._trajectory_slicer(e, i, length) for e, i in self._user_items(batch_size)]
