@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
         observation_runs[name] = {"algo": algo, "config": config, "history": history}
     scaled = observation_runs["standardised"]
     fitted = scaled["algo"].observation_scaler
-    print(f"fitted scaler: mean {fitted.mean.numpy().round(2).tolist()}, std {fitted.std.numpy().round(2).tolist()}; "
+    print(f"fitted scaler: mean {fitted.mean.round(2).tolist()}, std {fitted.std.round(2).tolist()}; "
           f"the config's scaler is still unfitted: {not scaled['config'].observation_scaler.built}")
 
     # 2. Continuous actions: a valve opening logged in percent.
@@ -182,8 +182,8 @@ def main(argv: list[str] | None = None) -> dict:
     model_path = os.path.join(args.out, "bc_standardised.d3")
     algo.save(model_path)
     loaded = offrl.load_learnable(model_path)
-    same_statistics = bool(np.array_equal(loaded.observation_scaler.mean.numpy(), fitted.mean.numpy())
-                           and np.array_equal(loaded.observation_scaler.std.numpy(), fitted.std.numpy()))
+    same_statistics = bool(np.array_equal(loaded.observation_scaler.mean, fitted.mean)
+                           and np.array_equal(loaded.observation_scaler.std, fitted.std))
     onnx_path = os.path.join(args.out, "bc_standardised.onnx")
     algo.save_policy(onnx_path)
     raw = test.to_arrays()["observations"]  # millimetres and degrees

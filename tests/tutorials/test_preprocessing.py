@@ -15,8 +15,8 @@ def test_scalers_are_fitted_saved_and_exported(tutorial, tmp_path):
     observations = train.to_arrays()["observations"].astype(np.float64)
     runs = result["observation_runs"]
     fitted = runs["standardised"]["algo"].observation_scaler
-    np.testing.assert_allclose(fitted.mean.numpy(), observations.mean(axis=0), rtol=1e-5)
-    np.testing.assert_allclose(fitted.std.numpy(), observations.std(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(fitted.mean, observations.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(fitted.std, observations.std(axis=0), rtol=1e-5)
     assert not runs["standardised"]["config"].observation_scaler.built  # the config is never mutated
     assert runs["raw"]["algo"].observation_scaler is None
     assert [h["epoch"] for h in runs["raw"]["history"]] == [1, 2]
