@@ -1,71 +1,101 @@
+#!/usr/bin/env python
 """Exported policy latency: ONNX (onnxruntime, one thread) and TorchScript
 beside offrl's own ``predict``, on one observation and on 256.
 
-    python benchmarks/export.py
+Run from the repository root (offrl installed, e.g. ``pip install -e .``):
+
+    python benchmarks/export.py            # about 30 s
+    python benchmarks/export.py --quick    # a smoke run
+    python benchmarks/export.py --only DQN
+
+Cases: SAC (17-dim observations, 6 actions, standard observation scaler and
+min-max action scaler) and DQN (4-dim observations, 2 actions, standard
+observation scaler) at their default configs, built (not trained: latency
+does not depend on the weights) and exported with ``save_policy``. Figures
+are microseconds per call, medians of rounds (``_harness.time_per_call``);
+torch runs ``--threads`` intra-op threads (default 1), onnxruntime one.
 
 Targets (from the export issue): ONNX answers one observation in <= 50 us;
-TorchScript within 2x of that. d3rlpy 2.8.1 measured earlier on this machine:
-predict 271 us (one observation), 1.19 ms (256); its ONNX export fails on
-torch 2.13.
+TorchScript within 2x of that. d3rlpy is not run here: measured earlier on
+the 2-core machine, its ``predict`` took 271 us (one observation) and
+1.19 ms (256), and its ONNX export fails on torch 2.13.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import tempfile
-import time
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
-import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from _harness import (FULL, QUICK, add_common_args, check_threads, fmt, ok, parse_only, print_load, print_table,
+                      set_threads, time_per_call)
 
-from offrl import algos  # noqa: E402
-from offrl.export import load_onnx_policy, load_torchscript_policy  # noqa: E402
-from offrl.preprocessing import MinMaxActionScaler, StandardObservationScaler  # noqa: E402
-
-
-def timed(fn, x, n: int) -> float:
-    for _ in range(50):
-        fn(x)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn(x)
-        best = min(best, (time.perf_counter() - start) / n)
-    return best * 1e6
+CASES = {"SAC": ((17,), 6), "DQN": ((4,), 2)}
+BATCHES = (1, 256)
+ONNX_TARGET_US = 50.0
 
 
-def main() -> None:
-    torch.set_num_threads(1)
-    tmp = tempfile.mkdtemp()
+def build(name: str) -> Any:
+    """A default-config algorithm with scalers, built for ``CASES[name]``."""
+    from offrl import algos
+    from offrl.preprocessing import MinMaxActionScaler, StandardObservationScaler
+
+    (dim,), size = CASES[name]
+    observation_scaler = StandardObservationScaler(mean=np.zeros(dim), std=np.ones(dim))
+    if name == "SAC":
+        config = algos.SACConfig(observation_scaler=observation_scaler,
+                                 action_scaler=MinMaxActionScaler(minimum=-np.ones(size), maximum=np.ones(size)))
+    else:
+        config = algos.DQNConfig(observation_scaler=observation_scaler)
+    algo = config.create(device="cpu")
+    algo.create_impl((dim,), size)
+    return algo
+
+
+def measure(names: List[str], quick: bool, directory: str) -> List[Tuple[str, int, float, float, float]]:
+    """(case, batch, ONNX us, TorchScript us, predict us) per case and batch."""
+    from offrl.export import load_onnx_policy, load_torchscript_policy
+
+    settings = QUICK if quick else FULL
     rows = []
-    cases = [
-        ("SAC", algos.SACConfig(observation_scaler=StandardObservationScaler(mean=np.zeros(17), std=np.ones(17)),
-                                action_scaler=MinMaxActionScaler(minimum=-np.ones(6), maximum=np.ones(6))), (17,), 6),
-        ("DQN", algos.DQNConfig(observation_scaler=StandardObservationScaler(mean=np.zeros(4), std=np.ones(4))), (4,), 2),
-    ]
-    for name, config, shape, size in cases:
-        algo = config.create()
-        algo.create_impl(shape, size)
-        onnx_path, pt_path = os.path.join(tmp, f"{name}.onnx"), os.path.join(tmp, f"{name}.pt")
+    for name in names:
+        algo = build(name)
+        onnx_path, script_path = os.path.join(directory, f"{name}.onnx"), os.path.join(directory, f"{name}.pt")
         algo.save_policy(onnx_path)
-        algo.save_policy(pt_path)
-        onnx_policy, ts_policy = load_onnx_policy(onnx_path, threads=1), load_torchscript_policy(pt_path)
-        for batch in (1, 256):
-            x = np.random.default_rng(0).normal(size=(batch,) + shape).astype(np.float32)
-            n = 2000 if batch == 1 else 300
-            rows.append((name, batch, timed(onnx_policy, x, n), timed(ts_policy, x, n), timed(algo.predict, x, n)))
-    print("onnxruntime: 1 intra-op thread; torch: 1 thread")
-    print(f"{'algorithm':<10} {'batch':>5} {'ONNX us':>9} {'TorchScript us':>15} {'offrl predict us':>17}  targets (batch 1): ONNX <= 50 us, TorchScript <= 2x ONNX")
-    for name, batch, o, t, p in rows:
-        verdict = ""
-        if batch == 1:
-            verdict = f"ONNX {'ok' if o <= 50 else 'MISS'}, TorchScript {'ok' if t <= 2 * max(o, 50) else 'MISS'}"
-        print(f"{name:<10} {batch:>5} {o:>9.1f} {t:>15.1f} {p:>17.1f}  {verdict}")
+        algo.save_policy(script_path)
+        onnx_policy, script_policy = load_onnx_policy(onnx_path, threads=1), load_torchscript_policy(script_path)
+        for batch in BATCHES:
+            x = np.random.default_rng(0).standard_normal((batch,) + CASES[name][0]).astype(np.float32)
+            us = [time_per_call(lambda f=f: f(x), settings.call_round_s, settings.call_rounds * 2, warmup=50)["ms"] * 1e3
+                  for f in (onnx_policy, script_policy, algo.predict)]
+            rows.append((name, batch, us[0], us[1], us[2]))
+    return rows
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(parser, only=list(CASES), d3rlpy=False)
+    args = parser.parse_args(argv)
+    check_threads(args, parser)
+    names = parse_only(args.only, list(CASES), parser)
+    print_load("start")
+    threads = set_threads(args.threads)
+    with tempfile.TemporaryDirectory() as directory:
+        rows = measure(names, args.quick, directory)
+    table = []
+    for name, batch, onnx_us, script_us, predict_us in rows:
+        onnx_ok = ok(onnx_us <= ONNX_TARGET_US) if batch == 1 else "-"
+        script_ok = ok(script_us <= 2 * max(onnx_us, ONNX_TARGET_US)) if batch == 1 else "-"
+        table.append((name, batch, fmt(onnx_us), fmt(script_us), fmt(predict_us), onnx_ok, script_ok))
+    print_table(["algo", "batch", "ONNX us", "TorchScript us", "offrl predict us", f"ONNX <= {ONNX_TARGET_US:g} us",
+                 "TorchScript <= 2x ONNX"], table,
+                title=f"onnxruntime: 1 intra-op thread; torch: {threads} thread(s)")
+    print_load("end")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
