@@ -4,6 +4,7 @@ notes; no file points outside the repository for documentation."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import os
@@ -126,3 +127,37 @@ def test_no_file_refers_to_documentation_outside_the_repository():
         if needle.search(text):
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, f"files refer to documents outside the repository: {offenders}"
+
+
+BENCHMARKS = ROOT / "benchmarks"
+SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_"))
+
+
+def test_no_file_names_a_machine_specific_d3rlpy_interpreter():
+    needle = "/opt/" + "d3venv"
+    offenders = [str(p.relative_to(ROOT)) for p in _text_files()
+                 if p.suffix in {".py", ".md", ".toml", ".sh", ".cfg", ".yml", ".yaml"}
+                 and needle in p.read_text(encoding="utf-8", errors="replace")]
+    assert not offenders, f"files name a d3rlpy interpreter path of one machine: {offenders}"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_benchmark_uses_the_harness_and_edits_no_import_path(script):
+    tree = ast.parse(script.read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name):
+            assert node.value.id != "sys", f"{script.name} edits sys.path (line {node.lineno})"
+    assert "_harness" in imported, f"{script.name} does not use benchmarks/_harness.py"
+    siblings = {p.stem for p in SCRIPTS}
+    assert not imported & siblings, f"{script.name} imports another benchmark script: {imported & siblings}"
+
+
+def test_benchmarks_readme_has_a_section_per_script():
+    text = (BENCHMARKS / "README.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^### `(\w+\.py)`", text, re.M)
+    assert sorted(headings) == sorted(p.name for p in SCRIPTS)
