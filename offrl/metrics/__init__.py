@@ -13,8 +13,9 @@ from .evaluators import (
     InitialStateValueEstimationEvaluator,
     SoftOPCEvaluator,
     TDErrorEvaluator,
+    make_batches,
 )
-from .utility import evaluate_qlearning_with_environment, rollout_returns
+from .utility import evaluate_qlearning_with_environment, evaluate_transformer_with_environment, rollout_returns
 
 __all__ = [
     "EvaluatorProtocol",
@@ -28,6 +29,8 @@ __all__ = [
     "CompareContinuousActionDiffEvaluator",
     "CompareDiscreteActionMatchEvaluator",
     "EnvironmentEvaluator",
+    "make_batches",
     "evaluate_qlearning_with_environment",
+    "evaluate_transformer_with_environment",
     "rollout_returns",
 ]

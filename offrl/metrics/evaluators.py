@@ -19,16 +19,20 @@ whole episodes (not restarting every 1024 transitions), the initial-state
 value uses only each episode's first state (not also the first state of
 every later window), and the TD error bootstraps with ``gamma ** interval``
 for multi-step pickers, like training does. ``episodes=[]`` is an error, not
-a silent fall-back to the dataset's episodes.
+a silent fall-back to the dataset's episodes, and so is a set of episodes
+without a single transition (d3rlpy fails with an IndexError on any episode
+without a transition; offrl leaves such episodes out). ``SoftOPCEvaluator``
+gives NaN when no episode reaches the threshold, as d3rlpy does.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from ..constants import ActionSpace
+from ..dataset.batch import TransitionMiniBatch
 from ..dataset.episode import EpisodeBase
 from ._transitions import TransitionSet, dataset_buffer, episodes_buffer
 from .utility import check_rollout_args, evaluate_qlearning_with_environment
@@ -46,6 +50,7 @@ __all__ = [
     "CompareDiscreteActionMatchEvaluator",
     "EnvironmentEvaluator",
     "discounted_suffix_sums",
+    "make_batches",
 ]
 
 
@@ -75,6 +80,25 @@ def discounted_suffix_sums(values: np.ndarray, gamma: float, last: np.ndarray) -
         carry[-shift:] = 0.0
         shift *= 2
     return sums
+
+
+def make_batches(episode: EpisodeBase, window_size: int, transition_picker: Any) -> Iterator[TransitionMiniBatch]:
+    """Mini-batches of up to ``window_size`` consecutive transitions of
+    ``episode``, picked with ``transition_picker`` (d3rlpy's helper for
+    writing an evaluator). offrl's own pickers see every transition offrl
+    stores; any other picker only the indices valid under d3rlpy's contract
+    (never the last step of an episode that did not terminate)."""
+    if isinstance(window_size, bool) or not isinstance(window_size, (int, np.integer)) or window_size <= 0:
+        raise ValueError(f"window_size must be a positive int, got {window_size!r}")
+    if not callable(transition_picker):
+        raise TypeError(f"transition_picker must be callable as picker(episode, index), got {type(transition_picker).__name__}")
+    if type(transition_picker).__module__.startswith("offrl."):
+        count = int(episode.transition_count)
+    else:
+        count = int(episode.size()) if episode.terminated else max(int(episode.size()) - 1, 0)
+    for head in range(0, count, int(window_size)):
+        stop = min(head + int(window_size), count)
+        yield TransitionMiniBatch.from_transitions([transition_picker(episode, i) for i in range(head, stop)])
 
 
 def _name(algo: Any) -> str:
@@ -248,7 +272,8 @@ class SoftOPCEvaluator(_EpisodesEvaluator):
     ``return_threshold``) minus mean ``Q(s, a)`` over all transitions, with
     the logged actions. Larger is better.
 
-    Raises ValueError when no episode reaches the threshold.
+    NaN when no episode reaches the threshold (as d3rlpy: the mean over no
+    successful transitions is undefined).
     """
 
     _needs_value = True
@@ -265,11 +290,7 @@ class SoftOPCEvaluator(_EpisodesEvaluator):
         returns = transitions.buffer.compute_returns()
         success = transitions.per_transition(returns >= self._return_threshold)
         if not success.any():
-            best = returns[transitions.counts > 0].max()
-            raise ValueError(
-                f"SoftOPCEvaluator: no episode reaches return_threshold={self._return_threshold:g} "
-                f"(the best return is {best:g}); lower the threshold"
-            )
+            return float("nan")
         values = np.concatenate([
             algo.predict_value(b.observations, b.actions).astype(np.float64) for b in transitions.batches()
         ])

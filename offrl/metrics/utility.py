@@ -6,7 +6,12 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-__all__ = ["check_rollout_args", "evaluate_qlearning_with_environment", "rollout_returns"]
+__all__ = [
+    "check_rollout_args",
+    "evaluate_qlearning_with_environment",
+    "evaluate_transformer_with_environment",
+    "rollout_returns",
+]
 
 
 def _batched(observation: Any) -> Any:
@@ -52,7 +57,9 @@ def rollout_returns(
     check_rollout_args(n_trials, epsilon)
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) or not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
-    if not getattr(algo, "is_built", False):
+    if not callable(getattr(algo, "predict", None)):
+        raise TypeError(f"algo must have predict(observations) -> actions, got {type(algo).__name__}")
+    if not getattr(algo, "is_built", True):  # any object with predict works, as in d3rlpy
         raise ValueError(f"{type(algo).__name__} is not built: fit it or build it before evaluating it in an environment")
     rng = np.random.default_rng(seed)
     returns: List[float] = []
@@ -79,5 +86,32 @@ def rollout_returns(
 
 
 def evaluate_qlearning_with_environment(algo: Any, env: Any, n_trials: int = 10, epsilon: float = 0.0) -> float:
-    """Mean undiscounted return of ``n_trials`` episodes (d3rlpy's name)."""
+    """Mean undiscounted return of ``n_trials`` episodes (d3rlpy's name).
+    ``algo`` is anything with ``predict(observations) -> actions``."""
     return float(np.mean(rollout_returns(algo, env, n_trials, epsilon)))
+
+
+def evaluate_transformer_with_environment(algo: Any, env: Any, n_trials: int = 10) -> float:
+    """Mean undiscounted return of ``n_trials`` episodes of a stateful
+    sequence policy (d3rlpy's name): ``algo.reset()`` starts each episode and
+    ``algo.predict(observation, reward)`` takes one unbatched observation and
+    the last reward (0 at the start) and returns one action."""
+    if isinstance(n_trials, bool) or not isinstance(n_trials, (int, np.integer)) or n_trials <= 0:
+        raise ValueError(f"n_trials must be a positive int, got {n_trials!r}")
+    for method in ("reset", "predict"):
+        if not callable(getattr(algo, method, None)):
+            raise TypeError(f"algo must have reset() and predict(observation, reward), got {type(algo).__name__}")
+    returns = []
+    for _ in range(int(n_trials)):
+        algo.reset()
+        observation, _ = env.reset()
+        reward, total = 0.0, 0.0
+        while True:
+            action = algo.predict(observation, reward)
+            observation, step_reward, terminated, truncated, _ = env.step(action)
+            reward = float(step_reward)
+            total += reward
+            if terminated or truncated:
+                break
+        returns.append(total)
+    return float(np.mean(returns))

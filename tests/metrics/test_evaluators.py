@@ -375,8 +375,8 @@ class TestBadInput:
     def test_soft_opc_threshold(self):
         with pytest.raises(ValueError, match="return_threshold must be a finite number"):
             SoftOPCEvaluator(float("nan"))
-        with pytest.raises(ValueError, match=r"no episode reaches return_threshold=10 \(the best return is 3\)"):
-            SoftOPCEvaluator(10)(linear_q(), hand_dataset())
+        # no episode reaches the threshold: NaN, as d3rlpy 2.8.1 (not an error)
+        assert np.isnan(SoftOPCEvaluator(10)(linear_q(), hand_dataset()))
 
     def test_environment_evaluator_arguments(self):
         with pytest.raises(ValueError, match="n_trials must be a positive int"):
