@@ -1,0 +1,132 @@
+"""Diverging training: no snapshot with diverged weights is ever written, and
+after the NonFiniteLossError the algorithm is back at its last finite state."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import offrl
+from offrl.algos import DQNConfig, NonFiniteLossError, SACConfig
+from offrl.algos.checkpoint import non_finite_weights
+from offrl.logging import FileAdapterFactory
+from offrl.models import VectorEncoderFactory
+
+from envs import Corridor
+
+
+def _dataset(discrete: bool) -> offrl.dataset.MDPDataset:
+    rng = np.random.default_rng(0)
+    n = 100
+    actions = rng.integers(2, size=n) if discrete else rng.uniform(-1, 1, size=(n, 2)).astype(np.float32)
+    return offrl.dataset.MDPDataset(rng.normal(size=(n, 3)).astype(np.float32), actions,
+                                    rng.normal(size=n).astype(np.float32), (np.arange(n) % 25 == 24).astype(np.float32))
+
+
+def _config(discrete: bool, lr: float):
+    if discrete:
+        return DQNConfig(batch_size=8, learning_rate=lr, encoder_factory=VectorEncoderFactory(hidden_units=[16]))
+    return SACConfig(batch_size=8, actor_learning_rate=lr, critic_learning_rate=lr, temp_learning_rate=lr,
+                     actor_encoder_factory=VectorEncoderFactory(hidden_units=[16]),
+                     critic_encoder_factory=VectorEncoderFactory(hidden_units=[16]))
+
+
+def _saved_models_are_finite(directory) -> int:
+    paths = glob.glob(os.path.join(str(directory), "**", "*.d3"), recursive=True)
+    for path in paths:
+        assert non_finite_weights(offrl.load_learnable(path)) is None, path
+    return len(paths)
+
+
+OBSERVATIONS = np.random.default_rng(1).normal(size=(8, 3)).astype(np.float32)
+
+
+@pytest.mark.parametrize("discrete", [True, False], ids=["dqn", "sac"])
+@pytest.mark.parametrize("steps_per_epoch", [1, 3, 10])
+def test_a_huge_learning_rate_saves_no_diverged_model_and_rolls_back(tmp_path, discrete, steps_per_epoch):
+    offrl.seed(0)
+    algo = _config(discrete, 1e30).create()
+    with pytest.raises(NonFiniteLossError, match="restored to its state at the start of this training run"):
+        algo.fit(_dataset(discrete), 30, steps_per_epoch, logger_adapter=FileAdapterFactory(str(tmp_path)),
+                 show_progress=False)
+    assert _saved_models_are_finite(tmp_path) == 0
+    assert algo.grad_step == 0 and non_finite_weights(algo) is None
+    assert np.isfinite(algo.predict(OBSERVATIONS).astype(np.float64)).all()
+    assert np.isfinite(algo.predict_value(OBSERVATIONS, algo.predict(OBSERVATIONS))).all()
+
+
+@pytest.mark.parametrize("discrete", [True, False], ids=["dqn", "sac"])
+def test_divergence_after_good_epochs_keeps_their_snapshots_and_restores_the_last(tmp_path, discrete):
+    offrl.seed(0)
+    algo = _config(discrete, 1e-3).create()
+
+    def blow_up(algo, epoch, step):
+        if epoch == 2:  # from epoch 3 on, every optimizer steps with a learning rate of 1e30
+            for optim in algo.optimizers.values():
+                inner = getattr(optim, "optim", optim)
+                for group in inner.param_groups:
+                    group["lr"] = 1e30
+
+    with pytest.raises(NonFiniteLossError, match=r"restored to its state at the end of epoch 2 \(grad_step 10\)"):
+        algo.fit(_dataset(discrete), 50, 5, experiment_name="run", with_timestamp=False,
+                 logger_adapter=FileAdapterFactory(str(tmp_path)), show_progress=False, epoch_callback=blow_up)
+    assert sorted(p for p in os.listdir(tmp_path / "run") if p.endswith(".d3")) == [
+        "checkpoint.d3", "model_10.d3", "model_5.d3"]
+    assert _saved_models_are_finite(tmp_path) == 3  # two snapshots and the checkpoint of epoch 2
+    snapshot = offrl.load_learnable(tmp_path / "run" / "model_10.d3")
+    assert algo.grad_step == 10
+    np.testing.assert_array_equal(algo.predict(OBSERVATIONS), snapshot.predict(OBSERVATIONS))
+    for module, tensors in snapshot.get_state()["modules"].items():
+        for key, value in tensors.items():
+            torch.testing.assert_close(algo.get_state()["modules"][module][key], value, rtol=0, atol=0)
+
+
+def test_weights_are_checked_even_when_the_losses_were_finite(tmp_path, monkeypatch):
+    """The last update of an epoch can blow the weights up after its loss
+    was computed: the save is refused all the same."""
+    algo = _config(True, 1e-3).create()
+    original = type(algo)._update
+
+    def poison_last(self, batch, grad_step):
+        out = original(self, batch, grad_step)
+        if grad_step == 3:  # the last update of epoch 2 (grad_step counts from 0 here)
+            with torch.no_grad():
+                next(iter(self.modules.values())).parameters().__next__().fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(type(algo), "_update", poison_last)
+    with pytest.raises(NonFiniteLossError, match=r"holds inf at the end of epoch 2 .*no model was saved from this epoch"):
+        algo.fit(_dataset(True), 10, 2, experiment_name="run", with_timestamp=False,
+                 logger_adapter=FileAdapterFactory(str(tmp_path)), show_progress=False)
+    assert sorted(p for p in os.listdir(tmp_path / "run") if p.startswith("model_")) == ["model_2.d3"]
+    assert algo.grad_step == 2 and non_finite_weights(algo) is None
+
+
+def test_non_finite_weights_describes_the_first_bad_tensor():
+    algo = _config(True, 1e-3).create()
+    algo.build_with_dataset(_dataset(True))
+    assert non_finite_weights(algo) is None
+    module = next(iter(algo.modules.values()))
+    parameter = next(module.parameters())
+    with torch.no_grad():
+        parameter.view(-1)[3] = float("nan")
+    assert "holds nan" in non_finite_weights(algo)
+    with torch.no_grad():
+        parameter.view(-1)[3] = 1e25  # finite, but its square overflows float32: diverged
+    assert "has diverged (largest |w| = 1e+25)" in non_finite_weights(algo)
+
+
+def test_fit_online_rolls_back_after_divergence_and_saves_no_diverged_model(tmp_path):
+    offrl.seed(0)
+    algo = DQNConfig(batch_size=4, learning_rate=1e30, encoder_factory=VectorEncoderFactory(hidden_units=[8])).create()
+    with pytest.raises(NonFiniteLossError, match="restored to its state at the start of this training run") as info:
+        algo.fit_online(Corridor(), n_steps=60, n_steps_per_epoch=10, logger_adapter=FileAdapterFactory(str(tmp_path)),
+                        show_progress=False)
+    assert info.value.offrl_buffer.transition_count > 0  # the collected steps survive the error
+    assert _saved_models_are_finite(tmp_path) == 0
+    assert algo.grad_step == 0 and non_finite_weights(algo) is None
+    assert np.isfinite(algo.predict_value(np.eye(5, dtype=np.float32), np.ones(5, dtype=np.int64))).all()
