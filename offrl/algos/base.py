@@ -57,7 +57,7 @@ from ..export import save_policy as export_policy
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
 from ..serialization import algo_from_params_json, load_state_into, save_learnable
 from . import online, training
-from .config import LearnableConfig, check_instance, check_positive_int, check_positive_number
+from .config import LearnableConfig, check_enable_ddp, check_instance, check_positive_int, check_positive_number
 from .device import DeviceArg, parse_device
 from .training import NonFiniteLossError, TrainStepResult
 
@@ -115,9 +115,10 @@ class QLearningAlgoBase:
     #: d3rlpy's flag: the algorithm needs returns-to-go in its batches
     need_returns_to_go: bool = False
 
-    def __init__(self, config: LearnableConfig, device: DeviceArg = False) -> None:
+    def __init__(self, config: LearnableConfig, device: DeviceArg = False, enable_ddp: bool = False) -> None:
         if not isinstance(config, LearnableConfig):
             raise TypeError(f"config must be a LearnableConfig, got {type(config).__name__}")
+        check_enable_ddp(enable_ddp)
         self._config = config
         self._device_arg = device
         self._device = parse_device(device)
@@ -641,17 +642,18 @@ class QLearningAlgoBase:
             resume_from: Any = None) -> List[Tuple[int, Dict[str, float]]]:
         """Train on ``dataset`` for ``n_steps`` gradient steps; returns
         ``[(epoch, metrics), ...]``. See :func:`offrl.algos.training.fitter`."""
-        return list(self.fitter(dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logging_steps,
-                                logging_strategy, logger_adapter, show_progress, save_interval, evaluators, callback,
+        return list(self.fitter(dataset, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
+                                with_timestamp, logger_adapter, show_progress, save_interval, evaluators, callback,
                                 epoch_callback, resume_from=resume_from))
 
-    def fitter(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
-               with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
+    def fitter(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, logging_steps: int = 500,
+               logging_strategy: Any = "epoch", experiment_name: Optional[str] = None, with_timestamp: bool = True,
                logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
                evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
                epoch_callback: Optional[Callable[..., None]] = None,
                resume_from: Any = None) -> Generator[Tuple[int, Dict[str, float]], None, None]:
-        """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
+        """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch
+        (positional order as d3rlpy's ``fitter``: logging options first)."""
         if not self.is_trainable:
             raise RuntimeError(
                 f"{type(self).__name__} cannot be trained; build it with build_with_dataset, "

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
+from .._d3rlpy_json import D3rlpySerializable
 from ..serialization import Serializable
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "check_positive_int",
     "check_positive_number",
     "check_instance",
+    "check_enable_ddp",
 ]
 
 
@@ -142,8 +145,44 @@ def check_instance(config: Any, names: Sequence[str], cls: type) -> None:
         instance_of(cls).check(getattr(config, name), name)
 
 
+def check_enable_ddp(enable_ddp: Any) -> None:
+    """d3rlpy's ``enable_ddp`` flag: data-parallel training is not available
+    yet (issue 21). Without an initialised ``torch.distributed`` process group
+    it could not work anyway, and the error says how to launch."""
+    if not isinstance(enable_ddp, (bool, np.bool_)):
+        raise TypeError(f"enable_ddp must be a bool, got {type(enable_ddp).__name__}")
+    if not enable_ddp:
+        return
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(
+            "enable_ddp=True needs an initialised torch.distributed process group: start the script with "
+            "`torchrun --nproc_per_node=N script.py` and call torch.distributed.init_process_group() before "
+            "create(); note that offrl does not support data-parallel training yet (issue 21)"
+        )
+    raise NotImplementedError(
+        "enable_ddp=True: offrl does not support distributed data-parallel training yet (issue 21, "
+        "'Beyond one machine'); train in one process with enable_ddp=False"
+    )
+
+
+#: ``compile_graph=True`` has been warned about in this process
+_COMPILE_GRAPH_WARNED = False
+
+
+def _warn_compile_graph() -> None:
+    global _COMPILE_GRAPH_WARNED
+    if not _COMPILE_GRAPH_WARNED:
+        _COMPILE_GRAPH_WARNED = True
+        warnings.warn(
+            "compile_graph=True is accepted for d3rlpy compatibility but not used yet: the update step runs "
+            "eagerly (torch.compile support is issue 21)", UserWarning, stacklevel=3,
+        )
+
+
 @dataclasses.dataclass
-class LearnableConfig(Serializable):
+class LearnableConfig(D3rlpySerializable, Serializable):
     """Hyperparameters shared by every algorithm.
 
     Args:
@@ -161,6 +200,7 @@ class LearnableConfig(Serializable):
     observation_scaler: Optional[ObservationScaler] = param(None, check=instance_of(ObservationScaler, optional=True))
     action_scaler: Optional[ActionScaler] = param(None, check=instance_of(ActionScaler, optional=True))
     reward_scaler: Optional[RewardScaler] = param(None, check=instance_of(RewardScaler, optional=True))
+    compile_graph: bool = param(False, check=BOOL)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -172,8 +212,17 @@ class LearnableConfig(Serializable):
             if check is not None:
                 check.check(getattr(self, f.name), f.name)
 
-    def create(self, device: Any = False) -> Any:
-        """The algorithm configured by this config, on ``device``."""
+    def create(self, device: Any = False, enable_ddp: bool = False) -> Any:
+        """The algorithm configured by this config, on ``device``.
+
+        ``enable_ddp=True`` (d3rlpy's data-parallel flag) is refused for now:
+        a ``ValueError`` outside ``torchrun``, ``NotImplementedError`` inside
+        (issue 21). ``compile_graph=True`` is accepted and warned about once:
+        the update step is not compiled yet.
+        """
+        check_enable_ddp(enable_ddp)
+        if self.compile_graph:
+            _warn_compile_graph()
         return self.algorithm_class()(self, device)
 
     @classmethod

@@ -435,19 +435,19 @@ class FQE(QLearningAlgoBase):
         ``scorers`` is accepted as d3rlpy's older name of ``evaluators``.
         Evaluators see FQE: ``predict`` is the evaluated policy and
         ``predict_value`` FQE's Q."""
-        return list(self.fitter(dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logging_steps,
-                                logging_strategy, logger_adapter, show_progress, save_interval, evaluators, callback,
+        return list(self.fitter(dataset, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
+                                with_timestamp, logger_adapter, show_progress, save_interval, evaluators, callback,
                                 epoch_callback, scorers))
 
-    def fitter(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
-               with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
+    def fitter(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, logging_steps: int = 500,
+               logging_strategy: Any = "epoch", experiment_name: Optional[str] = None, with_timestamp: bool = True,
                logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
                evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
                epoch_callback: Optional[Callable[..., None]] = None,
                scorers: Optional[Dict[str, Any]] = None) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
-        return super().fitter(dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logging_steps,
-                              logging_strategy, logger_adapter, show_progress, save_interval,
+        return super().fitter(dataset, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
+                              with_timestamp, logger_adapter, show_progress, save_interval,
                               _merge_scorers(evaluators, scorers), callback, epoch_callback)
 
     # ----------------------------------------------------------- inference

@@ -12,7 +12,8 @@ An :class:`EncoderFactory` builds three kinds of module:
   fall back to a list of members.
 
 ``x`` is a tensor, or a list of tensors for tuple observations. User
-factories subclass :class:`EncoderFactory`, are dataclasses, and are
+factories subclass :class:`EncoderFactory` (as dataclasses, or as plain
+classes that store their ``__init__`` arguments as attributes) and are
 registered with :func:`register_encoder_factory` so that ``load_learnable``
 can rebuild them.
 """
@@ -26,7 +27,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from ..serialization import Serializable, register
+from ..serialization import register
+from ._init_params import InitParamsSerializable
 from .layers import EnsembleBatchNorm, EnsembleLayerNorm, EnsembleLinear, get_activation
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "DefaultEncoderFactory",
     "register_encoder_factory",
     "compute_output_size",
+    "minimum_image_size",
     "ShapeLike",
 ]
 
@@ -76,8 +79,16 @@ def encode_action(action: torch.Tensor, action_size: int, discrete_action: bool)
     return action
 
 
-class EncoderFactory(Serializable):
-    """Base of encoder factories (dataclasses)."""
+@dataclasses.dataclass(eq=False, repr=False)
+class EncoderFactory(InitParamsSerializable):
+    """Base of encoder factories: a dataclass without fields, as d3rlpy's.
+
+    A subclass is a dataclass (its fields are its parameters) or, as d3rlpy's
+    documentation writes it, a plain class whose ``__init__`` stores each
+    argument as the attribute of the same name (``self.feature_size =
+    feature_size``): both are saved with the model and rebuilt by
+    ``load_learnable`` once registered (:func:`register_encoder_factory`).
+    """
 
     _kind = "encoder"
 
@@ -250,6 +261,15 @@ class VectorEncoderFactory(EncoderFactory):
 
 
 # ----------------------------------------------------------------- pixel
+def minimum_image_size(filters: Sequence[Sequence[int]]) -> int:
+    """The smallest height/width that leaves at least one pixel after every
+    ``[out_channels, kernel, stride]`` convolution (no padding)."""
+    size = 1
+    for _, kernel, stride in reversed([tuple(int(v) for v in f) for f in filters]):
+        size = (size - 1) * stride + kernel
+    return size
+
+
 class PixelEncoder(nn.Module):
     def __init__(
         self,
@@ -267,6 +287,13 @@ class PixelEncoder(nn.Module):
         super().__init__()
         if len(observation_shape) != 3:
             raise ValueError(f"PixelEncoderFactory needs (channels, height, width) observations, got {tuple(observation_shape)}")
+        smallest = minimum_image_size(filters)
+        if min(int(observation_shape[1]), int(observation_shape[2])) < smallest:
+            raise ValueError(
+                f"the pixel encoder (filters {[list(f) for f in filters]}) needs images of at least "
+                f"{smallest}x{smallest}, got observations of shape {tuple(int(s) for s in observation_shape)}: use "
+                "VectorEncoderFactory for small arrays, PixelEncoderFactory with smaller filters, or a custom EncoderFactory"
+            )
         convs: List[nn.Module] = []
         channels = int(observation_shape[0])
         for out_channels, kernel, stride in filters:

@@ -26,7 +26,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from ..serialization import Serializable, register
+from ..serialization import register
+from ._init_params import InitParamsSerializable
 from .encoders import EncoderFactory, ShapeLike, compute_output_size
 from .layers import EnsembleLinear
 
@@ -157,6 +158,20 @@ class QFunction(nn.Module):
         return (torch.arange(n, device=device, dtype=torch.float32) + 0.5) / n
 
 
+class _SharedMember(nn.Module):
+    """One encoder whose features feed all ``n`` critics, ``(n, B, F)``
+    (a broadcast view: the encoder gets the sum of the critics' gradients)."""
+
+    def __init__(self, encoder: nn.Module, n: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.n = n
+
+    def forward(self, x, action: Optional[torch.Tensor] = None) -> torch.Tensor:
+        h = self.encoder(x) if action is None else self.encoder(x, action)
+        return h.unsqueeze(0).expand(self.n, *h.shape)
+
+
 class _SingleMember(nn.Module):
     """A plain encoder presented as a one-member ensemble, ``(1, B, F)``:
     with ``n_critics == 1`` the layers stay ordinary ``nn.Linear`` (one fused
@@ -259,17 +274,31 @@ class IQNQFunction(QFunction):
         return dist.squeeze(2), taus
 
 
-class QFunctionFactory(Serializable):
-    """Base of Q-function factories."""
+@dataclasses.dataclass(eq=False, repr=False)
+class QFunctionFactory(InitParamsSerializable):
+    """Base of Q-function factories (a dataclass, as d3rlpy's; a plain
+    subclass that stores its ``__init__`` arguments as attributes is saved
+    too).
+
+    Args:
+        share_encoder: the ``n_critics`` critics share one encoder (their
+            heads stay separate), as d3rlpy's ``share_encoder``.
+    """
 
     _kind = "q_function"
+
+    share_encoder: bool = False
 
     def create(self, encoder_factory: EncoderFactory, observation_shape: ShapeLike, action_size: int, n_critics: int, discrete: bool) -> QFunction:
         raise NotImplementedError
 
-    @staticmethod
-    def _encoder(encoder_factory: EncoderFactory, observation_shape: ShapeLike, action_size: int, n_critics: int, discrete: bool):
-        if n_critics == 1:
+    def _encoder(self, encoder_factory: EncoderFactory, observation_shape: ShapeLike, action_size: int, n_critics: int, discrete: bool):
+        if not isinstance(getattr(self, "share_encoder", False), bool):
+            raise TypeError(f"share_encoder must be a bool, got {type(self.share_encoder).__name__}")
+        if n_critics > 1 and getattr(self, "share_encoder", False):
+            plain = encoder_factory.create(observation_shape) if discrete else encoder_factory.create_with_action(observation_shape, action_size)
+            encoder = _SharedMember(plain, n_critics)
+        elif n_critics == 1:
             plain = encoder_factory.create(observation_shape) if discrete else encoder_factory.create_with_action(observation_shape, action_size)
             encoder = _SingleMember(plain)
         elif discrete:
