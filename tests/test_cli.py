@@ -463,8 +463,13 @@ def test_play_runs_episodes_with_env_header_and_epsilon(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["evaluate", "{model}", "--env", "::::"], "offrl evaluate: error: cannot make environment '::::': "),
-    (["evaluate", "{model}", "--env", "nomodule/x:Y-v0"], "offrl evaluate: error: cannot make environment 'nomodule/x:Y-v0': "),
+    (["evaluate", "{model}", "--env", "::::"], "offrl evaluate: error: --env '::::' is not a gymnasium environment id "
+     "(expected [module:][namespace/]Name-vN, e.g. CartPole-v1)"),
+    (["fit", "{data}", "dqn", "--env", "::::"], "offrl fit: error: --env '::::' is not a gymnasium environment id"),
+    (["evaluate", "{model}", "--env", "nomodule/x:Y-v0"], "offrl evaluate: error: --env 'nomodule/x:Y-v0' is not a gymnasium"),
+    (["evaluate", "{model}", "--env", "nomodule:Y-v0"], "offrl evaluate: error: cannot make environment 'nomodule:Y-v0': "),
+    (["fit", "{data}", "dqn", "--seed", "2**64"],
+     "offrl fit: error: argument --seed: expected an integer in [0, 2**63 - 1], got '2**64'"),
     (["evaluate", "{model}", "--env", "CartPole-v1", "--seed", str(2**64)],
      "offrl evaluate: error: argument --seed: expected an integer in [0, 2**63 - 1], got 18446744073709551616"),
     (["evaluate", "{model}", "--env", "CartPole-v1", "--seed", "-1"], "argument --seed: expected an integer in [0, 2**63 - 1], got -1"),
@@ -526,3 +531,27 @@ def test_concurrent_json_reports_to_one_path_never_fail(tmp_path):
     data = json.loads(open(path).read())
     assert data["i"] == 24 and data["writer"] in range(4)
     assert os.listdir(tmp_path / "sub") == ["report.json"]
+
+
+def test_fit_resume_continues_an_interrupted_run_exactly(dataset_file, tmp_path, capsys):
+    """``offrl fit --resume DIR`` after a run stopped at its first checkpoint
+    gives the model of the uninterrupted run (one thread, same seed)."""
+    import torch
+
+    common = ["--threads", "1", "fit", str(dataset_file), "dqn", "batch_size=8", "encoder_factory=vector",
+              "--steps-per-epoch", "10", "--seed", "4", "--no-progress"]
+    assert main([*common, "--steps", "30", "--output-dir", str(tmp_path / "full")]) == 0
+    assert main([*common, "--steps", "10", "--output-dir", str(tmp_path / "part")]) == 0  # "interrupted" after epoch 1
+    assert main([*common, "--steps", "30", "--resume", str(tmp_path / "part")]) == 0
+    full = load_learnable(tmp_path / "full" / "model.d3")
+    resumed = load_learnable(tmp_path / "part" / "model.d3")
+    assert resumed.grad_step == full.grad_step == 30
+    for module, tensors in full.get_state()["modules"].items():
+        for key, value in tensors.items():
+            torch.testing.assert_close(value, resumed.get_state()["modules"][module][key], rtol=0, atol=0)
+    rows = (tmp_path / "part" / "logs" / "loss.csv").read_text().splitlines()
+    assert [int(r.split(",")[1]) for r in rows] == [10, 20, 30]
+    assert rows == (tmp_path / "full" / "logs" / "loss.csv").read_text().splitlines()
+    capsys.readouterr()
+    assert main(["fit", str(dataset_file), "dqn", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "--resume " in capsys.readouterr().err
