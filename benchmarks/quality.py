@@ -44,6 +44,10 @@ ALGOS = {
     "IQL": ("pendulum", 5_000, 1_000),
     "SAC": ("pendulum", 5_000, 1_000),
     "CQL": ("pendulum", 2_000, 300),
+    "NFQ": ("cartpole", 10_000, 2_000),
+    "DiscreteSAC": ("cartpole", 10_000, 2_000),
+    "DDPG": ("pendulum", 5_000, 1_000),
+    "TD3": ("pendulum", 5_000, 1_000),
 }
 ENV_IDS = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1"}
 N_EVAL_EPISODES = 10
