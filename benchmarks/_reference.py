@@ -509,6 +509,148 @@ class RefDiscreteCQL(RefDQN):
         super().__init__(obs_dim, n_actions, critics, gamma, double=True, conservative_alpha=1.0, fused_adam=fused_adam)
 
 
+class RefTD3:
+    """TD3 (Fujimoto et al. 2018) at d3rlpy's defaults: batch 256, lr 3e-4,
+    2 critics, tau 0.005, target noise 0.2 clipped at 0.5, actor (and
+    targets) every 2nd step; ``-mean Q_1(s, pi(s))`` as the actor loss.
+    :class:`RefDDPG` sets one critic, no noise, every step."""
+
+    batch_size = 256
+    n_critics = 2
+    noise, interval = 0.2, 2
+
+    def __init__(self, obs_dim: int, action_dim: int, critics: str = "batched", gamma: float = 0.99,
+                 fused_adam: bool = False) -> None:
+        self.gamma = gamma
+        self.policy = mlp(obs_dim, action_dim)
+        self.targ_policy = frozen_copy(self.policy)
+        self.q = make_critics(critics, self.n_critics, obs_dim + action_dim)
+        self.targ_q = frozen_copy(self.q)
+        self.actor_optim = adam(self.policy.parameters(), 3e-4, fused_adam)
+        self.critic_optim = adam(self.q.parameters(), 3e-4, fused_adam)
+        self.critic_params = list(self.q.parameters())
+        self.actor_loss = torch.zeros(())
+
+    def update(self, obs, actions, rewards, next_obs, terminals, step: int) -> Dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_actions = torch.tanh(self.targ_policy(next_obs))
+            if self.noise:
+                noise = (torch.randn_like(next_actions) * self.noise).clamp(-0.5, 0.5)
+                next_actions = (next_actions + noise).clamp(-1.0, 1.0)
+            next_q = self.targ_q(next_obs, next_actions).min(dim=0).values  # (B, 1)
+            target = rewards + self.gamma * (1.0 - terminals) * next_q
+        critic_loss = ((self.q(obs, actions) - target) ** 2).mean(dim=(1, 2)).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+        if step % self.interval == 0:
+            set_requires_grad(self.critic_params, False)
+            actor_loss = -self.q.first(obs, torch.tanh(self.policy(obs))).mean()
+            self.actor_optim.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_optim.step()
+            set_requires_grad(self.critic_params, True)
+            polyak(self.targ_q, self.q, 0.005)
+            polyak(self.targ_policy, self.policy, 0.005)
+            self.actor_loss = actor_loss.detach()
+        return {"critic_loss": critic_loss.detach(), "actor_loss": self.actor_loss}
+
+
+class RefDDPG(RefTD3):
+    """DDPG at d3rlpy's defaults: one critic, no target noise, actor and
+    targets every step."""
+
+    n_critics = 1
+    noise, interval = 0.0, 1
+
+
+class RefNFQ(RefDQN):
+    """NFQ at d3rlpy's defaults: DQN bootstrapping from the online network
+    (d3rlpy copies it into its target every step)."""
+
+    def __init__(self, obs_dim: int, n_actions: int, critics: str = "list", gamma: float = 0.99,
+                 fused_adam: bool = False) -> None:
+        super().__init__(obs_dim, n_actions, critics, gamma, fused_adam=fused_adam)
+        self.targ_q = self.q  # copying every step is the same as no copy
+
+
+class DiscreteCritics(nn.Module):
+    """``E`` Q(s, .) networks, output ``(E, B, A)``: separate ``nn.Sequential``
+    (``list``) or one batched-weight stack (``batched``)."""
+
+    def __init__(self, kind: str, ensemble: int, obs_dim: int, n_actions: int) -> None:
+        super().__init__()
+        self.kind, self.ensemble = kind, ensemble
+        if kind == "list":
+            self.members = nn.ModuleList(mlp(obs_dim, n_actions) for _ in range(ensemble))
+        elif kind == "batched":
+            layers: List[nn.Module] = []
+            size = obs_dim
+            for units in HIDDEN:
+                layers += [BatchedLinear(ensemble, size, units), nn.ReLU()]
+                size = units
+            layers.append(BatchedLinear(ensemble, size, n_actions))
+            self.net = nn.Sequential(*layers)
+        else:
+            raise ValueError(f"critics must be 'list' or 'batched', got {kind!r}")
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.kind == "list":
+            return torch.stack([m(obs) for m in self.members])
+        return self.net(obs.unsqueeze(0).expand(self.ensemble, -1, -1))
+
+
+class RefDiscreteSAC:
+    """Discrete SAC (Christodoulou 2019) at d3rlpy's defaults: batch 64,
+    lr 3e-4 (actor, critics, temperature), 2 critics with Huber loss,
+    temperature 1 learned towards 0.98 log(A), target critics copied every
+    8000 steps."""
+
+    batch_size = 64
+    n_critics = 2
+
+    def __init__(self, obs_dim: int, n_actions: int, critics: str = "batched", gamma: float = 0.99,
+                 fused_adam: bool = False) -> None:
+        self.gamma = gamma
+        self.policy = mlp(obs_dim, n_actions)
+        self.q = DiscreteCritics(critics, 2, obs_dim, n_actions)
+        self.targ_q = frozen_copy(self.q)
+        self.log_temp = nn.Parameter(torch.zeros(()))
+        self.actor_optim = adam(self.policy.parameters(), 3e-4, fused_adam)
+        self.critic_optim = adam(self.q.parameters(), 3e-4, fused_adam)
+        self.temp_optim = adam([self.log_temp], 3e-4, fused_adam)
+        self.target_entropy = 0.98 * math.log(n_actions)
+
+    def update(self, obs, actions, rewards, next_obs, terminals, step: int) -> Dict[str, torch.Tensor]:
+        actions = actions.view(-1, 1)
+        with torch.no_grad():
+            next_log_pi = F.log_softmax(self.policy(next_obs), dim=-1)
+            soft = self.targ_q(next_obs).min(dim=0).values - self.log_temp.exp() * next_log_pi
+            target = rewards + self.gamma * (1.0 - terminals) * (next_log_pi.exp() * soft).sum(dim=1, keepdim=True)
+        pred = self.q(obs).gather(2, actions.unsqueeze(0).expand(2, -1, -1))  # (E, B, 1)
+        critic_loss = F.smooth_l1_loss(pred, target.unsqueeze(0).expand(2, -1, -1), reduction="none").mean(dim=(1, 2)).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+        with torch.no_grad():
+            q_min = self.q(obs).min(dim=0).values
+        log_pi = F.log_softmax(self.policy(obs), dim=-1)
+        pi = log_pi.exp()
+        temp_loss = -(self.log_temp.exp() * ((pi * log_pi).sum(dim=1).detach() + self.target_entropy)).mean()
+        self.temp_optim.zero_grad(set_to_none=True)
+        temp_loss.backward()
+        self.temp_optim.step()
+        temp = self.log_temp.detach().exp()
+        actor_loss = (pi * (temp * log_pi - q_min)).sum(dim=1).mean()
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optim.step()
+        if step % 8000 == 0:
+            with torch.no_grad():
+                torch._foreach_copy_(list(self.targ_q.parameters()), list(self.q.parameters()))
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "temp_loss": temp_loss.detach()}
+
+
 REFERENCES = {
     "BC": RefBC,
     "TD3PlusBC": RefTD3PlusBC,
@@ -517,6 +659,10 @@ REFERENCES = {
     "CQL": RefCQL,
     "DQN": RefDQN,
     "DiscreteCQL": RefDiscreteCQL,
+    "DDPG": RefDDPG,
+    "TD3": RefTD3,
+    "NFQ": RefNFQ,
+    "DiscreteSAC": RefDiscreteSAC,
 }
 
 

@@ -99,6 +99,11 @@ ALGOS: Tuple[AlgoSpec, ...] = (
     AlgoSpec("CQL", "offrl.algos.cql", "CQLConfig", "pendulum", 6.2, 1.4),
     AlgoSpec("DQN", "offrl.algos.dqn", "DQNConfig", "cartpole", 205.0, 2.0),
     AlgoSpec("DiscreteCQL", "offrl.algos.cql", "DiscreteCQLConfig", "cartpole", 161.0, 2.0),
+    # d3rlpy_earlier: nan where no earlier figure exists (the run measures d3rlpy beside offrl)
+    AlgoSpec("DDPG", "offrl.algos.ddpg", "DDPGConfig", "pendulum", float("nan"), 1.5),
+    AlgoSpec("TD3", "offrl.algos.td3", "TD3Config", "pendulum", float("nan"), 1.5),
+    AlgoSpec("NFQ", "offrl.algos.nfq", "NFQConfig", "cartpole", float("nan"), 1.5),
+    AlgoSpec("DiscreteSAC", "offrl.algos.discrete_sac", "DiscreteSACConfig", "cartpole", float("nan"), 1.5),
 )
 SPECS = {s.name: s for s in ALGOS}
 
