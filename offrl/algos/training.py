@@ -194,7 +194,7 @@ def end_epoch(algo: Any, logger: Any, epoch: int, n_epochs: int, total_step: int
         raise NonFiniteLossError(f"{problem} at the end of epoch {epoch} (grad_step {algo.grad_step}); "
                                  "training stopped and no model was saved from this epoch")
     if epoch % save_interval == 0 or epoch == n_epochs:
-        logger.save_model(epoch, algo)
+        logger.save_model(total_step, algo)  # d3rlpy passes the step as save_model's `epoch`
     if guard is not None:
         guard.commit(epoch)
     if epoch_callback is not None:
