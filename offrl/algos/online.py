@@ -36,7 +36,7 @@ from .explorers import check_explorer
 from ..dataset.replay_buffer import create_fifo_replay_buffer, create_infinite_replay_buffer
 from ..dataset.signature import signatures_from_env
 from ..dataset.writer import BasicWriterPreprocess
-from ..logging import FileAdapterFactory
+from ..logging import FileAdapterFactory, create_logger_adapter
 from ..metrics.utility import rollout_returns
 from .checkpoint import StateGuard
 from .training import (LossTracker, NonFiniteLossError, check_priority_support, end_epoch,
@@ -352,7 +352,8 @@ def fit_online(
             raise ValueError("eval_env's observation and action spaces must match env's")
 
     factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
-    logger = factory.create(experiment_directory_name(algo, experiment_name or f"{type(algo).__name__}_online", with_timestamp))
+    logger = create_logger_adapter(factory, algo, experiment_directory_name(algo, experiment_name or f"{type(algo).__name__}_online", with_timestamp),
+                                   n_steps_per_epoch)
     logger.write_params(algo.to_params())
 
     prioritized = hasattr(buffer, "update_priorities")

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..constants import LoggingStrategy
-from ..logging import FileAdapter, FileAdapterFactory
+from ..logging import FileAdapter, FileAdapterFactory, create_logger_adapter
 from .checkpoint import (CHECKPOINT_NAME, StateGuard, load_checkpoint, non_finite_weights, resolve_checkpoint,
                          save_checkpoint, truncate_metric_files)
 
@@ -329,7 +329,7 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
         logger = FileAdapter(resume[1])  # the run's own log directory, appended to
     else:
         factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
-        logger = factory.create(experiment_directory_name(algo, experiment_name, with_timestamp))
+        logger = create_logger_adapter(factory, algo, experiment_directory_name(algo, experiment_name, with_timestamp), n_steps_per_epoch)
     logdir = getattr(logger, "logdir", None)
     if resume is not None and logdir is not None and os.path.isdir(logdir):
         truncate_metric_files(logdir, total_step)

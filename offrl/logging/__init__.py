@@ -1,6 +1,6 @@
 """Logger adapters for training runs."""
 
-from .base import LoggerAdapter, LoggerAdapterFactory
+from .base import LoggerAdapter, LoggerAdapterFactory, create_logger_adapter
 from .combine_adapter import CombineAdapter, CombineAdapterFactory
 from .file_adapter import FileAdapter, FileAdapterFactory
 from .noop_adapter import NoopAdapter, NoopAdapterFactory
@@ -17,4 +17,5 @@ __all__ = [
     "CombineAdapterFactory",
     "TensorboardAdapter",
     "TensorboardAdapterFactory",
+    "create_logger_adapter",
 ]

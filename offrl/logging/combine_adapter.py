@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
-from .base import LoggerAdapter, LoggerAdapterFactory
+from .base import LoggerAdapter, LoggerAdapterFactory, create_logger_adapter
 
 __all__ = ["CombineAdapter", "CombineAdapterFactory"]
 
@@ -33,6 +33,11 @@ class CombineAdapter:
         for a in self.adapters:
             a.save_model(epoch, algo)
 
+    def watch_model(self, epoch: int, step: int) -> None:
+        for a in self.adapters:
+            if callable(getattr(a, "watch_model", None)):
+                a.watch_model(epoch, step)
+
     def close(self) -> None:
         for a in self.adapters:
             a.close()
@@ -42,5 +47,10 @@ class CombineAdapterFactory:
     def __init__(self, adapter_factories: Sequence[LoggerAdapterFactory]) -> None:
         self.adapter_factories = list(adapter_factories)
 
-    def create(self, experiment_name: str) -> CombineAdapter:
-        return CombineAdapter([f.create(experiment_name) for f in self.adapter_factories])
+    def create(self, algo: Any, experiment_name: Optional[str] = None, n_steps_per_epoch: Optional[int] = None) -> CombineAdapter:
+        """One adapter of each factory (each called with the signature it was written for)."""
+        if experiment_name is None and isinstance(algo, str):  # the older create(experiment_name)
+            algo, experiment_name = None, algo
+        if not isinstance(experiment_name, str):
+            raise TypeError("create() needs an experiment_name: create(algo, experiment_name, n_steps_per_epoch)")
+        return CombineAdapter([create_logger_adapter(f, algo, experiment_name, n_steps_per_epoch) for f in self.adapter_factories])

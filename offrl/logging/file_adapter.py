@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from .._atomic import atomic_write_json, remove_stale_temporaries
-from .base import LoggerAdapter
+from .base import LoggerAdapter, split_create_arguments
 
 __all__ = ["FileAdapter", "FileAdapterFactory"]
 
@@ -18,9 +18,16 @@ STALE_AFTER_S = 60.0
 
 class FileAdapter:
     """Writes into ``logdir``: ``params.json``, ``<metric>.csv`` with rows
-    ``epoch,step,value``, and ``model_<step>.d3`` snapshots."""
+    ``epoch,step,value``, and ``model_<step>.d3`` snapshots.
 
-    def __init__(self, logdir: str) -> None:
+    ``FileAdapter(logdir)``, or d3rlpy 2.7+'s ``FileAdapter(algo, logdir)``."""
+
+    def __init__(self, algo_or_logdir: Any, logdir: Optional[str] = None) -> None:
+        if logdir is None:
+            logdir = algo_or_logdir
+        if not isinstance(logdir, (str, os.PathLike)):
+            raise TypeError(f"logdir must be a path, got {type(logdir).__name__}")
+        logdir = os.fspath(logdir)
         self.logdir = logdir
         os.makedirs(logdir, exist_ok=True)
         # half-written files of an earlier run that was killed mid-save
@@ -46,6 +53,9 @@ class FileAdapter:
     def save_model(self, epoch: int, algo: Any) -> None:
         algo.save(os.path.join(self.logdir, f"model_{algo.grad_step}.d3"))
 
+    def watch_model(self, epoch: int, step: int) -> None:
+        """d3rlpy 2.8's gradient-watch hook (nothing to watch in files)."""
+
     def close(self) -> None:
         pass
 
@@ -56,8 +66,10 @@ class FileAdapterFactory:
     def __init__(self, root_dir: str = "offrl_logs") -> None:
         self.root_dir = root_dir
 
-    def create(self, experiment_name: str) -> LoggerAdapter:
-        return FileAdapter(os.path.join(self.root_dir, experiment_name))
+    def create(self, algo: Any, experiment_name: Optional[str] = None, n_steps_per_epoch: Optional[int] = None) -> LoggerAdapter:
+        """The adapter of one run: ``create(algo, experiment_name,
+        n_steps_per_epoch)`` (d3rlpy 2.7+) or ``create(experiment_name)``."""
+        return FileAdapter(os.path.join(self.root_dir, split_create_arguments(algo, experiment_name)))
 
     def __repr__(self) -> str:
         return f"FileAdapterFactory(root_dir={self.root_dir!r})"

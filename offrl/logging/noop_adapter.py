@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
+
+from .base import split_create_arguments
 
 __all__ = ["NoopAdapter", "NoopAdapterFactory"]
 
@@ -23,12 +25,17 @@ class NoopAdapter:
     def save_model(self, epoch: int, algo: Any) -> None:
         pass
 
+    def watch_model(self, epoch: int, step: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
 class NoopAdapterFactory:
-    def create(self, experiment_name: str) -> NoopAdapter:
+    def create(self, algo: Any, experiment_name: Optional[str] = None, n_steps_per_epoch: Optional[int] = None) -> NoopAdapter:
+        """``create(algo, experiment_name, n_steps_per_epoch)`` (d3rlpy 2.7+) or ``create(experiment_name)``."""
+        split_create_arguments(algo, experiment_name)
         return NoopAdapter()
 
     def __repr__(self) -> str:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
+
+from .base import split_create_arguments
 
 __all__ = ["TensorboardAdapter", "TensorboardAdapterFactory"]
 
@@ -29,9 +31,18 @@ def _summary_writer_class() -> Any:
 
 
 class TensorboardAdapter:
-    """Writes one TensorBoard run into ``logdir``."""
+    """Writes one TensorBoard run into ``logdir``: ``TensorboardAdapter(logdir)``,
+    or d3rlpy 2.7+'s ``TensorboardAdapter(algo, root_dir, experiment_name)``
+    (``root_dir/runs/experiment_name``)."""
 
-    def __init__(self, logdir: str) -> None:
+    def __init__(self, *args: Any) -> None:
+        if len(args) == 1:
+            logdir = args[0]
+        elif len(args) == 3:
+            logdir = os.path.join(args[1], "runs", args[2])
+        else:
+            raise TypeError("TensorboardAdapter takes (logdir) or (algo, root_dir, experiment_name), "
+                            f"got {len(args)} arguments")
         writer_class = _summary_writer_class()
         self.logdir = logdir
         os.makedirs(logdir, exist_ok=True)
@@ -55,6 +66,9 @@ class TensorboardAdapter:
     def save_model(self, epoch: int, algo: Any) -> None:
         pass
 
+    def watch_model(self, epoch: int, step: int) -> None:
+        """d3rlpy 2.8's gradient-watch hook (not used by TensorBoard here)."""
+
     def close(self) -> None:
         self._writer.close()
 
@@ -67,8 +81,9 @@ class TensorboardAdapterFactory:
         self.root_dir = root_dir
         _summary_writer_class()  # fail at construction, not when training starts
 
-    def create(self, experiment_name: str) -> TensorboardAdapter:
-        return TensorboardAdapter(os.path.join(self.root_dir, "runs", experiment_name))
+    def create(self, algo: Any, experiment_name: Optional[str] = None, n_steps_per_epoch: Optional[int] = None) -> TensorboardAdapter:
+        """``create(algo, experiment_name, n_steps_per_epoch)`` (d3rlpy 2.7+) or ``create(experiment_name)``."""
+        return TensorboardAdapter(os.path.join(self.root_dir, "runs", split_create_arguments(algo, experiment_name)))
 
     def __repr__(self) -> str:
         return f"TensorboardAdapterFactory(root_dir={self.root_dir!r})"
