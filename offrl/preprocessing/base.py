@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._d3rlpy_json import to_d3rlpy_json
 from ..serialization import Serializable, from_json_value, to_json_value
 from ._fitting import FitData
 
@@ -235,8 +236,9 @@ class Scaler(nn.Module, Serializable):
 
     def serialize_to_dict(self) -> Dict[str, Any]:
         """The parameters as a JSON-compatible dict, as d3rlpy's
-        ``serialize_to_dict`` (``{"mean": [...], "std": [...], "eps": ...}``)."""
-        return self.to_dict()["params"]
+        ``serialize_to_dict`` (``{"mean": [...], "std": [...], "eps": ...}``;
+        nested scalers as ``{"type", "params"}``)."""
+        return {name: to_d3rlpy_json(value) for name, value in self.to_dict()["params"].items()}
 
     def serialize(self) -> str:
         """The parameters as a JSON string (d3rlpy's ``serialize``)."""

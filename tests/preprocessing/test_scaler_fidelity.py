@@ -435,3 +435,28 @@ def test_observation_and_action_numpy_transforms_match_torch():
     np.testing.assert_allclose(p.transform_numpy(pixels), [[0.0, 0.2, 1.0]], rtol=1e-12)
     restored = p.reverse_transform(p.transform(torch.tensor(pixels)))
     assert restored.dtype == torch.int64 and restored.tolist() == [[0, 51, 255]]
+
+
+def test_scalers_inside_a_d3rlpy_config_json():
+    """A CQLConfig serialized by d3rlpy 2.8.1 with three scalers (nested
+    records without offrl's 'kind') reads back with the same statistics,
+    and offrl writes the scaler records in the same form."""
+    from offrl.algos import CQLConfig
+
+    d3rlpy_scalers = {
+        "observation_scaler": {"type": "tuple", "params": {"observation_scalers": [
+            {"type": "standard", "params": {"mean": [1.0], "std": [2.0], "eps": 0.001}},
+            {"type": "pixel", "params": {}}]}},
+        "action_scaler": {"type": "min_max", "params": {"minimum": [-1.0], "maximum": [1.0]}},
+        "reward_scaler": {"type": "shift", "params": {"shift": -1.0, "multiplier": 2.0, "multiply_first": True}},
+    }
+    written = json.loads(CQLConfig().serialize())
+    written.update(d3rlpy_scalers)
+    config = CQLConfig.deserialize(json.dumps(written))
+    np.testing.assert_array_equal(config.observation_scaler.observation_scalers[0].std, [2.0])
+    assert isinstance(config.observation_scaler.observation_scalers[1], PixelObservationScaler)
+    np.testing.assert_array_equal(config.action_scaler.minimum, [-1.0])
+    assert config.reward_scaler == ConstantShiftRewardScaler(-1.0, multiplier=2.0, multiply_first=True)
+    again = json.loads(config.serialize())
+    for name, record in d3rlpy_scalers.items():
+        assert again[name] == record, name
