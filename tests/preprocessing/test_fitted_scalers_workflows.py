@@ -137,3 +137,25 @@ def test_config_create_on_no_data_fails_loudly_instead_of_predicting_unscaled(tr
     observations, _ = _probe(trained["dataset"])
     with pytest.raises(RuntimeError, match="is not fitted"):
         target.predict(observations)
+
+
+def test_model_files_with_float32_scaler_statistics_still_load(trained, tmp_path):
+    """Model files written before the statistics became float64 hold them as
+    float32 tensors under the same names; they load, and predict as before
+    (the networks always used the float32 statistics)."""
+    import torch
+
+    algo = trained["algo"]
+    path = str(tmp_path / "new.d3")
+    algo.save(path)
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    payload["scalers"] = {scaler: {k: v.to(torch.float32) for k, v in state.items()}
+                          for scaler, state in payload["scalers"].items()}
+    old_path = str(tmp_path / "old.d3")
+    torch.save(payload, old_path)
+    loaded = offrl.load_learnable(old_path)
+    observations, actions = _probe(trained["dataset"])
+    np.testing.assert_array_equal(loaded.predict(observations), algo.predict(observations))
+    np.testing.assert_array_equal(loaded.predict_value(observations, actions), algo.predict_value(observations, actions))
+    np.testing.assert_array_equal(loaded.observation_scaler.mean, algo.observation_scaler.mean.astype(np.float32))
+    assert isinstance(loaded.reward_scaler.mean, float)
