@@ -20,7 +20,6 @@ arguments, and otherwise says which one is missing.)
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import warnings
 from typing import Any, Dict, List, Set, Tuple
