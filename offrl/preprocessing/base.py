@@ -30,7 +30,7 @@ from .._d3rlpy_json import to_d3rlpy_json
 from ..serialization import Serializable, from_json_value, to_json_value
 from ._fitting import FitData
 
-__all__ = ["Scaler", "as_stat", "NotFittableFromEnvError"]
+__all__ = ["Scaler", "as_stat", "NotFittableFromEnvError", "add_leading_dims", "add_leading_dims_numpy"]
 
 Stat = Union[np.ndarray, np.float64]
 
@@ -289,3 +289,23 @@ class Scaler(nn.Module, Serializable):
 def decode_scaler_list(values: Sequence[Any]) -> list:
     """Scalers given as objects or as ``to_dict`` records (JSON)."""
     return [from_json_value(v) if isinstance(v, dict) else v for v in values]
+
+
+def _leading_shape(stat_shape: Sequence[int], target_shape: Sequence[int]) -> list:
+    extra = len(target_shape) - len(stat_shape)
+    if extra < 0 or tuple(target_shape[extra:]) != tuple(stat_shape):
+        raise ValueError(f"a statistic of shape {tuple(stat_shape)} does not match the trailing axes of "
+                         f"an input of shape {tuple(target_shape)}")
+    return [1] * extra + list(stat_shape)
+
+
+def add_leading_dims(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``x`` reshaped with leading axes of size 1 to broadcast against
+    ``target`` (d3rlpy's helper); ValueError unless ``x``'s shape is the
+    trailing part of ``target``'s."""
+    return torch.reshape(x, _leading_shape(x.shape, target.shape))
+
+
+def add_leading_dims_numpy(x: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """numpy version of :func:`add_leading_dims`."""
+    return np.reshape(x, _leading_shape(np.shape(x), np.shape(target)))

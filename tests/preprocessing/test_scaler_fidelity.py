@@ -460,3 +460,29 @@ def test_scalers_inside_a_d3rlpy_config_json():
     again = json.loads(config.serialize())
     for name, record in d3rlpy_scalers.items():
         assert again[name] == record, name
+
+
+def test_custom_scaler_registration_and_leading_dims():
+    from offrl.preprocessing import add_leading_dims, add_leading_dims_numpy, register_observation_scaler
+    from offrl.serialization import from_json_value
+
+    class TimesTwo(MultiplyRewardScaler):  # a reward scaler is no observation scaler
+        pass
+
+    with pytest.raises(TypeError, match="subclass of ObservationScaler"):
+        register_observation_scaler(TimesTwo)
+
+    class Shift(PixelObservationScaler):
+        @staticmethod
+        def get_type() -> str:
+            return "test_shift_by_one"
+
+        def transform(self, x):
+            return x + 1.0
+
+    assert register_observation_scaler(Shift) is Shift
+    assert isinstance(from_json_value(Shift().to_dict()), Shift)
+    assert add_leading_dims(torch.zeros(3), torch.zeros(4, 2, 3)).shape == (1, 1, 3)
+    assert add_leading_dims_numpy(np.zeros(3), np.zeros((4, 3))).shape == (1, 3)
+    with pytest.raises(ValueError, match=r"shape \(2,\) does not match"):
+        add_leading_dims_numpy(np.zeros(2), np.zeros((4, 3)))
