@@ -200,3 +200,28 @@ def test_pixel_and_clip_and_multiply_scalers() -> None:
     np.testing.assert_allclose(mul.transform(r).numpy().reshape(-1), [-6.0, 1.0, 6.0])
     shift = offrl.preprocessing.ConstantShiftRewardScaler(shift=-1.0)
     np.testing.assert_allclose(shift.transform(r).numpy().reshape(-1), [-4.0, -0.5, 2.0])
+
+
+def test_fitted_scalers_travel_with_every_documented_reload(pendulum, workdir) -> None:
+    # offrl fits the scaler on the algorithm, not on the config (d3rlpy mutates
+    # the config's scaler); every documented way of rebuilding a model still
+    # gives the fitted model: load_learnable, params.json + from_json +
+    # load_model, and config.create() + load_model
+    dataset, _ = pendulum
+    sac = offrl.algos.SACConfig(observation_scaler=offrl.preprocessing.StandardObservationScaler(),
+                                reward_scaler=offrl.preprocessing.StandardRewardScaler(), batch_size=16).create()
+    sac.fit(dataset, n_steps=2, n_steps_per_epoch=2, experiment_name="run", with_timestamp=False,
+            show_progress=False, logger_adapter=offrl.logging.FileAdapterFactory(root_dir="logs"))
+    x = dataset.episodes[0].observations[:6]
+    expected = sac.predict(x)
+    sac.save("model.d3")
+    sac.save_model("model.pt")
+    np.testing.assert_array_equal(offrl.load_learnable("model.d3").predict(x), expected)
+    from_json = offrl.algos.SAC.from_json(str(workdir / "logs" / "run" / "params.json"))
+    from_json.load_model("model.pt")
+    np.testing.assert_array_equal(from_json.predict(x), expected)
+    created = sac.config.create()
+    created.build_with_dataset(dataset)
+    created.load_model("model.pt")
+    np.testing.assert_array_equal(created.predict(x), expected)
+    np.testing.assert_allclose(created.observation_scaler.mean, sac.observation_scaler.mean, rtol=1e-6)
