@@ -29,11 +29,18 @@ so their files are shipped in ``offrl/datasets/prebuilt`` and copied into
 the cache (after the checksum check) instead of being rebuilt;
 ``rebuild=True`` runs the recipe.
 
-A rebuild on the same machine gives the identical file. Recipes that train
-a network (the replay datasets) run with one torch thread; their bytes can
-still differ on a different CPU or torch build, because floating-point
-kernels differ: a rebuild that does not match the reference checksum in the
-card warns, and the dataset is used (it is a valid dataset of the recipe).
+Same bytes on every machine: ``get_dataset`` of a replay dataset (the
+quickstart's) copies the shipped file, so it is the reference file
+everywhere. The other recipes act on one observation at a time and give the
+reference files under every torch kernel set and thread count (checked in
+the tests with ``ATEN_CPU_CAPABILITY=default``/``avx2`` and 1/2 threads).
+Their environments' own maths is gymnasium's: CartPole uses Python's
+``math``, Pendulum numpy's ``sin``/``cos``, whose SIMD versions are chosen
+per CPU by numpy. Only ``rebuild=True`` of a replay recipe (training
+networks with float32 kernels, which do differ across CPUs and torch builds)
+can give other bytes: a rebuild that does not match the reference checksum
+in the card warns, and the dataset is used (it is a valid build of the
+recipe).
 """
 
 from __future__ import annotations
