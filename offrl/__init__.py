@@ -18,15 +18,20 @@ __all__ = [
     "__version__",
     "seed",
     "ActionSpace",
+    "LoggingStrategy",
+    "PositionEncodingType",
     "load_learnable",
     "algos",
     "dataset",
     "datasets",
+    "envs",
     "logging",
     "metrics",
     "models",
     "ope",
+    "optimizers",
     "preprocessing",
+    "types",
 ]
 
 #: subpackages imported on first attribute access
@@ -39,6 +44,8 @@ _LAZY_MODULES = frozenset({
 _LAZY_ATTRIBUTES: Dict[str, Tuple[str, str]] = {
     "seed": ("._random", "seed"),
     "ActionSpace": (".constants", "ActionSpace"),
+    "LoggingStrategy": (".constants", "LoggingStrategy"),
+    "PositionEncodingType": (".constants", "PositionEncodingType"),
     "load_learnable": (".serialization", "load_learnable"),
 }
 
