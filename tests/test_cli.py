@@ -368,8 +368,9 @@ def test_package_attributes_load_on_first_use():
     assert out.stdout.split() == ["False", "True", "True", "DISCRETE", "True", "True"]
     import offrl
 
-    assert sorted(offrl.__all__) == sorted(["__version__", "seed", "ActionSpace", "load_learnable", "algos", "dataset",
-                                            "datasets", "logging", "metrics", "models", "ope", "preprocessing"])
+    assert sorted(offrl.__all__) == sorted(["__version__", "seed", "ActionSpace", "LoggingStrategy", "PositionEncodingType",
+                                            "load_learnable", "algos", "dataset", "datasets", "envs", "logging", "metrics",
+                                            "models", "ope", "optimizers", "preprocessing", "types"])
     with pytest.raises(AttributeError, match="module 'offrl' has no attribute 'nothing_here'"):
         offrl.nothing_here
 
