@@ -7,8 +7,8 @@ Changes other than the import (marked ``# docs:``): sizes; the tutorial's
 ``CustomEncoder`` skips ``super().__init__()`` and misspells
 ``observation_shape`` (both fail in any library as written); the reference's
 ``create_with_action`` lacks ``self``. ``d3rlpy.models.OptimizerFactory(Adam,
-weight_decay=1e-4)`` is d3rlpy 1.x's API (2.x has no optimizer-class argument),
-so it is not run; ``AdamFactory(weight_decay=1e-4)`` is.
+weight_decay=1e-4)`` is d3rlpy 1.x's API (2.8.1 has no optimizer-class
+argument and fails on it); offrl keeps it working.
 """
 
 from __future__ import annotations
@@ -186,7 +186,17 @@ def test_vector_encoder_factory(cartpole, workdir) -> None:
 
 
 def test_optimizer_factories(cartpole, workdir) -> None:
+    from torch.optim import Adam
+
     dataset, _ = cartpole
+    # modify weight decay
+    optim_factory = offrl.models.OptimizerFactory(Adam, weight_decay=1e-4)
+    # set OptimizerFactory
+    dqn = offrl.algos.DQNConfig(optim_factory=optim_factory).create()
+    dqn.fit(dataset, n_steps=2, n_steps_per_epoch=2, **NOOP)
+    wrapper = optim_factory.create(nn.Linear(2, 2).named_parameters(), lr=1e-3)
+    torch_optim = wrapper.optim  # d3rlpy's OptimizerWrapper.optim
+    assert isinstance(torch_optim, Adam) and torch_optim.param_groups[0]["weight_decay"] == 1e-4
     # alias for Adam optimizer (d3rlpy <= 2.6 spelling; 2.7+ has it in d3rlpy.optimizers)
     for optim_factory in (offrl.models.AdamFactory(weight_decay=1e-4), offrl.optimizers.AdamFactory(weight_decay=1e-4)):
         dqn = offrl.algos.DQNConfig(optim_factory=optim_factory).create()
