@@ -19,6 +19,8 @@ are modules, exported policies carry them.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from typing import Any, Dict, Optional, Sequence, Union
 
@@ -61,7 +63,49 @@ def _compute_name(name: str) -> str:
     return f"{name}_float32"
 
 
-class Scaler(nn.Module, Serializable):
+def _dataclass_fields(cls: type) -> Sequence[str]:
+    """Fields of a scaler written as a d3rlpy-style ``@dataclass`` subclass."""
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls) if f.init]
+    return ()
+
+
+def _is_numeric(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, np.bool_, str)):
+        return False
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return True
+    return isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number)
+
+
+def _plain(value: torch.Tensor) -> Any:
+    """A tensor from a model file as a float (0-d) or a float64 array."""
+    array = value.detach().cpu().to(torch.float64).numpy()
+    return float(array) if array.ndim == 0 else array
+
+
+class _ScalerMeta(type):
+    """Lets a custom scaler be written as in d3rlpy (a ``@dataclass``
+    subclass whose generated ``__init__`` never calls the base one): the
+    module is set up before ``__init__`` runs, and the hash that
+    ``@dataclass`` removes (torch keeps modules in sets) is restored."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls.__dict__.get("__hash__", 0) is None:
+            cls.__hash__ = nn.Module.__hash__  # type: ignore[assignment]
+        if dataclasses.is_dataclass(cls) and "_plain_stats" not in cls.__dict__:
+            # its statistics: the fields that default to None or a number
+            # (set when fitted; saved in model files as float64 tensors)
+            cls._plain_stats = True  # type: ignore[attr-defined]
+            cls._stats = tuple(f.name for f in dataclasses.fields(cls)  # type: ignore[attr-defined]
+                               if f.init and (f.default is None or _is_numeric(f.default)))
+        obj = cls.__new__(cls)  # type: ignore[call-overload]
+        nn.Module.__init__(obj)
+        obj.__init__(*args, **kwargs)
+        return obj
+
+
+class Scaler(nn.Module, Serializable, metaclass=_ScalerMeta):
     """Base of all scalers. Subclasses declare ``_stats`` (names of the
     statistics), ``_options`` (names of plain float/bool parameters) and
     ``_scalar_stats`` (statistics are single floats, as for reward scalers)."""
@@ -69,6 +113,8 @@ class Scaler(nn.Module, Serializable):
     _stats: Sequence[str] = ()
     _options: Sequence[str] = ()
     _scalar_stats: bool = False
+    #: statistics are plain attributes (a d3rlpy-style ``@dataclass`` scaler)
+    _plain_stats: bool = False
 
     def __init__(self, **params: Any) -> None:
         nn.Module.__init__(self)
@@ -82,9 +128,22 @@ class Scaler(nn.Module, Serializable):
     # --------------------------------------------------------------- state
     def __setattr__(self, name: str, value: Any) -> None:
         if name in type(self)._stats and "_buffers" in self.__dict__:
-            self._assign_stat(name, value)
-        else:
-            super().__setattr__(name, value)
+            if not type(self)._plain_stats:
+                self._assign_stat(name, value)
+                return
+            if isinstance(value, torch.Tensor):
+                value = _plain(value)  # a custom scaler's statistic read back from a model file
+        super().__setattr__(name, value)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:  # torch hook
+        """Besides the buffers, the numeric statistics of a d3rlpy-style
+        ``@dataclass`` scaler, as float64 tensors."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if type(self)._plain_stats:
+            for name in self._stats:
+                value = getattr(self, name)
+                if _is_numeric(value):
+                    destination[prefix + name] = torch.as_tensor(np.asarray(value, dtype=np.float64))
 
     def _assign_stat(self, name: str, value: Any) -> None:
         """Set statistic ``name`` from an array, a number, a tensor or None:
@@ -120,7 +179,7 @@ class Scaler(nn.Module, Serializable):
         for name in self._stats:
             key = prefix + name
             if key in state_dict:
-                self._assign_stat(name, state_dict[key])
+                setattr(self, name, state_dict[key])
             elif strict and getattr(self, name) is not None:
                 missing_keys.append(key)
 
@@ -170,7 +229,14 @@ class Scaler(nn.Module, Serializable):
         """Compute the statistics from ``data`` (nothing to do by default)."""
 
     def fit(self, dataset: Any) -> "Scaler":
-        """Fit on every stored step of ``dataset``; returns ``self``."""
+        """Fit on every stored step of ``dataset``; returns ``self``. A
+        custom scaler that only defines d3rlpy's
+        ``fit_with_transition_picker`` is fitted with it, as d3rlpy's
+        algorithms do (``dataset.episodes``, ``dataset.transition_picker``)."""
+        cls = type(self)
+        if cls._fit is Scaler._fit and cls.fit_with_transition_picker is not Scaler.fit_with_transition_picker:
+            self.fit_with_transition_picker(dataset.episodes, dataset.transition_picker)
+            return self
         self._fit(FitData.from_dataset(dataset))
         return self
 
@@ -206,6 +272,8 @@ class Scaler(nn.Module, Serializable):
 
     # ------------------------------------------------------ (de)serialise
     def _params(self) -> Dict[str, Any]:
+        if type(self)._plain_stats:
+            return {name: getattr(self, name) for name in _dataclass_fields(type(self))}
         params = {name: getattr(self, name) for name in self._options}
         for name, value in self.stats_numpy().items():
             params[name] = value
@@ -228,10 +296,13 @@ class Scaler(nn.Module, Serializable):
     def _from_plain_params(cls, params: Dict[str, Any]):
         if not isinstance(params, dict):
             raise TypeError(f"{cls.__name__} parameters must be a dict, got {type(params).__name__}")
-        allowed = set(cls._stats) | set(cls._options)
+        allowed = set(cls._stats) | set(cls._options) | set(_dataclass_fields(cls))
         unknown = sorted(set(params) - allowed)
         if unknown:
             raise ValueError(f"{cls.__name__} has no parameters {unknown}; expected some of {sorted(allowed)}")
+        if cls._plain_stats:  # lists in JSON are numpy arrays again, as d3rlpy's numpy fields
+            params = {k: np.asarray(v, dtype=np.float64) if k in cls._stats and isinstance(v, list) else v
+                      for k, v in params.items()}
         return cls(**params)
 
     def serialize_to_dict(self) -> Dict[str, Any]:
@@ -281,6 +352,12 @@ class Scaler(nn.Module, Serializable):
         return ", ".join(parts)
 
     def __deepcopy__(self, memo):
+        if type(self)._plain_stats:  # fields of any type: copy them as they are
+            plain = type(self).__new__(type(self))
+            memo[id(self)] = plain
+            for key, value in self.__dict__.items():
+                plain.__dict__[key] = copy.deepcopy(value, memo)
+            return plain
         new = type(self).from_dict(self.to_dict())
         new.to(self._device())
         return new

@@ -43,9 +43,9 @@ def _box_bounds(space: Any, who: str) -> Tuple[np.ndarray, np.ndarray]:
 def _check_shape(scaler: Scaler, shape: Sequence[int]) -> None:
     for name in scaler._stats:
         value = getattr(scaler, name)
-        if value is not None and tuple(value.shape) not in (tuple(shape), ()):
+        if value is not None and np.shape(value) not in (tuple(shape), ()):
             raise ValueError(
-                f"{type(scaler).__name__}.{name} has shape {tuple(value.shape)}, "
+                f"{type(scaler).__name__}.{name} has shape {np.shape(value)}, "
                 f"observations have shape {tuple(shape)}"
             )
 

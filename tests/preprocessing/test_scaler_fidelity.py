@@ -486,3 +486,64 @@ def test_custom_scaler_registration_and_leading_dims():
     assert add_leading_dims_numpy(np.zeros(3), np.zeros((4, 3))).shape == (1, 3)
     with pytest.raises(ValueError, match=r"shape \(2,\) does not match"):
         add_leading_dims_numpy(np.zeros(2), np.zeros((4, 3)))
+
+
+def test_a_d3rlpy_style_dataclass_scaler_fits_saves_and_loads(tmp_path):
+    """A custom scaler written as in d3rlpy (a @dataclass whose fields hold
+    its statistics, fitted in fit_with_transition_picker) works in an
+    algorithm, and its fitted fields travel in the model file."""
+    import dataclasses
+    from typing import Optional
+
+    import offrl
+    from offrl.algos import BCConfig
+    from offrl.models import VectorEncoderFactory
+    from offrl.preprocessing import ObservationScaler, register_observation_scaler
+
+    @dataclasses.dataclass()
+    class CenterScaler(ObservationScaler):
+        center: Optional[np.ndarray] = None
+        factor: float = 2.0
+
+        def fit_with_transition_picker(self, episodes, transition_picker):
+            picked = [transition_picker(e, i).observation for e in episodes for i in range(e.transition_count)]
+            self.center = np.mean(picked, axis=0)
+            return self
+
+        def transform(self, x):
+            return (x - torch.as_tensor(self.center, dtype=x.dtype, device=x.device)) * self.factor
+
+        def reverse_transform(self, x):
+            return x / self.factor + torch.as_tensor(self.center, dtype=x.dtype, device=x.device)
+
+        @staticmethod
+        def get_type() -> str:
+            return "test_center"
+
+        @property
+        def built(self) -> bool:
+            return self.center is not None
+
+    register_observation_scaler(CenterScaler)
+    scaler = CenterScaler(factor=0.5).fit_with_transition_picker(_episodes(), BasicTransitionPicker())
+    np.testing.assert_array_equal(scaler.center, [6.0, 7.0])
+    assert CenterScaler.deserialize(scaler.serialize()).serialize() == scaler.serialize()
+    # the algorithm fits its own copy with the scaler's fit_with_transition_picker, as d3rlpy's do
+    config = BCConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), batch_size=4,
+                      observation_scaler=CenterScaler(factor=0.5))
+    algo = config.create()
+    dataset = _dataset()
+    algo.fit(dataset, n_steps=2, n_steps_per_epoch=2, show_progress=False, save_interval=10,
+             experiment_name="custom", with_timestamp=False,
+             logger_adapter=offrl.logging.FileAdapterFactory(root_dir=str(tmp_path)))
+    assert config.observation_scaler.center is None  # the config's scaler is left as it was
+    expected_center = dataset.to_arrays()["observations"].astype(np.float64).mean(axis=0)
+    np.testing.assert_allclose(algo.observation_scaler.center, expected_center, rtol=1e-5)
+    path = str(tmp_path / "bc.d3")
+    algo.save(path)
+    loaded = offrl.load_learnable(path)
+    assert isinstance(loaded.observation_scaler, CenterScaler)
+    np.testing.assert_array_equal(loaded.observation_scaler.center, algo.observation_scaler.center)
+    assert loaded.observation_scaler.factor == 0.5
+    x = dataset.to_arrays()["observations"][:8]
+    np.testing.assert_array_equal(loaded.predict(x), algo.predict(x))
