@@ -193,15 +193,22 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _real_step_value(value: Any, field: str) -> np.ndarray:
-    """``value`` as an array of real numbers (bool, int or float), else a
-    ``ValueError`` naming ``field`` and what it got (a string is not parsed,
-    a complex number is not truncated)."""
+    """``value`` as an array of real numbers (bool, int or float). A string
+    is not parsed (``ValueError``); complex, object or text arrays raise
+    ``TypeError`` as the constructor does; both name ``field``."""
     if isinstance(value, (str, bytes)):
         raise ValueError(f"{field} must be a real number or an array of them, got {type(value).__name__} {value!r}")
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
     if array.dtype.kind not in "biuf":
         what = {"c": "complex numbers", "U": "strings", "S": "bytes", "O": "Python objects"}.get(array.dtype.kind, str(array.dtype))
-        raise ValueError(f"{field} must hold real numbers, got {what} (dtype {array.dtype})")
+        raise TypeError(f"{field} must hold real numbers, got {what} (dtype {array.dtype})")
+    if array.dtype.kind == "f" and array.dtype.itemsize > 4 and array.size:
+        with np.errstate(invalid="ignore"):
+            beyond = np.isfinite(array) & (np.abs(array) > _FLOAT32_MAX)  # nan and inf: the finiteness checks
+        if beyond.any():
+            where = tuple(int(i) for i in np.argwhere(beyond)[0])
+            index = f"[{', '.join(map(str, where))}]" if where else ""
+            raise ValueError(f"{field}{index} is {array[where].item()!r}, beyond float32's range (|x| <= {_FLOAT32_MAX:.4g})")
     return array
 
 
