@@ -703,35 +703,97 @@ class QLearningAlgoBase:
 
     def load_state(self, state: Dict[str, Any], source: str = "the state") -> None:
         """Load :meth:`get_state`'s content into this built algorithm;
-        raises ``ValueError`` naming ``source`` when it does not fit."""
+        raises ``ValueError`` naming ``source`` and the entry when it does not
+        fit. Everything is checked before anything is loaded, so on an error
+        the algorithm is left as it was."""
         self.require_built()
-        modules = state["modules"]
-        missing = sorted(set(self._nets.keys()) - set(modules))
-        if missing:
-            raise ValueError(f"{source} has no weights for {missing} of {type(self).__name__}")
+        for entry in ("modules", "optimizers", "scalers", "grad_step"):
+            if entry not in state:
+                raise ValueError(f"{source} has no {entry!r} entry")
+        modules, optimizers, scalers = state["modules"], state["optimizers"], state["scalers"]
+        for entry, table in (("modules", modules), ("optimizers", optimizers), ("scalers", scalers)):
+            if not isinstance(table, dict):
+                raise ValueError(f"{source}: {entry!r} is a {type(table).__name__}; expected a dict")
+        grad_step = state["grad_step"]
+        if isinstance(grad_step, bool) or not isinstance(grad_step, (int, np.integer)) or grad_step < 0:
+            raise ValueError(f"{source}: grad_step is {grad_step!r}; expected a non-negative int")
+        for entry, expected, found in (("modules", set(self._nets.keys()), set(modules)),
+                                       ("optimizers", set(self._optims), set(optimizers))):
+            if found - expected:
+                raise ValueError(f"{source}: {entry} {sorted(map(str, found - expected))} are not part of "
+                                 f"{type(self).__name__} (expected {sorted(expected)})")
+            if expected - found:
+                what = "weights" if entry == "modules" else "optimizer state"
+                raise ValueError(f"{source} has no {what} for {sorted(expected - found)} of {type(self).__name__}")
         for key, module in self._nets.items():
-            try:
-                module.load_state_dict(modules[key])
-            except RuntimeError as e:
-                raise ValueError(f"{source}: the weights of {key!r} do not fit {type(self).__name__}: {e}") from None
+            _check_module_state(module, modules[key], f"{source}: modules[{key!r}]")
         for key, optim in self._optims.items():
-            if key in state["optimizers"]:
-                try:
-                    optim.load_state_dict(state["optimizers"][key])
-                except (ValueError, KeyError, RuntimeError) as e:
-                    raise ValueError(f"{source}: the optimizer state {key!r} does not fit: {e}") from None
+            _check_optimizer_state(optim, optimizers[key], f"{source}: optimizers[{key!r}]")
+        new_scalers = self._checked_scalers(scalers, source)
+        # every check passed: load (nothing below depends on the file's content being valid)
+        before = {key: copy.deepcopy(optim.state_dict()) for key, optim in self._optims.items()}
+        try:
+            for key, module in self._nets.items():
+                module.load_state_dict(modules[key])
+            for key, optim in self._optims.items():
+                optim.load_state_dict(optimizers[key])
+        except (ValueError, KeyError, RuntimeError, TypeError) as e:
+            for key, optim in self._optims.items():
+                optim.load_state_dict(before[key])
+            raise ValueError(f"{source}: the state does not fit {type(self).__name__}: {e}") from None
+        for key, scaler in new_scalers.items():
+            setattr(self, f"_{key}", scaler)
+        self.set_grad_step(int(grad_step))
+
+    def _checked_scalers(self, scalers: Dict[str, Any], source: str) -> Dict[str, Any]:
+        """Copies of this algorithm's scalers with the file's statistics,
+        checked: the known statistics only, floating point, finite, of the
+        observation / action shape, non-negative standard deviations."""
+        unknown = sorted(str(k) for k in scalers if k not in SCALER_NAMES)
+        if unknown:
+            raise ValueError(f"{source}: scalers {unknown} are not scalers of an algorithm; expected {list(SCALER_NAMES)}")
+        out: Dict[str, Any] = {}
         for key in SCALER_NAMES:
             scaler = getattr(self, f"_{key}")
-            scaler_state = state["scalers"].get(key)
+            scaler_state = scalers.get(key)
             if scaler_state is None:
                 continue
             if scaler is None:
                 raise ValueError(f"{source} holds a fitted {key}, but the algorithm's config has none")
+            if not isinstance(scaler_state, dict):
+                raise ValueError(f"{source}: scalers[{key!r}] is not a state dict")
+            expected = _scaler_stat_names(scaler)
+            for name in sorted(map(str, set(scaler_state) - expected)):
+                raise ValueError(f"{source}: scalers[{key!r}][{name!r}] is not a statistic of "
+                                 f"{type(scaler).__name__} (expected {sorted(expected)})")
+            missing = sorted(n for n in expected - set(scaler_state) if _stat_value(scaler, n) is not None)
+            if missing:
+                raise ValueError(f"{source}: scalers[{key!r}] is missing {missing}")
             for name, value in scaler_state.items():
-                owner_path, _, attr = name.rpartition(".")
-                owner = scaler.get_submodule(owner_path) if owner_path else scaler
-                setattr(owner, attr, value.to(self._device))
-        self.set_grad_step(int(state["grad_step"]))
+                where = f"{source}: scalers[{key!r}][{name!r}]"
+                if not isinstance(value, torch.Tensor) or value.is_complex() or not value.is_floating_point():
+                    what = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
+                    raise ValueError(f"{where} is {what}; expected a floating-point tensor")
+                if not bool(torch.isfinite(value).all()):
+                    raise ValueError(f"{where} holds nan or inf; expected finite numbers")
+                if name.rpartition(".")[2] == "std" and bool((value < 0).any()):
+                    raise ValueError(f"{where} holds a negative standard deviation")
+            candidate = copy.deepcopy(scaler)
+            try:
+                candidate.load_state_dict(scaler_state, strict=False)
+                candidate.to(self._device)
+                if key == "observation_scaler":
+                    candidate.check_observation_shape(self._observation_shape)
+                elif key == "action_scaler":
+                    for name in scaler_state:
+                        shape = tuple(scaler_state[name].shape)
+                        if shape not in ((self._action_size,), ()):
+                            raise ValueError(f"scalers[{key!r}][{name!r}] has shape {shape}; actions have shape "
+                                             f"({self._action_size},)")
+            except (ValueError, TypeError, RuntimeError, KeyError) as e:
+                raise ValueError(f"{source}: the {key} does not fit: {e}") from None
+            out[key] = candidate
+        return out
 
     def save(self, fname: str) -> None:
         """Write config, networks, optimizer states, fitted scalers and
@@ -817,6 +879,80 @@ class QLearningAlgoBase:
     def __repr__(self) -> str:
         state = f"built for {self._observation_shape} -> {self._action_size}" if self._built else "not built"
         return f"{type(self).__name__}({state}, device={self._device}, grad_step={self._grad_step})"
+
+
+def _check_module_state(module: nn.Module, state: Any, where: str) -> None:
+    """``state`` has exactly ``module``'s state keys with their shapes and dtypes."""
+    if not isinstance(state, dict):
+        raise ValueError(f"{where} is not a state dict")
+    own = module.state_dict()
+    for key in sorted(map(str, set(state) - set(own))):
+        raise ValueError(f"{where}[{key!r}] is not a state entry of the network")
+    for key in sorted(set(own) - set(state)):
+        raise ValueError(f"{where} is missing {key!r}")
+    for key, mine in own.items():
+        value = state[key]
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{where}[{key!r}] is a {type(value).__name__}; expected a tensor")
+        if tuple(value.shape) != tuple(mine.shape):
+            raise ValueError(f"{where}[{key!r}] has shape {tuple(value.shape)}; the network has {tuple(mine.shape)}")
+        if value.dtype != mine.dtype:
+            raise ValueError(f"{where}[{key!r}] has dtype {value.dtype}; the network has {mine.dtype}")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise ValueError(f"{where}[{key!r}] holds nan or inf; expected finite weights")
+
+
+def _check_optimizer_state(optim: Any, state: Any, where: str) -> None:
+    """``state`` is a torch optimizer state for ``optim``'s parameters: the
+    same groups and parameter counts, per-parameter tensors of the
+    parameter's shape (or scalars such as step counts), finite."""
+    if not isinstance(state, dict) or set(state) != {"state", "param_groups"}:
+        raise ValueError(f"{where} is not an optimizer state (a dict of 'state' and 'param_groups')")
+    own_groups = optim.state_dict()["param_groups"]
+    groups = state["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(own_groups):
+        raise ValueError(f"{where} has {len(groups) if isinstance(groups, list) else groups!r} parameter groups; "
+                         f"expected {len(own_groups)}")
+    shapes: Dict[Any, Tuple[int, ...]] = {}
+    params = [p for group in optim.optim.param_groups for p in group["params"]] if hasattr(optim, "optim") else None
+    for g, (group, own) in enumerate(zip(groups, own_groups)):
+        if not isinstance(group, dict) or not isinstance(group.get("params"), list) or len(group["params"]) != len(own["params"]):
+            raise ValueError(f"{where}['param_groups'][{g}] does not list {len(own['params'])} parameters")
+        for saved_id, own_id in zip(group["params"], own["params"]):
+            if params is not None:
+                shapes[saved_id] = tuple(params[own_id].shape) if isinstance(own_id, int) and own_id < len(params) else None
+    per_param = state["state"]
+    if not isinstance(per_param, dict):
+        raise ValueError(f"{where}['state'] is not a dict")
+    for index, fields in per_param.items():
+        if index not in shapes and params is not None:
+            raise ValueError(f"{where}['state'][{index!r}] is not one of the optimizer's parameters")
+        if not isinstance(fields, dict):
+            raise ValueError(f"{where}['state'][{index!r}] is not a dict")
+        expected = shapes.get(index)
+        for field, value in fields.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            if value.is_complex() or (value.is_floating_point() and not bool(torch.isfinite(value).all())):
+                raise ValueError(f"{where}['state'][{index!r}][{field!r}] holds complex, nan or inf values")
+            if value.ndim and expected is not None and tuple(value.shape) != expected:
+                raise ValueError(f"{where}['state'][{index!r}][{field!r}] has shape {tuple(value.shape)}; "
+                                 f"the parameter has {expected}")
+
+
+def _scaler_stat_names(scaler: nn.Module) -> set:
+    """State-dict names of a scaler's statistics (its own and its parts')."""
+    names = set()
+    for prefix, module in scaler.named_modules():
+        for stat in getattr(type(module), "_stats", ()):
+            names.add(f"{prefix}.{stat}" if prefix else stat)
+    return names
+
+
+def _stat_value(scaler: nn.Module, name: str) -> Any:
+    owner_path, _, attr = name.rpartition(".")
+    owner = scaler.get_submodule(owner_path) if owner_path else scaler
+    return getattr(owner, attr, None)
 
 
 def _cpu(value: Any) -> Any:

@@ -59,7 +59,7 @@ from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
-from ..serialization import config_from_params, read_model_file, register
+from ..serialization import check_model_sizes, config_from_params, read_model_file, register
 
 __all__ = [
     "FQEConfig",
@@ -546,7 +546,7 @@ class FQE(QLearningAlgoBase):
             raise ValueError(f"{name} holds a DiscreteFQE model: load it with DiscreteFQE.load")
         fqe = cls(algo=algo, config=config, device=device)
         fqe._check_evaluated(params, name)
-        fqe.create_impl(params["observation_shape"], params["action_size"])
+        fqe.create_impl(*check_model_sizes(payload, name, config, evaluated=algo))
         fqe.load_state(payload, name)
         return fqe
 
