@@ -1,35 +1,94 @@
-"""What a scaler is fitted on, gathered once for the three ways of fitting.
+"""What a scaler is fitted on, summarised once for the three ways of fitting.
 
 d3rlpy fits scalers either on the transitions a transition picker returns
 (Q-learning algorithms) or on the whole-episode trajectories a trajectory
 slicer returns (Decision Transformer); offrl also fits on a dataset's steps.
-:class:`FitData` gathers the observations, actions, rewards and per-episode
-returns for any of them, lazily (a scaler reads only what it needs), with
-whole-array slicing for the built-in picker and slicer and a per-item loop
-for any other (frame stacking, a user's picker), so every scaler computes
-its statistics with one vectorised numpy pass over the gathered arrays.
+:class:`FitData` reads the observations, actions and rewards of any of them
+in one pass and keeps only per-dimension summaries (count, minimum,
+maximum, mean, variance) and the per-episode returns, so memory stays
+bounded by a chunk however large the dataset or however large the picked
+observations (frame stacks). Rows are gathered into chunks of up to
+:data:`CHUNK_ROWS` and each chunk is summarised with vectorised numpy;
+chunks are merged with the pairwise update of Chan et al. (1979). The
+built-in picker and slicer are read by slicing whole episodes; any other
+picker or slicer (frame stacking, a user's) item by item.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-__all__ = ["FitData", "Observations"]
+__all__ = ["FitData", "Summary", "CHUNK_ROWS"]
 
-Observations = Union[np.ndarray, List[np.ndarray]]
+#: rows summarised together (a dataset of fewer rows is summarised in one pass)
+CHUNK_ROWS = 65536
+
+
+@dataclasses.dataclass
+class Summary:
+    """Per-dimension statistics of ``count`` rows (float64 except
+    ``minimum`` / ``maximum``, which keep the data's dtype)."""
+
+    count: int
+    minimum: np.ndarray
+    maximum: np.ndarray
+    mean: np.ndarray
+    var: np.ndarray
+    dtype: np.dtype
+
+    @classmethod
+    def of(cls, rows: np.ndarray) -> "Summary":
+        rows = np.asarray(rows)
+        return cls(int(rows.shape[0]), rows.min(axis=0), rows.max(axis=0), rows.mean(axis=0, dtype=np.float64),
+                   rows.var(axis=0, dtype=np.float64), rows.dtype)
+
+    def merge(self, other: "Summary") -> "Summary":
+        count = self.count + other.count
+        delta = other.mean - self.mean
+        mean = self.mean + delta * (other.count / count)
+        m2 = self.var * self.count + other.var * other.count + delta**2 * (self.count * other.count / count)
+        return Summary(count, np.minimum(self.minimum, other.minimum), np.maximum(self.maximum, other.maximum),
+                       mean, m2 / count, self.dtype)
+
+    @property
+    def std(self) -> np.ndarray:
+        """Population standard deviation."""
+        return np.sqrt(self.var)
+
+
+class _Accumulator:
+    """Collects row blocks, summarising every :data:`CHUNK_ROWS` rows."""
+
+    def __init__(self) -> None:
+        self._blocks: List[np.ndarray] = []
+        self._rows = 0
+        self.summary: Optional[Summary] = None
+
+    def add(self, block: np.ndarray) -> None:
+        block = np.asarray(block)
+        if block.shape[0] == 0:
+            return
+        self._blocks.append(block)
+        self._rows += block.shape[0]
+        if self._rows >= CHUNK_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._blocks:
+            return
+        rows = self._blocks[0] if len(self._blocks) == 1 else np.concatenate(self._blocks, axis=0)
+        self._blocks, self._rows = [], 0
+        chunk = Summary.of(rows)
+        self.summary = chunk if self.summary is None else self.summary.merge(chunk)
 
 
 def _columns(observations: Any) -> List[np.ndarray]:
     if isinstance(observations, (list, tuple)):
         return [np.asarray(o) for o in observations]
     return [np.asarray(observations)]
-
-
-def _join(columns: List[List[np.ndarray]], tuple_observations: bool) -> Observations:
-    joined = [np.concatenate(parts, axis=0) for parts in columns]
-    return joined if tuple_observations else joined[0]
 
 
 def _check_episodes(episodes: Any, what: str) -> Sequence[Any]:
@@ -55,39 +114,70 @@ def _d3rlpy_transition_count(episode: Any) -> int:
     return size if bool(episode.terminated) else max(size - 1, 0)
 
 
+class _Collector:
+    """Observations (one accumulator per tuple element), actions, rewards
+    and episode returns, fed block by block."""
+
+    def __init__(self) -> None:
+        self.observations: Optional[List[_Accumulator]] = None
+        self.tuple_observations = False
+        self.actions = _Accumulator()
+        self.rewards = _Accumulator()
+        self.returns: List[float] = []
+
+    def add(self, observations: Any, actions: Any, rewards: Any) -> None:
+        columns = _columns(observations)
+        if self.observations is None:
+            self.tuple_observations = isinstance(observations, (list, tuple))
+            self.observations = [_Accumulator() for _ in columns]
+        if len(columns) != len(self.observations):
+            raise ValueError(f"observations have {len(columns)} elements here and {len(self.observations)} before")
+        for accumulator, column in zip(self.observations, columns):
+            accumulator.add(column)
+        self.actions.add(np.asarray(actions))
+        self.rewards.add(np.asarray(rewards, dtype=np.float64).reshape(-1))
+
+    def finish(self, source: str) -> Dict[str, Any]:
+        for accumulator in (*(self.observations or []), self.actions, self.rewards):
+            accumulator.flush()
+        if self.rewards.summary is None:
+            raise ValueError(f"{source} holds no transitions: there is nothing to fit a scaler on")
+        observations: Union[Summary, List[Summary]]
+        summaries = [a.summary for a in self.observations or []]
+        observations = summaries if self.tuple_observations else summaries[0]  # type: ignore[assignment]
+        return {"observations": observations, "actions": self.actions.summary, "rewards": self.rewards.summary,
+                "returns": np.asarray(self.returns, dtype=np.float64)}
+
+
 class FitData:
-    """Observations, actions, flat rewards and per-episode returns, each
-    computed on first use. Build it with :meth:`from_dataset`,
+    """Summaries of the observations, actions and rewards, and the return
+    of each episode, read on first use. Build it with :meth:`from_dataset`,
     :meth:`from_transition_picker` or :meth:`from_trajectory_slicer`."""
 
-    def __init__(self, gather: Callable[[], Tuple[Observations, np.ndarray, np.ndarray, np.ndarray]],
-                 source: str) -> None:
-        self._gather = gather
+    def __init__(self, read: Callable[[_Collector], None], source: str) -> None:
+        self._read = read
         self._cache: Dict[str, Any] = {}
         self.source = source
 
     def _get(self, key: str) -> Any:
         if not self._cache:
-            observations, actions, rewards, returns = self._gather()
-            if np.asarray(rewards).size == 0:
-                raise ValueError(f"{self.source} holds no transitions: there is nothing to fit a scaler on")
-            self._cache = {"observations": observations, "actions": np.asarray(actions),
-                           "rewards": np.asarray(rewards, dtype=np.float64).reshape(-1),
-                           "returns": np.asarray(returns, dtype=np.float64).reshape(-1)}
+            collector = _Collector()
+            self._read(collector)
+            self._cache = collector.finish(self.source)
         return self._cache[key]
 
     @property
-    def observations(self) -> Observations:
-        """``(N, *shape)`` array, or one such array per element of a tuple observation."""
+    def observations(self) -> Union[Summary, List[Summary]]:
+        """A :class:`Summary`, or one per element of a tuple observation."""
         return self._get("observations")
 
     @property
-    def actions(self) -> np.ndarray:
+    def actions(self) -> Summary:
         return self._get("actions")
 
     @property
-    def rewards(self) -> np.ndarray:
-        """``(N,)`` float64."""
+    def rewards(self) -> Summary:
+        """Of the rewards as scalars (0-d statistics)."""
         return self._get("rewards")
 
     @property
@@ -97,13 +187,11 @@ class FitData:
 
     # ----------------------------------------------------------- builders
     @classmethod
-    def from_arrays(cls, observations: Observations, actions: Any = None, rewards: Any = None,
-                    source: str = "the data") -> "FitData":
-        """Observations only (e.g. one element of a tuple observation)."""
-        n = (observations[0] if isinstance(observations, list) else observations).shape[0]
-        acts = np.zeros((n, 0)) if actions is None else actions
-        rews = np.zeros(n) if rewards is None else rewards
-        return cls(lambda: (observations, acts, rews, np.zeros(1)), source)
+    def from_summary(cls, observations: Summary, source: str) -> "FitData":
+        """Observations only (one element of a tuple observation)."""
+        data = cls(lambda collector: None, source)
+        data._cache = {"observations": observations}
+        return data
 
     @classmethod
     def from_dataset(cls, dataset: Any) -> "FitData":
@@ -114,50 +202,33 @@ class FitData:
         if to_arrays is None:
             raise TypeError(f"a scaler is fitted on a dataset (a ReplayBuffer or MDPDataset), got {type(dataset).__name__}")
 
-        def gather():
+        def read(collector: _Collector) -> None:
             try:
                 arrays = to_arrays()
             except TypeError:  # a buffer that is not columnar: read its episodes
-                return cls.from_episode_steps(dataset.episodes)._gather()
+                cls._slice_all(collector, _check_episodes(dataset.episodes, "dataset"), lambda e: e.size())
+                return
+            collector.add(arrays["observations"], arrays["actions"], arrays["rewards"])
             returns = dataset.compute_returns() if hasattr(dataset, "compute_returns") else np.zeros(1)
-            return arrays["observations"], arrays["actions"], arrays["rewards"], returns
+            collector.returns.extend(np.asarray(returns, dtype=np.float64).tolist())
 
-        return cls(gather, "the dataset")
+        return cls(read, "the dataset")
 
     @classmethod
     def from_episode_steps(cls, episodes: Sequence[Any]) -> "FitData":
         """Every step of every episode (what the built-in slicer returns)."""
         episodes = _check_episodes(episodes, "dataset")
-
-        def gather():
-            return cls._slice_all(episodes, lambda episode: episode.size())
-
-        return cls(gather, "the episodes")
+        return cls(lambda collector: cls._slice_all(collector, episodes, lambda e: e.size()), "the episodes")
 
     @staticmethod
-    def _slice_all(episodes: Sequence[Any], count: Callable[[Any], int]):
-        tuple_observations = isinstance(episodes[0].observations, (list, tuple))
-        columns: List[List[np.ndarray]] = [[] for _ in _columns(episodes[0].observations)]
-        actions, rewards, returns = [], [], []
+    def _slice_all(collector: _Collector, episodes: Sequence[Any], count: Callable[[Any], int]) -> None:
         for episode in episodes:
             n = int(count(episode))
-            for k, column in enumerate(_columns(episode.observations)):
-                columns[k].append(column[:n])
-            actions.append(np.asarray(episode.actions)[:n])
-            episode_rewards = np.asarray(episode.rewards, dtype=np.float64).reshape(-1)[:n]
-            rewards.append(episode_rewards)
-            returns.append(float(np.sum(episode_rewards)))
-        return _join(columns, tuple_observations), np.concatenate(actions), np.concatenate(rewards), np.asarray(returns)
-
-    @staticmethod
-    def _stack_items(items: List[Tuple[Any, Any, Any]], episode_returns: List[float]):
-        first = items[0][0]
-        tuple_observations = isinstance(first, (list, tuple))
-        n_columns = len(first) if tuple_observations else 1
-        columns = [[np.asarray(_columns(obs)[k])[None] for obs, _, _ in items] for k in range(n_columns)]
-        actions = np.stack([np.asarray(a) for _, a, _ in items])
-        rewards = np.asarray([np.asarray(r, dtype=np.float64).reshape(-1)[0] for _, _, r in items])
-        return _join(columns, tuple_observations), actions, rewards, np.asarray(episode_returns)
+            rewards = np.asarray(episode.rewards, dtype=np.float64).reshape(-1)[:n]
+            observations = [column[:n] for column in _columns(episode.observations)]
+            collector.add(observations if isinstance(episode.observations, (list, tuple)) else observations[0],
+                          np.asarray(episode.actions)[:n], rewards)
+            collector.returns.append(float(np.sum(rewards)))
 
     @classmethod
     def from_transition_picker(cls, episodes: Sequence[Any], transition_picker: Any) -> "FitData":
@@ -171,23 +242,26 @@ class FitData:
             raise TypeError(f"transition_picker must be callable as picker(episode, index), "
                             f"got {type(transition_picker).__name__}")
         if type(transition_picker) is BasicTransitionPicker:
-            return cls(lambda: cls._slice_all(episodes, lambda e: e.transition_count), "the episodes")
+            return cls(lambda collector: cls._slice_all(collector, episodes, lambda e: e.transition_count),
+                       "the episodes")
         counted = (lambda e: e.transition_count) if _is_offrl_component(transition_picker) else _d3rlpy_transition_count
 
-        def gather():
-            items, returns = [], []
+        def read(collector: _Collector) -> None:
             for episode in episodes:
                 total = 0.0
                 for index in range(int(counted(episode))):
                     transition = transition_picker(episode, index)
-                    items.append((transition.observation, transition.action, transition.reward))
+                    observation = transition.observation
+                    if isinstance(observation, (list, tuple)):
+                        observation = [np.asarray(o)[None] for o in observation]
+                    else:
+                        observation = np.asarray(observation)[None]
+                    reward = np.asarray(transition.reward, dtype=np.float64).reshape(-1)[:1]
+                    collector.add(observation, np.asarray(transition.action)[None], reward)
                     total += float(np.sum(np.asarray(transition.reward, dtype=np.float64)))
-                returns.append(total)
-            if not items:
-                raise ValueError("the episodes hold no transitions: there is nothing to fit a scaler on")
-            return cls._stack_items(items, returns)
+                collector.returns.append(total)
 
-        return cls(gather, "the episodes")
+        return cls(read, "the episodes")
 
     @classmethod
     def from_trajectory_slicer(cls, episodes: Sequence[Any], trajectory_slicer: Any) -> "FitData":
@@ -201,25 +275,16 @@ class FitData:
             raise TypeError(f"trajectory_slicer must be callable as slicer(episode, end_index, size), "
                             f"got {type(trajectory_slicer).__name__}")
         if type(trajectory_slicer) is BasicTrajectorySlicer:
-            return cls(lambda: cls._slice_all(episodes, lambda e: e.size()), "the episodes")
+            return cls(lambda collector: cls._slice_all(collector, episodes, lambda e: e.size()), "the episodes")
 
-        def gather():
-            observations: List[Any] = []
-            actions, rewards, returns = [], [], []
+        def read(collector: _Collector) -> None:
             for episode in episodes:
                 size = int(episode.size())
                 if size == 0:
                     continue
                 trajectory = trajectory_slicer(episode, size - 1, size)
-                observations.append(_columns(trajectory.observations))
-                actions.append(np.asarray(trajectory.actions))
-                episode_rewards = np.asarray(trajectory.rewards, dtype=np.float64).reshape(-1)
-                rewards.append(episode_rewards)
-                returns.append(float(np.sum(episode_rewards)))
-            if not rewards:
-                raise ValueError("the episodes hold no steps: there is nothing to fit a scaler on")
-            tuple_observations = isinstance(episodes[0].observations, (list, tuple))
-            columns = [[obs[k] for obs in observations] for k in range(len(observations[0]))]
-            return _join(columns, tuple_observations), np.concatenate(actions), np.concatenate(rewards), np.asarray(returns)
+                rewards = np.asarray(trajectory.rewards, dtype=np.float64).reshape(-1)
+                collector.add(trajectory.observations, trajectory.actions, rewards)
+                collector.returns.append(float(np.sum(rewards)))
 
-        return cls(gather, "the episodes")
+        return cls(read, "the episodes")

@@ -59,7 +59,7 @@ class MinMaxActionScaler(ActionScaler):
         actions = data.actions
         if np.issubdtype(actions.dtype, np.integer):
             raise ValueError("MinMaxActionScaler is for continuous actions; the data's actions are discrete")
-        self._set_stats(minimum=actions.min(axis=0), maximum=actions.max(axis=0))
+        self._set_stats(minimum=actions.minimum, maximum=actions.maximum)
 
     def fit_with_env(self, env: Any) -> "MinMaxActionScaler":
         space = env.action_space

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..serialization import from_json_value, lookup, register, to_json_value
-from ._fitting import FitData
+from ._fitting import FitData, Summary
 from .base import NotFittableFromEnvError, Scaler
 
 __all__ = [
@@ -21,13 +21,13 @@ __all__ = [
 ]
 
 
-def _single(observations: Any, who: str) -> np.ndarray:
+def _single(observations: Any, who: str) -> Summary:
     if isinstance(observations, list):
         raise ValueError(
             f"the data has tuple observations: use TupleObservationScaler([scaler per element]) "
             f"instead of a single {who}"
         )
-    return np.asarray(observations)
+    return observations
 
 
 def _box_bounds(space: Any, who: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -126,7 +126,7 @@ class MinMaxObservationScaler(ObservationScaler):
 
     def _fit(self, data: FitData) -> None:
         x = _single(data.observations, "MinMaxObservationScaler")
-        self._set_stats(minimum=x.min(axis=0), maximum=x.max(axis=0))
+        self._set_stats(minimum=x.minimum, maximum=x.maximum)
 
     def fit_with_env(self, env: Any) -> "MinMaxObservationScaler":
         low, high = _box_bounds(env.observation_space, "MinMaxObservationScaler")
@@ -173,7 +173,7 @@ class StandardObservationScaler(ObservationScaler):
 
     def _fit(self, data: FitData) -> None:
         x = _single(data.observations, "StandardObservationScaler")
-        self._set_stats(mean=x.mean(axis=0, dtype=np.float64), std=x.std(axis=0, dtype=np.float64))
+        self._set_stats(mean=x.mean, std=x.std)
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
@@ -260,7 +260,7 @@ class TupleObservationScaler(ObservationScaler):
                 f"have {len(observations) if isinstance(observations, list) else 'not a tuple of'} elements"
             )
         for scaler, x in zip(self.observation_scalers, observations):
-            scaler._fit(FitData.from_arrays(x, source=data.source))
+            scaler._fit(FitData.from_summary(x, data.source))
 
     def fit_with_env(self, env: Any) -> "TupleObservationScaler":
         """Fit each element's scaler from the matching part of a Tuple

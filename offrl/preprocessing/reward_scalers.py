@@ -67,7 +67,7 @@ class MinMaxRewardScaler(RewardScaler):
 
     def _fit(self, data: FitData) -> None:
         r = data.rewards
-        self._set_stats(minimum=r.min(), maximum=r.max())
+        self._set_stats(minimum=r.minimum, maximum=r.maximum)
 
     def _base(self) -> float:
         return _span(float(self.minimum), float(self.maximum))
@@ -106,7 +106,7 @@ class StandardRewardScaler(RewardScaler):
 
     def _fit(self, data: FitData) -> None:
         r = data.rewards
-        self._set_stats(mean=r.mean(), std=r.std())
+        self._set_stats(mean=r.mean, std=r.std)
 
     def transform(self, reward: torch.Tensor) -> torch.Tensor:
         self._require_built()

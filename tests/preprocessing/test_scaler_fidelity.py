@@ -165,9 +165,23 @@ def test_fit_on_a_dataset_is_every_step_as_the_slicer():
     assert picked.mean == pytest.approx(np.mean([0, 1, 3, 4]), rel=1e-12)  # the timed-out last steps are no transitions
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 6), st.booleans()), min_size=1, max_size=5), st.integers(0, 2**31 - 1))
-def test_vectorised_picker_fit_matches_a_naive_loop(shapes, seed):
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.booleans()), min_size=1, max_size=5), st.integers(0, 2**31 - 1),
+       st.sampled_from([1, 2, 3, 7, 65536]), st.booleans())
+def test_vectorised_picker_fit_matches_a_naive_loop(shapes, seed, chunk_rows, user_picker):
+    """Chunked summaries (merged pairwise) equal the statistics of a naive
+    loop over the transitions, for the built-in picker and a user's."""
+    from offrl.preprocessing import _fitting
+
+    saved = _fitting.CHUNK_ROWS
+    _fitting.CHUNK_ROWS = chunk_rows
+    try:
+        _check_picker_fit_against_a_loop(shapes, seed, _UserPicker() if user_picker else BasicTransitionPicker())
+    finally:
+        _fitting.CHUNK_ROWS = saved
+
+
+def _check_picker_fit_against_a_loop(shapes, seed, picker):
     rng = np.random.default_rng(seed)
     episodes = [Episode(rng.normal(size=(n, 2)).astype(np.float32), rng.normal(size=(n, 1)).astype(np.float32),
                         rng.normal(size=(n, 1)).astype(np.float32), terminated) for n, terminated in shapes]
@@ -184,9 +198,8 @@ def test_vectorised_picker_fit_matches_a_naive_loop(shapes, seed):
             rewards.append(float(episode.rewards[i, 0]))
     if not observations:
         with pytest.raises(ValueError, match="no transitions"):
-            StandardObservationScaler().fit_with_transition_picker(episodes, BasicTransitionPicker())
+            StandardObservationScaler().fit_with_transition_picker(episodes, picker)
         return
-    picker = BasicTransitionPicker()
     s = StandardObservationScaler().fit_with_transition_picker(episodes, picker)
     n = len(observations)
     mean = sum(observations) / n
