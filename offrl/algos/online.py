@@ -222,7 +222,15 @@ class _Rollout:
                 f"the environment returned a non-finite observation at step {total_step} "
                 f"(episode {self.episode}, step {self.episode_step + 1} of the episode): {problem}"
             )
-        reward = float(reward)
+        try:
+            if isinstance(reward, (str, bytes)):
+                raise TypeError
+            reward = float(reward)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"the environment returned reward {reward!r} ({type(reward).__name__}) at step {total_step} "
+                f"(episode {self.episode}, step {self.episode_step + 1} of the episode); expected a real number"
+            ) from None
         if not math.isfinite(reward):
             raise ValueError(
                 f"the environment returned reward {reward} at step {total_step} "

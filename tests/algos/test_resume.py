@@ -158,7 +158,6 @@ def test_resume_refuses_what_does_not_match(tmp_path):
     _fit(make(), dataset, tmp_path, "run", n_steps=20)
     with pytest.raises(ValueError, match="n_steps_per_epoch=10, but .* n_steps_per_epoch=20"):
         make().create().fit(dataset, 40, 10, show_progress=False, resume_from=str(tmp_path / "run"))
-    smaller = _dataset(discrete)
     smaller = offrl.dataset.MDPDataset(*_columns(60))
     with pytest.raises(ValueError, match="the dataset has 60 transitions.* had 120"):
         make().create().fit(smaller, 40, 20, show_progress=False, resume_from=str(tmp_path / "run"))
