@@ -8,6 +8,11 @@ after each truncated episode that has one), and the episode table
 ``episode_starts``, ``episode_ends``, ``episode_terminated``,
 ``episode_has_final``. Files hold arrays only; nothing in them is executed.
 
+Files written by d3rlpy 2.1+'s ``dump`` (root datasets ``version = "2.1"``,
+``columns``, ``num_episodes``, and per episode ``observations_<i>`` (or
+``observations_<i>_<j>`` for tuple observations), ``actions_<i>``,
+``rewards_<i>``, ``terminated_<i>``) are read too, with the same checks.
+
 Schema 1.1 (root attribute ``schema_minor_version = 1``) adds the optional
 dataset ``behaviour_probabilities`` (float64, one per row; NaN where a step
 has none). Readers accept any 1.x file: a 1.0 file (no minor attribute) loads
@@ -221,6 +226,10 @@ def read_dataset_file(f: PathOrFile) -> dict:
     h5 = _open_h5(f, name)
     with h5:
         found = _attribute(h5, "format", name)
+        if found is None and _is_d3rlpy_layout(h5):
+            data = _read_d3rlpy_layout(h5, name)
+            _check_layout(name, data, data["action_space"], data["action_size"])
+            return data
         if found != FORMAT:
             raise ValueError(
                 f"{name} is not an offrl dataset file: its 'format' attribute is {found!r}, expected {FORMAT!r}"
@@ -263,6 +272,114 @@ def read_dataset_file(f: PathOrFile) -> dict:
     data["action_space"] = action_space
     data["action_size"] = action_size
     return data
+
+
+# ------------------------------------------------ d3rlpy 2.x dataset files
+#: the dataset format version d3rlpy 2.1+ writes with ``dump``
+D3RLPY_DATASET_VERSION = "2.1"
+_D3RLPY_COLUMNS = ("observations", "actions", "rewards", "terminated")
+
+
+def _is_d3rlpy_layout(h5: Any) -> bool:
+    """Whether a file without offrl's format mark has d3rlpy 2.x's layout
+    (root datasets ``version``, ``columns``, ``num_episodes``)."""
+    return all(key in h5 for key in ("version", "columns", "num_episodes"))
+
+
+def _small_h5_value(h5: Any, key: str, name: str, max_items: int) -> Any:
+    """A small root dataset (a scalar or a short vector of numbers or text)
+    read as Python values; refuses anything larger than ``max_items``."""
+    node = h5.get(key, getlink=True)
+    import h5py
+
+    if not isinstance(node, h5py.HardLink) or not isinstance(h5[key], h5py.Dataset):
+        raise ValueError(f"{name}: {key} is not a dataset stored in this file")
+    dataset = h5[key]
+    size = int(np.prod(dataset.shape)) if dataset.shape else 1
+    if size > max_items:
+        raise ValueError(f"{name}: {key} holds {size} values, expected at most {max_items}")
+    kind = dataset.dtype.kind
+    if kind not in "biufSO" or dataset.dtype.fields is not None:
+        raise TypeError(f"{name}: {key} has dtype {dataset.dtype}, expected numbers or text")
+    if kind == "O" and h5py.check_string_dtype(dataset.dtype) is None:
+        raise TypeError(f"{name}: {key} holds objects that are not text")
+    value = dataset[()]
+    if isinstance(value, np.ndarray):
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value.tolist()]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _read_d3rlpy_layout(h5: Any, name: str) -> dict:
+    """Read a dataset file written by d3rlpy 2.1+'s ``dump`` (one group of
+    arrays per episode: ``<column>_<episode>`` or, for tuple observations,
+    ``observations_<episode>_<element>``) into offrl's columns. Only arrays
+    of numbers are read; nothing in the file is imported or called."""
+    version = _small_h5_value(h5, "version", name, 1)
+    if version != D3RLPY_DATASET_VERSION:
+        raise ValueError(f"{name} is a d3rlpy dataset file of version {version!r}; offrl reads version "
+                         f"{D3RLPY_DATASET_VERSION} (d3rlpy 2.1 and later)")
+    columns = _small_h5_value(h5, "columns", name, 16)
+    if not isinstance(columns, list) or sorted(columns) != sorted(_D3RLPY_COLUMNS):
+        raise ValueError(f"{name}: d3rlpy columns are {columns!r}, expected {list(_D3RLPY_COLUMNS)}")
+    n_episodes = _small_h5_value(h5, "num_episodes", name, 1)
+    if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes < 1:
+        raise ValueError(f"{name}: num_episodes is {n_episodes!r}, expected a positive integer")
+    if n_episodes * len(_D3RLPY_COLUMNS) > len(h5):
+        raise ValueError(f"{name} declares {n_episodes} episodes but stores only {len(h5)} datasets")
+    n_columns = 0
+    while f"observations_0_{n_columns}" in h5 and n_columns < _MAX_OBSERVATION_COLUMNS:
+        n_columns += 1
+    tuple_observations = n_columns > 0
+    n_columns = max(n_columns, 1)
+    parts: dict = {"observations": [[] for _ in range(n_columns)], "actions": [], "rewards": []}
+    terminated = np.zeros(n_episodes, dtype=bool)
+    sizes = np.zeros(n_episodes, dtype=np.int64)
+    committed = 0
+    for i in range(n_episodes):
+        keys = [f"observations_{i}_{k}" for k in range(n_columns)] if tuple_observations else [f"observations_{i}"]
+        keys += [f"actions_{i}", f"rewards_{i}"]
+        missing = [k for k in keys + [f"terminated_{i}"] if k not in h5]
+        if missing:
+            raise ValueError(f"{name} is not a complete d3rlpy dataset file: it is missing {missing}")
+        for key in keys:
+            node = _safety.checked_h5_dataset(h5, key, name)
+            committed += _safety.check_declared_size(name, key, node.shape, node.dtype, committed)
+        arrays = [_safety.read_h5_dataset(h5, key, name) for key in keys]
+        rows = arrays[-2].shape[0]
+        if rows == 0 or any(a.shape[0] != rows for a in arrays):
+            raise ValueError(f"{name} is corrupt: episode {i} has columns of different lengths or no steps")
+        for k in range(n_columns):
+            parts["observations"][k].append(arrays[k])
+        actions, rewards = arrays[-2], arrays[-1]
+        parts["actions"].append(actions.reshape(rows, -1))
+        parts["rewards"].append(rewards.reshape(rows, -1))
+        flag = _small_h5_value(h5, f"terminated_{i}", name, 1)
+        if not isinstance(flag, (bool, int)) or flag not in (0, 1):
+            raise ValueError(f"{name}: terminated_{i} is {flag!r}, expected a boolean")
+        terminated[i] = bool(flag)
+        sizes[i] = rows
+    actions = np.concatenate(parts["actions"])
+    discrete = actions.dtype.kind in "iu"
+    if discrete:
+        if actions.shape[1] != 1 or actions.min() < 0:
+            raise ValueError(f"{name} is corrupt: discrete actions must be one non-negative integer per step")
+        action_size = int(actions.max()) + 1
+    else:
+        action_size = int(actions.shape[1])
+    ends = np.cumsum(sizes)
+    return {
+        "observations": [np.concatenate(column) for column in parts["observations"]],
+        "actions": actions,
+        "rewards": np.concatenate(parts["rewards"]),
+        "episode_starts": ends - sizes,
+        "episode_ends": ends,
+        "episode_terminated": terminated,
+        "episode_has_final": np.zeros(n_episodes, dtype=bool),
+        "action_space": ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS,
+        "action_size": action_size,
+    }
 
 
 def _as_float32(array: np.ndarray, name: str, field: str) -> np.ndarray:

@@ -375,3 +375,68 @@ def test_get_dataset_by_name(workdir) -> None:
     assert dataset.transition_count > 0
     assert all(ep.observations.shape[1:] == (4,) for ep in dataset.episodes[:3])
     assert {"cartpole-random", "cartpole-replay", "pendulum-random", "pendulum-replay"} <= set(offrl.datasets.dataset_names())
+
+
+def _write_d3rlpy_layout(path, episodes, version="2.1", num_episodes=None):
+    """Write a dataset file in the layout d3rlpy 2.1+'s ``dump`` writes (per
+    episode ``observations_<i>`` or ``observations_<i>_<j>``, ``actions_<i>``,
+    ``rewards_<i>``, ``terminated_<i>``; root ``columns``, ``num_episodes``,
+    ``version``), so the test needs no d3rlpy."""
+    import h5py
+
+    with h5py.File(path, "w") as h5:
+        h5.create_dataset("columns", data=["observations", "actions", "rewards", "terminated"])
+        h5.create_dataset("num_episodes", data=len(episodes) if num_episodes is None else num_episodes)
+        for i, (observations, actions, rewards, terminated) in enumerate(episodes):
+            if isinstance(observations, tuple):
+                for j, column in enumerate(observations):
+                    h5.create_dataset(f"observations_{i}_{j}", data=column)
+            else:
+                h5.create_dataset(f"observations_{i}", data=observations)
+            h5.create_dataset(f"actions_{i}", data=actions)
+            h5.create_dataset(f"rewards_{i}", data=rewards)
+            h5.create_dataset(f"terminated_{i}", data=terminated)
+        h5.create_dataset("version", data=version)
+
+
+def test_load_a_dataset_file_dumped_by_d3rlpy(workdir) -> None:
+    obs = np.arange(14, dtype=np.float32).reshape(7, 2)
+    episodes = [
+        (obs[:4], np.array([[0], [1], [1], [0]]), np.ones((4, 1), np.float32), True),
+        (obs[4:], np.array([[2], [0], [1]]), np.full((3, 1), 0.5, np.float32), False),
+    ]
+    _write_d3rlpy_layout("d3rlpy_dump.h5", episodes)
+    with open("d3rlpy_dump.h5", "rb") as f:
+        dataset = offrl.dataset.ReplayBuffer.load(f, offrl.dataset.InfiniteBuffer())
+    assert [ep.size() for ep in dataset.episodes] == [4, 3]
+    assert [ep.terminated for ep in dataset.episodes] == [True, False]
+    np.testing.assert_array_equal(dataset.episodes[1].observations, obs[4:])
+    np.testing.assert_array_equal(dataset.episodes[0].actions.reshape(-1), [0, 1, 1, 0])
+    np.testing.assert_array_equal(dataset.episodes[1].rewards.reshape(-1), [0.5, 0.5, 0.5])
+    assert dataset.dataset_info.action_space == offrl.ActionSpace.DISCRETE
+    assert dataset.dataset_info.action_size == 3
+    # as in d3rlpy: the unfinished episode's last step has no next observation
+    assert dataset.transition_count == 4 + 2
+
+
+def test_load_a_d3rlpy_file_with_tuple_observations(workdir) -> None:
+    a = np.arange(6, dtype=np.float32).reshape(3, 2)
+    b = np.arange(9, dtype=np.float32).reshape(3, 3)
+    episodes = [((a, b), np.full((3, 1), 0.25, np.float32), np.zeros((3, 1), np.float32), True)]
+    _write_d3rlpy_layout("tuple.h5", episodes)
+    dataset = offrl.dataset.ReplayBuffer.load("tuple.h5", offrl.dataset.InfiniteBuffer())
+    observations = dataset.episodes[0].observations
+    np.testing.assert_array_equal(observations[0], a)
+    np.testing.assert_array_equal(observations[1], b)
+    assert dataset.dataset_info.action_space == offrl.ActionSpace.CONTINUOUS
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [({"version": "2.0"}, "version '2.0'"), ({"num_episodes": 5}, "declares 5 episodes"), ({"num_episodes": 0}, "num_episodes is 0")],
+)
+def test_bad_d3rlpy_files_are_refused_naming_the_field(kwargs, message, workdir) -> None:
+    episodes = [(np.zeros((2, 2), np.float32), np.zeros((2, 1), np.int64), np.zeros((2, 1), np.float32), True)]
+    _write_d3rlpy_layout("bad.h5", episodes, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        offrl.dataset.ReplayBuffer.load("bad.h5", offrl.dataset.InfiniteBuffer())
