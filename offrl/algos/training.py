@@ -241,11 +241,14 @@ def fitter(
     at each epoch end. ``resume_from`` (that file, or the log directory
     holding it) continues an interrupted run from its last checkpoint:
     weights, optimizer states, counters, random states and the logging
-    window are restored, and the metric CSVs of that directory are appended
-    to (rows written after the checkpoint are dropped). On the same device
-    and thread count the result equals the uninterrupted run's. Give the
-    same dataset, ``n_steps_per_epoch`` and logging options; ``n_steps``
-    may be larger than the first run's.
+    window are restored. Without ``logger_adapter`` the run logs into the
+    checkpoint's directory again: its metric CSVs are appended to (rows
+    written after the checkpoint are dropped first). On the same device and
+    thread count the result equals the uninterrupted run's. Give the same
+    dataset, ``n_steps_per_epoch`` and logging options; ``n_steps`` may be
+    larger than the first run's. A prioritized buffer's priorities are not
+    part of the checkpoint (resume in the same process with the same buffer
+    object to keep them).
     """
     _check_steps(n_steps, n_steps_per_epoch)
     if isinstance(save_interval, bool) or not isinstance(save_interval, (int, np.integer)) or save_interval <= 0:
