@@ -297,15 +297,23 @@ def _check_tensor(value: Any, where: str, name: str, floating: bool) -> None:
 
 
 def config_from_params(params: Dict[str, Any], name: str) -> Any:
-    _check_config_lists(params.get("config"), "config", name)
+    record = params.get("config")
+    _check_config_lists(record, "config", name)
+    if not isinstance(record, dict) or record.get("kind") != "algorithm":
+        raise ValueError(f"{name} has a malformed config record: 'config' is not an algorithm record")
     try:
-        return from_json_value(params["config"])
-    except (KeyError, TypeError) as e:
+        config = from_json_value(record)
+    except KeyError as e:
         raise ValueError(f"{name} has a malformed config record: missing {e}") from None
+    except (TypeError, AttributeError, IndexError, OverflowError) as e:
+        raise ValueError(f"{name} has a malformed config record: {e}") from None
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
     except RecursionError:
         raise ValueError(f"{name} has a malformed config record: nested too deeply") from None
+    if not callable(getattr(config, "algorithm_class", None)):
+        raise ValueError(f"{name} has a malformed config record: 'config' is not an algorithm config")
+    return config
 
 
 def _check_config_lists(value: Any, where: str, name: str, depth: int = 0) -> None:
@@ -387,7 +395,7 @@ def _planned_state(config: Any, shape: Any, action_size: int, name: str, params:
         return {"modules": modules, "optimizers": sorted(probe.optimizers)}
     except (ValueError, TypeError) as e:
         raise ValueError(f"{name}: the recorded config cannot be built ({_size_fields(params)}): {e}") from None
-    except (RuntimeError, NotImplementedError, OverflowError, MemoryError, RecursionError) as e:
+    except Exception as e:  # any failure to build a file's config on the meta device is the file's fault
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"{name}: the recorded config cannot be built ({_size_fields(params)}): {first}") from None
 
@@ -483,7 +491,10 @@ def _build_from_params(params: Dict[str, Any], device: Any, name: str, payload: 
     else:
         _check_memory(planned, name, params)
     algo = config.create(device=device if device is not None else False)
-    algo.create_impl(shape, action_size)
+    try:
+        algo.create_impl(shape, action_size)
+    except (ValueError, TypeError) as e:  # e.g. a scaler's recorded statistics of another shape
+        raise ValueError(f"{name}: {e}") from None
     return algo
 
 

@@ -919,6 +919,8 @@ def _check_optimizer_state(optim: Any, state: Any, where: str) -> None:
         if not isinstance(group, dict) or not isinstance(group.get("params"), list) or len(group["params"]) != len(own["params"]):
             raise ValueError(f"{where}['param_groups'][{g}] does not list {len(own['params'])} parameters")
         for saved_id, own_id in zip(group["params"], own["params"]):
+            if isinstance(saved_id, bool) or not isinstance(saved_id, int) or saved_id in shapes:
+                raise ValueError(f"{where}['param_groups'][{g}] lists {saved_id!r}; expected distinct parameter indices")
             if params is not None:
                 shapes[saved_id] = tuple(params[own_id].shape) if isinstance(own_id, int) and own_id < len(params) else None
     per_param = state["state"]
