@@ -133,6 +133,9 @@ class Scaler(nn.Module, Serializable, metaclass=_ScalerMeta):
                 return
             if isinstance(value, torch.Tensor):
                 value = _plain(value)  # a custom scaler's statistic read back from a model file
+                default = {f.name: f.default for f in dataclasses.fields(self)}.get(name)  # type: ignore[arg-type]
+                if isinstance(default, (int, np.integer)) and isinstance(value, float) and value.is_integer():
+                    value = int(value)  # an int field stays an int
         super().__setattr__(name, value)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:  # torch hook

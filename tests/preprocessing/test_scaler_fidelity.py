@@ -517,10 +517,12 @@ def test_a_d3rlpy_style_dataclass_scaler_fits_saves_and_loads(tmp_path):
     class CenterScaler(ObservationScaler):
         center: Optional[np.ndarray] = None
         factor: float = 2.0
+        n_seen: int = 0
 
         def fit_with_transition_picker(self, episodes, transition_picker):
             picked = [transition_picker(e, i).observation for e in episodes for i in range(e.transition_count)]
             self.center = np.mean(picked, axis=0)
+            self.n_seen = len(picked)
             return self
 
         def transform(self, x):
@@ -558,5 +560,7 @@ def test_a_d3rlpy_style_dataclass_scaler_fits_saves_and_loads(tmp_path):
     assert isinstance(loaded.observation_scaler, CenterScaler)
     np.testing.assert_array_equal(loaded.observation_scaler.center, algo.observation_scaler.center)
     assert loaded.observation_scaler.factor == 0.5
+    assert loaded.observation_scaler.n_seen == algo.observation_scaler.n_seen == 40  # 8 terminated episodes of 5 steps
+    assert type(loaded.observation_scaler.n_seen) is int
     x = dataset.to_arrays()["observations"][:8]
     np.testing.assert_array_equal(loaded.predict(x), algo.predict(x))
