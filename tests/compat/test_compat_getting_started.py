@@ -142,7 +142,7 @@ def cql_old(pendulum, tmp_path_factory):
     dataset, env = pendulum
     logs = tmp_path_factory.mktemp("cql_logs")
     # docs: create(device="cuda:0")
-    cql_old = offrl.algos.CQLConfig().create(device="cpu:0")
+    cql_old = offrl.algos.CQLConfig(batch_size=32).create(device="cpu:0")  # docs: default batch 256
     cql_old.fit(dataset, n_steps=10, n_steps_per_epoch=10, show_progress=False,  # docs: 100000
                 logger_adapter=offrl.logging.FileAdapterFactory(root_dir=str(logs)))
     return cql_old
