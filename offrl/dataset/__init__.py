@@ -15,7 +15,7 @@ from .episode import (
     retrieve_observation,
 )
 from .episode_generator import EpisodeGenerator, EpisodeGeneratorProtocol
-from .episode_io import DATASET_VERSION, dump, load
+from .episode_io import DATASET_VERSION, dump, load, load_v1
 from .pickers import (
     BasicTransitionPicker,
     FrameStackTransitionPicker,
@@ -91,6 +91,7 @@ __all__ = [
     "DATASET_VERSION",
     "dump",
     "load",
+    "load_v1",
     "batch_pad_array",
     "batch_pad_observations",
     "cast_flat_shape",

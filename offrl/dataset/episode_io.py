@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 from typing import Any, BinaryIO, Sequence, Type, TypeVar, Union
 
+import numpy as np
+
+from .. import _safety
 from .episode import Episode, EpisodeBase
 from .io import read_dataset_file
 from .storage import InfiniteBuffer
 
-__all__ = ["dump", "load", "DATASET_VERSION"]
+__all__ = ["dump", "load", "load_v1", "DATASET_VERSION"]
 
 PathOrFile = Union[str, os.PathLike, BinaryIO]
 _TEpisode = TypeVar("_TEpisode")
@@ -57,3 +60,51 @@ def load(episode_cls: Type[_TEpisode], f: PathOrFile) -> Sequence[_TEpisode]:
         episode_cls(observations=e.observations, actions=e.actions, rewards=e.rewards, terminated=e.terminated)
         for e in episodes
     ]
+
+
+_V1_COLUMNS = ("observations", "actions", "rewards", "terminals")
+
+
+def load_v1(f: PathOrFile) -> Sequence[Episode]:
+    """Read a dataset file of d3rlpy 1.x (``MDPDataset.dump``: root arrays
+    ``observations``, ``actions``, ``rewards``, ``terminals`` and, when
+    present, ``episode_terminals``) as episodes, as d3rlpy 2.x's
+    ``load_v1`` does: an episode ends at a terminal step or at an episode
+    end that is not terminal (a timeout). Only arrays of numbers are read
+    (each size checked before reading); nothing in the file is run."""
+    import h5py
+
+    from .episode_generator import EpisodeGenerator
+
+    name = str(f) if isinstance(f, (str, os.PathLike)) else str(getattr(f, "name", f"<{type(f).__name__}>"))
+    if isinstance(f, (str, os.PathLike)):
+        _safety.check_regular_file(f, "d3rlpy 1.x dataset file")
+    try:
+        h5 = h5py.File(f, "r")
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"{name} is not a d3rlpy 1.x dataset file: it is not HDF5 or it is truncated ({e})") from None
+    with h5:
+        missing = [k for k in _V1_COLUMNS if k not in h5]
+        if missing:
+            raise ValueError(f"{name} is not a d3rlpy 1.x dataset file: it is missing {missing}")
+        keys = list(_V1_COLUMNS) + (["episode_terminals"] if "episode_terminals" in h5 else [])
+        committed = 0
+        for key in keys:  # every declared size checked before the first read
+            node = _safety.checked_h5_dataset(h5, key, name)
+            committed += _safety.check_declared_size(name, key, node.shape, node.dtype, committed)
+        data = {key: _safety.read_h5_dataset(h5, key, name) for key in keys}
+    rows = data["actions"].shape[0]
+    for key, column in data.items():
+        if column.shape[0] != rows:
+            raise ValueError(f"{name} is corrupt: {key} has {column.shape[0]} rows, actions has {rows}")
+    terminals = data["terminals"].reshape(rows, -1)[:, 0] != 0
+    timeouts = None
+    if "episode_terminals" in data:
+        timeouts = (data["episode_terminals"].reshape(rows, -1)[:, 0] != 0) & ~terminals
+    return EpisodeGenerator(
+        observations=data["observations"],
+        actions=data["actions"],
+        rewards=data["rewards"],
+        terminals=terminals.astype(np.float32),
+        timeouts=None if timeouts is None else timeouts.astype(np.float32),
+    )()

@@ -440,3 +440,30 @@ def test_bad_d3rlpy_files_are_refused_naming_the_field(kwargs, message, workdir)
     _write_d3rlpy_layout("bad.h5", episodes, **kwargs)
     with pytest.raises(ValueError, match=message):
         offrl.dataset.ReplayBuffer.load("bad.h5", offrl.dataset.InfiniteBuffer())
+
+
+def test_load_v1_reads_d3rlpy_1_dataset_files(workdir) -> None:
+    import h5py
+
+    # d3rlpy 1.x's MDPDataset.dump layout: step-aligned root arrays
+    with h5py.File("v1.h5", "w") as h5:
+        h5["observations"] = np.arange(20, dtype=np.float32).reshape(10, 2)
+        h5["actions"] = np.arange(10) % 2
+        h5["rewards"] = np.arange(10, dtype=np.float32)
+        terminals = np.zeros(10)
+        terminals[3] = 1
+        h5["terminals"] = terminals
+        episode_terminals = np.zeros(10)
+        episode_terminals[[3, 6, 9]] = 1
+        h5["episode_terminals"] = episode_terminals
+    with open("v1.h5", "rb") as f:
+        episodes = offrl.dataset.load_v1(f)
+    # an episode ends at a terminal step, or at an episode end that is not terminal (a timeout)
+    assert [(ep.size(), ep.terminated) for ep in episodes] == [(4, True), (3, False), (3, False)]
+    np.testing.assert_array_equal(episodes[1].rewards.reshape(-1), [4.0, 5.0, 6.0])
+    np.testing.assert_array_equal(episodes[2].observations, np.arange(14, 20, dtype=np.float32).reshape(3, 2))
+
+    with h5py.File("v1_missing.h5", "w") as h5:
+        h5["observations"] = np.zeros((3, 2), np.float32)
+    with pytest.raises(ValueError, match=r"missing \['actions', 'rewards', 'terminals'\]"):
+        offrl.dataset.load_v1("v1_missing.h5")
