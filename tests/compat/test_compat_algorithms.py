@@ -174,3 +174,14 @@ def test_save_policy_formats(cartpole, workdir) -> None:
     algo.save_policy("policy.onnx")
     assert (workdir / "policy.pt").stat().st_size > 0
     assert (workdir / "policy.onnx").read_bytes()[:1] == b"\x08"  # an ONNX protobuf (ir_version field)
+
+
+def test_load_learnable_with_device(cartpole, workdir) -> None:
+    dataset, _ = cartpole
+    algo = offrl.algos.DQNConfig().create()
+    algo.build_with_dataset(dataset)
+    algo.save("model.d3")
+    # reconstruct everything (docs: device="cuda:0")
+    algo2 = offrl.load_learnable("model.d3", device="cpu:0")
+    x = dataset.episodes[0].observations[:8]
+    np.testing.assert_array_equal(algo2.predict(x), algo.predict(x))
