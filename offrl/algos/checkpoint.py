@@ -132,8 +132,9 @@ def _set_random_states(record: Dict[str, Any], tensors: Dict[str, torch.Tensor],
         cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("torch_cuda_"))]
         if cuda and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(cuda)
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise ValueError(f"{source}: the random states in its resume record are malformed: {e}") from None
+    except Exception as e:  # numpy, random and torch raise many types for states that are not theirs
+        raise ValueError(f"{source}: the random states in its resume record are malformed: "
+                         f"{type(e).__name__}: {e}") from None
 
 
 # ------------------------------------------------------------ files
@@ -191,15 +192,49 @@ def load_checkpoint(algo: Any, path: str) -> Dict[str, Any]:
         random_record = resume["random"]
         version = resume["version"]
     except (TypeError, KeyError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} has a malformed resume record: {e}") from None
-    if version != RESUME_VERSION:
-        raise ValueError(f"{path} has resume record version {version}; this offrl reads {RESUME_VERSION}")
+        raise ValueError(f"{path} has a malformed resume record: {type(e).__name__}: {e}") from None
+    if isinstance(version, bool) or version != RESUME_VERSION:
+        raise ValueError(f"{path} has resume record version {version!r}; this offrl reads {RESUME_VERSION}")
+    if not isinstance(random_record, dict):
+        raise ValueError(f"{path}: the random states in its resume record are malformed: not an object")
+    _check_loop(loop, path)
     tensors = payload.get("random_tensors")
-    if not isinstance(tensors, dict):
-        raise ValueError(f"{path} has no random states in its resume record")
+    if not isinstance(tensors, dict) or not all(torch.is_tensor(t) for t in tensors.values()):
+        raise ValueError(f"{path} has no random-state tensors in its resume record")
     algo.load_state(payload, path)
     _set_random_states(random_record, tensors, path)
     return loop
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_loop(loop: Any, path: str) -> None:
+    """Refuse a loop record whose counters are not what ``fit`` wrote,
+    naming the file and the field."""
+    if not isinstance(loop, dict):
+        raise ValueError(f"{path}: the loop record of its resume record is not an object")
+    bounds = {"epoch": 0, "total_step": 0, "n_steps_per_epoch": 1, "transition_count": 0}
+    for key, minimum in bounds.items():
+        value = loop.get(key)
+        if not _whole(value) or value < minimum:
+            raise ValueError(f"{path}: resume record field {key!r} is {value!r}, expected an int >= {minimum}")
+    if loop["total_step"] > loop["epoch"] * loop["n_steps_per_epoch"]:
+        raise ValueError(f"{path}: resume record says {loop['total_step']} steps in {loop['epoch']} epochs of "
+                         f"{loop['n_steps_per_epoch']}: inconsistent")
+    logging_steps = loop.get("logging_steps")
+    if logging_steps is not None and (not _whole(logging_steps) or logging_steps < 1):
+        raise ValueError(f"{path}: resume record field 'logging_steps' is {logging_steps!r}, expected None or an int >= 1")
+    window = loop.get("window")
+    if window is None:
+        return
+    names, sums, count = (window.get(k) for k in ("names", "sums", "count")) if isinstance(window, dict) else (None,) * 3
+    if (not isinstance(names, list) or not all(isinstance(n, str) for n in names) or not isinstance(sums, list)
+            or len(sums) != len(names) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sums)
+            or not _whole(count) or count < 0):
+        raise ValueError(f"{path}: resume record field 'window' is malformed (expected names, sums of the same "
+                         f"length and a count)")
 
 
 def truncate_metric_files(logdir: str, step: int) -> None:

@@ -83,6 +83,9 @@ class LossTracker:
         if self.buffer is None:
             if self.names is None:
                 self.names = list(losses)
+            elif sorted(self.names) != sorted(losses):  # a window restored from a checkpoint
+                raise ValueError(f"{self.source}: the checkpoint's logging window holds {sorted(self.names)}, "
+                                 f"the algorithm reports {sorted(losses)}")
             first = next(iter(losses.values()))
             self.buffer = torch.empty((self.interval, len(self.names)), dtype=torch.float32, device=first.device)
             if self.sums is None:
@@ -118,8 +121,9 @@ class LossTracker:
             return None
         return {"names": list(self.names), "sums": [float(v) for v in self.sums], "count": int(self.count)}
 
-    def load_partial(self, record: Dict[str, Any]) -> None:
-        """Continue from :meth:`partial`'s record."""
+    def load_partial(self, record: Dict[str, Any], source: str = "the checkpoint") -> None:
+        """Continue from :meth:`partial`'s record (read from ``source``)."""
+        self.source = source
         try:
             names, sums, count = list(record["names"]), [float(v) for v in record["sums"]], int(record["count"])
         except (KeyError, TypeError, ValueError) as e:
@@ -327,7 +331,7 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
         total_step = int(loop["total_step"])
         first_epoch = int(loop["epoch"]) + 1
         if window is not None and loop.get("window") is not None:
-            window.load_partial(loop["window"])
+            window.load_partial(loop["window"], checkpoint)
     if resume is not None and resume[1] is not None and logger_adapter is None:
         logger = FileAdapter(resume[1])  # the run's own log directory, appended to
     else:
