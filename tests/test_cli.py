@@ -554,5 +554,11 @@ def test_fit_resume_continues_an_interrupted_run_exactly(dataset_file, tmp_path,
     assert [int(r.split(",")[1]) for r in rows] == [10, 20, 30]
     assert rows == (tmp_path / "full" / "logs" / "loss.csv").read_text().splitlines()
     capsys.readouterr()
+    # resuming a finished run trains no more and keeps its model
+    assert main([*common, "--steps", "30", "--resume", str(tmp_path / "part")]) == 0
+    assert "had already finished its 30 steps" in capsys.readouterr().out
+    assert load_learnable(tmp_path / "part" / "model.d3").grad_step == 30
     assert main(["fit", str(dataset_file), "dqn", "--resume", str(tmp_path / "nothing")]) == 2
     assert "--resume " in capsys.readouterr().err
+    assert main(["fit", str(dataset_file), "dqn", "--resume", str(tmp_path / "part"), "--output-dir", str(tmp_path)]) == 2
+    assert "give no other --output-dir" in capsys.readouterr().err
