@@ -185,3 +185,14 @@ def test_load_learnable_with_device(cartpole, workdir) -> None:
     algo2 = offrl.load_learnable("model.d3", device="cpu:0")
     x = dataset.episodes[0].observations[:8]
     np.testing.assert_array_equal(algo2.predict(x), algo.predict(x))
+
+
+def test_fit_goes_through_the_public_update(cartpole) -> None:
+    # a user's wrapper or override of `update` sees every step of fit, as in d3rlpy
+    dataset, _ = cartpole
+    algo = offrl.algos.DQNConfig().create()
+    calls = []
+    original = algo.update
+    algo.update = lambda batch: (calls.append(len(batch)), original(batch))[1]
+    algo.fit(dataset, n_steps=3, n_steps_per_epoch=3, **NOOP)
+    assert calls == [32, 32, 32]
