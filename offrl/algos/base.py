@@ -350,9 +350,18 @@ class QLearningAlgoBase:
 
     def fit_scalers(self, dataset: Any) -> None:
         """Fit the scalers that have no statistics yet on ``dataset`` (the
-        algorithm's own copies; the config's scalers are never changed)."""
-        for scaler in (self._observation_scaler, self._action_scaler, self._reward_scaler):
-            if scaler is not None and not scaler.built:
+        algorithm's own copies; the config's scalers are never changed).
+        When the dataset's transition picker changes the observation shape
+        (frame stacking), the observation scaler is fitted on the picked
+        transitions, whose shape the networks see."""
+        picker = getattr(dataset, "transition_picker", None)
+        for name, scaler in zip(SCALER_NAMES, (self._observation_scaler, self._action_scaler, self._reward_scaler)):
+            if scaler is None or scaler.built:
+                continue
+            if (name == "observation_scaler" and picker is not None and hasattr(scaler, "fit_with_transition_picker")
+                    and network_observation_shape(dataset) != _stored_observation_shape(dataset)):
+                scaler.fit_with_transition_picker(dataset.episodes, picker)
+            else:
                 scaler.fit(dataset)
 
     _fit_scalers = fit_scalers
@@ -1022,14 +1031,18 @@ def _raise_bad_row(array: np.ndarray, name: str) -> None:
     raise ValueError(f"{name}[{row}] holds {what}; expected finite numbers")
 
 
+def _stored_observation_shape(dataset: Any) -> Shape:
+    signature = dataset.dataset_info.observation_signature
+    return [tuple(s) for s in signature.shape] if signature.is_tuple else tuple(signature.shape[0])
+
+
 def network_observation_shape(dataset: Any) -> Shape:
     """The observation shape the networks see for ``dataset``: that of a
     transition its transition picker gives (frame stacking changes it; the
     first usable transition is picked, so no random numbers are drawn), or
     the stored observations' shape when the dataset has no picker or
     episodes to ask."""
-    signature = dataset.dataset_info.observation_signature
-    stored: Shape = [tuple(s) for s in signature.shape] if signature.is_tuple else tuple(signature.shape[0])
+    stored = _stored_observation_shape(dataset)
     picker = getattr(dataset, "transition_picker", None)
     try:
         episodes = dataset.episodes

@@ -108,3 +108,22 @@ def _noop():
     from offrl.logging import NoopAdapterFactory
 
     return NoopAdapterFactory()
+
+
+def test_a_standard_scaler_is_fitted_on_the_stacked_observations():
+    from offrl.preprocessing import StandardObservationScaler
+
+    dataset = _image_dataset(FrameStackTransitionPicker(n_frames=2))
+    algo = DQNConfig(observation_scaler=StandardObservationScaler(), batch_size=4).create()
+    algo.build_with_dataset(dataset)
+    assert algo.observation_shape == (2, SIDE, SIDE)
+    # the statistics of the picked (stacked) observations, by a plain loop over every transition
+    stacked = []
+    picker = dataset.transition_picker
+    for episode in dataset.episodes:
+        for index in range(episode.size()):
+            stacked.append(picker(episode, index).observation.astype(np.float64))
+    stacked = np.stack(stacked)
+    np.testing.assert_allclose(algo.observation_scaler.mean, stacked.mean(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(algo.observation_scaler.std, stacked.std(axis=0), rtol=1e-10)
+    assert algo.predict(np.zeros((1, 2, SIDE, SIDE), dtype=np.uint8)).shape == (1,)
