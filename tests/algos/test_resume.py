@@ -15,6 +15,8 @@ from offrl.algos import DQNConfig, SACConfig
 from offrl.algos.checkpoint import CHECKPOINT_NAME
 from offrl.logging import FileAdapterFactory
 from offrl.models import VectorEncoderFactory
+from offrl.optimizers import AdamWFactory
+from offrl.preprocessing import StandardObservationScaler, StandardRewardScaler
 
 
 class Interrupt(Exception):
@@ -42,6 +44,10 @@ def _dataset(discrete: bool) -> offrl.dataset.MDPDataset:
 CONFIGS = {
     "dqn": (lambda: DQNConfig(batch_size=8, target_update_interval=7,
                               encoder_factory=VectorEncoderFactory(hidden_units=[16])), True),
+    "dqn_scaled_clipped": (lambda: DQNConfig(
+        batch_size=8, encoder_factory=VectorEncoderFactory(hidden_units=[16]),
+        optim_factory=AdamWFactory(weight_decay=0.01, clip_grad_norm=1.0),
+        observation_scaler=StandardObservationScaler(), reward_scaler=StandardRewardScaler()), True),
     "sac": (lambda: SACConfig(batch_size=8, actor_encoder_factory=VectorEncoderFactory(hidden_units=[16]),
                               critic_encoder_factory=VectorEncoderFactory(hidden_units=[16])), False),
 }
