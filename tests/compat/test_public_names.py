@@ -160,3 +160,26 @@ def test_documented_module_paths_import() -> None:
                  "offrl.metrics.evaluators", "offrl.ope.fqe", "offrl.logging.file_adapter",
                  "offrl.optimizers.lr_schedulers", "offrl.dataset.replay_buffer", "offrl.envs.wrappers"):
         importlib.import_module(path)
+
+
+@pytest.mark.parametrize(
+    "path,names",
+    [
+        ("buffers", "BufferProtocol InfiniteBuffer FIFOBuffer"),
+        ("components", "Signature Transition PartialTrajectory EpisodeBase Episode DatasetInfo"),
+        ("mini_batch", "TransitionMiniBatch TrajectoryMiniBatch"),
+        ("transition_pickers", "TransitionPickerProtocol BasicTransitionPicker SparseRewardTransitionPicker "
+                               "FrameStackTransitionPicker MultiStepTransitionPicker"),
+        ("trajectory_slicers", "TrajectorySlicerProtocol BasicTrajectorySlicer FrameStackTrajectorySlicer"),
+        ("writers", "WriterPreprocessProtocol BasicWriterPreprocess LastFrameWriterPreprocess ExperienceWriter"),
+        ("compat", "MDPDataset"),
+    ],
+)
+def test_d3rlpy_dataset_module_paths(path, names) -> None:
+    # d3rlpy 2.8.1's d3rlpy.dataset.<path> modules and their __all__: the same objects as offrl.dataset's
+    import offrl.dataset
+
+    module = importlib.import_module(f"offrl.dataset.{path}")
+    assert sorted(module.__all__) == sorted(names.split())
+    for name in names.split():
+        assert getattr(module, name) is getattr(offrl.dataset, name)
