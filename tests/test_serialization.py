@@ -448,3 +448,26 @@ def test_cli_reports_a_bomb_in_one_line(tmp_path, capsys, command):
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err
     assert "bomb.d3" in err and "n_critics=10000000" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes need a POSIX system")
+def test_a_named_pipe_is_refused_without_reading(tmp_path):
+    fifo = tmp_path / "pipe.d3"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="pipe.d3 is not a regular file"):
+        offrl.load_learnable(fifo)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [_module_state("q_function", "head.weight", _weight_with(float("nan"))),
+     _scaler_state("mean", torch.tensor([1, 2, 3]))],
+)
+def test_cli_info_reports_corrupt_state_in_one_line(tmp_path, capsys, edit):
+    from offrl.cli import main
+
+    _, path = _scaled(tmp_path)
+    bad = _rewrite(tmp_path, "corrupt.d3", edit, path)
+    assert main(["info", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("offrl info: error: ") and err.count("\n") == 1 and "corrupt.d3" in err
