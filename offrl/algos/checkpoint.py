@@ -38,9 +38,11 @@ RESUME_VERSION = 1
 #: forward pass, so a model holding it predicts NaN or inf
 def non_finite_weights(algo: Any) -> Optional[str]:
     """``None`` when every floating weight tensor of ``algo`` is finite and
-    has a finite float32 sum of squares, else a description of the first
-    that is not (one device sync for the whole check)."""
-    modules = algo.get_state()["modules"]
+    has a finite float32 sum of squares and every optimizer state tensor is
+    finite, else a description of the first that is not (one device sync
+    for the whole check)."""
+    state = algo.get_state()
+    modules = state["modules"]
     names: List[Tuple[str, str]] = []
     flags = []
     for module_name, tensors in modules.items():
@@ -48,17 +50,38 @@ def non_finite_weights(algo: Any) -> Optional[str]:
             if torch.is_tensor(tensor) and (tensor.is_floating_point() or tensor.is_complex()):
                 names.append((module_name, key))
                 flags.append(torch.isfinite(tensor.detach().float().abs().square().sum()))
+    optimizer_tensors = list(_float_tensors(state.get("optimizers", {}), "optimizer"))
+    for _, tensor in optimizer_tensors:  # moment estimates: finite is enough (they may hold squares)
+        flags.append(torch.isfinite(tensor.detach()).all())
     if not flags:
         return None
     finite = torch.stack(flags).cpu().numpy()
     if finite.all():
         return None
-    module_name, key = names[int(np.argmin(finite))]
+    first = int(np.argmin(finite))
+    if first >= len(names):
+        where, tensor = optimizer_tensors[first - len(names)]
+        bad = tensor[~torch.isfinite(tensor)].flatten()[0].item()
+        return f"{where} holds {bad}"
+    module_name, key = names[first]
     tensor = modules[module_name][key].detach()
     if not torch.isfinite(tensor).all():
         bad = tensor[~torch.isfinite(tensor)].flatten()[0].item()
         return f"weight {key!r} of module {module_name!r} holds {bad}"
     return f"weight {key!r} of module {module_name!r} has diverged (largest |w| = {tensor.abs().max().item():.3g})"
+
+
+def _float_tensors(value: Any, where: str):
+    """``(where, tensor)`` for every floating tensor nested in ``value``."""
+    if torch.is_tensor(value):
+        if value.is_floating_point() or value.is_complex():
+            yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _float_tensors(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _float_tensors(item, f"{where}[{index}]")
 
 
 def _clone(value: Any) -> Any:

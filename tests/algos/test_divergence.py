@@ -13,7 +13,7 @@ import torch
 import offrl
 from offrl.algos import DQNConfig, NonFiniteLossError, SACConfig
 from offrl.algos.checkpoint import non_finite_weights
-from offrl.logging import FileAdapterFactory
+from offrl.logging import FileAdapterFactory, NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
 
 from envs import Corridor
@@ -130,3 +130,14 @@ def test_fit_online_rolls_back_after_divergence_and_saves_no_diverged_model(tmp_
     assert _saved_models_are_finite(tmp_path) == 0
     assert algo.grad_step == 0 and non_finite_weights(algo) is None
     assert np.isfinite(algo.predict_value(np.eye(5, dtype=np.float32), np.ones(5, dtype=np.int64))).all()
+
+
+def test_non_finite_optimizer_state_counts_as_diverged():
+    algo = _config(True, 1e-3).create()
+    dataset = _dataset(True)
+    algo.fit(dataset, 2, 2, logger_adapter=NoopAdapterFactory(), show_progress=False)
+    assert non_finite_weights(algo) is None
+    optim = next(iter(algo.optimizers.values()))
+    moments = next(iter(getattr(optim, "optim", optim).state.values()))
+    moments["exp_avg_sq"].view(-1)[0] = float("inf")
+    assert "optimizer" in non_finite_weights(algo) and "exp_avg_sq" in non_finite_weights(algo)
