@@ -6,8 +6,8 @@ observations with frame stacking, multi-step transitions), run with
 
 Changes other than the import (marked ``# docs:``): sizes; ``import gym`` ->
 gymnasium; the custom picker passes ``next_action`` (required by
-``Transition`` since d3rlpy 2.5, so the documented picker fails on d3rlpy
-2.8.1 as written); ``np.random.randomint`` (a typo in the docs) ->
+``Transition`` in d3rlpy 2.8.1, so the documented picker fails there as
+written); ``np.random.randomint`` (a typo in the docs) ->
 ``np.random.randint``.
 """
 
