@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Callable, Dict, Optional, TypeVar
 
 import numpy as np
@@ -264,6 +265,10 @@ def _check_state_entries(payload: Dict[str, Any], name: str) -> None:
         raise ValueError(f"{name}: 'optimizers' is a {type(optimizers).__name__}; expected a dict of optimizer states")
     for key, state in optimizers.items():
         where = f"optimizers[{key!r}]"
+        if isinstance(key, str) and isinstance(state, dict) and set(state) == {"optimizer", "lr_scheduler"}:
+            # an optimizer with a learning-rate scheduler (AdamWFactory(lr_scheduler_factory=...))
+            _check_scheduler_state(state["lr_scheduler"], f"{where}['lr_scheduler']", name)
+            where, state = f"{where}['optimizer']", state["optimizer"]
         if not isinstance(key, str) or not isinstance(state, dict) or set(state) != {"state", "param_groups"}:
             raise ValueError(f"{name}: {where} is not an optimizer state (a dict of 'state' and 'param_groups')")
         if not isinstance(state["state"], dict) or not isinstance(state["param_groups"], list):
@@ -274,6 +279,29 @@ def _check_state_entries(payload: Dict[str, Any], name: str) -> None:
             for field, value in per_param.items():
                 if hasattr(value, "dtype"):
                     _check_tensor(value, f"{where}['state'][{index!r}][{field!r}]", name, floating=False)
+
+
+def _check_scheduler_state(state: Any, where: str, name: str) -> None:
+    """A torch learning-rate scheduler's state: named plain values (numbers,
+    strings, booleans, None and lists of them), finite."""
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        raise ValueError(f"{name}: {where} is not a learning-rate scheduler state (a dict of named values)")
+
+    def plain(value: Any) -> bool:
+        if value is None or isinstance(value, (bool, str, int)):
+            return True
+        if isinstance(value, float):
+            return math.isfinite(value)
+        if isinstance(value, (list, tuple)):
+            return all(plain(v) for v in value)
+        if isinstance(value, dict):
+            return all(isinstance(k, (str, int)) and plain(v) for k, v in value.items())
+        return False
+
+    for field, value in state.items():
+        if not plain(value):
+            raise ValueError(f"{name}: {where}[{field!r}] is {type(value).__name__} {value!r:.60}; "
+                             "expected finite numbers, strings or lists of them")
 
 
 def _check_tensor(value: Any, where: str, name: str, floating: bool) -> None:

@@ -471,3 +471,23 @@ def test_cli_info_reports_corrupt_state_in_one_line(tmp_path, capsys, edit):
     assert main(["info", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("offrl info: error: ") and err.count("\n") == 1 and "corrupt.d3" in err
+
+
+def test_optimizer_with_a_learning_rate_scheduler_round_trips(tmp_path):
+    """A model whose optimizer steps a scheduler saves the scheduler's state
+    beside the optimizer's, and load_learnable restores both."""
+    from offrl.optimizers import AdamWFactory, CosineAnnealingLRFactory
+
+    rng = np.random.default_rng(0)
+    observations = rng.normal(size=(60, 3)).astype(np.float32)
+    terminals = (np.arange(60) % 30 == 29).astype(np.float32)
+    dataset = offrl.dataset.MDPDataset(observations, rng.integers(2, size=60), rng.normal(size=60).astype(np.float32), terminals)
+    algo = offrl.algos.DQNConfig(batch_size=8, optim_factory=AdamWFactory(
+        lr_scheduler_factory=CosineAnnealingLRFactory(T_max=10))).create()
+    algo.fit(dataset, n_steps=4, n_steps_per_epoch=2, show_progress=False, logger_adapter=offrl.logging.NoopAdapterFactory())
+    path = tmp_path / "scheduled.d3"
+    algo.save(path)
+    loaded = offrl.load_learnable(path)
+    np.testing.assert_array_equal(loaded.predict(observations), algo.predict(observations))
+    assert loaded.optimizers["optim"].lr_scheduler.state_dict() == algo.optimizers["optim"].lr_scheduler.state_dict()
+    assert loaded.optimizers["optim"].lr_scheduler.last_epoch == 4

@@ -914,10 +914,19 @@ def _check_module_state(module: nn.Module, state: Any, where: str) -> None:
 def _check_optimizer_state(optim: Any, state: Any, where: str) -> None:
     """``state`` is a torch optimizer state for ``optim``'s parameters: the
     same groups and parameter counts, per-parameter tensors of the
-    parameter's shape (or scalars such as step counts), finite."""
+    parameter's shape (or scalars such as step counts), finite. An
+    optimizer with a learning-rate scheduler saves ``{"optimizer": ...,
+    "lr_scheduler": ...}``."""
+    scheduler = getattr(optim, "lr_scheduler", None)
+    if scheduler is not None and isinstance(state, dict) and set(state) == {"optimizer", "lr_scheduler"}:
+        saved, own = state["lr_scheduler"], scheduler.state_dict()
+        if not isinstance(saved, dict) or set(saved) != set(own):
+            raise ValueError(f"{where}['lr_scheduler'] holds {sorted(saved) if isinstance(saved, dict) else saved!r}; "
+                             f"expected the fields {sorted(own)}")
+        where, state = f"{where}['optimizer']", state["optimizer"]
     if not isinstance(state, dict) or set(state) != {"state", "param_groups"}:
         raise ValueError(f"{where} is not an optimizer state (a dict of 'state' and 'param_groups')")
-    own_groups = optim.state_dict()["param_groups"]
+    own_groups = (optim.optim if hasattr(optim, "optim") else optim).state_dict()["param_groups"]
     groups = state["param_groups"]
     if not isinstance(groups, list) or len(groups) != len(own_groups):
         raise ValueError(f"{where} has {len(groups) if isinstance(groups, list) else groups!r} parameter groups; "

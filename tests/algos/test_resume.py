@@ -15,7 +15,7 @@ from offrl.algos import DQNConfig, SACConfig
 from offrl.algos.checkpoint import CHECKPOINT_NAME
 from offrl.logging import FileAdapterFactory
 from offrl.models import VectorEncoderFactory
-from offrl.optimizers import AdamWFactory
+from offrl.optimizers import AdamWFactory, CosineAnnealingLRFactory
 from offrl.preprocessing import StandardObservationScaler, StandardRewardScaler
 
 
@@ -48,6 +48,9 @@ CONFIGS = {
         batch_size=8, encoder_factory=VectorEncoderFactory(hidden_units=[16]),
         optim_factory=AdamWFactory(weight_decay=0.01, clip_grad_norm=1.0),
         observation_scaler=StandardObservationScaler(), reward_scaler=StandardRewardScaler()), True),
+    "dqn_lr_schedule": (lambda: DQNConfig(
+        batch_size=8, encoder_factory=VectorEncoderFactory(hidden_units=[16]),
+        optim_factory=AdamWFactory(lr_scheduler_factory=CosineAnnealingLRFactory(T_max=60))), True),
     "sac": (lambda: SACConfig(batch_size=8, actor_encoder_factory=VectorEncoderFactory(hidden_units=[16]),
                               critic_encoder_factory=VectorEncoderFactory(hidden_units=[16])), False),
 }
@@ -66,9 +69,13 @@ def _states_equal(a, b) -> None:
         for key, value in sa["modules"][module].items():
             np.testing.assert_array_equal(value.numpy(), sb["modules"][module][key].numpy(), err_msg=f"{module}.{key}")
     for name, optim in sa["optimizers"].items():
+        other = sb["optimizers"][name]
+        if "lr_scheduler" in optim:  # an optimizer stepping a learning-rate scheduler
+            assert optim["lr_scheduler"] == other["lr_scheduler"]
+            optim, other = optim["optimizer"], other["optimizer"]
         for pid, values in optim["state"].items():
             for key, value in values.items():
-                np.testing.assert_array_equal(np.asarray(value), np.asarray(sb["optimizers"][name]["state"][pid][key]))
+                np.testing.assert_array_equal(np.asarray(value), np.asarray(other["state"][pid][key]))
 
 
 def _rows(path):
