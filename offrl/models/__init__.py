@@ -8,6 +8,9 @@ from .encoders import (
     compute_output_size,
     register_encoder_factory,
 )
+from .mmd import mmd, mmd_squared
+from .perturbation import PerturbationActor, create_perturbation_actor
+from .vae import ConditionalVAE, VAEDecoder, VAEEncoder, create_conditional_vae
 from .optimizers import AdamFactory, GPTAdamWFactory, OptimizerFactory, RMSpropFactory, SGDFactory
 from .q_functions import IQNQFunctionFactory, MeanQFunctionFactory, QFunction, QFunctionFactory, QRQFunctionFactory
 
@@ -28,4 +31,12 @@ __all__ = [
     "AdamFactory",
     "RMSpropFactory",
     "GPTAdamWFactory",
+    "ConditionalVAE",
+    "VAEEncoder",
+    "VAEDecoder",
+    "create_conditional_vae",
+    "PerturbationActor",
+    "create_perturbation_actor",
+    "mmd",
+    "mmd_squared",
 ]
