@@ -1,8 +1,11 @@
 """Algorithms: one file each, sharing base.py and training.py."""
 
 from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainStepResult, parse_device
+from .awac import AWAC, AWACConfig
+from .calql import CalQL, CalQLConfig
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
 from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
+from .crr import CRR, CRRConfig
 from .ddpg import DDPG, DDPGConfig
 from .discrete_sac import DiscreteSAC, DiscreteSACConfig
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
@@ -20,6 +23,7 @@ from .hooks import LinearInterpolationHook, combine_callbacks, set_config, set_l
 from .iql import IQL, IQLConfig
 from .nfq import NFQ, NFQConfig
 from .random_policy import DiscreteRandomPolicy, DiscreteRandomPolicyConfig, RandomPolicy, RandomPolicyConfig
+from .rebrac import ReBRAC, ReBRACConfig
 from .sac import SAC, SACConfig
 from .td3 import TD3, TD3Config
 from .td3_plus_bc import TD3PlusBC, TD3PlusBCConfig
@@ -56,6 +60,14 @@ __all__ = [
     "TD3",
     "DiscreteSACConfig",
     "DiscreteSAC",
+    "AWACConfig",
+    "AWAC",
+    "CRRConfig",
+    "CRR",
+    "CalQLConfig",
+    "CalQL",
+    "ReBRACConfig",
+    "ReBRAC",
     "RandomPolicyConfig",
     "RandomPolicy",
     "DiscreteRandomPolicyConfig",

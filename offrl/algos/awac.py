@@ -1,0 +1,223 @@
+"""Advantage-Weighted Actor-Critic.
+
+AWAC (Nair, Gupta, Dalal and Levine, 2020, "AWAC: Accelerating Online
+Reinforcement Learning with Offline Datasets", https://arxiv.org/abs/2006.09359)
+fits critics ``Q_1..Q_E`` (twin by default) by TD learning on the policy's
+own next actions, and the policy by advantage-weighted regression onto the
+logged actions, so that it can be trained offline and then finetuned online
+with the same losses:
+
+    critic:  L(theta_i) = E_{(s, a, r, s') ~ D} [ l(y - Q_i(s, a)) ]
+             y = r + gamma^k (1 - d) min_j Q'_j(s', a'),   a' ~ pi(.|s')
+    actor:   L(phi) = -E_{(s, a) ~ D} [ w(s, a) log pi_phi(a|s) ]
+             A(s, a) = min_i Q_i(s, a) - 1/N sum_n min_i Q_i(s, a_n),   a_n ~ pi(.|s)
+             w = B softmax_batch(A / lambda)      (weights of mean 1, no gradient)
+
+``pi(.|s)`` is a Gaussian ``N(tanh(mu(s)), sigma)`` whose standard deviation
+is one learned parameter per action dimension in ``[e^-6, e^0]`` (as in the
+authors' code); its samples are clipped to ``[-1, 1]`` where they are fed to a
+critic. ``N = n_action_samples``, ``k`` is the transition's interval, ``d``
+its terminal flag and ``l`` the squared error (quantile Huber for QR / IQN
+critics). Each step updates the critics, then the policy against the
+updated critics, then moves the target critics towards them by ``tau``.
+The greedy action is ``tanh(mu(s))``.
+
+Where d3rlpy 2.8.1 differs (it builds AWAC on its SAC code): its critic
+target is SAC's, a tanh-squashed sample minus an entropy term at a fixed
+temperature of 1; here it is the paper's (no entropy term, the policy's own
+Gaussian). Its actor loss is the batch *sum* of the weighted log-densities,
+here the mean (``batch_size`` times smaller; Adam's steps are the same up to
+its epsilon).
+
+:func:`gaussian_sample` and :func:`sampled_action_values` are shared with
+:mod:`offrl.algos.crr`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Tuple
+
+import torch
+from torch import nn
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.policies import GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
+from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..serialization import register
+from ._common import soft_update, td_target
+from .base import QLearningAlgoBase
+from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .sac import build_critics
+
+__all__ = ["AWACConfig", "AWAC", "gaussian_sample", "sampled_action_values"]
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class AWACConfig(LearnableConfig):
+    """Config of AWAC (details in the module docstring).
+
+    Loss:
+        critics Σ_i E_(s,a,r,s')~D [ ℓ(r + γ^k (1 − d) min_j Q'_j(s', a') − Q_i(s, a)) ], a' ~ π(·|s');
+        actor   −E_(s,a)~D [ w(s, a) log π(a|s) ],
+                w = B · softmax over the batch of A / λ,
+                A(s, a) = min_i Q_i(s, a) − (1/N) Σ_n min_i Q_i(s, a_n), a_n ~ π(·|s).
+
+    Defaults:
+        d3rlpy 2.8.1's: batch_size=1024, learning rates 3e-4, tau=0.005,
+        lam=1.0, one action sample for the value baseline, two critics.
+        The paper used λ=1 (0.3 for some tasks), batch size 1024 and a
+        4-layer 256-unit policy.
+
+    References:
+        Nair, Gupta, Dalal and Levine, "AWAC: Accelerating Online
+        Reinforcement Learning with Offline Datasets", 2020, arXiv:2006.09359.
+
+    Args:
+        actor_learning_rate: learning rate of the policy.
+        critic_learning_rate: learning rate of the Q-functions.
+        actor_optim_factory: optimizer of the policy (Adam).
+        critic_optim_factory: optimizer of the Q-functions (Adam).
+        actor_encoder_factory: encoder of the policy.
+        critic_encoder_factory: encoder of the Q-functions.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        tau: Polyak averaging factor of the target critics.
+        lam: temperature λ of the advantage weights (smaller: greedier).
+        n_action_samples: policy samples per state in the value baseline.
+        n_critics: number of Q-functions (targets and advantages take their minimum).
+    """
+
+    batch_size: int = param(1024, check=POSITIVE_INT)
+    actor_learning_rate: float = param(3e-4, check=POSITIVE)
+    critic_learning_rate: float = param(3e-4, check=POSITIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    lam: float = param(1.0, check=POSITIVE)
+    n_action_samples: int = param(1, check=POSITIVE_INT)
+    n_critics: int = param(2, check=POSITIVE_INT)
+
+    @staticmethod
+    def get_type() -> str:
+        return "awac"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return AWAC
+
+
+def gaussian_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> torch.Tensor:
+    """Actions drawn from ``N(tanh(mean), exp(logstd))`` and clipped to
+    ``[-1, 1]`` (no gradient needed): ``(B, A)``, or ``(B, n, A)`` with
+    ``n > 0``."""
+    loc, std = torch.tanh(mean), logstd.exp()
+    if n > 0:
+        loc, std = loc.unsqueeze(1).expand(-1, n, -1), std.unsqueeze(1).expand(-1, n, -1)
+    return (loc + torch.randn_like(loc) * std).clamp(-1.0, 1.0)
+
+
+def repeat_observations(x: Any, n: int) -> Any:
+    """Each row repeated ``n`` times in place (row ``b * n + k`` is row
+    ``b``), for a tensor or a tuple observation's list of tensors."""
+    if isinstance(x, (list, tuple)):
+        return [v.repeat_interleave(n, dim=0) for v in x]
+    return x.repeat_interleave(n, dim=0)
+
+
+def sampled_action_values(q: QFunction, observations: Any, actions: torch.Tensor, sampled: torch.Tensor, reduction: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Expected Q-values, reduced over the ensemble (``"min"`` or ``"mean"``),
+    of the logged ``actions`` ``(B, A)`` and of ``sampled`` actions
+    ``(B, N, A)``, in one call of the critic ensemble. Returns ``(B,)`` and
+    ``(B, N)``."""
+    batch, n, size = sampled.shape
+    all_actions = torch.cat([actions.unsqueeze(1), sampled], dim=1).reshape(-1, size)
+    values = q.expected(repeat_observations(observations, n + 1), all_actions)  # (E, B*(N+1), 1)
+    values = values.min(dim=0).values if reduction == "min" else values.mean(dim=0)
+    values = values.view(batch, n + 1)
+    return values[:, 0], values[:, 1:]
+
+
+class AWAC(QLearningAlgoBase):
+    """AWAC (see the module docstring)."""
+
+    _action_type = ActionSpace.CONTINUOUS
+    has_q_function = True
+    _policy_module = "policy"
+    _q_modules = ("q_function", "targ_q_function")
+    _policy_optim = "actor_optim"
+    _q_optim = "critic_optim"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        encoder = cfg.actor_encoder_factory.create(observation_shape)
+        policy = NormalPolicy(
+            encoder, compute_output_size(encoder, observation_shape), action_size,
+            min_logstd=-6.0, max_logstd=0.0, use_std_parameter=True,
+        )
+        q, targ = build_critics(cfg, observation_shape, action_size)
+        self._add_module("policy", policy)
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", targ)
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
+
+    def _advantage_weights(self, observations: Any, actions: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
+        """``B softmax(A / lambda)`` over the batch, ``(B,)``, no gradient;
+        ``mean``, ``logstd``: the policy's outputs at ``observations``."""
+        cfg = self._config
+        with torch.no_grad():
+            sampled = gaussian_sample(mean, logstd, int(cfg.n_action_samples))
+            q_data, q_sampled = sampled_action_values(self._nets["q_function"], observations, actions, sampled, "min")
+            advantage = q_data - q_sampled.mean(dim=1)
+            return torch.softmax(advantage / float(cfg.lam), dim=0) * advantage.shape[0]
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        policy, q, targ = self._nets["policy"], self._nets["q_function"], self._nets["targ_q_function"]
+
+        with torch.no_grad():
+            next_actions = gaussian_sample(*policy(batch.next_observations))
+            next_dist, _ = targ.at_action(batch.next_observations, next_actions)
+            target = td_target(batch.rewards, q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
+        pred, taus = q.at_action(batch.observations, batch.actions)
+        critic_loss = q.loss(pred, target, taus)
+        critic_optim = self._optims["critic_optim"]
+        critic_optim.zero_grad()
+        critic_loss.backward()
+        critic_optim.step()
+
+        mean, logstd = policy(batch.observations)
+        weights = self._advantage_weights(batch.observations, batch.actions, mean.detach(), logstd.detach())
+        actor_loss = -(weights * gaussian_log_prob(batch.actions, torch.tanh(mean), logstd)).mean()
+        actor_optim = self._optims["actor_optim"]
+        actor_optim.zero_grad()
+        actor_loss.backward()
+        actor_optim.step()
+
+        soft_update(targ, q, float(cfg.tau))
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach()}
+
+    # ---------------------------------------------------------- acting
+    def _predict(self, x) -> torch.Tensor:
+        return self._nets["policy"].greedy(x)
+
+    def _sample(self, x) -> torch.Tensor:
+        return gaussian_sample(*self._nets["policy"](x))
+
+    def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
+        """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (the
+        clipped mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
+        return self._nets["policy"].log_prob(x, action)
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        return self._nets["q_function"].expected(x, action).mean(dim=0)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        return GreedyNormalPolicy(self._nets["policy"])
