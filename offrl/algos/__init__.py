@@ -3,6 +3,7 @@
 from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainStepResult, parse_device
 from .awac import AWAC, AWACConfig
 from .calql import CalQL, CalQLConfig
+from .calql import CalQL, CalQLConfig
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
 from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
 from .crr import CRR, CRRConfig
@@ -23,6 +24,7 @@ from .hooks import LinearInterpolationHook, combine_callbacks, set_config, set_l
 from .iql import IQL, IQLConfig
 from .nfq import NFQ, NFQConfig
 from .random_policy import DiscreteRandomPolicy, DiscreteRandomPolicyConfig, RandomPolicy, RandomPolicyConfig
+from .rebrac import ReBRAC, ReBRACConfig
 from .rebrac import ReBRAC, ReBRACConfig
 from .sac import SAC, SACConfig
 from .td3 import TD3, TD3Config
@@ -60,6 +62,10 @@ __all__ = [
     "TD3",
     "DiscreteSACConfig",
     "DiscreteSAC",
+    "CalQLConfig",
+    "CalQL",
+    "ReBRACConfig",
+    "ReBRAC",
     "AWACConfig",
     "AWAC",
     "CRRConfig",

@@ -114,6 +114,9 @@ class QLearningAlgoBase:
     evaluates_algorithm: bool = False
     #: d3rlpy's flag: the algorithm needs returns-to-go in its batches
     need_returns_to_go: bool = False
+    #: a sequence model: ``fit`` samples windows of ``context_size`` steps and
+    #: ``predict`` takes a context (``TransformerInput``), not observations
+    predicts_from_sequences: bool = False
 
     def __init__(self, config: LearnableConfig, device: DeviceArg = False, enable_ddp: bool = False) -> None:
         if not isinstance(config, LearnableConfig):
@@ -392,7 +395,11 @@ class QLearningAlgoBase:
         """A batch as torch tensors on the device with this algorithm's
         observation scaler, action scaler and reward scaler applied."""
         if isinstance(batch, TransitionMiniBatch):
-            batch = batch.to_torch(self._device)
+            if self.need_returns_to_go:  # Monte-Carlo returns of the scaled rewards (CalQL)
+                transform = None if self._reward_scaler is None else self._reward_scaler.transform_numpy
+                batch = batch.to_torch(self._device, returns_to_go_gamma=self._config.gamma, reward_transform=transform)
+            else:
+                batch = batch.to_torch(self._device)
         elif not isinstance(batch, TorchTransitionMiniBatch):
             raise TypeError(f"batch must be a TransitionMiniBatch, got {type(batch).__name__}")
         obs, next_obs = batch.observations, batch.next_observations

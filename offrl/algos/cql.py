@@ -207,10 +207,18 @@ class CQL(SAC):
             next_value = targ.reduce(next_dist, "min")
         return td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
 
-    def _logsumexp_q(self, observations: Any, next_mean: torch.Tensor, next_logstd: torch.Tensor) -> torch.Tensor:
+    def _proposal_values(self, values: torch.Tensor, n: int, batch: Any) -> torch.Tensor:
+        """Hook: the critics' values ``(E, B, 3n)`` at the sampled actions
+        as they enter the log-sum-exp (columns ``[0, n)`` uniform, ``[n, 3n)``
+        the policy's at ``s`` and at ``s'``, all evaluated at ``s``);
+        unchanged here (CalQL clips the policy's)."""
+        return values
+
+    def _logsumexp_q(self, batch: Any, next_mean: torch.Tensor, next_logstd: torch.Tensor) -> torch.Tensor:
         """Importance-sampled ``log sum_a exp Q_i(s, a)``, shape ``(E, B)``;
         ``next_mean``, ``next_logstd``: the policy at ``s'``."""
         policy, q = self._nets["policy"], self._nets["q_function"]
+        observations = batch.observations
         n, size, batch_size = int(self._config.n_action_samples), int(self._action_size), next_mean.shape[0]
         with torch.no_grad():
             actions_s, log_probs_s = squashed_sample(*policy(observations), n)  # (B, n, A), (B, n)
@@ -222,6 +230,7 @@ class CQL(SAC):
             )  # (B, 3n)
         values = q.expected(_repeat_observations(observations, 3 * n), actions.reshape(-1, size))  # (E, B*3n, 1)
         values = values.view(values.shape[0], batch_size, 3 * n)
+        values = self._proposal_values(values, n, batch)
         return torch.logsumexp(values - log_density, dim=2)
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
@@ -234,7 +243,7 @@ class CQL(SAC):
         pred, taus = q.at_action(batch.observations, batch.actions)
         td_loss = q.loss(pred, target, taus)
         data_values = pred.mean(dim=-1)  # (E, B): expected Q at the dataset's actions
-        logsumexp = self._logsumexp_q(batch.observations, next_mean, next_logstd)
+        logsumexp = self._logsumexp_q(batch, next_mean, next_logstd)
         # C_i of the module docstring, one per critic
         terms = cfg.conservative_weight * ((logsumexp - data_values).mean(dim=1) - cfg.alpha_threshold)  # (E,)
         alpha = log_alpha()

@@ -17,8 +17,9 @@ left alone), then moves both target networks towards the online ones by
 ``tau`` (Polyak averaging).
 
 :class:`DDPG` is also the base of :class:`~offrl.algos.td3.TD3` and
-:class:`~offrl.algos.td3_plus_bc.TD3PlusBC`, which change it through three
-hooks: the target action (:meth:`DDPG._target_actions`), how often the
+:class:`~offrl.algos.td3_plus_bc.TD3PlusBC`, which change it through four
+hooks: the target action (:meth:`DDPG._target_actions`), the value
+bootstrapped there (:meth:`DDPG._next_value`), how often the
 policy and targets move (:meth:`DDPG._actor_interval`) and the policy loss
 (:meth:`DDPG._actor_loss`).
 """
@@ -99,8 +100,8 @@ class DDPGConfig(LearnableConfig):
 class DDPG(QLearningAlgoBase):
     """Deep Deterministic Policy Gradients (see the module docstring).
 
-    Subclasses (TD3, TD3+BC) redefine :meth:`_target_actions`,
-    :meth:`_actor_interval` and :meth:`_actor_loss`; the networks, their
+    Subclasses (TD3, TD3+BC, ReBRAC) redefine :meth:`_target_actions`,
+    :meth:`_next_value`, :meth:`_actor_interval` and :meth:`_actor_loss`; the networks, their
     names in model files and the order of the steps are shared."""
 
     _action_type = ActionSpace.CONTINUOUS
@@ -130,6 +131,13 @@ class DDPG(QLearningAlgoBase):
         target policy's, ``(B, action_size)``."""
         return self._nets["targ_policy"](next_observations)
 
+    def _next_value(self, batch: Any, next_actions: torch.Tensor) -> torch.Tensor:
+        """The bootstrapped value at ``s'`` (no gradient): the target
+        critics' minimum at ``next_actions``."""
+        targ_q = self._nets["targ_q_function"]
+        next_dist, _ = targ_q.at_action(batch.next_observations, next_actions)
+        return targ_q.reduce(next_dist, "min")
+
     def _actor_interval(self) -> int:
         """Critic steps per policy-and-target step (1: every step)."""
         return 1
@@ -147,8 +155,7 @@ class DDPG(QLearningAlgoBase):
 
         with torch.no_grad():
             next_actions = self._target_actions(batch.next_observations)
-            next_dist, _ = targ_q.at_action(batch.next_observations, next_actions)
-            target = td_target(batch.rewards, targ_q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
+            target = td_target(batch.rewards, self._next_value(batch, next_actions), batch.terminals, cfg.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         critic_loss = q.loss(pred, target, taus)
         critic_optim = self._optims["critic_optim"]

@@ -12,6 +12,7 @@ from .mmd import mmd, mmd_squared
 from .perturbation import PerturbationActor, create_perturbation_actor
 from .vae import ConditionalVAE, VAEDecoder, VAEEncoder, create_conditional_vae
 from .optimizers import AdamFactory, GPTAdamWFactory, OptimizerFactory, RMSpropFactory, SGDFactory
+from .simba import SimBaEncoderFactory
 from .q_functions import IQNQFunctionFactory, MeanQFunctionFactory, QFunction, QFunctionFactory, QRQFunctionFactory
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "VectorEncoderFactory",
     "PixelEncoderFactory",
     "DefaultEncoderFactory",
+    "SimBaEncoderFactory",
     "register_encoder_factory",
     "compute_output_size",
     "QFunctionFactory",
