@@ -9,6 +9,22 @@ from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
 from .crr import CRR, CRRConfig
 from .ddpg import DDPG, DDPGConfig
 from .discrete_sac import DiscreteSAC, DiscreteSACConfig
+from .decision_transformer import (
+    DecisionTransformer,
+    DecisionTransformerConfig,
+    DiscreteDecisionTransformer,
+    DiscreteDecisionTransformerConfig,
+    GreedyTransformerActionSampler,
+    IdentityTransformerActionSampler,
+    SoftmaxTransformerActionSampler,
+    StatefulTransformerWrapper,
+    TACR,
+    TACRConfig,
+    TransformerActionSampler,
+    TransformerAlgoBase,
+    TransformerConfig,
+    TransformerInput,
+)
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
 from .fqe import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig  # noqa: F401 (registered; offrl.ope re-exports them)
 from .explorers import (
@@ -62,6 +78,20 @@ __all__ = [
     "TD3",
     "DiscreteSACConfig",
     "DiscreteSAC",
+    "DecisionTransformerConfig",
+    "DecisionTransformer",
+    "DiscreteDecisionTransformerConfig",
+    "DiscreteDecisionTransformer",
+    "TACRConfig",
+    "TACR",
+    "TransformerConfig",
+    "TransformerAlgoBase",
+    "TransformerInput",
+    "TransformerActionSampler",
+    "IdentityTransformerActionSampler",
+    "SoftmaxTransformerActionSampler",
+    "GreedyTransformerActionSampler",
+    "StatefulTransformerWrapper",
     "CalQLConfig",
     "CalQL",
     "ReBRACConfig",

@@ -160,7 +160,10 @@ def train_step(algo: Any, buffer: Any, batch_size: int, prioritized: bool) -> Tu
     buffer the step's TD errors (one device-to-host copy of ``B`` floats).
     Returns the result and the seconds spent sampling and updating."""
     t0 = time.perf_counter()
-    batch = buffer.sample_transition_batch(batch_size)
+    if algo.predicts_from_sequences:
+        batch = buffer.sample_trajectory_batch(batch_size, algo.context_size)
+    else:
+        batch = buffer.sample_transition_batch(batch_size)
     t1 = time.perf_counter()
     result = algo.training_step(batch)
     if prioritized:

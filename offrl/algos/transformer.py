@@ -22,7 +22,7 @@ D3RLPY_NAMES = (
     "TransformerActionSampler", "TransformerAlgoBase", "TransformerAlgoImplBase", "TransformerConfig",
     "TransformerInput",
 )
-_NO_COUNTERPART = ("TransformerAlgoImplBase",)
+_NO_COUNTERPART = ("TransformerAlgoImplBase", "TorchTransformerInput")
 
 _algos = sys.modules[__name__.rpartition(".")[0]]
 

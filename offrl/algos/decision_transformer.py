@@ -1,0 +1,822 @@
+"""The Decision Transformer family: return-conditioned sequence policies.
+
+Decision Transformer (Chen et al., 2021, "Decision Transformer:
+Reinforcement Learning via Sequence Modeling", arXiv:2106.01345) treats
+control as sequence modelling: a causal transformer reads a window of the
+last ``context_size`` steps as tokens ``(R_t, s_t, a_t)``, where ``R_t`` is
+the return-to-go (the sum of the rewards still to come), and is trained to
+output the logged action ``a_t`` at each observation token:
+
+    continuous:  L = E_window [ mean_{t: mask_t = 1} mean_j (pi(R_<=t, s_<=t, a_<t)_j - a_t,j)^2 ]
+    discrete:    L = E_window [ mean_{t: mask_t = 1} -log softmax(logits(R_<=t, s_<=t, a_<t))[a_t] ]
+
+(the window mean runs over the steps that are not front padding). At
+decision time the policy is conditioned on a *target* return: the
+return-to-go starts at it and falls by each reward received
+(:class:`StatefulTransformerWrapper`).
+
+TACR (Lee et al., 2023, "Transformer Actor-Critic with Regularization:
+Automated Stock Trading using Reinforcement Learning", AAMAS 2023) trains
+the Decision Transformer as the actor of TD3+BC: critics learn from the
+consecutive steps of each window and the actor's loss adds
+``-lambda Q_1(s, pi(s))`` to the behaviour-cloning error.
+
+The sequence models share :class:`~offrl.algos.base.QLearningAlgoBase`'s
+machinery (building, scalers, ``fit``'s loop and logging, save / load,
+``get_state``) and report ``predicts_from_sequences``: ``fit`` samples
+trajectory windows for them, ``predict`` takes a :class:`TransformerInput`
+(one context) and a caller that acts one observation at a time uses
+:meth:`TransformerAlgoBase.as_stateful_wrapper`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Union, runtime_checkable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._random import get_rng
+from ..constants import ActionSpace, PositionEncodingType
+from ..dataset.batch import TrajectoryMiniBatch
+from ..metrics.utility import evaluate_transformer_with_environment
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..models.transformers import ACTIVATIONS, ContinuousDecisionTransformer, create_position_encoding
+from ..models.transformers import DiscreteDecisionTransformer as DiscreteDecisionTransformerModel
+from ..serialization import register
+from ._common import freeze, no_param_grads, soft_update
+from .base import QLearningAlgoBase, _as_array, check_real_values
+from .config import (NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, Constraint, LearnableConfig,
+                     between, instance_of, one_of, param)
+from .td3 import smooth_target_action
+
+__all__ = [
+    "TransformerInput",
+    "TorchTrajectoryBatch",
+    "TransformerConfig",
+    "TransformerAlgoBase",
+    "TransformerActionSampler",
+    "IdentityTransformerActionSampler",
+    "SoftmaxTransformerActionSampler",
+    "GreedyTransformerActionSampler",
+    "StatefulTransformerWrapper",
+    "DecisionTransformerConfig",
+    "DecisionTransformer",
+    "DiscreteDecisionTransformerConfig",
+    "DiscreteDecisionTransformer",
+    "TACRConfig",
+    "TACR",
+]
+
+DROPOUT = between(0.0, 1.0, high_open=True)
+ACTIVATION = one_of(sorted(ACTIVATIONS))
+POSITION_ENCODING = Constraint("a PositionEncodingType", lambda v: isinstance(v, PositionEncodingType), TypeError)
+
+
+# --------------------------------------------------------------------- inputs
+@dataclasses.dataclass
+class TransformerInput:
+    """One context of ``L`` steps, oldest first, in the environment's units.
+
+    observations: ``(L, *obs_shape)`` (a list of arrays for tuple
+    observations); actions: ``(L, action_size)`` floats or ``(L,)`` /
+    ``(L, 1)`` action indices (the last step's action is not used: it is
+    what is predicted); rewards: ``(L, 1)``; returns_to_go: ``(L, 1)``;
+    timesteps: ``(L,)`` integer positions in the episode.
+    """
+
+    observations: Union[np.ndarray, Sequence[np.ndarray]]
+    actions: np.ndarray
+    rewards: np.ndarray
+    returns_to_go: np.ndarray
+    timesteps: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return int(np.shape(self.actions)[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchTrajectoryBatch:
+    """A trajectory mini-batch on the device, scaled (what ``_update`` sees):
+    observations ``(B, L, ...)``, actions ``(B, L, A)`` (int64 ``(B, L, 1)``
+    for discrete), rewards / returns_to_go / terminals ``(B, L, 1)``,
+    timesteps ``(B, L)`` int64, masks ``(B, L)`` (0 on front padding)."""
+
+    observations: Any
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    returns_to_go: torch.Tensor
+    terminals: torch.Tensor
+    timesteps: torch.Tensor
+    masks: torch.Tensor
+
+
+# ------------------------------------------------------------ action samplers
+@runtime_checkable
+class TransformerActionSampler(Protocol):
+    """Turns ``predict``'s output for one step (an action, or logits) into the
+    action given to the environment."""
+
+    def __call__(self, transformer_output: np.ndarray) -> Union[np.ndarray, int]: ...
+
+
+class IdentityTransformerActionSampler:
+    """The output as it is (continuous actions)."""
+
+    def __call__(self, transformer_output: np.ndarray) -> Union[np.ndarray, int]:
+        return transformer_output
+
+
+class SoftmaxTransformerActionSampler:
+    """An action index drawn from ``softmax(logits / temperature)`` (with
+    offrl's random generator, so :func:`offrl.seed` fixes it)."""
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        POSITIVE.check(temperature, "temperature")
+        self.temperature = float(temperature)
+
+    def __call__(self, transformer_output: np.ndarray) -> int:
+        logits = np.asarray(transformer_output, dtype=np.float64).reshape(-1) / self.temperature
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        return int(get_rng().choice(probs.shape[0], p=probs))
+
+
+class GreedyTransformerActionSampler:
+    """The action index with the largest logit."""
+
+    def __call__(self, transformer_output: np.ndarray) -> int:
+        return int(np.argmax(transformer_output))
+
+
+# --------------------------------------------------------------------- config
+@dataclasses.dataclass
+class TransformerConfig(LearnableConfig):
+    """Fields every sequence model has.
+
+    Args:
+        context_size: steps in a context window (the model's input length).
+        max_timestep: the largest episode timestep the position encoding knows.
+    """
+
+    context_size: int = param(20, check=POSITIVE_INT)
+    max_timestep: int = param(1000, check=POSITIVE_INT)
+
+    def __post_init__(self) -> None:
+        # a position encoding given (or read from JSON) by its name becomes the enum
+        kind = getattr(self, "position_encoding_type", None)
+        if isinstance(kind, str):
+            names = [k.value for k in PositionEncodingType]
+            if kind not in names:
+                raise ValueError(f"position_encoding_type must be one of {names}, got {kind!r}")
+            self.position_encoding_type = PositionEncodingType(kind)
+        super().__post_init__()
+
+    def _params(self) -> Dict[str, Any]:
+        # enums are written by their value (JSON has no enum type)
+        return {k: (v.value if isinstance(v, PositionEncodingType) else v) for k, v in super()._params().items()}
+
+
+# ----------------------------------------------------------------------- base
+class TransformerAlgoBase(QLearningAlgoBase):
+    """Base of the sequence models: ``predict(TransformerInput)``,
+    :meth:`as_stateful_wrapper` and ``fit`` with evaluation in an
+    environment at a target return. Subclasses define ``_build``,
+    ``_update`` (on a :class:`TorchTrajectoryBatch`) and
+    ``_predict_sequence(observations, actions, returns_to_go, timesteps)``
+    returning the last step's ``(1, action_size)`` scaled action or logits."""
+
+    #: ``fit`` samples windows of ``context_size`` steps; ``predict`` takes a context
+    predicts_from_sequences = True
+    need_returns_to_go = True
+
+    @property
+    def context_size(self) -> int:
+        return int(self._config.context_size)
+
+    @property
+    def max_timestep(self) -> int:
+        return int(self._config.max_timestep)
+
+    # ------------------------------------------------------------ training
+    def preprocess_batch(self, batch: Any) -> TorchTrajectoryBatch:  # type: ignore[override]
+        """A trajectory batch as scaled tensors on the device; timesteps
+        beyond ``max_timestep`` are refused."""
+        if isinstance(batch, TorchTrajectoryBatch):
+            return batch
+        if not isinstance(batch, TrajectoryMiniBatch):
+            raise TypeError(f"{type(self).__name__} trains on a TrajectoryMiniBatch (sample_trajectory_batch), "
+                            f"got {type(batch).__name__}")
+        self._check_timesteps(batch.timesteps, "timesteps")
+        device = self._device
+
+        def tensor(array: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
+        obs = [tensor(o) for o in batch.observations] if isinstance(batch.observations, list) else tensor(batch.observations)
+        obs = self.scale_observations(obs)
+        actions = tensor(batch.actions)
+        if self._action_type == ActionSpace.DISCRETE:
+            actions = actions.long().reshape(actions.shape[0], actions.shape[1], 1)
+        else:
+            actions = actions.float()
+            if self._action_scaler is not None:
+                actions = self._action_scaler.transform(actions)
+        rewards, rtg = tensor(batch.rewards).float(), tensor(batch.returns_to_go).float()
+        if self._reward_scaler is not None:
+            rewards, rtg = self._reward_scaler.transform(rewards), self._reward_scaler.transform(rtg)
+        return TorchTrajectoryBatch(obs, actions, rewards, rtg, tensor(batch.terminals).float(),
+                                    tensor(batch.timesteps).long(), tensor(batch.masks).float())
+
+    def _check_timesteps(self, timesteps: np.ndarray, name: str) -> None:
+        if timesteps.size and int(timesteps.max()) > self.max_timestep:
+            raise ValueError(f"{name} reaches {int(timesteps.max())}, beyond max_timestep={self.max_timestep}: "
+                             "raise max_timestep in the config to at least the longest episode")
+        if timesteps.size and int(timesteps.min()) < 0:
+            raise ValueError(f"{name} holds {int(timesteps.min())}; expected timesteps >= 0")
+
+    # ------------------------------------------------------------ inference
+    def sequence_tensors(self, inpt: TransformerInput) -> tuple:
+        """A checked :class:`TransformerInput` as ``(1, L, ...)`` scaled
+        tensors ``(observations, actions, returns_to_go, timesteps)``."""
+        self.require_built()
+        if not isinstance(inpt, TransformerInput):
+            raise TypeError(f"{type(self).__name__}.predict takes a TransformerInput (a context of steps), got "
+                            f"{type(inpt).__name__}; to act one observation at a time use as_stateful_wrapper")
+        length = inpt.length
+        if length == 0:
+            raise ValueError("the TransformerInput is empty: expected at least one step")
+        if length > self.context_size:
+            raise ValueError(f"the TransformerInput has {length} steps, more than context_size={self.context_size}: "
+                             "pass the last context_size steps")
+        obs = inpt.observations
+        n_obs = len(obs[0]) if isinstance(obs, (list, tuple)) and isinstance(self._observation_shape, list) else len(obs)
+        for name, value in (("observations", n_obs), ("rewards", len(inpt.rewards)),
+                            ("returns_to_go", len(inpt.returns_to_go)), ("timesteps", len(inpt.timesteps))):
+            if value != length:
+                raise ValueError(f"TransformerInput.{name} has {value} steps, actions has {length}: "
+                                 "every field must hold the same steps")
+        observations = self.scale_observations(self.observation_tensor(obs, "observations"))
+        timesteps = np.asarray(inpt.timesteps)
+        if timesteps.dtype.kind not in "iu":
+            raise TypeError(f"timesteps must hold integers, got dtype {timesteps.dtype}")
+        self._check_timesteps(timesteps, "timesteps")
+        rtg = _as_array(inpt.returns_to_go, "returns_to_go")
+        check_real_values(np.asarray(rtg, dtype=np.float64).reshape(length, -1), "returns_to_go")
+        rtg_t = torch.as_tensor(np.asarray(rtg, dtype=np.float32).reshape(1, length, 1), device=self._device)
+        if self._reward_scaler is not None:
+            rtg_t = self._reward_scaler.transform(rtg_t)
+        actions = self._context_actions(inpt.actions, length)
+        steps = torch.as_tensor(timesteps.reshape(1, length).astype(np.int64), device=self._device)
+        observations = [o.unsqueeze(0) for o in observations] if isinstance(observations, list) else observations.unsqueeze(0)
+        return observations, actions, rtg_t, steps
+
+    def _context_actions(self, actions: Any, length: int) -> torch.Tensor:
+        a = np.asarray(actions)
+        if self._action_type == ActionSpace.DISCRETE:
+            if a.shape not in ((length,), (length, 1)):
+                raise ValueError(f"actions must have shape ({length},) holding action indices, got {a.shape}")
+            if a.size and (a.min() < 0 or a.max() >= self._action_size):
+                raise ValueError(f"actions holds {a.min()}..{a.max()}; expected indices in [0, {self._action_size})")
+            return torch.as_tensor(a.reshape(1, length, 1).astype(np.int64), device=self._device)
+        if a.shape != (length, self._action_size):
+            raise ValueError(f"actions must have shape ({length}, {self._action_size}), got {a.shape}")
+        check_real_values(a.astype(np.float64), "actions")
+        t = torch.as_tensor(a.astype(np.float32).reshape(1, length, -1), device=self._device)
+        if self._action_scaler is not None:
+            t = self._action_scaler.transform(t)
+        return t
+
+    def predict(self, inpt: TransformerInput) -> np.ndarray:  # type: ignore[override]
+        """The next action for one context: ``(action_size,)`` in the
+        environment's units (continuous) or ``(action_size,)`` logits
+        (discrete; an action sampler picks the index)."""
+        tensors = self.sequence_tensors(inpt)
+        out = self._in_eval_mode(lambda t: self._predict_sequence(*t), tensors)
+        return self._postprocess_output(out)[0]
+
+    def _postprocess_output(self, out: torch.Tensor) -> np.ndarray:
+        if self._action_type != ActionSpace.DISCRETE:
+            out = self._unscale_action(out)
+        return out.cpu().numpy()
+
+    def _predict_sequence(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
+                          timesteps: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def sample_action(self, x: Any) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} acts from a context: use as_stateful_wrapper(target_return, "
+                                  "SoftmaxTransformerActionSampler()) to sample actions")
+
+    def predict_value(self, x: Any, action: Any) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} has no value function for single observations")
+
+    def as_stateful_wrapper(self, target_return: float,
+                            action_sampler: Optional[TransformerActionSampler] = None) -> "StatefulTransformerWrapper":
+        """A policy that takes one observation (and the last reward) at a
+        time, keeping the context and the return-to-go (starting at
+        ``target_return``). ``action_sampler`` defaults to the identity for
+        continuous actions and the greedy choice for discrete ones."""
+        if action_sampler is None:
+            action_sampler = (GreedyTransformerActionSampler() if self._action_type == ActionSpace.DISCRETE
+                              else IdentityTransformerActionSampler())
+        return StatefulTransformerWrapper(self, target_return, action_sampler)
+
+    def save_policy(self, fname: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__}: exporting a sequence policy is not available yet "
+                                  "(issue 18, export part); save the model with save() instead")
+
+    # ------------------------------------------------------------ fitting
+    def fit(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000,  # type: ignore[override]
+            experiment_name: Optional[str] = None, with_timestamp: bool = True, logger_adapter: Any = None,
+            show_progress: bool = True, eval_env: Any = None, eval_target_return: Optional[float] = None,
+            eval_action_sampler: Optional[TransformerActionSampler] = None, save_interval: int = 1,
+            callback: Optional[Callable[..., None]] = None, enable_ddp: bool = False,
+            evaluators: Optional[Dict[str, Any]] = None, epoch_callback: Optional[Callable[..., None]] = None,
+            logging_steps: int = 500, logging_strategy: Any = "epoch", eval_n_trials: int = 1,
+            resume_from: Any = None) -> List[Any]:
+        """Train on windows of ``context_size`` steps sampled from
+        ``dataset`` for ``n_steps`` steps (d3rlpy's arguments first). With
+        ``eval_env`` the policy is run in it at ``eval_target_return`` after
+        each epoch (``eval_n_trials`` episodes) and the mean return logged as
+        ``environment``. Returns ``[(epoch, metrics), ...]``."""
+        if enable_ddp:
+            raise NotImplementedError("enable_ddp=True: offrl does not support data-parallel training yet (issue 21)")
+        all_evaluators = dict(evaluators or {})
+        if eval_env is not None:
+            if eval_target_return is None:
+                raise ValueError("eval_env is given but eval_target_return is None: give the return to condition "
+                                 "the policy on during evaluation")
+            check = Constraint("a finite number", lambda v: isinstance(v, (int, float, np.integer, np.floating))
+                               and not isinstance(v, bool) and math.isfinite(float(v)))
+            check.check(eval_target_return, "eval_target_return")
+            POSITIVE_INT.check(eval_n_trials, "eval_n_trials")
+            target, sampler, env, trials = float(eval_target_return), eval_action_sampler, eval_env, int(eval_n_trials)
+
+            def environment(algo: Any, _dataset: Any) -> float:
+                return evaluate_transformer_with_environment(algo.as_stateful_wrapper(target, sampler), env, trials)
+
+            all_evaluators["environment"] = environment
+        if dataset is not None and hasattr(dataset, "episodes") and len(dataset.episodes) == 0:
+            raise ValueError("dataset has no episodes: a sequence model needs at least one")
+        return super().fit(dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp,
+                           logging_steps=logging_steps, logging_strategy=logging_strategy,
+                           logger_adapter=logger_adapter, show_progress=show_progress, save_interval=save_interval,
+                           evaluators=all_evaluators, callback=callback, epoch_callback=epoch_callback,
+                           resume_from=resume_from)
+
+
+class StatefulTransformerWrapper:
+    """A sequence policy acting one step at a time: it keeps the last
+    ``context_size`` observations, actions, rewards, returns-to-go and
+    timesteps of the current episode. ``predict(observation, reward)``
+    takes the new observation and the reward received for the previous
+    action (ignored at the first step); the return-to-go starts at
+    ``target_return`` and falls by each reward. ``reset()`` starts a new
+    episode."""
+
+    def __init__(self, algo: TransformerAlgoBase, target_return: float, action_sampler: TransformerActionSampler) -> None:
+        if not isinstance(algo, TransformerAlgoBase):
+            raise TypeError(f"algo must be a sequence model (TransformerAlgoBase), got {type(algo).__name__}")
+        algo.require_built()
+        if isinstance(target_return, bool) or not isinstance(target_return, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(float(target_return)):
+            raise ValueError(f"target_return must be a finite number, got {target_return!r}")
+        if not callable(action_sampler):
+            raise TypeError(f"action_sampler must be callable, got {type(action_sampler).__name__}")
+        self._algo = algo
+        self._target_return = float(target_return)
+        self._action_sampler = action_sampler
+        self._discrete = algo.get_action_type() == ActionSpace.DISCRETE
+        self.reset()
+
+    @property
+    def algo(self) -> TransformerAlgoBase:
+        return self._algo
+
+    @property
+    def target_return(self) -> float:
+        return self._target_return
+
+    def reset(self) -> None:
+        """Forget the episode: the next ``predict`` is its first step."""
+        self._observations: List[Any] = []
+        self._actions: List[Any] = []
+        self._rewards: List[float] = []
+        self._returns_to_go: List[float] = []
+        self._timesteps: List[int] = []
+        self._timestep = 0
+        self._return_to_go = self._target_return
+
+    def context(self) -> TransformerInput:
+        """The context the next action was (or will be) predicted from."""
+        size = self._algo.context_size
+        obs = self._observations[-size:]
+        if obs and isinstance(obs[0], (list, tuple)):
+            observations: Any = [np.stack([o[k] for o in obs]) for k in range(len(obs[0]))]
+        else:
+            observations = np.stack(obs)
+        return TransformerInput(
+            observations=observations,
+            actions=np.stack(self._actions[-size:]),
+            rewards=np.asarray(self._rewards[-size:], dtype=np.float32).reshape(-1, 1),
+            returns_to_go=np.asarray(self._returns_to_go[-size:], dtype=np.float32).reshape(-1, 1),
+            timesteps=np.asarray(self._timesteps[-size:], dtype=np.int64),
+        )
+
+    def predict(self, x: Any, reward: float) -> Union[np.ndarray, int]:
+        """The action for observation ``x`` (unbatched); ``reward`` is the
+        reward of the previous step."""
+        reward = float(reward)
+        if not math.isfinite(reward):
+            raise ValueError(f"reward is {reward}; expected a finite number")
+        if self._timestep > self._algo.max_timestep:
+            raise ValueError(f"the episode reached timestep {self._timestep}, beyond max_timestep="
+                             f"{self._algo.max_timestep}: call reset() or raise max_timestep")
+        if self._timesteps:
+            self._return_to_go -= reward
+            self._rewards[-1] = reward
+        self._observations.append([np.asarray(o) for o in x] if isinstance(x, (list, tuple)) else np.asarray(x))
+        placeholder = np.zeros((), dtype=np.int64) if self._discrete else np.zeros(self._algo.action_size, np.float32)
+        self._actions.append(placeholder)
+        self._rewards.append(0.0)
+        self._returns_to_go.append(self._return_to_go)
+        self._timesteps.append(self._timestep)
+        size = self._algo.context_size
+        if len(self._timesteps) > size:  # keep only what the next context needs
+            for history in (self._observations, self._actions, self._rewards, self._returns_to_go, self._timesteps):
+                del history[0]
+        output = self._algo.predict(self.context())
+        action = self._action_sampler(output)
+        self._actions[-1] = np.asarray(action, dtype=np.int64 if self._discrete else np.float32)
+        self._timestep += 1
+        return action
+
+
+# ------------------------------------------------------- Decision Transformer
+@register("algorithm")
+@dataclasses.dataclass
+class DecisionTransformerConfig(TransformerConfig):
+    """Config of the Decision Transformer for continuous actions (details in
+    the module docstring).
+
+    Loss:
+        E_window [ mean over unpadded steps t of mean_j (π(R_≤t, s_≤t, a_<t)_j − a_t,j)² ],
+        π = tanh of a linear read-out of the observation token.
+
+    Defaults:
+        d3rlpy 2.8.1's: batch_size=64, context_size=20, max_timestep=1000,
+        Adam with learning rate 1e-4, 1 head, 3 layers, dropouts 0.1, ReLU,
+        SIMPLE position encoding. The paper's gym runs used 1 head, 3
+        layers, embedding size 128, AdamW with learning rate 1e-4, weight
+        decay 1e-4, linear warm-up over 10^4 steps and gradient clipping at
+        0.25 (pass such an ``optim_factory`` to reproduce them).
+
+    References:
+        Chen, Lu, Rajeswaran, Lee, Grover, Laskin, Abbeel, Srinivas and
+        Mordatch, "Decision Transformer: Reinforcement Learning via
+        Sequence Modeling", 2021, arXiv:2106.01345.
+
+    Args:
+        context_size: steps in a context window.
+        max_timestep: largest episode timestep.
+        learning_rate: learning rate of the transformer.
+        encoder_factory: encoder of the observations (its output size is the
+            embedding size).
+        optim_factory: optimizer.
+        num_heads: attention heads (must divide the embedding size).
+        num_layers: transformer blocks.
+        attn_dropout, resid_dropout, embed_dropout: dropout probabilities.
+        activation_type: activation of the blocks' MLPs.
+        position_encoding_type: ``SIMPLE`` or ``GLOBAL``.
+    """
+
+    batch_size: int = param(64, check=POSITIVE_INT)
+    learning_rate: float = param(1e-4, check=POSITIVE)
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    num_heads: int = param(1, check=POSITIVE_INT)
+    num_layers: int = param(3, check=POSITIVE_INT)
+    attn_dropout: float = param(0.1, check=DROPOUT)
+    resid_dropout: float = param(0.1, check=DROPOUT)
+    embed_dropout: float = param(0.1, check=DROPOUT)
+    activation_type: str = param("relu", check=ACTIVATION)
+    position_encoding_type: PositionEncodingType = param(PositionEncodingType.SIMPLE, check=POSITION_ENCODING)
+
+    @staticmethod
+    def get_type() -> str:
+        return "decision_transformer"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DecisionTransformer
+
+
+def _masked_mean(values: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` ``(B, L)`` over the steps where ``masks`` is 1."""
+    return (values * masks).sum() / masks.sum().clamp(min=1.0)
+
+
+class DecisionTransformer(TransformerAlgoBase):
+    """Decision Transformer for continuous control (see the module docstring)."""
+
+    _action_type = ActionSpace.CONTINUOUS
+    _policy_module = "transformer"
+
+    def _build_transformer(self, observation_shape: Any, action_size: int, encoder_factory: EncoderFactory) -> nn.Module:
+        cfg = self._config
+        encoder = encoder_factory.create(observation_shape)
+        hidden = compute_output_size(encoder, observation_shape)
+        position = create_position_encoding(cfg.position_encoding_type, hidden, int(cfg.max_timestep),
+                                            int(cfg.context_size))
+        return ContinuousDecisionTransformer(encoder, hidden, position, action_size, int(cfg.num_heads),
+                                             int(cfg.num_layers), float(cfg.attn_dropout), float(cfg.resid_dropout),
+                                             float(cfg.embed_dropout), cfg.activation_type)
+
+    def _build(self, observation_shape: Any, action_size: int) -> None:
+        cfg = self._config
+        transformer = self._add_module("transformer", self._build_transformer(observation_shape, action_size,
+                                                                              cfg.encoder_factory))
+        self._add_optimizer("optim", cfg.optim_factory, [transformer], float(cfg.learning_rate))
+
+    def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
+        optim = self._optims["optim"]
+        optim.zero_grad()
+        predicted = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps)
+        loss = _masked_mean(((predicted - batch.actions) ** 2).mean(dim=-1), batch.masks)
+        loss.backward()
+        optim.step()
+        return {"loss": loss.detach()}
+
+    def _predict_sequence(self, observations, actions, returns_to_go, timesteps) -> torch.Tensor:
+        return self._nets["transformer"](observations, actions, returns_to_go, timesteps)[:, -1]
+
+
+# ---------------------------------------------- Discrete Decision Transformer
+@register("algorithm")
+@dataclasses.dataclass
+class DiscreteDecisionTransformerConfig(TransformerConfig):
+    """Config of the Decision Transformer for discrete actions (details in
+    the module docstring).
+
+    Loss:
+        E_window [ mean over unpadded steps t of −log softmax(logits(R_≤t, s_≤t, a_<t))[a_t] ];
+        the learning rate is scaled by minGPT's token schedule: linear warm-up
+        over ``warmup_tokens`` trained steps, then a cosine decay to 10% at
+        ``final_tokens``.
+
+    Defaults:
+        d3rlpy 2.8.1's, the paper's Atari values: batch_size=128,
+        context_size=20 (the paper: 30 for most games), learning rate 6e-4,
+        8 heads, 6 layers, dropouts 0.1, GELU, tanh on the token embeddings,
+        GLOBAL position encoding, warmup_tokens=10240, final_tokens=3e7.
+        The optimizer defaults to Adam as in d3rlpy; the paper used AdamW
+        with GPT's weight-decay grouping: pass ``GPTAdamWFactory()``.
+
+    References:
+        Chen, Lu, Rajeswaran, Lee, Grover, Laskin, Abbeel, Srinivas and
+        Mordatch, "Decision Transformer: Reinforcement Learning via
+        Sequence Modeling", 2021, arXiv:2106.01345.
+
+    Args:
+        context_size: steps in a context window.
+        max_timestep: largest episode timestep.
+        learning_rate: peak learning rate.
+        encoder_factory: encoder of the observations.
+        optim_factory: optimizer.
+        num_heads, num_layers: attention heads and transformer blocks.
+        attn_dropout, resid_dropout, embed_dropout: dropout probabilities.
+        activation_type: activation of the blocks' MLPs.
+        embed_activation_type: activation of the token embeddings.
+        position_encoding_type: ``SIMPLE`` or ``GLOBAL``.
+        warmup_tokens: trained steps (tokens) of the linear warm-up.
+        final_tokens: trained steps at which the cosine decay ends.
+    """
+
+    batch_size: int = param(128, check=POSITIVE_INT)
+    learning_rate: float = param(6e-4, check=POSITIVE)
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    num_heads: int = param(8, check=POSITIVE_INT)
+    num_layers: int = param(6, check=POSITIVE_INT)
+    attn_dropout: float = param(0.1, check=DROPOUT)
+    resid_dropout: float = param(0.1, check=DROPOUT)
+    embed_dropout: float = param(0.1, check=DROPOUT)
+    activation_type: str = param("gelu", check=ACTIVATION)
+    embed_activation_type: str = param("tanh", check=ACTIVATION)
+    position_encoding_type: PositionEncodingType = param(PositionEncodingType.GLOBAL, check=POSITION_ENCODING)
+    warmup_tokens: int = param(10240, check=POSITIVE_INT)
+    final_tokens: int = param(30000000, check=POSITIVE_INT)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.final_tokens <= self.warmup_tokens:
+            raise ValueError(f"final_tokens must be > warmup_tokens={self.warmup_tokens}, got {self.final_tokens}")
+
+    @staticmethod
+    def get_type() -> str:
+        return "discrete_decision_transformer"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DiscreteDecisionTransformer
+
+
+def token_learning_rate_factor(tokens: float, warmup_tokens: int, final_tokens: int) -> float:
+    """minGPT's schedule: ``tokens / warmup_tokens`` during the warm-up, then
+    ``max(0.1, (1 + cos(pi * progress)) / 2)`` with progress from 0 at the
+    warm-up's end to 1 at ``final_tokens``."""
+    if tokens < warmup_tokens:
+        return float(tokens) / float(max(1, warmup_tokens))
+    progress = float(tokens - warmup_tokens) / float(max(1, final_tokens - warmup_tokens))
+    return max(0.1, 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))
+
+
+class _TokenCounter(nn.Module):
+    """The number of trained steps (tokens) so far, saved with the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("tokens", torch.zeros((), dtype=torch.int64))
+
+
+class DiscreteDecisionTransformer(TransformerAlgoBase):
+    """Decision Transformer for discrete control (see the module docstring)."""
+
+    _action_type = ActionSpace.DISCRETE
+    _policy_module = "transformer"
+
+    def _build(self, observation_shape: Any, action_size: int) -> None:
+        cfg = self._config
+        encoder = cfg.encoder_factory.create(observation_shape)
+        hidden = compute_output_size(encoder, observation_shape)
+        position = create_position_encoding(cfg.position_encoding_type, hidden, int(cfg.max_timestep),
+                                            int(cfg.context_size))
+        transformer = DiscreteDecisionTransformerModel(
+            encoder, hidden, position, action_size, int(cfg.num_heads), int(cfg.num_layers), float(cfg.attn_dropout),
+            float(cfg.resid_dropout), float(cfg.embed_dropout), cfg.activation_type, cfg.embed_activation_type)
+        self._add_module("transformer", transformer)
+        self._add_module("token_counter", _TokenCounter())
+        self._add_optimizer("optim", cfg.optim_factory, [transformer], float(cfg.learning_rate))
+
+    def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        optim = self._optims["optim"]
+        counter = self._nets["token_counter"].tokens
+        counter += batch.masks.sum().to(torch.int64)
+        factor = token_learning_rate_factor(int(counter), int(cfg.warmup_tokens), int(cfg.final_tokens))
+        lr = float(cfg.learning_rate) * factor
+        for group in optim.optim.param_groups:
+            group["lr"] = lr
+        optim.zero_grad()
+        logits = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps)
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.actions.reshape(-1), reduction="none")
+        loss = _masked_mean(nll.view(batch.masks.shape), batch.masks)
+        loss.backward()
+        optim.step()
+        return {"loss": loss.detach(), "learning_rate": torch.tensor(lr)}
+
+    def _predict_sequence(self, observations, actions, returns_to_go, timesteps) -> torch.Tensor:
+        return self._nets["transformer"](observations, actions, returns_to_go, timesteps)[:, -1]
+
+
+# ----------------------------------------------------------------------- TACR
+@register("algorithm")
+@dataclasses.dataclass
+class TACRConfig(TransformerConfig):
+    """Config of TACR, Transformer Actor-Critic with Regularization (details
+    in the module docstring).
+
+    Loss:
+        on the consecutive unpadded steps (s_t, a_t, r_t, s_t+1) of each window,
+        critics Σ_i mean [ (r_t + γ min_j Q'_j(s_t+1, ã_t+1) − Q_i(s_t, a_t))² ],
+                ã_t+1 = clip(π(…)_t+1 + clip(ε, −c, c), −1, 1), ε ~ N(0, σ²)
+                (π's prediction at t+1, no gradient);
+        actor   mean over unpadded t of [ −λ Q_1(s_t, π_t) + mean_j (π_t,j − a_t,j)² ],
+                λ = α / mean |Q_1(s_t, π_t)| (no gradient through λ);
+        the target critics follow with Polyak averaging (τ) after each step.
+
+    Defaults:
+        d3rlpy 2.8.1's: batch_size=64, context_size=20, max_timestep=1000,
+        learning rates 1e-4, 1 head, 3 layers, dropouts 0.1, ReLU, SIMPLE
+        position encoding, 2 critics, TD3+BC's α=2.5, τ=0.005, σ=0.2, c=0.5.
+
+    References:
+        Lee, Kim, Lee and Kim, "Transformer Actor-Critic with
+        Regularization: Automated Stock Trading using Reinforcement
+        Learning", AAMAS 2023 (no arXiv id); Fujimoto and Gu, "A
+        Minimalist Approach to Offline Reinforcement Learning", 2021,
+        arXiv:2106.06860.
+
+    Args:
+        context_size, max_timestep: as in the Decision Transformer.
+        actor_learning_rate, critic_learning_rate: learning rates.
+        actor_encoder_factory, critic_encoder_factory: encoders.
+        actor_optim_factory, critic_optim_factory: optimizers.
+        q_func_factory: Q-function type.
+        num_heads, num_layers, attn_dropout, resid_dropout, embed_dropout,
+        activation_type, position_encoding_type: the transformer's.
+        n_critics: number of critics.
+        alpha: weight of the Q term against the behaviour-cloning term.
+        tau: Polyak averaging factor of the target critics.
+        target_smoothing_sigma, target_smoothing_clip: target action noise.
+    """
+
+    batch_size: int = param(64, check=POSITIVE_INT)
+    actor_learning_rate: float = param(1e-4, check=POSITIVE)
+    critic_learning_rate: float = param(1e-4, check=POSITIVE)
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    num_heads: int = param(1, check=POSITIVE_INT)
+    num_layers: int = param(3, check=POSITIVE_INT)
+    attn_dropout: float = param(0.1, check=DROPOUT)
+    resid_dropout: float = param(0.1, check=DROPOUT)
+    embed_dropout: float = param(0.1, check=DROPOUT)
+    activation_type: str = param("relu", check=ACTIVATION)
+    position_encoding_type: PositionEncodingType = param(PositionEncodingType.SIMPLE, check=POSITION_ENCODING)
+    n_critics: int = param(2, check=POSITIVE_INT)
+    alpha: float = param(2.5, check=NON_NEGATIVE)
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    target_smoothing_sigma: float = param(0.2, check=NON_NEGATIVE)
+    target_smoothing_clip: float = param(0.5, check=NON_NEGATIVE)
+
+    @staticmethod
+    def get_type() -> str:
+        return "tacr"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return TACR
+
+
+class TACR(DecisionTransformer):
+    """TACR (see the module docstring): the Decision Transformer trained as
+    the actor of TD3+BC."""
+
+    _q_modules = ("q_function", "targ_q_function")
+    _policy_optim = "actor_optim"
+    _q_optim = "critic_optim"
+
+    def _build(self, observation_shape: Any, action_size: int) -> None:
+        cfg = self._config
+        transformer = self._add_module("transformer", self._build_transformer(observation_shape, action_size,
+                                                                              cfg.actor_encoder_factory))
+        q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics),
+                                      discrete=False)
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [transformer], float(cfg.actor_learning_rate))
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], float(cfg.critic_learning_rate))
+
+    def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        q, targ_q = self._nets["q_function"], self._nets["targ_q_function"]
+        predicted = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps)
+        b, length = batch.masks.shape
+
+        def steps(x: Any, sl: slice) -> Any:  # (B, L, ...)[:, sl] flattened to (B * L', ...)
+            if isinstance(x, list):
+                return [steps(o, sl) for o in x]
+            part = x[:, sl]
+            return part.reshape((-1,) + tuple(part.shape[2:]))
+
+        now, nxt = slice(0, length - 1), slice(1, length)
+        pair_masks = (batch.masks[:, now] * batch.masks[:, nxt]).reshape(-1)
+        obs_t, act_t = steps(batch.observations, now), steps(batch.actions, now)
+        with torch.no_grad():
+            next_action = smooth_target_action(steps(predicted.detach(), nxt), float(cfg.target_smoothing_sigma),
+                                               float(cfg.target_smoothing_clip))
+            next_value = targ_q.expected(steps(batch.observations, nxt), next_action).min(dim=0).values[:, 0]
+            rewards, terminals = steps(batch.rewards, now)[:, 0], steps(batch.terminals, now)[:, 0]
+            target = rewards + float(cfg.gamma) * (1.0 - terminals) * next_value
+        critic_optim = self._optims["critic_optim"]
+        critic_optim.zero_grad()
+        values = q.expected(obs_t, act_t)[..., 0]  # (E, N)
+        critic_loss = (((values - target) ** 2) * pair_masks).sum(dim=1).sum() / pair_masks.sum().clamp(min=1.0)
+        critic_loss.backward()
+        critic_optim.step()
+
+        actor_optim = self._optims["actor_optim"]
+        actor_optim.zero_grad()
+        all_steps = slice(0, length)
+        masks = batch.masks.reshape(-1)
+        with no_param_grads(q):
+            q_first = q.expected(steps(batch.observations, all_steps), steps(predicted, all_steps))[0, :, 0]
+        lam = float(cfg.alpha) / _masked_mean(q_first.abs().detach(), masks)
+        bc = ((predicted - batch.actions) ** 2).mean(dim=-1).reshape(-1)
+        actor_loss = _masked_mean(-lam * q_first + bc, masks)
+        actor_loss.backward()
+        actor_optim.step()
+        soft_update(targ_q, q, float(cfg.tau))
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach()}
