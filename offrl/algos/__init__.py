@@ -3,7 +3,6 @@
 from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainStepResult, parse_device
 from .awac import AWAC, AWACConfig
 from .calql import CalQL, CalQLConfig
-from .calql import CalQL, CalQLConfig
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
 from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
 from .crr import CRR, CRRConfig
@@ -40,7 +39,6 @@ from .hooks import LinearInterpolationHook, combine_callbacks, set_config, set_l
 from .iql import IQL, IQLConfig
 from .nfq import NFQ, NFQConfig
 from .random_policy import DiscreteRandomPolicy, DiscreteRandomPolicyConfig, RandomPolicy, RandomPolicyConfig
-from .rebrac import ReBRAC, ReBRACConfig
 from .rebrac import ReBRAC, ReBRACConfig
 from .sac import SAC, SACConfig
 from .td3 import TD3, TD3Config
@@ -92,10 +90,6 @@ __all__ = [
     "SoftmaxTransformerActionSampler",
     "GreedyTransformerActionSampler",
     "StatefulTransformerWrapper",
-    "CalQLConfig",
-    "CalQL",
-    "ReBRACConfig",
-    "ReBRAC",
     "AWACConfig",
     "AWAC",
     "CRRConfig",

@@ -117,9 +117,6 @@ class QLearningAlgoBase:
     #: a sequence model: ``fit`` samples windows of ``context_size`` steps and
     #: ``predict`` takes a context (``TransformerInput``), not observations
     predicts_from_sequences: bool = False
-    #: a sequence model: ``fit`` samples windows of ``context_size`` steps and
-    #: ``predict`` takes a context (``TransformerInput``), not observations
-    predicts_from_sequences: bool = False
 
     def __init__(self, config: LearnableConfig, device: DeviceArg = False, enable_ddp: bool = False) -> None:
         if not isinstance(config, LearnableConfig):
