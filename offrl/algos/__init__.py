@@ -38,6 +38,7 @@ from .explorers import (
 from .hooks import LinearInterpolationHook, combine_callbacks, set_config, set_learning_rate
 from .iql import IQL, IQLConfig
 from .nfq import NFQ, NFQConfig
+from .prdc import PRDC, PRDCConfig
 from .random_policy import DiscreteRandomPolicy, DiscreteRandomPolicyConfig, RandomPolicy, RandomPolicyConfig
 from .rebrac import ReBRAC, ReBRACConfig
 from .sac import SAC, SACConfig
@@ -98,6 +99,8 @@ __all__ = [
     "CalQL",
     "ReBRACConfig",
     "ReBRAC",
+    "PRDCConfig",
+    "PRDC",
     "RandomPolicyConfig",
     "RandomPolicy",
     "DiscreteRandomPolicyConfig",

@@ -31,7 +31,7 @@ import torch
 
 from .._safety import available_memory
 
-__all__ = ["BACKENDS", "NearestNeighborIndex", "index_bytes"]
+__all__ = ["BACKENDS", "NearestNeighborIndex", "available_bytes", "index_bytes"]
 
 BACKENDS = ("auto", "kd_tree", "brute")
 #: candidates kept per block before exact re-ranking (brute force)
@@ -60,7 +60,8 @@ def index_bytes(n_points: int, dim: int, backend: str, leaf_size: int = 40) -> i
     raise ValueError(f"backend must be 'kd_tree' or 'brute', got {backend!r}")
 
 
-def _available_bytes(device: torch.device) -> Optional[int]:
+def available_bytes(device: torch.device) -> Optional[int]:
+    """Memory free for an index on ``device`` now (bytes; None when unknown)."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
@@ -97,7 +98,7 @@ class NearestNeighborIndex:
         n, dim = int(points.shape[0]), int(points.shape[1])
         self.n_points, self.dim = n, dim
         needed = index_bytes(n, dim, self.backend, leaf_size)
-        available = _available_bytes(self.device) if available_bytes is None else int(available_bytes)
+        available = available_bytes(self.device) if available_bytes is None else int(available_bytes)
         if available is not None and needed > available:
             raise MemoryError(
                 f"a {self.backend} nearest-neighbour index over {n} points of dimension {dim} needs about "
