@@ -4,6 +4,7 @@ from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainS
 from .awac import AWAC, AWACConfig
 from .calql import CalQL, CalQLConfig
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
+from .bcq import BCQ, BCQConfig, DiscreteBCQ, DiscreteBCQConfig
 from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
 from .crr import CRR, CRRConfig
 from .ddpg import DDPG, DDPGConfig
@@ -77,6 +78,10 @@ __all__ = [
     "TD3",
     "DiscreteSACConfig",
     "DiscreteSAC",
+    "BCQConfig",
+    "BCQ",
+    "DiscreteBCQConfig",
+    "DiscreteBCQ",
     "DecisionTransformerConfig",
     "DecisionTransformer",
     "DiscreteDecisionTransformerConfig",

@@ -1,0 +1,473 @@
+"""Batch-Constrained deep Q-learning: BCQ (continuous) and DiscreteBCQ.
+
+**BCQ** (Fujimoto, Meger and Precup, 2019, "Off-Policy Deep Reinforcement
+Learning without Exploration", https://arxiv.org/abs/1812.02900) only takes
+actions that look like the data's. A conditional VAE ``G`` (latent size
+``2 * action_size``) models the logged actions; a perturbation actor ``xi``
+moves a generated action by at most ``action_flexibility`` (Φ); twin critics
+score the results:
+
+    VAE      L_G = E || tanh(D(s, z)) - a ||^2 + beta * KL(q(z|s, a) || N(0, I))
+    critics  y = r + gamma^k (1 - d) max_j [ lam min_i Q'_i(s', a'_j) + (1 - lam) max_i Q'_i(s', a'_j) ]
+             a'_j = xi'(s', G(s', z_j)),  z_j ~ clip(N(0, I), -0.5, 0.5),  j = 1..n_action_samples
+             L_Q = sum_i E [ (y - Q_i(s, a))^2 ]
+    actor    L_xi = -E_s [ Q_1(s, xi(s, G(s, z))) ]
+
+Each step trains the VAE, then (from step ``rl_start_step`` on) the critics,
+the actor (every ``update_actor_interval`` steps) and moves the target
+actor and critics by ``tau``. Before ``rl_start_step`` the reported critic
+and actor losses are 0.
+
+The policy is: decode ``n_action_samples`` latents, perturb each, take the
+candidate with the highest ``Q_1``. **Randomness in** ``predict`` **and
+export**: ``predict`` (and the exported policy) use one fixed set of
+``n_action_samples`` clipped N(0, I) latents drawn when the networks are
+built and saved with the model (module ``candidate_latents``), so that
+``predict`` is a deterministic function of the observation, two calls agree,
+and the ONNX / TorchScript graph (where the latents are constants) gives the
+same action. ``sample_action`` draws fresh latents every call.
+
+**DiscreteBCQ** (Fujimoto, Conti, Ghavamzadeh and Pineau, 2019,
+"Benchmarking Batch Deep Reinforcement Learning Algorithms",
+https://arxiv.org/abs/1910.01708) is Double DQN restricted to the actions a
+behaviour-cloning head ``G(a|s)`` (sharing the Q-network's encoder when
+``share_encoder``) finds likely enough:
+
+    allowed(s) = { a : G(a|s) / max_b G(b|s) > tau },   tau = action_flexibility
+    y = r + gamma^k (1 - d) Q_target(s', argmax_{a in allowed(s')} Q(s', a))
+    L = Huber(y - Q(s, a)) + [ -log G(a|s) + beta * mean(logits^2) ]
+
+and acts with ``argmax_{a in allowed(s)} Q(s, a)``. The paper's target uses
+the restricted argmax, as here; d3rlpy 2.8.1 uses the unrestricted Double
+DQN target (its greedy action is restricted as here).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from ..constants import ActionSpace
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.perturbation import PerturbationActor, create_perturbation_actor
+from ..models.policies import CategoricalPolicy
+from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..models.vae import ConditionalVAE, create_conditional_vae, repeat_observations
+from ..serialization import register
+from ._common import freeze, hard_update, no_param_grads, soft_update, td_target
+from .base import QLearningAlgoBase, TrainStepResult
+from .config import (
+    BOOL,
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    UNIT_INTERVAL_OPEN_LOW,
+    LearnableConfig,
+    between,
+    instance_of,
+    param,
+)
+from .dqn import DoubleDQN, abs_td_errors
+
+__all__ = [
+    "BCQConfig",
+    "BCQ",
+    "DiscreteBCQConfig",
+    "DiscreteBCQ",
+    "FixedNoise",
+    "BCQGreedyPolicy",
+    "DiscreteBCQGreedyPolicy",
+    "soft_clipped_max",
+]
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class BCQConfig(LearnableConfig):
+    """Config of BCQ (details in the module docstring).
+
+    Loss:
+        VAE      E ||tanh(D(s, z)) − a||² + β KL(q(z|s, a) || N(0, I));
+        critics  Σ_i E [ (y − Q_i(s, a))² ],
+                 y = r + γ^k (1 − d) max_j [λ min_i Q'_i(s', a'_j) + (1 − λ) max_i Q'_i(s', a'_j)],
+                 a'_j = ξ'(s', G(s', z_j)), z_j ~ clip(N(0, I), −0.5, 0.5);
+        actor    −E_s [ Q_1(s, ξ(s, G(s, z))) ],  ξ(s, a) = clip(a + Φ tanh(f(s, a)), −1, 1).
+
+    Defaults:
+        d3rlpy 2.8.1's: learning rates 1e-3, batch_size=100, tau=0.005,
+        two critics, λ=0.75, n_action_samples=100, Φ=0.05, β=0.5,
+        rl_start_step=0. The paper samples 10 actions per state and uses
+        a KL weight of 0.5 (as here), Φ=0.05 and λ=0.75.
+
+    References:
+        Fujimoto, Meger and Precup, "Off-Policy Deep Reinforcement Learning
+        without Exploration", 2019, arXiv:1812.02900.
+
+    Args:
+        actor_learning_rate: learning rate of the perturbation actor.
+        critic_learning_rate: learning rate of the Q-functions.
+        imitator_learning_rate: learning rate of the VAE.
+        actor_optim_factory, critic_optim_factory, imitator_optim_factory: optimizers.
+        actor_encoder_factory, critic_encoder_factory, imitator_encoder_factory:
+            encoders of the actor, the Q-functions and the VAE.
+        q_func_factory: Q-function type.
+        tau: Polyak averaging factor of the target networks.
+        n_critics: number of Q-functions.
+        update_actor_interval: critic steps per actor step.
+        lam: weight λ of the ensemble minimum in the target (1 − λ on the maximum).
+        n_action_samples: candidate actions per state, in the target and when acting.
+        action_flexibility: Φ, the largest perturbation (fraction of the action range).
+        rl_start_step: steps that train only the VAE before the critics and actor start.
+        beta: weight β of the KL term of the VAE loss.
+    """
+
+    batch_size: int = param(100, check=POSITIVE_INT)
+    actor_learning_rate: float = param(1e-3, check=POSITIVE)
+    critic_learning_rate: float = param(1e-3, check=POSITIVE)
+    imitator_learning_rate: float = param(1e-3, check=POSITIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    imitator_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    imitator_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    n_critics: int = param(2, check=POSITIVE_INT)
+    update_actor_interval: int = param(1, check=POSITIVE_INT)
+    lam: float = param(0.75, check=UNIT_INTERVAL)
+    n_action_samples: int = param(100, check=POSITIVE_INT)
+    action_flexibility: float = param(0.05, check=NON_NEGATIVE)
+    rl_start_step: int = param(0, check=NON_NEGATIVE_INT)
+    beta: float = param(0.5, check=NON_NEGATIVE)
+
+    @staticmethod
+    def get_type() -> str:
+        return "bcq"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return BCQ
+
+
+class FixedNoise(nn.Module):
+    """A fixed noise table, ``values`` ``(n, size)``, drawn once from N(0, I)
+    (clipped to ``[-clip, clip]`` when ``clip`` is given) and saved with the
+    model: the candidates ``predict`` and the exported policy use."""
+
+    def __init__(self, n: int, size: int, clip: Optional[float] = None) -> None:
+        super().__init__()
+        values = torch.randn(n, size)
+        if clip is not None:
+            values = values.clamp(-clip, clip)
+        self.register_buffer("values", values)
+
+
+def _batch_size(x: Any) -> int:
+    return int(x[0].shape[0]) if isinstance(x, (list, tuple)) else int(x.shape[0])
+
+
+def soft_clipped_max(q: QFunction, repeated_x: Any, actions: torch.Tensor, lam: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """BCQ's target value over ``n`` candidate actions per state.
+
+    ``actions`` is ``(B, n, A)`` and ``repeated_x`` the observations repeated
+    to match (:func:`~offrl.models.vae.repeat_observations`). For each
+    candidate the ensemble is combined as ``lam * min + (1 - lam) * max``
+    (for distributional critics: of the members whose mean is lowest /
+    highest); returns the value distribution of the best candidate
+    ``(B, N)`` and its index ``(B,)``."""
+    batch, n, action_size = actions.shape
+    dist, _ = q.at_action(repeated_x, actions.reshape(batch * n, action_size))  # (E, B*n, N)
+    members, quantiles = dist.shape[0], dist.shape[-1]
+    dist = dist.view(members, batch, n, quantiles)
+    means = dist.mean(dim=-1)  # (E, B, n)
+    combined = means[0] if members == 1 else lam * means.min(dim=0).values + (1.0 - lam) * means.max(dim=0).values
+    best = combined.argmax(dim=1)  # (B,)
+    rows = torch.arange(batch, device=actions.device)
+    chosen = dist[:, rows, best]  # (E, B, N)
+    if members == 1:
+        return chosen[0], best
+    chosen_means = chosen.mean(dim=-1)  # (E, B)
+    low = chosen[chosen_means.argmin(dim=0), rows]
+    high = chosen[chosen_means.argmax(dim=0), rows]
+    return lam * low + (1.0 - lam) * high, best
+
+
+def best_candidate(q: QFunction, repeated_x: Any, candidates: torch.Tensor) -> torch.Tensor:
+    """The candidate of ``(B, n, A)`` with the highest ``Q_1``, ``(B, A)``."""
+    n, action_size = candidates.shape[1], candidates.shape[2]
+    values = q.expected(repeated_x, candidates.reshape(-1, action_size))[0].view(-1, n)  # (B, n)
+    index = values.argmax(dim=1).view(-1, 1, 1).expand(-1, 1, action_size)
+    return candidates.gather(1, index).squeeze(1)
+
+
+def _perturbed_candidates(vae: ConditionalVAE, actor: PerturbationActor, repeated_x: Any, latents: torch.Tensor, n: int) -> torch.Tensor:
+    """``xi(s, G(s, z))`` for ``n`` latents per state, ``(B, n, A)``."""
+    actions = actor(repeated_x, vae.decode(repeated_x, latents))
+    return actions.view(-1, n, actions.shape[-1])
+
+
+class BCQGreedyPolicy(nn.Module):
+    """BCQ's ``predict`` as a module (for export): the best of the
+    candidates made from the fixed latent table (see the module docstring)."""
+
+    def __init__(self, vae: ConditionalVAE, actor: PerturbationActor, q_function: QFunction, latents: FixedNoise) -> None:
+        super().__init__()
+        self.vae = vae
+        self.actor = actor
+        self.q_function = q_function
+        self.latents = latents
+
+    def forward(self, x: Any) -> torch.Tensor:
+        table = self.latents.values  # (n, L)
+        n = table.shape[0]
+        batch = x[0].shape[0] if isinstance(x, (list, tuple)) else x.shape[0]
+        repeated = repeat_observations(x, n)
+        latents = table.repeat(batch, 1)  # row b * n + j = latent j
+        return best_candidate(self.q_function, repeated, _perturbed_candidates(self.vae, self.actor, repeated, latents, n))
+
+
+class BCQ(QLearningAlgoBase):
+    """Batch-Constrained deep Q-learning (see the module docstring)."""
+
+    _action_type = ActionSpace.CONTINUOUS
+    has_q_function = True
+    _policy_module = "policy"
+    _q_modules = ("q_function", "targ_q_function")
+    _policy_optim = "actor_optim"
+    _q_optim = "critic_optim"
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        latent_size = 2 * action_size
+        vae = create_conditional_vae(cfg.imitator_encoder_factory, observation_shape, action_size, latent_size)
+        policy = create_perturbation_actor(cfg.actor_encoder_factory, observation_shape, action_size, float(cfg.action_flexibility))
+        q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
+        self._add_module("policy", policy)
+        self._add_module("targ_policy", freeze(copy.deepcopy(policy)))
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        self._add_module("vae", vae)
+        self._add_module("candidate_latents", FixedNoise(int(cfg.n_action_samples), latent_size, clip=0.5))
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
+        self._add_optimizer("imitator_optim", cfg.imitator_optim_factory, [vae], cfg.imitator_learning_rate)
+        self._zero = torch.zeros((), device=self._device)
+        self._last_actor_loss = self._zero
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        cfg = self._config
+        nets = self._nets
+        vae, policy, targ_policy = nets["vae"], nets["policy"], nets["targ_policy"]
+        q, targ_q = nets["q_function"], nets["targ_q_function"]
+
+        vae_loss = vae.loss(batch.observations, batch.actions, float(cfg.beta))[0]
+        imitator_optim = self._optims["imitator_optim"]
+        imitator_optim.zero_grad()
+        vae_loss.backward()
+        imitator_optim.step()
+        if grad_step < int(cfg.rl_start_step):
+            return {"vae_loss": vae_loss.detach(), "critic_loss": self._zero, "actor_loss": self._zero}
+
+        n = int(cfg.n_action_samples)
+        with torch.no_grad():
+            batch_size = _batch_size(batch.next_observations)
+            repeated = repeat_observations(batch.next_observations, n)
+            latents = vae.sample_latent((batch_size * n,), self._device)
+            candidates = _perturbed_candidates(vae, targ_policy, repeated, latents, n)
+            next_value, _ = soft_clipped_max(targ_q, repeated, candidates, float(cfg.lam))
+            target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
+        pred, taus = q.at_action(batch.observations, batch.actions)
+        critic_loss = q.loss(pred, target, taus)
+        critic_optim = self._optims["critic_optim"]
+        critic_optim.zero_grad()
+        critic_loss.backward()
+        critic_optim.step()
+
+        if grad_step % int(cfg.update_actor_interval) == 0:
+            with torch.no_grad():
+                generated = vae.decode(batch.observations, vae.sample_latent((_batch_size(batch.observations),), self._device))
+            with no_param_grads(q):
+                actor_loss = -q.expected(batch.observations, policy(batch.observations, generated))[0].mean()
+                actor_optim = self._optims["actor_optim"]
+                actor_optim.zero_grad()
+                actor_loss.backward()
+                actor_optim.step()
+            self._last_actor_loss = actor_loss.detach()
+        soft_update(targ_q, q, float(cfg.tau))
+        soft_update(targ_policy, policy, float(cfg.tau))
+        return {"vae_loss": vae_loss.detach(), "critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss}
+
+    # ---------------------------------------------------------- acting
+    def _predict(self, x) -> torch.Tensor:
+        return self.policy_module()(x)
+
+    def _sample(self, x) -> torch.Tensor:
+        nets = self._nets
+        n = int(self._config.n_action_samples)
+        repeated = repeat_observations(x, n)
+        latents = nets["vae"].sample_latent((_batch_size(x) * n,), self._device)
+        return best_candidate(nets["q_function"], repeated, _perturbed_candidates(nets["vae"], nets["policy"], repeated, latents, n))
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        return self._nets["q_function"].expected(x, action).mean(dim=0)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        nets = self._nets
+        return BCQGreedyPolicy(nets["vae"], nets["policy"], nets["q_function"], nets["candidate_latents"])
+
+
+# ------------------------------------------------------------------ discrete
+@register("algorithm")
+@dataclasses.dataclass
+class DiscreteBCQConfig(LearnableConfig):
+    """Config of DiscreteBCQ (details in the module docstring).
+
+    Loss:
+        L = ℓ(r + γ^k (1 − d) Q_θ⁻(s', a*) − Q_θ(s, a)) − log G(a|s) + β mean(logits(s)²),
+        a* = argmax over {a : G(a|s')/max_b G(b|s') > τ} of Q_θ(s', a),
+        ℓ the Huber loss, τ = ``action_flexibility``.
+
+    Defaults:
+        d3rlpy 2.8.1's: those of DQN (learning_rate=6.25e-5, batch_size=32,
+        target_update_interval=8000), τ=0.3 (the paper's), β=0.5 (the
+        paper's logit penalty is 1e-2), the imitator sharing the
+        Q-network's encoder.
+
+    References:
+        Fujimoto, Conti, Ghavamzadeh and Pineau, "Benchmarking Batch Deep
+        Reinforcement Learning Algorithms", 2019, arXiv:1910.01708.
+
+    Args:
+        learning_rate, optim_factory, encoder_factory, q_func_factory,
+            n_critics, target_update_interval: as :class:`DQNConfig`.
+        action_flexibility: τ, the smallest probability ratio to the most
+            likely action an action needs to be considered (0: all, DQN).
+        beta: weight of the imitator's logit penalty.
+        share_encoder: the imitator uses the (first) Q-network's encoder.
+    """
+
+    batch_size: int = param(32, check=POSITIVE_INT)
+    learning_rate: float = param(6.25e-5, check=POSITIVE)
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    n_critics: int = param(1, check=POSITIVE_INT)
+    action_flexibility: float = param(0.3, check=between(0.0, 1.0, high_open=True))
+    beta: float = param(0.5, check=NON_NEGATIVE)
+    target_update_interval: int = param(8000, check=POSITIVE_INT)
+    share_encoder: bool = param(True, check=BOOL)
+
+    @staticmethod
+    def get_type() -> str:
+        return "discrete_bcq"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return DiscreteBCQ
+
+
+class FirstMemberEncoder(nn.Module):
+    """The features of a Q-ensemble's first member, ``(B, F)``, from its
+    encoder (output ``(E, B, F)``): lets a head share the Q-network's encoder."""
+
+    def __init__(self, ensemble_encoder: nn.Module) -> None:
+        super().__init__()
+        self.ensemble_encoder = ensemble_encoder
+
+    def forward(self, x: Any) -> torch.Tensor:
+        return self.ensemble_encoder(x)[0]
+
+
+def allowed_mask(logits: torch.Tensor, action_flexibility: float) -> torch.Tensor:
+    """Actions whose probability is more than ``action_flexibility`` times
+    the most likely one's, ``(B, A)`` bools."""
+    log_probs = F.log_softmax(logits, dim=-1)
+    ratio = log_probs - log_probs.max(dim=-1, keepdim=True).values
+    threshold = math.log(action_flexibility) if action_flexibility > 0.0 else -math.inf
+    return ratio > threshold
+
+
+def restricted_argmax(values: torch.Tensor, logits: torch.Tensor, action_flexibility: float) -> torch.Tensor:
+    """``argmax`` of ``values`` ``(B, A)`` over the allowed actions, ``(B,)``."""
+    mask = allowed_mask(logits, action_flexibility)
+    return torch.where(mask, values, torch.full_like(values, -math.inf)).argmax(dim=-1)
+
+
+class DiscreteBCQGreedyPolicy(nn.Module):
+    """DiscreteBCQ's greedy action as a module (for export)."""
+
+    def __init__(self, q_function: QFunction, imitator: CategoricalPolicy, action_flexibility: float) -> None:
+        super().__init__()
+        self.q_function = q_function
+        self.imitator = imitator
+        self.action_flexibility = float(action_flexibility)
+
+    def forward(self, x: Any) -> torch.Tensor:
+        return restricted_argmax(self.q_function.expected(x).mean(dim=0), self.imitator(x), self.action_flexibility)
+
+
+class DiscreteBCQ(DoubleDQN):
+    """DiscreteBCQ (see the module docstring): Double DQN with an imitator
+    that restricts the greedy and the target actions."""
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        super()._build(observation_shape, action_size)
+        cfg = self._config
+        q = self._nets["q_function"]
+        if cfg.share_encoder:
+            encoder = FirstMemberEncoder(q.encoder)
+            imitator = CategoricalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
+            trained = [q, imitator.fc]  # the shared encoder once
+        else:
+            encoder = cfg.encoder_factory.create(observation_shape)
+            imitator = CategoricalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
+            trained = [q, imitator]
+        self._add_module("imitator", imitator)
+        # one optimizer over the Q-network and the imitator (one loss)
+        self._add_optimizer("optim", cfg.optim_factory, trained, cfg.learning_rate)
+
+    def _next_value(self, next_observations) -> torch.Tensor:
+        q, targ = self._nets["q_function"], self._target_q_function()
+        dist = targ.distribution(next_observations, greedy_taus=False)  # (E, B, A, N)
+        values = q.expected(next_observations).mean(dim=0)
+        next_action = restricted_argmax(values, self._nets["imitator"](next_observations), float(self._config.action_flexibility))
+        index = next_action.view(1, -1, 1, 1).expand(dist.shape[0], -1, 1, dist.shape[-1])
+        return q.reduce(dist.gather(2, index).squeeze(2), "min")
+
+    def _update(self, batch, grad_step: int) -> TrainStepResult:
+        cfg = self._config
+        q, imitator = self._nets["q_function"], self._nets["imitator"]
+        with torch.no_grad():
+            target = td_target(batch.rewards, self._next_value(batch.next_observations), batch.terminals, cfg.gamma, batch.intervals)
+        pred, taus = q.at_action(batch.observations, batch.actions)
+        td_loss = q.loss(pred, target, taus, batch.weights)
+        logits = imitator(batch.observations)
+        imitator_loss = F.cross_entropy(logits, batch.actions.reshape(-1).long()) + float(cfg.beta) * (logits**2).mean()
+        loss = td_loss + imitator_loss
+        optim = self._optims["optim"]
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        if (grad_step + 1) % int(cfg.target_update_interval) == 0:
+            hard_update(self._nets["targ_q_function"], q)
+        td_errors = abs_td_errors(pred.detach(), target) if batch.weights is not None else None
+        return TrainStepResult(
+            {"loss": loss.detach(), "td_loss": td_loss.detach(), "imitator_loss": imitator_loss.detach()}, td_errors
+        )
+
+    def _predict(self, x) -> torch.Tensor:
+        return self.policy_module()(x)
+
+    def policy_module(self) -> nn.Module:
+        return DiscreteBCQGreedyPolicy(self._nets["q_function"], self._nets["imitator"], float(self._config.action_flexibility))
