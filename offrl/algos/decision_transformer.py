@@ -271,7 +271,7 @@ class TransformerAlgoBase(QLearningAlgoBase):
         self._check_timesteps(timesteps, "timesteps")
         rtg = _as_array(inpt.returns_to_go, "returns_to_go")
         check_real_values(np.asarray(rtg, dtype=np.float64).reshape(length, -1), "returns_to_go")
-        rtg_t = torch.as_tensor(np.asarray(rtg, dtype=np.float32).reshape(1, length, 1), device=self._device)
+        rtg_t = torch.as_tensor(np.ascontiguousarray(rtg, dtype=np.float32).reshape(1, length, 1), device=self._device)
         if self._reward_scaler is not None:
             rtg_t = self._reward_scaler.transform(rtg_t)
         actions = self._context_actions(inpt.actions, length)

@@ -1,7 +1,5 @@
 """d3rlpy docs, "API Reference / Algorithms / Decision Transformer", run with
-``import offrl``. offrl has no Decision Transformer yet (issue 18), so these
-are expected failures on the missing names; once the family lands they run
-as written here and must pass.
+``import offrl`` (the Decision Transformer family: issue 18).
 
 Changes other than the import (marked ``# docs:``): sizes;
 ``device="cuda:0"`` -> CPU; the docs' ``observation, reward = env.reset(), 0.0``
@@ -11,19 +9,9 @@ Changes other than the import (marked ``# docs:``): sizes;
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import offrl
 
-MISSING = pytest.mark.xfail(
-    not hasattr(offrl.algos, "DecisionTransformerConfig"),
-    reason="Decision Transformer family: not in offrl yet (issue 18)",
-    raises=AttributeError,
-    strict=True,
-)
-
-
-@MISSING
 def test_decision_transformer_stateful_wrapper(pendulum, workdir) -> None:
     dataset, env = pendulum
     dt = offrl.algos.DecisionTransformerConfig(batch_size=4, context_size=5).create(device="cpu:0")
@@ -54,7 +42,6 @@ def test_decision_transformer_stateful_wrapper(pendulum, workdir) -> None:
     actor.reset()
 
 
-@MISSING
 def test_decision_transformer_with_action_sampler(pendulum, workdir) -> None:
     dataset, env = pendulum
     dt = offrl.algos.DecisionTransformerConfig(batch_size=4, context_size=5).create(device="cpu:0")
