@@ -859,8 +859,15 @@ class QLearningAlgoBase:
             ) from None
 
     def copy_policy_from(self, algo: "QLearningAlgoBase") -> None:
-        """Copy the policy network's parameters from ``algo``."""
+        """Copy the policy network's parameters from ``algo``; a target
+        policy (DDPG, TD3, ...) gets ``algo``'s target policy, or its policy
+        when it has none, so that finetuning does not bootstrap from a
+        random target."""
         self._copy_module(algo, self._policy_module, algo._policy_module, "policy")
+        mine = f"targ_{self._policy_module}"
+        if mine in self._nets:
+            theirs = f"targ_{algo._policy_module}"
+            self._copy_module(algo, mine, theirs if theirs in algo._nets else algo._policy_module, "target policy")
 
     def copy_q_function_from(self, algo: "QLearningAlgoBase") -> None:
         """Copy the Q-functions (and target Q-functions) from ``algo``."""
