@@ -69,9 +69,18 @@ def reference_arrays(data: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     actions = data["actions"]
     if actions.ndim == 1:
         actions = actions.reshape(-1, 1)
+    next_actions = np.zeros_like(actions)  # the action logged at s' (ReBRAC's critic penalty)
+    next_actions[:-1] = actions[1:]
+    next_actions[end] = 0
+    returns = np.zeros(len(obs), dtype=np.float64)  # discounted (0.99) returns-to-go (CalQL), once
+    running = 0.0
+    for t in range(len(obs) - 1, -1, -1):
+        running = float(data["rewards"][t]) + (0.0 if end[t] else 0.99 * running)
+        returns[t] = running
     return {
         "observations": obs[keep], "actions": actions[keep], "rewards": data["rewards"][keep],
         "next_observations": next_obs[keep], "terminals": data["terminals"][keep],
+        "next_actions": next_actions[keep], "returns_to_go": returns[keep].astype(np.float32),
     }
 
 

@@ -33,7 +33,8 @@ Other plain-torch choices, made for speed and stated here:
   extra small op).
 
 Every class has ``update(obs, actions, rewards, next_obs, terminals)`` on
-torch tensors; :class:`NumpySampler` produces those.
+torch tensors (followed by the tensors its ``extras`` names, when it has
+them); :class:`NumpySampler` produces those.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class NumpySampler:
     ``rng.integers`` draw and five fancy-index gathers per batch."""
 
     def __init__(self, observations: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-                 next_observations: np.ndarray, terminals: np.ndarray, seed: int = 1) -> None:
+                 next_observations: np.ndarray, terminals: np.ndarray, seed: int = 1, **extras: np.ndarray) -> None:
         self.observations = np.ascontiguousarray(observations, dtype=np.float32)
         self.actions = np.ascontiguousarray(actions)
         self.rewards = np.ascontiguousarray(rewards, dtype=np.float32).reshape(-1, 1)
@@ -71,8 +72,11 @@ class NumpySampler:
         self.terminals = np.ascontiguousarray(terminals, dtype=np.float32).reshape(-1, 1)
         self.size = self.observations.shape[0]
         self.rng = np.random.default_rng(seed)
+        # per-row arrays some references also take (next_actions, returns_to_go), (T, ...) float32
+        self.extras = {k: np.ascontiguousarray(v, dtype=np.float32).reshape(self.size, -1) for k, v in extras.items()}
 
-    def sample(self, batch_size: int) -> Tuple[torch.Tensor, ...]:
+    def sample(self, batch_size: int, extras: Sequence[str] = ()) -> Tuple[torch.Tensor, ...]:
+        """The five tensors every reference takes, then ``extras`` by name."""
         idx = self.rng.integers(0, self.size, size=batch_size)
         return (
             torch.from_numpy(self.observations[idx]),
@@ -80,7 +84,7 @@ class NumpySampler:
             torch.from_numpy(self.rewards[idx]),
             torch.from_numpy(self.next_observations[idx]),
             torch.from_numpy(self.terminals[idx]),
-        )
+        ) + tuple(torch.from_numpy(self.extras[name][idx]) for name in extras)
 
 
 # ----------------------------------------------------------------- models
@@ -435,6 +439,7 @@ class RefCQL(_SACBase):
         repeated_obs = obs.repeat_interleave(n, dim=0).repeat(3, 1)
         sampled_q = self.q(repeated_obs, sampled_actions).view(-1, 3, batch, n)
         sampled_q = sampled_q.permute(0, 2, 1, 3).reshape(-1, batch, 3 * n)
+        sampled_q = self.sampled_values(sampled_q, n)
         logsumexp = torch.logsumexp(sampled_q - log_probs, dim=2)  # (E, B)
         data_q = self.q(obs, actions)  # (E, B, 1)
         conservative = 5.0 * ((logsumexp - data_q.squeeze(-1)).mean(dim=1) - 10.0)  # (E,)
@@ -455,6 +460,77 @@ class RefCQL(_SACBase):
         metrics = self.actor_temperature_step(obs)
         polyak(self.targ_q, self.q, 0.005)
         return {"critic_loss": critic_loss.detach(), "alpha": alpha, **metrics}
+
+    def sampled_values(self, sampled_q: torch.Tensor, n: int) -> torch.Tensor:
+        """``(E, B, 3n)`` critic values at [pi(s), pi(s'), uniform] samples."""
+        return sampled_q
+
+
+class RefCalQL(RefCQL):
+    """Cal-QL (Nakamoto et al. 2023) as offrl computes it: RefCQL with the
+    2n policy-sampled values clipped from below by the transition's
+    Monte-Carlo return-to-go (gamma 0.99; precomputed once per row here,
+    where offrl sums each batch's remaining rewards)."""
+
+    extras = ("returns_to_go",)
+
+    def update(self, obs, actions, rewards, next_obs, terminals, returns_to_go, step: int) -> Dict[str, torch.Tensor]:
+        self.bound = returns_to_go.view(1, -1, 1)
+        return super().update(obs, actions, rewards, next_obs, terminals, step)
+
+    def sampled_values(self, sampled_q: torch.Tensor, n: int) -> torch.Tensor:
+        return torch.cat([torch.maximum(sampled_q[:, :, : 2 * n], self.bound), sampled_q[:, :, 2 * n :]], dim=2)
+
+
+class RefReBRAC:
+    """ReBRAC (Tarasov et al. 2023) at d3rlpy's defaults: batch 1024, lr 1e-3,
+    2 critics, tau 0.005, target noise 0.2 clipped at 0.5, actor_beta 0.001,
+    critic_beta 0.01 (penalty ||a' - a'_D||^2 in the target), actor loss
+    -Q_min / mean|Q_min| + beta_1 ||pi(s) - a||^2, actor and targets every 2nd step."""
+
+    batch_size = 1024
+    n_critics = 2
+    extras = ("next_actions",)
+
+    def __init__(self, obs_dim: int, action_dim: int, critics: str = "batched", gamma: float = 0.99,
+                 fused_adam: bool = False) -> None:
+        self.gamma = gamma
+        self.policy = mlp(obs_dim, action_dim)
+        self.targ_policy = frozen_copy(self.policy)
+        self.q = make_critics(critics, 2, obs_dim + action_dim)
+        self.targ_q = frozen_copy(self.q)
+        self.actor_optim = adam(self.policy.parameters(), 1e-3, fused_adam)
+        self.critic_optim = adam(self.q.parameters(), 1e-3, fused_adam)
+        self.critic_params = list(self.q.parameters())
+        self.actor_loss = torch.zeros(())
+
+    def update(self, obs, actions, rewards, next_obs, terminals, next_data_actions, step: int) -> Dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_actions = torch.tanh(self.targ_policy(next_obs))
+            noise = (torch.randn_like(next_actions) * 0.2).clamp(-0.5, 0.5)
+            next_actions = (next_actions + noise).clamp(-1.0, 1.0)
+            penalty = ((next_actions - next_data_actions) ** 2).sum(dim=1, keepdim=True)
+            next_q = self.targ_q(next_obs, next_actions).min(dim=0).values - 0.01 * penalty  # (B, 1)
+            target = rewards + self.gamma * (1.0 - terminals) * next_q
+        critic_loss = ((self.q(obs, actions) - target) ** 2).mean(dim=(1, 2)).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+        if step % 2 == 0:
+            set_requires_grad(self.critic_params, False)
+            policy_actions = torch.tanh(self.policy(obs))
+            q_min = self.q(obs, policy_actions).min(dim=0).values
+            lam = 1.0 / q_min.abs().mean().detach()
+            bc = ((policy_actions - actions) ** 2).sum(dim=1, keepdim=True)
+            actor_loss = (-lam * q_min + 0.001 * bc).mean()
+            self.actor_optim.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_optim.step()
+            set_requires_grad(self.critic_params, True)
+            polyak(self.targ_q, self.q, 0.005)
+            polyak(self.targ_policy, self.policy, 0.005)
+            self.actor_loss = actor_loss.detach()
+        return {"critic_loss": critic_loss.detach(), "actor_loss": self.actor_loss}
 
 
 class RefDQN:
@@ -657,6 +733,8 @@ REFERENCES = {
     "IQL": RefIQL,
     "SAC": RefSAC,
     "CQL": RefCQL,
+    "CalQL": RefCalQL,
+    "ReBRAC": RefReBRAC,
     "DQN": RefDQN,
     "DiscreteCQL": RefDiscreteCQL,
     "DDPG": RefDDPG,

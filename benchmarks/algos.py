@@ -104,6 +104,8 @@ ALGOS: Tuple[AlgoSpec, ...] = (
     AlgoSpec("TD3", "offrl.algos.td3", "TD3Config", "pendulum", float("nan"), 1.5),
     AlgoSpec("NFQ", "offrl.algos.nfq", "NFQConfig", "cartpole", float("nan"), 1.5),
     AlgoSpec("DiscreteSAC", "offrl.algos.discrete_sac", "DiscreteSACConfig", "cartpole", float("nan"), 1.5),
+    AlgoSpec("CalQL", "offrl.algos.calql", "CalQLConfig", "pendulum", float("nan"), 1.3),
+    AlgoSpec("ReBRAC", "offrl.algos.rebrac", "ReBRACConfig", "pendulum", float("nan"), 1.5),
 )
 SPECS = {s.name: s for s in ALGOS}
 
@@ -204,7 +206,7 @@ def measure_offrl_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, O
 
         def ref_run(k: int, reference=reference, state={"step": 0}) -> None:
             for _ in range(k):
-                reference.update(*sampler.sample(batch_size), state["step"])
+                reference.update(*sampler.sample(batch_size, getattr(reference, "extras", ())), state["step"])
                 state["step"] += 1
 
         warm_up(ref_run, settings.warmup)

@@ -48,6 +48,8 @@ ALGOS = {
     "DiscreteSAC": ("cartpole", 10_000, 2_000),
     "DDPG": ("pendulum", 5_000, 1_000),
     "TD3": ("pendulum", 5_000, 1_000),
+    "CalQL": ("pendulum", 2_000, 300),
+    "ReBRAC": ("pendulum", 5_000, 1_000),
 }
 ENV_IDS = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1"}
 N_EVAL_EPISODES = 10
