@@ -39,6 +39,7 @@ from .explorers import (
 from .hooks import LinearInterpolationHook, combine_callbacks, set_config, set_learning_rate
 from .iql import IQL, IQLConfig
 from .nfq import NFQ, NFQConfig
+from .plas import PLAS, PLASConfig, PLASWithPerturbation, PLASWithPerturbationConfig
 from .prdc import PRDC, PRDCConfig
 from .random_policy import DiscreteRandomPolicy, DiscreteRandomPolicyConfig, RandomPolicy, RandomPolicyConfig
 from .rebrac import ReBRAC, ReBRACConfig
@@ -104,6 +105,10 @@ __all__ = [
     "CalQL",
     "ReBRACConfig",
     "ReBRAC",
+    "PLASConfig",
+    "PLAS",
+    "PLASWithPerturbationConfig",
+    "PLASWithPerturbation",
     "PRDCConfig",
     "PRDC",
     "RandomPolicyConfig",

@@ -1,0 +1,282 @@
+"""Policy in the Latent Action Space (PLAS), with and without perturbation.
+
+PLAS (Zhou, Bajracharya and Held, 2020, "PLAS: Latent Action Space for
+Offline Reinforcement Learning", https://arxiv.org/abs/2011.07213) keeps
+the policy on the support of the data by letting it choose a *latent*
+action that a conditional VAE of the logged actions
+(:class:`offrl.models.vae.ConditionalVAE`, latent size ``2 * action_size``)
+decodes:
+
+    z(s)  = max_latent * tanh(f_phi(s))                  (max_latent = 2)
+    a(s)  = tanh(D(s, z(s)))                             (the VAE's decoder)
+
+Training has two phases:
+
+* for the first ``warmup_steps`` steps only the VAE learns, on the β-weighted
+  negative ELBO ``E ||D(s, z) - a||^2 / A + beta * KL(q(z | s, a) || N(0, I))``
+  (``vae_loss``);
+* then, every step, the twin critics and the latent policy (DDPG's order
+  and Polyak averaging with ``tau``; the VAE stays fixed):
+
+      a'     = tanh(D(s', z'(s')))                      (target latent policy)
+      y      = r + gamma^k (1 - d) [ lam min_j Q'_j(s', a') + (1 - lam) max_j Q'_j(s', a') ]
+      L_Q    = sum_i E [ l(y - Q_i(s, a)) ]
+      L_pi   = -E_s [ Q_1(s, a(s)) ]                     (gradients through the decoder)
+
+PLASWithPerturbation adds BCQ's perturbation actor ``xi`` on the decoded
+action (``clip(a + action_flexibility * tanh(g(s, a)), -1, 1)``, trained
+with the latent policy by the same optimizer, with its own target copy):
+the acted, bootstrapped and optimised action is ``xi(s, a(s))``.
+
+Every step reports ``vae_loss``, ``critic_loss`` and ``actor_loss``: the
+loss of the phase not running is its last value (0 before it first runs),
+as the logging loop needs one set of names.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Dict
+
+import torch
+from torch import nn
+
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.perturbation import create_perturbation_actor
+from ..models.policies import DeterministicPolicy
+from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..models.vae import create_conditional_vae
+from ..serialization import register
+from ._common import freeze, no_param_grads, soft_update
+from .config import (
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    UNIT_INTERVAL,
+    UNIT_INTERVAL_OPEN_LOW,
+    LearnableConfig,
+    instance_of,
+    param,
+)
+from .ddpg import DDPG
+
+__all__ = ["PLASConfig", "PLAS", "PLASWithPerturbationConfig", "PLASWithPerturbation", "MAX_LATENT"]
+
+#: the latent policy's range, ``[-MAX_LATENT, MAX_LATENT]`` per latent dimension (the paper's and d3rlpy's 2)
+MAX_LATENT = 2.0
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class PLASConfig(LearnableConfig):
+    """Config of PLAS (details in the module docstring).
+
+    Loss:
+        VAE (first ``warmup_steps`` steps) E ||D(s, z) − a||² / A + β KL(q(z | s, a) || N(0, I));
+        critics Σ_i E [ ℓ(r + γ^k (1 − d) (λ min_j Q'_j(s', a') + (1 − λ) max_j Q'_j(s', a')) − Q_i(s, a)) ],
+                a' = D(s', 2 tanh(f'(s')));
+        actor   −E_s [ Q_1(s, D(s, 2 tanh(f(s)))) ].
+
+    Defaults:
+        d3rlpy 2.8.1's: batch_size=100, actor 1e-4, critic 1e-3, imitator
+        (VAE) 1e-4 learning rates, tau=0.005, two critics, lam=0.75,
+        beta=0.5, warmup_steps=500000 (the paper pre-trains the VAE for
+        500k steps too). d3rlpy builds the VAE's optimizer with
+        ``critic_optim_factory``; offrl uses ``imitator_optim_factory``, the
+        field meant for it (both default to Adam).
+
+    References:
+        Zhou, Bajracharya and Held, "PLAS: Latent Action Space for Offline
+        Reinforcement Learning", 2020, arXiv:2011.07213.
+
+    Args:
+        actor_learning_rate: learning rate of the latent policy.
+        critic_learning_rate: learning rate of the Q-functions.
+        imitator_learning_rate: learning rate of the conditional VAE.
+        actor_optim_factory: optimizer of the policy (Adam).
+        critic_optim_factory: optimizer of the Q-functions (Adam).
+        imitator_optim_factory: optimizer of the VAE (Adam).
+        actor_encoder_factory: encoder of the policy.
+        critic_encoder_factory: encoder of the Q-functions.
+        imitator_encoder_factory: encoder of the VAE's encoder and decoder.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        tau: Polyak averaging factor of the target networks.
+        n_critics: number of Q-functions.
+        lam: weight of the critics' minimum against their maximum in the target.
+        warmup_steps: steps that train only the VAE, before the critics and policy.
+        beta: weight of the KL term of the VAE's loss.
+    """
+
+    batch_size: int = param(100, check=POSITIVE_INT)
+    actor_learning_rate: float = param(1e-4, check=POSITIVE)
+    critic_learning_rate: float = param(1e-3, check=POSITIVE)
+    imitator_learning_rate: float = param(1e-4, check=POSITIVE)
+    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    imitator_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    imitator_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
+    n_critics: int = param(2, check=POSITIVE_INT)
+    lam: float = param(0.75, check=UNIT_INTERVAL)
+    warmup_steps: int = param(500000, check=NON_NEGATIVE_INT)
+    beta: float = param(0.5, check=NON_NEGATIVE)
+
+    @staticmethod
+    def get_type() -> str:
+        return "plas"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return PLAS
+
+
+@register("algorithm")
+@dataclasses.dataclass
+class PLASWithPerturbationConfig(PLASConfig):
+    """Config of PLAS with a perturbation actor (details in the module docstring).
+
+    Loss:
+        VAE as PLAS; critics as PLAS with a' = ξ'(s', D(s', 2 tanh(f'(s'))));
+        actor −E_s [ Q_1(s, ξ(s, D(s, 2 tanh(f(s))))) ] over the latent
+        policy and the perturbation actor ξ(s, a) = clip(a + Φ tanh(g(s, a)), −1, 1).
+
+    Defaults:
+        PLAS's, and action_flexibility Φ = 0.05 (d3rlpy 2.8.1's and the paper's).
+
+    References:
+        Zhou, Bajracharya and Held, "PLAS: Latent Action Space for Offline
+        Reinforcement Learning", 2020, arXiv:2011.07213; Fujimoto, Meger and
+        Precup, "Off-Policy Deep Reinforcement Learning without
+        Exploration", 2019, arXiv:1812.02900.
+
+    Args:
+        action_flexibility: largest change the perturbation actor makes to
+            each decoded action dimension (in the normalised range [-1, 1]).
+    """
+
+    action_flexibility: float = param(0.05, check=NON_NEGATIVE)
+
+    @staticmethod
+    def get_type() -> str:
+        return "plas_with_perturbation"
+
+    @classmethod
+    def algorithm_class(cls) -> type:
+        return PLASWithPerturbation
+
+
+class LatentPolicy(nn.Module):
+    """The acting policy of PLAS: ``x -> tanh(D(x, MAX_LATENT * pi(x)))``,
+    then the perturbation actor when there is one (exported as is)."""
+
+    def __init__(self, policy: nn.Module, vae: nn.Module, perturbation: Any = None) -> None:
+        super().__init__()
+        self.policy = policy
+        self.vae = vae
+        self.perturbation = perturbation
+
+    def forward(self, x: Any) -> torch.Tensor:
+        action = self.vae.decode(x, MAX_LATENT * self.policy(x))
+        if self.perturbation is not None:
+            action = self.perturbation(x, action)
+        return action
+
+
+class PLAS(DDPG):
+    """PLAS (see the module docstring): DDPG whose policy acts in the latent
+    space of a conditional VAE pre-trained for ``warmup_steps``."""
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        cfg = self._config
+        latent_size = 2 * action_size
+        encoder = cfg.actor_encoder_factory.create(observation_shape)
+        policy = DeterministicPolicy(encoder, compute_output_size(encoder, observation_shape), latent_size)
+        q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
+        vae = create_conditional_vae(cfg.imitator_encoder_factory, observation_shape, action_size, latent_size)
+        self._add_module("policy", policy)
+        self._add_module("targ_policy", freeze(copy.deepcopy(policy)))
+        self._add_module("q_function", q)
+        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
+        self._add_module("vae", vae)
+        actors = [policy]
+        perturbation = self._build_perturbation(observation_shape, action_size)
+        if perturbation is not None:
+            self._add_module("perturbation", perturbation)
+            self._add_module("targ_perturbation", freeze(copy.deepcopy(perturbation)))
+            actors.append(perturbation)
+        self._add_optimizer("actor_optim", cfg.actor_optim_factory, actors, cfg.actor_learning_rate)
+        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
+        self._add_optimizer("imitator_optim", cfg.imitator_optim_factory, [vae], cfg.imitator_learning_rate)
+        zero = torch.zeros((), device=self._device)
+        self._last_actor_loss = self._last_critic_loss = self._last_vae_loss = zero
+
+    def _build_perturbation(self, observation_shape, action_size: int) -> Any:
+        """The perturbation actor (``None``: plain PLAS)."""
+        return None
+
+    def _perturb(self, name: str, x: Any, action: torch.Tensor) -> torch.Tensor:
+        """``action`` through the perturbation actor ``name`` (identity in PLAS)."""
+        return action
+
+    def _decode(self, x: Any, latent_policy_output: torch.Tensor) -> torch.Tensor:
+        return self._nets["vae"].decode(x, MAX_LATENT * latent_policy_output)
+
+    # ------------------------------------------------------------- hooks
+    def _target_actions(self, next_observations: Any) -> torch.Tensor:
+        action = self._decode(next_observations, self._nets["targ_policy"](next_observations))
+        return self._perturb("targ_perturbation", next_observations, action)
+
+    def _next_value(self, batch: Any, next_actions: torch.Tensor) -> torch.Tensor:
+        """``lam * min_j Q'_j + (1 - lam) * max_j Q'_j`` at ``s'`` (no gradient)."""
+        targ_q = self._nets["targ_q_function"]
+        next_dist, _ = targ_q.at_action(batch.next_observations, next_actions)
+        lam = float(self._config.lam)
+        return lam * targ_q.reduce(next_dist, "min") + (1.0 - lam) * targ_q.reduce(next_dist, "max")
+
+    def _actor_loss(self, batch: Any, policy_actions: torch.Tensor) -> torch.Tensor:
+        # gradients flow through the (fixed) decoder to the latent action
+        with no_param_grads(self._nets["vae"]):
+            action = self._decode(batch.observations, policy_actions)
+        action = self._perturb("perturbation", batch.observations, action)
+        return -self._nets["q_function"].expected(batch.observations, action)[0].mean()
+
+    def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        if grad_step < int(self._config.warmup_steps):
+            loss, _, _ = self._nets["vae"].loss(batch.observations, batch.actions, float(self._config.beta))
+            optim = self._optims["imitator_optim"]
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            self._last_vae_loss = loss.detach()
+        else:
+            losses = super()._update(batch, grad_step)
+            self._last_critic_loss = losses["critic_loss"]
+            if "perturbation" in self._nets:
+                soft_update(self._nets["targ_perturbation"], self._nets["perturbation"], float(self._config.tau))
+        return {"vae_loss": self._last_vae_loss, "critic_loss": self._last_critic_loss, "actor_loss": self._last_actor_loss}
+
+    # ---------------------------------------------------------- acting
+    def _predict(self, x) -> torch.Tensor:
+        return self._perturb("perturbation", x, self._decode(x, self._nets["policy"](x)))
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        return LatentPolicy(self._nets["policy"], self._nets["vae"], self._nets["perturbation"] if "perturbation" in self._nets else None)
+
+
+class PLASWithPerturbation(PLAS):
+    """PLAS with BCQ's perturbation actor on the decoded action (see the
+    module docstring)."""
+
+    def _build_perturbation(self, observation_shape, action_size: int) -> Any:
+        cfg = self._config
+        return create_perturbation_actor(cfg.actor_encoder_factory, observation_shape, action_size, float(cfg.action_flexibility))
+
+    def _perturb(self, name: str, x: Any, action: torch.Tensor) -> torch.Tensor:
+        return self._nets[name](x, action)
