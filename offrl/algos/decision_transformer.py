@@ -557,7 +557,7 @@ class DecisionTransformer(TransformerAlgoBase):
         return {"loss": loss.detach()}
 
     def _predict_sequence(self, observations, actions, returns_to_go, timesteps) -> torch.Tensor:
-        return self._nets["transformer"](observations, actions, returns_to_go, timesteps)[:, -1]
+        return self._nets["transformer"](observations, actions, returns_to_go, timesteps, last_only=True)[:, -1]
 
 
 # ---------------------------------------------- Discrete Decision Transformer
@@ -685,7 +685,7 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
         return {"loss": loss.detach(), "learning_rate": torch.tensor(lr)}
 
     def _predict_sequence(self, observations, actions, returns_to_go, timesteps) -> torch.Tensor:
-        return self._nets["transformer"](observations, actions, returns_to_go, timesteps)[:, -1]
+        return self._nets["transformer"](observations, actions, returns_to_go, timesteps, last_only=True)[:, -1]
 
 
 # ----------------------------------------------------------------------- TACR

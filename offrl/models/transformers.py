@@ -23,7 +23,7 @@ returns-to-go ``(B, L, 1)``, timesteps ``(B, L)`` int64.
 
 from __future__ import annotations
 
-from typing import Any, List, Union
+from typing import Any, List, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -79,6 +79,22 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).reshape(batch, tokens, hidden)
         return self.resid_dropout(self.proj(y))
 
+    def forward_at(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """The outputs at the token positions ``index`` only (ascending):
+        every token is still a key and value, the causal rule is kept
+        (position ``p`` attends to tokens ``<= p``). Equal to
+        ``forward(x)[:, index]`` for less work."""
+        batch, tokens, hidden = x.shape
+        heads, size = self.num_heads, hidden // self.num_heads
+        weight, bias = self.qkv.weight, self.qkv.bias
+        q = F.linear(x[:, index], weight[:hidden], bias[:hidden]).view(batch, -1, heads, size).transpose(1, 2)
+        k, v = F.linear(x, weight[hidden:], bias[hidden:]).view(batch, tokens, 2, heads, size).permute(2, 0, 3, 1, 4)
+        mask = index[:, None] >= torch.arange(tokens, device=x.device)[None, :]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           dropout_p=self.attn_dropout if self.training else 0.0)
+        y = y.transpose(1, 2).reshape(batch, index.shape[0], hidden)
+        return self.resid_dropout(self.proj(y))
+
 
 class GPTBlock(nn.Module):
     """Pre-norm transformer block: ``x + attn(LN(x))``, then ``x + MLP(LN(x))``
@@ -97,6 +113,12 @@ class GPTBlock(nn.Module):
         x = x + self.attention(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
+    def forward_at(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``forward(x)[:, index]``, computing the queries, residuals and MLP
+        at those positions only."""
+        y = x[:, index] + self.attention.forward_at(self.ln1(x), index)
+        return y + self.mlp(self.ln2(y))
+
 
 class GPT2(nn.Module):
     """Embedding dropout, ``num_layers`` causal blocks and a final layer norm
@@ -110,8 +132,17 @@ class GPT2(nn.Module):
                                       for _ in range(num_layers)])
         self.ln = nn.LayerNorm(hidden_size, eps=BLOCK_LAYER_NORM_EPS)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ln(self.blocks(self.dropout(x)))
+    def forward(self, x: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Outputs at every token, or at the positions ``index`` only (the
+        last block then works on those positions alone: exact, and cheaper
+        when a caller reads a few tokens)."""
+        x = self.dropout(x)
+        if index is None:
+            return self.ln(self.blocks(x))
+        blocks = list(self.blocks)
+        for block in blocks[:-1]:
+            x = block(x)
+        return self.ln(blocks[-1].forward_at(x, index))
 
 
 class PositionEncoding(nn.Module):
@@ -187,9 +218,11 @@ class _DecisionTransformerBase(nn.Module):
         return tokens
 
     def state_features(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
-                       timesteps: torch.Tensor) -> torch.Tensor:
+                       timesteps: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """``(B, L, hidden)`` outputs at the observation tokens (they have
-        seen the step's return-to-go and observation, and earlier steps)."""
+        seen the step's return-to-go and observation, and earlier steps);
+        ``(B, 1, hidden)``, the last step's, with ``last_only``. The last
+        step's action token is never read, so it is left out."""
         first = observations[0] if isinstance(observations, (list, tuple)) else observations
         batch, length = first.shape[0], first.shape[1]
         position = self.position_encoding(timesteps)
@@ -199,8 +232,10 @@ class _DecisionTransformerBase(nn.Module):
         rtg_tokens = act(self.rtg_embed(returns_to_go)) + position
         # (B, L, 3, H) -> (B, 3L, H): R_1, s_1, a_1, R_2, ...
         tokens = torch.stack([rtg_tokens, obs_tokens, action_tokens], dim=2).reshape(batch, 3 * length, -1)
-        hidden = self.gpt(self._post_embed(tokens))
-        return hidden.view(batch, length, 3, -1)[:, :, 1]
+        tokens = tokens[:, : 3 * length - 1]
+        start = 3 * length - 2 if last_only else 1
+        index = torch.arange(start, 3 * length - 1, 3, device=tokens.device)
+        return self.gpt(self._post_embed(tokens), index)
 
 
 class ContinuousDecisionTransformer(_DecisionTransformerBase):
@@ -223,8 +258,8 @@ class ContinuousDecisionTransformer(_DecisionTransformerBase):
         return self.embed_ln(tokens)
 
     def forward(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
-                timesteps: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.output(self.state_features(observations, actions, returns_to_go, timesteps)))
+                timesteps: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        return torch.tanh(self.output(self.state_features(observations, actions, returns_to_go, timesteps, last_only)))
 
 
 class DiscreteDecisionTransformer(_DecisionTransformerBase):
@@ -251,5 +286,5 @@ class DiscreteDecisionTransformer(_DecisionTransformerBase):
         return self.embed_activation(tokens)
 
     def forward(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
-                timesteps: torch.Tensor) -> torch.Tensor:
-        return self.output(self.state_features(observations, actions, returns_to_go, timesteps))
+                timesteps: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        return self.output(self.state_features(observations, actions, returns_to_go, timesteps, last_only))

@@ -103,7 +103,8 @@ def test_discrete_decision_transformer_cross_entropy_and_token_schedule():
     before = copy.deepcopy(algo.modules["transformer"])
     batch = _hand_batch(True)
     obs, actions, rtg, steps = _inputs(batch)
-    logits = before(obs, actions, rtg, steps)
+    with torch.no_grad():
+        logits = before(obs, actions, rtg, steps)
     terms = []
     for b, t in _valid_steps(batch):
         row = [float(v) for v in logits[b, t]]

@@ -57,6 +57,20 @@ def test_attention_equals_masked_softmax_loop(batch, tokens, heads, seed):
         torch.testing.assert_close(attn(x), _naive_attention(attn, x), rtol=1e-9, atol=1e-9)
 
 
+@settings(max_examples=25, deadline=None)
+@given(tokens=st.integers(1, 9), picks=st.lists(st.integers(0, 8), min_size=1, max_size=9), layers=st.integers(1, 3),
+       seed=st.integers(0, 10_000))
+def test_outputs_at_chosen_positions_equal_the_full_computation(tokens, picks, layers, seed):
+    """``GPT2(x, index)`` (the last block computed at ``index`` only) equals
+    the full stack's outputs at ``index``."""
+    index = torch.tensor(sorted({p % tokens for p in picks}))
+    torch.manual_seed(seed)
+    gpt = GPT2(8, 2, layers, 0.0, 0.0, 0.0, "relu").eval()
+    x = torch.randn(2, tokens, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(gpt(x, index), gpt(x)[:, index], rtol=1e-5, atol=1e-6)
+
+
 def test_attention_heads_must_divide_the_width():
     with pytest.raises(ValueError, match="num_heads=3"):
         CausalSelfAttention(8, 3, 0.0, 0.0)
@@ -162,6 +176,18 @@ def test_step_sees_its_return_and_observation_but_not_its_action(discrete, kind)
             out = model(o, actions, r, timesteps)
             torch.testing.assert_close(out[:, :t], base[:, :t], rtol=1e-6, atol=1e-6)
             assert not torch.allclose(out[:, t], base[:, t]), field
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_last_only_equals_the_last_step_of_the_full_output(discrete):
+    model = _discrete() if discrete else _continuous()
+    with torch.no_grad():
+        for length in (1, 3, 6):
+            obs, actions, rtg, timesteps = _window(discrete, length=length)
+            full = model(obs, actions, rtg, timesteps)
+            last = model(obs, actions, rtg, timesteps, last_only=True)
+            assert last.shape == (2, 1, full.shape[-1])
+            torch.testing.assert_close(last[:, 0], full[:, -1], rtol=1e-5, atol=1e-6)
 
 
 def test_continuous_output_is_in_the_unit_box_and_discrete_gives_logits():

@@ -1,0 +1,208 @@
+"""Decision Transformer family: update throughput and stateful-policy latency,
+offrl beside d3rlpy 2.x.
+
+    python benchmarks/transformers.py --quick --d3rlpy-python /path/to/venv/bin/python
+    python benchmarks/transformers.py --only DecisionTransformer --no-d3rlpy
+
+For each algorithm at its documented defaults (``context_size=20``; batch
+size, heads and layers as the config's defaults) on the same synthetic
+dataset (50 episodes of 200 steps, 17-dim observations, 6-dim continuous
+or 4 discrete actions, built from the same seed on both sides):
+
+* **updates/s**: ``dataset.sample_trajectory_batch(batch_size, 20)`` then
+  ``algo.update(batch)``, the public d3rlpy-style step (trajectory sampling
+  included); offrl's ``training_step`` (what ``fit`` runs: losses stay
+  tensors) is reported beside it;
+* **wrapper predict latency**: one ``as_stateful_wrapper(...).predict(
+  observation, reward)`` call per environment step with a full context of
+  20 steps (the wrapper is reset every 500 steps).
+
+The d3rlpy side runs in its own interpreter (this file with ``--backend
+d3rlpy --json``) and never imports offrl; its figures are measured right
+after offrl's, not interleaved, so the load average printed with the
+report matters (the machines are shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from _harness import (FULL, QUICK, SEED, add_common_args, check_threads, d3rlpy_interpreter, fmt, log, parse_only,
+                      print_load, print_table, quiet_d3rlpy, run_json, run_rounds, set_threads, time_per_call,
+                      worker_main)
+
+ALGOS = ("DecisionTransformer", "DiscreteDecisionTransformer", "TACR")
+#: issue 18's targets: offrl / d3rlpy updates per second, d3rlpy / offrl latency
+UPDATE_TARGET = 1.5
+LATENCY_TARGET = 2.0
+N_EPISODES, EPISODE_LENGTH, OBSERVATION_SIZE, ACTION_SIZE, N_DISCRETE = 50, 200, 17, 6, 4
+CONTEXT_SIZE = 20
+
+
+def make_arrays(discrete: bool) -> Dict[str, np.ndarray]:
+    """The synthetic dataset as arrays (the same on both sides)."""
+    rng = np.random.default_rng(SEED)
+    n = N_EPISODES * EPISODE_LENGTH
+    observations = rng.normal(size=(n, OBSERVATION_SIZE)).astype(np.float32)
+    if discrete:
+        actions = rng.integers(0, N_DISCRETE, size=(n, 1))
+    else:
+        actions = rng.uniform(-1.0, 1.0, size=(n, ACTION_SIZE)).astype(np.float32)
+    rewards = rng.normal(size=(n, 1)).astype(np.float32)
+    terminals = np.zeros(n, dtype=np.float32)
+    terminals[EPISODE_LENGTH - 1::EPISODE_LENGTH] = 1.0
+    return {"observations": observations, "actions": actions, "rewards": rewards, "terminals": terminals}
+
+
+def build(backend: str, name: str) -> tuple:
+    """``(algo, dataset)`` of ``backend`` ("offrl" or "d3rlpy"), built."""
+    discrete = name == "DiscreteDecisionTransformer"
+    arrays = make_arrays(discrete)
+    if backend == "offrl":
+        import offrl as lib
+
+        lib.seed(SEED)
+        dataset = lib.dataset.MDPDataset(arrays["observations"], arrays["actions"], arrays["rewards"],
+                                         arrays["terminals"], action_size=N_DISCRETE if discrete else None)
+    else:
+        import d3rlpy as lib
+
+        lib.seed(SEED)
+        kwargs = {"action_space": lib.ActionSpace.DISCRETE, "action_size": N_DISCRETE} if discrete else {}
+        dataset = lib.dataset.MDPDataset(arrays["observations"], arrays["actions"], arrays["rewards"],
+                                         arrays["terminals"], **kwargs)
+    config = getattr(lib.algos, f"{name}Config")()
+    algo = config.create(device="cpu:0")
+    algo.build_with_dataset(dataset)
+    return algo, dataset
+
+
+def measure_one(backend: str, name: str, quick: bool) -> dict:
+    settings = QUICK if quick else FULL
+    algo, dataset = build(backend, name)
+    batch_size = int(algo.config.batch_size)
+
+    def public(k: int) -> None:
+        for _ in range(k):
+            algo.update(dataset.sample_trajectory_batch(batch_size, CONTEXT_SIZE))
+
+    variants = {"update": public}
+    if backend == "offrl":
+        def fast(k: int) -> None:
+            for _ in range(k):
+                algo.training_step(dataset.sample_trajectory_batch(batch_size, CONTEXT_SIZE))
+
+        variants["training_step"] = fast
+    log(f"[{backend}] {name}: updates/s")
+    rounds = run_rounds(variants, settings.main_round_s, settings.main_rounds, warmup=2)
+    out: Dict[str, Any] = {k: {"ups": 1e3 / v["ms"], "per_round": v["per_round"]} for k, v in rounds.items()}
+
+    log(f"[{backend}] {name}: stateful predict latency")
+    discrete = name == "DiscreteDecisionTransformer"
+    actor = algo.as_stateful_wrapper(target_return=10.0)
+    observations = make_arrays(discrete)["observations"][:500]
+    state = {"t": 0}
+
+    def step() -> None:
+        t = state["t"]
+        if t == 500:
+            actor.reset()
+            t = 0
+        actor.predict(observations[t], 0.1)
+        state["t"] = t + 1
+
+    for _ in range(CONTEXT_SIZE + 5):  # a full context before timing
+        step()
+    latency = time_per_call(step, settings.call_round_s, settings.call_rounds)
+    out["predict_us"] = latency["ms"] * 1e3
+    return out
+
+
+def measure(backend: str, names: Sequence[str], quick: bool, threads: int) -> dict:
+    set_threads(threads)
+    import torch
+
+    out: Dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__, "results": {}}
+    if backend == "d3rlpy":
+        import d3rlpy
+
+        quiet_d3rlpy()
+        out["version"] = d3rlpy.__version__
+    else:
+        import offrl
+
+        out["version"] = offrl.__version__
+    for name in names:
+        try:
+            out["results"][name] = measure_one(backend, name, quick)
+        except Exception as e:  # one failing algorithm should not hide the others' figures
+            out["results"][name] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+def report(o: dict, d: Optional[dict], note: str, names: Sequence[str]) -> None:
+    print(f"offrl {o['version']} (python {o['python']}, torch {o['torch']})")
+    print(f"d3rlpy {d['version']} (python {d['python']}, torch {d['torch']})" if d else f"d3rlpy: {note}")
+    rows: List[List[str]] = []
+    for n in names:
+        r = o["results"][n]
+        dr = (d or {}).get("results", {}).get(n, {})
+        if "error" in r:
+            rows.append([n, "error", "-", "-", "-", "-", r["error"]])
+            continue
+        ups, fast = r["update"]["ups"], r["training_step"]["ups"]
+        d_ups = dr.get("update", {}).get("ups")
+        ratio = ups / d_ups if d_ups else None
+        rows.append([n, fmt(ups), fmt(fast), fmt(d_ups), fmt(ratio, "{:.2f}x"), f">= {UPDATE_TARGET}x",
+                     "-" if ratio is None else ("ok" if ratio >= UPDATE_TARGET else "MISS")])
+    print_table(("algorithm", "offrl update/s", "offrl training_step/s", "d3rlpy update/s", "offrl/d3rlpy", "target",
+                 "result"), rows, title=f"\nupdates per second (context_size={CONTEXT_SIZE}, trajectory sampling included)")
+    rows = []
+    for n in names:
+        r = o["results"][n]
+        if "error" in r:
+            continue
+        dr = (d or {}).get("results", {}).get(n, {})
+        d_us = dr.get("predict_us")
+        ratio = d_us / r["predict_us"] if d_us else None
+        rows.append([n, fmt(r["predict_us"]), fmt(d_us), fmt(ratio, "{:.2f}x"), f">= {LATENCY_TARGET}x",
+                     "-" if ratio is None else ("ok" if ratio >= LATENCY_TARGET else "MISS")])
+    print_table(("algorithm", "offrl us", "d3rlpy us", "d3rlpy/offrl", "target", "result"), rows,
+                title="\nstateful wrapper predict latency per environment step (full context of 20)")
+    for n in names:
+        dr = (d or {}).get("results", {}).get(n, {})
+        if "error" in dr:
+            print(f"{n}: d3rlpy failed: {dr['error']}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(parser, only=ALGOS)
+    parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    check_threads(args, parser)
+    names = parse_only(args.only, ALGOS, parser)
+    if args.backend is not None:  # a worker: measure one side, print JSON
+        return worker_main(lambda: measure(args.backend, names, args.quick, args.threads))
+    print_load("start")
+    offrl_side = measure("offrl", names, args.quick, args.threads)
+    python, note = d3rlpy_interpreter(args)
+    d3rlpy_side = None
+    if python is not None:
+        argv_d = ["--backend", "d3rlpy", "--json", "--only", ",".join(names), "--threads", str(args.threads)]
+        if args.quick:
+            argv_d.append("--quick")
+        d3rlpy_side, note = run_json(python, __file__, argv_d)
+    report(offrl_side, d3rlpy_side, note, names)
+    print_load("end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
