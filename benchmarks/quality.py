@@ -9,7 +9,8 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
 Data (made here with gymnasium, deterministic): CartPole-v1 logged by a
 noisy balancing heuristic (30 % random actions) and Pendulum-v1 logged by a
 noisy energy-pumping swing-up controller. Each algorithm trains with its
-documented default config for the same number of updates in both
+documented default config (PLAS's warm-up shortened to half the
+updates: ``CONFIG_CHANGES``) for the same number of updates in both
 libraries, then its greedy policy is rolled out on the environment
 (10 episodes, fixed seeds). Every (library, algorithm, seed) job runs in
 its own worker process on the same saved arrays, with ``--threads`` torch
@@ -50,6 +51,15 @@ ALGOS = {
     "TD3": ("pendulum", 5_000, 1_000),
     "CalQL": ("pendulum", 2_000, 300),
     "ReBRAC": ("pendulum", 5_000, 1_000),
+    "PRDC": ("pendulum", 5_000, 1_000),
+    "PLAS": ("pendulum", 5_000, 1_000),
+    "PLASWithPerturbation": ("pendulum", 5_000, 1_000),
+}
+#: config changes from the defaults, by the number of updates: the PLAS family's
+#: default warm-up (500,000 VAE-only steps) would leave no policy training here
+CONFIG_CHANGES = {
+    "PLAS": lambda updates: {"warmup_steps": updates // 2},
+    "PLASWithPerturbation": lambda updates: {"warmup_steps": updates // 2},
 }
 ENV_IDS = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1"}
 N_EVAL_EPISODES = 10
@@ -140,7 +150,8 @@ def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int) -> di
     discrete = np.issubdtype(data["actions"].dtype, np.integer)
     dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"],
                          action_size=2 if discrete else None)
-    algo = getattr(offrl.algos, f"{name}Config")().create(device="cpu")
+    changes = CONFIG_CHANGES[name](updates) if name in CONFIG_CHANGES else {}
+    algo = getattr(offrl.algos, f"{name}Config")(**changes).create(device="cpu")
     start = time.perf_counter()
     algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, logger_adapter=NoopAdapterFactory(), show_progress=False)
     seconds = time.perf_counter() - start
@@ -158,7 +169,8 @@ def run_d3rlpy(name: str, data: dict, env_id: str, updates: int, seed: int) -> d
         action_space=d3rlpy.ActionSpace.DISCRETE if discrete else d3rlpy.ActionSpace.CONTINUOUS,
         action_size=2 if discrete else 1,
     )
-    algo = getattr(d3rlpy.algos, f"{name}Config")().create(device="cpu:0")
+    changes = CONFIG_CHANGES[name](updates) if name in CONFIG_CHANGES else {}
+    algo = getattr(d3rlpy.algos, f"{name}Config")(**changes).create(device="cpu:0")
     start = time.perf_counter()
     algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, show_progress=False,
              logger_adapter=d3rlpy.logging.NoopAdapterFactory())
