@@ -5,6 +5,7 @@ from .awac import AWAC, AWACConfig
 from .calql import CalQL, CalQLConfig
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
 from .bcq import BCQ, BCQConfig, DiscreteBCQ, DiscreteBCQConfig
+from .bear import BEAR, BEARConfig
 from .cql import CQL, CQLConfig, DiscreteCQL, DiscreteCQLConfig
 from .crr import CRR, CRRConfig
 from .ddpg import DDPG, DDPGConfig
@@ -83,6 +84,8 @@ __all__ = [
     "BCQ",
     "DiscreteBCQConfig",
     "DiscreteBCQ",
+    "BEARConfig",
+    "BEAR",
     "DecisionTransformerConfig",
     "DecisionTransformer",
     "DiscreteDecisionTransformerConfig",
