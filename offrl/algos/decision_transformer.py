@@ -330,9 +330,27 @@ class TransformerAlgoBase(QLearningAlgoBase):
                               else IdentityTransformerActionSampler())
         return StatefulTransformerWrapper(self, target_return, action_sampler)
 
+    def policy_module(self) -> nn.Module:
+        """One step of the policy over a context, with the scalers: raw
+        ``(observations..., actions, returns_to_go, timesteps)`` float32
+        windows ``(B, L, ...)`` -> the next action (see
+        :class:`SequencePolicyGraph`)."""
+        self.require_built()
+        return SequencePolicyGraph(self)
+
     def save_policy(self, fname: str) -> None:
-        raise NotImplementedError(f"{type(self).__name__}: exporting a sequence policy is not available yet "
-                                  "(issue 18, export part); save the model with save() instead")
+        """Export one step of the stateless policy over a context window:
+        ``.pt`` TorchScript or ``.onnx``. Inputs (float32, batch and length
+        axes dynamic, ``L <= context_size``): the observations ``(B, L,
+        *obs_shape)`` (``input_0``, ``input_1``, ... for tuple
+        observations), ``actions`` ``(B, L, action_size)`` (``(B, L)``
+        indices for discrete control), ``returns_to_go`` ``(B, L, 1)`` and
+        ``timesteps`` ``(B, L)``; output ``output_0``: the next action in
+        the environment's units (``(B,)`` greedy int64 indices for discrete
+        control). The file is loaded back and compared with :meth:`predict`
+        at context lengths 1, 2 and ``context_size`` before it replaces
+        ``fname`` (written to a temporary file first)."""
+        export_sequence_policy(self, fname)
 
     # ------------------------------------------------------------ fitting
     def fit(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000,  # type: ignore[override]
@@ -372,6 +390,140 @@ class TransformerAlgoBase(QLearningAlgoBase):
                            logger_adapter=logger_adapter, show_progress=show_progress, save_interval=save_interval,
                            evaluators=all_evaluators, callback=callback, epoch_callback=epoch_callback,
                            resume_from=resume_from)
+
+
+class SequencePolicyGraph(nn.Module):
+    """Raw context windows -> the next action (the exported graph of a
+    sequence model; see :meth:`TransformerAlgoBase.save_policy`)."""
+
+    def __init__(self, algo: TransformerAlgoBase) -> None:
+        super().__init__()
+        self.transformer = algo.modules["transformer"]
+        self.observation_scaler = algo.observation_scaler
+        self.discrete = algo.get_action_type() == ActionSpace.DISCRETE
+        self.action_scaler = None if self.discrete else algo.action_scaler
+        self.reward_scaler = algo.reward_scaler
+        shape = algo.observation_shape
+        self.n_observations = len(shape) if isinstance(shape, list) else 1
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        n = self.n_observations
+        observations: Any = list(inputs[:n]) if n > 1 else inputs[0]
+        actions, returns_to_go, timesteps = inputs[n:]
+        if self.observation_scaler is not None:
+            observations = self.observation_scaler.transform(observations)
+        if self.discrete:
+            actions = actions.long()
+        elif self.action_scaler is not None:
+            actions = self.action_scaler.transform(actions)
+        if self.reward_scaler is not None:
+            returns_to_go = self.reward_scaler.transform(returns_to_go)
+        out = self.transformer(observations, actions, returns_to_go, timesteps.long(), last_only=True)[:, -1]
+        if self.discrete:
+            return out.argmax(dim=-1)
+        if self.action_scaler is not None:
+            out = self.action_scaler.reverse_transform(out)
+        return out
+
+
+def _sequence_input_names(algo: TransformerAlgoBase) -> List[str]:
+    shape = algo.observation_shape
+    return [f"input_{k}" for k in range(len(shape) if isinstance(shape, list) else 1)] + [
+        "actions", "returns_to_go", "timesteps"]
+
+
+def _example_context(algo: TransformerAlgoBase, batch: int, length: int, seed: int) -> List[np.ndarray]:
+    """Random raw windows (float32) for tracing and checking an export."""
+    rng = np.random.default_rng(seed)
+    shapes = algo.observation_shape if isinstance(algo.observation_shape, list) else [algo.observation_shape]
+    out = [rng.normal(size=(batch, length) + tuple(s)).astype(np.float32) for s in shapes]
+    if algo.get_action_type() == ActionSpace.DISCRETE:
+        out.append(rng.integers(0, algo.action_size, size=(batch, length)).astype(np.float32))
+    else:
+        out.append(rng.uniform(-1.0, 1.0, size=(batch, length, algo.action_size)).astype(np.float32))
+    out.append(rng.normal(size=(batch, length, 1)).astype(np.float32) * 10.0)
+    start = rng.integers(0, max(1, algo.max_timestep - length + 1), size=(batch, 1))
+    out.append((start + np.arange(length)).astype(np.float32))
+    return out
+
+
+def _exported_expected(algo: TransformerAlgoBase, inputs: List[np.ndarray], row: int) -> Any:
+    n = len(inputs) - 3
+    observations = [x[row] for x in inputs[:n]] if n > 1 else inputs[0][row]
+    actions = inputs[n][row].astype(np.int64) if algo.get_action_type() == ActionSpace.DISCRETE else inputs[n][row]
+    length = actions.shape[0]
+    output = algo.predict(TransformerInput(observations, actions, np.zeros((length, 1), np.float32), inputs[n + 1][row],
+                                           inputs[n + 2][row].astype(np.int64)))
+    return int(np.argmax(output)) if algo.get_action_type() == ActionSpace.DISCRETE else output
+
+
+def export_sequence_policy(algo: TransformerAlgoBase, fname: str) -> None:
+    """See :meth:`TransformerAlgoBase.save_policy`."""
+    import json
+    import os
+    import tempfile
+    import warnings
+
+    from ..export import ExportError, load_onnx_policy, load_torchscript_policy
+
+    path = os.fspath(fname)
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in (".pt", ".onnx"):
+        raise ValueError(f"save_policy chooses the format by extension: use .pt (TorchScript) or .onnx, got {path!r}")
+    if not algo.is_built:
+        raise ValueError(f"{type(algo).__name__} is not built yet: fit it (or build_with_dataset / build_with_env) "
+                         "before save_policy")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(f"cannot write {path}: the directory {directory} does not exist")
+    graph = copy.deepcopy(SequencePolicyGraph(algo)).to("cpu").eval()
+    names = _sequence_input_names(algo)
+    shape = algo.observation_shape
+    metadata = {
+        "algorithm": algo.config.get_type(),
+        "observation_shapes": json.dumps([list(s) for s in shape] if isinstance(shape, list) else [list(shape)]),
+        "action_space": algo.get_action_type().name.lower(), "action_size": str(algo.action_size),
+        "inputs": json.dumps(names), "context_size": str(algo.context_size), "max_timestep": str(algo.max_timestep),
+    }
+    example = tuple(torch.from_numpy(a) for a in _example_context(algo, 2, min(3, algo.context_size), 0))
+    fd, tmp = tempfile.mkstemp(prefix=".offrl-", suffix=extension, dir=directory)
+    os.close(fd)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if extension == ".pt":
+                traced = torch.jit.trace(graph, example, check_trace=False)
+                torch.jit.save(traced, tmp, _extra_files={"offrl_metadata.json": json.dumps(metadata)})
+            else:
+                import onnx
+
+                axes = {name: {0: "batch", 1: "length"} for name in names}
+                axes["output_0"] = {0: "batch"}
+                torch.onnx.export(graph, example, tmp, input_names=names, output_names=["output_0"],
+                                  dynamic_axes=axes, dynamo=False, opset_version=17)
+                model = onnx.load(tmp)
+                for key, value in metadata.items():
+                    entry = model.metadata_props.add()
+                    entry.key, entry.value = key, value
+                onnx.save(model, tmp)
+        runner = load_torchscript_policy(tmp) if extension == ".pt" else load_onnx_policy(tmp)
+        for length in sorted({1, min(2, algo.context_size), algo.context_size}):
+            inputs = _example_context(algo, 2, length, seed=length)
+            got = np.asarray(runner(*inputs))
+            for row in range(2):
+                expected = _exported_expected(algo, inputs, row)
+                if algo.get_action_type() == ActionSpace.DISCRETE:
+                    if int(got[row]) != expected:
+                        raise ExportError(f"{path}: the exported policy chooses other actions than predict "
+                                          f"(context length {length})")
+                elif not np.allclose(got[row], expected, atol=1e-4, rtol=1e-4):
+                    raise ExportError(f"{path}: the exported policy differs from predict by "
+                                      f"{np.abs(got[row] - expected).max():.3g} (context length {length})")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 class StatefulTransformerWrapper:

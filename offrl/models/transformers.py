@@ -79,20 +79,22 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).reshape(batch, tokens, hidden)
         return self.resid_dropout(self.proj(y))
 
-    def forward_at(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """The outputs at the token positions ``index`` only (ascending):
-        every token is still a key and value, the causal rule is kept
-        (position ``p`` attends to tokens ``<= p``). Equal to
-        ``forward(x)[:, index]`` for less work."""
+    def forward_at(self, x: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The outputs at the token positions ``index`` only (ascending; the
+        last token when ``None``): every token is still a key and value and
+        the causal rule is kept (position ``p`` attends to tokens ``<= p``).
+        Equal to ``forward(x)[:, index]`` for less work."""
         batch, tokens, hidden = x.shape
         heads, size = self.num_heads, hidden // self.num_heads
         weight, bias = self.qkv.weight, self.qkv.bias
-        q = F.linear(x[:, index], weight[:hidden], bias[:hidden]).view(batch, -1, heads, size).transpose(1, 2)
+        queries = x[:, -1:] if index is None else x[:, index]
+        q = F.linear(queries, weight[:hidden], bias[:hidden]).view(batch, -1, heads, size).transpose(1, 2)
         k, v = F.linear(x, weight[hidden:], bias[hidden:]).view(batch, tokens, 2, heads, size).permute(2, 0, 3, 1, 4)
-        mask = index[:, None] >= torch.arange(tokens, device=x.device)[None, :]
+        # the last token sees every token: no mask
+        mask = None if index is None else index[:, None] >= torch.arange(tokens, device=x.device)[None, :]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                            dropout_p=self.attn_dropout if self.training else 0.0)
-        y = y.transpose(1, 2).reshape(batch, index.shape[0], hidden)
+        y = y.transpose(1, 2).reshape(batch, queries.shape[1], hidden)
         return self.resid_dropout(self.proj(y))
 
 
@@ -113,10 +115,10 @@ class GPTBlock(nn.Module):
         x = x + self.attention(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
-    def forward_at(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """``forward(x)[:, index]``, computing the queries, residuals and MLP
-        at those positions only."""
-        y = x[:, index] + self.attention.forward_at(self.ln1(x), index)
+    def forward_at(self, x: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``forward(x)[:, index]`` (the last token when ``index`` is None),
+        computing the queries, residuals and MLP at those positions only."""
+        y = (x[:, -1:] if index is None else x[:, index]) + self.attention.forward_at(self.ln1(x), index)
         return y + self.mlp(self.ln2(y))
 
 
@@ -132,17 +134,17 @@ class GPT2(nn.Module):
                                       for _ in range(num_layers)])
         self.ln = nn.LayerNorm(hidden_size, eps=BLOCK_LAYER_NORM_EPS)
 
-    def forward(self, x: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Outputs at every token, or at the positions ``index`` only (the
-        last block then works on those positions alone: exact, and cheaper
-        when a caller reads a few tokens)."""
+    def forward(self, x: torch.Tensor, index: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
+        """Outputs at every token, at the positions ``index`` only, or at the
+        last token only (``last_only``); the last block then works on those
+        positions alone: exact, and cheaper when a caller reads a few tokens."""
         x = self.dropout(x)
-        if index is None:
+        if index is None and not last_only:
             return self.ln(self.blocks(x))
         blocks = list(self.blocks)
         for block in blocks[:-1]:
             x = block(x)
-        return self.ln(blocks[-1].forward_at(x, index))
+        return self.ln(blocks[-1].forward_at(x, None if last_only else index))
 
 
 class PositionEncoding(nn.Module):
@@ -175,6 +177,8 @@ class GlobalPositionEncoding(PositionEncoding):
 
     def forward(self, timesteps: torch.Tensor) -> torch.Tensor:
         length = timesteps.shape[1]
+        if not torch.jit.is_tracing() and length > self.block_embed.shape[1]:
+            raise ValueError(f"the window has {length} steps, more than context_size={self.block_embed.shape[1]}")
         return self.global_embed(timesteps[:, :1]) + self.block_embed[:, :length]
 
 
@@ -224,17 +228,17 @@ class _DecisionTransformerBase(nn.Module):
         ``(B, 1, hidden)``, the last step's, with ``last_only``. The last
         step's action token is never read, so it is left out."""
         first = observations[0] if isinstance(observations, (list, tuple)) else observations
-        batch, length = first.shape[0], first.shape[1]
         position = self.position_encoding(timesteps)
         act = self._token_activation
-        obs_tokens = act(self.encoder(_flatten_steps(observations)).view(batch, length, -1)) + position
+        obs_tokens = act(self.encoder(_flatten_steps(observations)).reshape(first.shape[0], first.shape[1], -1)) + position
         action_tokens = act(self._embed_actions(actions)) + position
         rtg_tokens = act(self.rtg_embed(returns_to_go)) + position
         # (B, L, 3, H) -> (B, 3L, H): R_1, s_1, a_1, R_2, ...
-        tokens = torch.stack([rtg_tokens, obs_tokens, action_tokens], dim=2).reshape(batch, 3 * length, -1)
-        tokens = tokens[:, : 3 * length - 1]
-        start = 3 * length - 2 if last_only else 1
-        index = torch.arange(start, 3 * length - 1, 3, device=tokens.device)
+        # R_1, s_1, a_1, R_2, ..., s_L (the last action token is never read)
+        tokens = torch.stack([rtg_tokens, obs_tokens, action_tokens], dim=2).flatten(1, 2)[:, :-1]
+        if last_only:
+            return self.gpt(self._post_embed(tokens), last_only=True)
+        index = torch.arange(1, tokens.shape[1], 3, device=tokens.device)
         return self.gpt(self._post_embed(tokens), index)
 
 

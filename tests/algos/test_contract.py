@@ -113,9 +113,9 @@ def _context(dataset, n: int = 5):
     """The first ``n`` steps of ``dataset`` as one context (sequence models)."""
     arrays = dataset.to_arrays()
     rewards = np.asarray(arrays["rewards"][:n], dtype=np.float32).reshape(n, 1)
+    returns_to_go = np.cumsum(rewards[::-1])[::-1].reshape(n, 1).copy()
     return offrl.algos.TransformerInput(observations=_observations(dataset, n), actions=_actions(dataset, n),
-                                        rewards=rewards, returns_to_go=np.cumsum(rewards[::-1])[::-1].reshape(n, 1),
-                                        timesteps=np.arange(n))
+                                        rewards=rewards, returns_to_go=returns_to_go, timesteps=np.arange(n))
 
 
 def _predict(algo, dataset, n: int = 5):
@@ -328,9 +328,27 @@ def test_build_with_env(name):
             CONFIGS[name]().create(device=DEVICE).build_with_env(other)
 
 
-#: sequence models export a context window, not one observation: not checked here (not available yet)
-EXPORT_CASES = [c for c in CASES if c[1] != "image" and CONFIGS[c[0]].algorithm_class().is_trainable
-                and not CONFIGS[c[0]].algorithm_class().predicts_from_sequences]
+EXPORT_CASES = [c for c in CASES if c[1] != "image" and CONFIGS[c[0]].algorithm_class().is_trainable]
+
+
+def _exported_inputs(algo, dataset, batch: int):
+    """What an exported policy takes: ``batch`` observations, or for a
+    sequence model one context of ``batch`` steps (a batch of one window:
+    observations, actions, returns-to-go and timesteps, all float32)."""
+    x = _observations(dataset, batch)
+    inputs = x if isinstance(x, list) else [x]
+    if not algo.predicts_from_sequences:
+        return inputs
+    context = _context(dataset, batch)
+    return [o[None] for o in inputs] + [np.asarray(a, np.float32)[None] for a in
+                                        (context.actions, context.returns_to_go, context.timesteps)]
+
+
+def _exported_expected(algo, dataset, batch: int, discrete: bool):
+    if not algo.predicts_from_sequences:
+        return algo.predict(_observations(dataset, batch))
+    output = algo.predict(_context(dataset, batch))
+    return np.array([np.argmax(output)]) if discrete else output[None]
 
 
 @pytest.mark.parametrize("name,kind,discrete", EXPORT_CASES, ids=[f"{n}-{k}-{'discrete' if d else 'continuous'}" for n, k, d in EXPORT_CASES])
@@ -348,10 +366,8 @@ def test_exported_policy_matches_predict(name, kind, discrete, tmp_path, dataset
         algo.save_policy(path)
         policy = loader(path)
         for batch in (1, 7):
-            x = _observations(dataset, batch)
-            inputs = x if isinstance(x, list) else [x]
-            got = policy(*inputs)
-            expected = algo.predict(x)
+            got = policy(*_exported_inputs(algo, dataset, batch))
+            expected = _exported_expected(algo, dataset, batch, discrete)
             if discrete:
                 assert got.dtype == np.int64
                 np.testing.assert_array_equal(got, expected)

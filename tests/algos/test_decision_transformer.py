@@ -453,3 +453,35 @@ def test_return_conditioning_selects_the_behaviour(discrete):
     high, low = _learned_returns(discrete, n_steps=300)
     assert high == 5.0
     assert low == 0.0
+
+
+# ------------------------------------------------------------ export
+@pytest.mark.parametrize("ext", [".pt", ".onnx"])
+def test_exported_step_matches_predict_at_every_context_length(ext, tmp_path):
+    from offrl.export import load_onnx_policy, load_torchscript_policy
+
+    algo = _built(_small(DecisionTransformerConfig, context_size=4, max_timestep=50,
+                         position_encoding_type=PositionEncodingType.GLOBAL))
+    path = tmp_path / f"dt{ext}"
+    algo.save_policy(path)
+    policy = (load_torchscript_policy if ext == ".pt" else load_onnx_policy)(path)
+    assert json.loads(policy.metadata["inputs"]) == ["input_0", "actions", "returns_to_go", "timesteps"]
+    assert policy.metadata["context_size"] == "4"
+    rng = np.random.default_rng(0)
+    for length in range(1, 5):
+        context = _context(length, observations=rng.normal(size=(length, 3)).astype(np.float32),
+                           actions=rng.uniform(-1, 1, size=(length, 2)).astype(np.float32),
+                           returns_to_go=rng.normal(size=(length, 1)).astype(np.float32),
+                           timesteps=np.arange(length) + 7)
+        got = policy(context.observations[None], context.actions[None], context.returns_to_go[None],
+                     context.timesteps[None].astype(np.float32))
+        assert got.shape == (1, 2)
+        np.testing.assert_allclose(got[0], algo.predict(context), rtol=1e-5, atol=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"dt{ext}"]
+
+
+def test_export_refuses_other_extensions(tmp_path):
+    algo = _built(_small(DecisionTransformerConfig))
+    with pytest.raises(ValueError, match=".onnx"):
+        algo.save_policy(tmp_path / "dt.zip")
+    assert list(tmp_path.iterdir()) == []
