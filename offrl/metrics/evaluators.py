@@ -35,7 +35,7 @@ from ..constants import ActionSpace
 from ..dataset.batch import TransitionMiniBatch
 from ..dataset.episode import EpisodeBase
 from ._transitions import TransitionSet, dataset_buffer, episodes_buffer
-from .utility import check_rollout_args, evaluate_qlearning_with_environment
+from .utility import check_rollout_args, evaluate_qlearning_with_environment, evaluate_transformer_with_environment
 
 __all__ = [
     "EvaluatorProtocol",
@@ -369,15 +369,25 @@ class CompareDiscreteActionMatchEvaluator(_CompareEvaluator):
 class EnvironmentEvaluator(EvaluatorProtocol):
     """Mean undiscounted return of ``n_trials`` episodes of the greedy
     policy in a gymnasium environment, taking a random action with
-    probability ``epsilon`` (the dataset is not used)."""
+    probability ``epsilon`` (the dataset is not used). A sequence model
+    (``predicts_from_sequences``: the Decision Transformer family) acts
+    through its stateful wrapper conditioned on ``target_return``."""
 
-    def __init__(self, env: Any, n_trials: int = 10, epsilon: float = 0.0) -> None:
+    def __init__(self, env: Any, n_trials: int = 10, epsilon: float = 0.0,
+                 target_return: Optional[float] = None) -> None:
         if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
             raise TypeError(f"env must be a gymnasium environment (reset and step), got {type(env).__name__}")
         check_rollout_args(n_trials, epsilon)
         self._env = env
         self._n_trials = int(n_trials)
         self._epsilon = float(epsilon)
+        self._target_return = target_return
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
+        if getattr(algo, "predicts_from_sequences", False):
+            if self._target_return is None or self._epsilon:
+                raise ValueError(f"EnvironmentEvaluator: {_name(algo)} is conditioned on a return: give "
+                                 "target_return=... (and epsilon=0)")
+            actor = algo.as_stateful_wrapper(self._target_return)
+            return evaluate_transformer_with_environment(actor, self._env, self._n_trials)
         return evaluate_qlearning_with_environment(algo, self._env, self._n_trials, self._epsilon)

@@ -485,3 +485,21 @@ def test_export_refuses_other_extensions(tmp_path):
     with pytest.raises(ValueError, match=".onnx"):
         algo.save_policy(tmp_path / "dt.zip")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_environment_evaluator_runs_a_sequence_model_at_a_target_return():
+    """d3rlpy issue 406: its evaluators do not apply to Decision Transformers."""
+    from offrl.metrics import EnvironmentEvaluator
+
+    offrl.seed(0)
+    algo = _small(DecisionTransformerConfig, max_timestep=10).create()
+    algo.create_impl((1,), 1)
+    env = SignEnv()
+    score = EnvironmentEvaluator(env, n_trials=2, target_return=5.0)(algo)
+    expected = offrl.metrics.evaluate_transformer_with_environment(algo.as_stateful_wrapper(5.0), env, 2)
+    assert score == expected and 0.0 <= score <= 5.0
+    with pytest.raises(ValueError, match="target_return"):
+        EnvironmentEvaluator(env, n_trials=1)(algo)
+    results = algo.fit(_sign_dataset(False, n_episodes=4), n_steps=1, n_steps_per_epoch=1,
+                       evaluators={"env": EnvironmentEvaluator(env, n_trials=1, target_return=5.0)}, **QUIET)
+    assert 0.0 <= results[0][1]["env"] <= 5.0
