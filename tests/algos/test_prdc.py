@@ -155,3 +155,29 @@ def test_learns_the_one_step_problem(fit_one_step_problem):
     actions = fit_one_step_problem(lambda enc: PRDCConfig(actor_encoder_factory=enc, critic_encoder_factory=enc, batch_size=64,
                                                           actor_learning_rate=1e-3, critic_learning_rate=1e-3), 0, 1500)
     assert abs(float(np.mean(actions)) - 0.5) < 0.15
+
+
+def test_fit_online_rebuilds_the_index_as_the_buffer_doubles(small_config):
+    from envs import ContinuousCorridor
+
+    from offrl.dataset import create_fifo_replay_buffer
+
+    offrl.seed(0)
+    env = ContinuousCorridor(max_steps=5)
+    buffer = create_fifo_replay_buffer(limit=1000, env=env)
+    algo = small_config(batch_size=4).create()
+    seen = []
+
+    def record(algo, epoch, step):
+        index = algo.neighbor_index
+        seen.append((int(buffer.transition_count), 0 if index is None else index.n_points))
+
+    algo.fit_online(env, buffer, n_steps=60, n_steps_per_epoch=60, logger_adapter=NoopAdapterFactory(),
+                    show_progress=False, callback=record)
+    assert algo.grad_step > 0
+    counts = [count for count, _ in seen if count > 0]
+    indexed = [n for count, n in seen if count > 0]
+    # the index always covers at least half of the buffer, and is rebuilt only when it doubled
+    assert all(2 * n > count or n == count for count, n in zip(counts, indexed))
+    assert len(set(indexed)) <= int(np.log2(max(counts))) + 2
+    assert indexed[-1] > indexed[0]
