@@ -68,6 +68,11 @@ def available_bytes(device: torch.device) -> Optional[int]:
     return available_memory()
 
 
+def _free_bytes(device: torch.device) -> Optional[int]:
+    # the module's function (a parameter of the index shadows its name)
+    return available_bytes(device)
+
+
 class NearestNeighborIndex:
     """Exact nearest neighbours of query points among ``points``.
 
@@ -98,7 +103,7 @@ class NearestNeighborIndex:
         n, dim = int(points.shape[0]), int(points.shape[1])
         self.n_points, self.dim = n, dim
         needed = index_bytes(n, dim, self.backend, leaf_size)
-        available = available_bytes(self.device) if available_bytes is None else int(available_bytes)
+        available = _free_bytes(self.device) if available_bytes is None else int(available_bytes)
         if available is not None and needed > available:
             raise MemoryError(
                 f"a {self.backend} nearest-neighbour index over {n} points of dimension {dim} needs about "

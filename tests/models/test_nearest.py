@@ -111,3 +111,12 @@ def test_bad_input():
     with pytest.raises(ValueError, match=r"queries must have shape \(batch, 2\)"):
         index.query(torch.zeros(4, 3))
     assert index.query(torch.zeros(0, 2)).shape == (0,)
+
+
+def test_memory_available_on_the_device_is_the_default(monkeypatch):
+    import offrl.models.nearest as nearest
+
+    assert nearest.available_bytes(torch.device("cpu")) is None or nearest.available_bytes(torch.device("cpu")) > 0
+    monkeypatch.setattr(nearest, "available_bytes", lambda device: 10)
+    with pytest.raises(MemoryError, match="only 9.31e-09 GiB is available on cpu"):
+        NearestNeighborIndex(torch.zeros(5, 2))
