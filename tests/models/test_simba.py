@@ -158,3 +158,43 @@ def test_algorithms_fit_save_load_and_export_with_simba(discrete, tmp_path):
             np.testing.assert_array_equal(got, actions)
         else:
             np.testing.assert_allclose(got, actions, rtol=1e-5, atol=1e-5)
+
+
+def _algorithm_configs():
+    """Every registered trainable, observation-based algorithm config with
+    at least one encoder field (FQE evaluates another algorithm, sequence
+    models take contexts: both are covered by the contract suite)."""
+    import dataclasses as dc
+    import importlib
+    import pkgutil
+
+    import offrl.algos
+    from offrl.serialization import registered
+
+    for module in pkgutil.iter_modules(offrl.algos.__path__):
+        importlib.import_module(f"offrl.algos.{module.name}")
+    for name, cls in sorted(registered("algorithm").items()):
+        algo_class = cls.algorithm_class()
+        if algo_class.evaluates_algorithm or not algo_class.is_trainable or getattr(algo_class, "predicts_from_sequences", False):
+            continue
+        fields = [f.name for f in dc.fields(cls) if f.name.endswith("encoder_factory")]
+        if fields:
+            yield name, cls, fields
+
+
+ENCODER_FIELDS = {name: (cls, fields) for name, cls, fields in _algorithm_configs()}
+
+
+@pytest.mark.parametrize("name", sorted(ENCODER_FIELDS))
+def test_every_algorithm_trains_with_simba_encoders(name):
+    from offrl.constants import ActionSpace
+
+    cls, fields = ENCODER_FIELDS[name]
+
+    offrl.seed(0)
+    encoder = SimBaEncoderFactory(feature_size=8, hidden_size=16, n_blocks=1)
+    algo = cls(batch_size=8, **{f: encoder for f in fields}).create()
+    discrete = algo.get_action_type() == ActionSpace.DISCRETE
+    dataset, obs = _dataset(discrete)
+    algo.fit(dataset, n_steps=2, n_steps_per_epoch=2, logger_adapter=NoopAdapterFactory(), show_progress=False)
+    assert algo.predict(obs[:4]).shape == ((4,) if discrete else (4, 2))
