@@ -109,11 +109,15 @@ ALGOS: Tuple[AlgoSpec, ...] = (
     AlgoSpec("PRDC", "offrl.algos.prdc", "PRDCConfig", "pendulum", float("nan"), 1.5),
     AlgoSpec("PLAS", "offrl.algos.plas", "PLASConfig", "pendulum", float("nan"), 1.5),
     AlgoSpec("PLASWithPerturbation", "offrl.algos.plas", "PLASWithPerturbationConfig", "pendulum", float("nan"), 1.5),
+    AlgoSpec("BCQ", "offrl.algos.bcq", "BCQConfig", "pendulum", float("nan"), 1.5),
+    AlgoSpec("DiscreteBCQ", "offrl.algos.bcq", "DiscreteBCQConfig", "cartpole", float("nan"), 1.5),
+    AlgoSpec("BEAR", "offrl.algos.bear", "BEARConfig", "pendulum", float("nan"), 1.5),
 )
 SPECS = {s.name: s for s in ALGOS}
 #: the PLAS family trains only its VAE for its first warmup_steps (500,000 at
-#: the defaults): both libraries are timed past it, on the full update
-PAST_WARMUP = ("PLAS", "PLASWithPerturbation")
+#: the defaults), BEAR only the MMD for its policy (40,000): both libraries
+#: are timed past it, on the full update
+PAST_WARMUP = ("PLAS", "PLASWithPerturbation", "BEAR")
 
 
 def prepare_offrl(name: str, algo: Any, dataset: Any) -> None:

@@ -9,8 +9,8 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
 Data (made here with gymnasium, deterministic): CartPole-v1 logged by a
 noisy balancing heuristic (30 % random actions) and Pendulum-v1 logged by a
 noisy energy-pumping swing-up controller. Each algorithm trains with its
-documented default config (PLAS's warm-up shortened to half the
-updates: ``CONFIG_CHANGES``) for the same number of updates in both
+documented default config (PLAS's and BEAR's warm-up shortened to half
+the updates: ``CONFIG_CHANGES``) for the same number of updates in both
 libraries, then its greedy policy is rolled out on the environment
 (10 episodes, fixed seeds). Every (library, algorithm, seed) job runs in
 its own worker process on the same saved arrays, with ``--threads`` torch
@@ -54,12 +54,16 @@ ALGOS = {
     "PRDC": ("pendulum", 5_000, 1_000),
     "PLAS": ("pendulum", 5_000, 1_000),
     "PLASWithPerturbation": ("pendulum", 5_000, 1_000),
+    "BCQ": ("pendulum", 5_000, 1_000),
+    "DiscreteBCQ": ("cartpole", 10_000, 2_000),
+    "BEAR": ("pendulum", 5_000, 1_000),
 }
 #: config changes from the defaults, by the number of updates: the PLAS family's
 #: default warm-up (500,000 VAE-only steps) would leave no policy training here
 CONFIG_CHANGES = {
     "PLAS": lambda updates: {"warmup_steps": updates // 2},
     "PLASWithPerturbation": lambda updates: {"warmup_steps": updates // 2},
+    "BEAR": lambda updates: {"warmup_steps": updates // 2},  # default 40,000 MMD-only steps
 }
 ENV_IDS = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1"}
 N_EVAL_EPISODES = 10
