@@ -727,6 +727,108 @@ class RefDiscreteSAC:
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "temp_loss": temp_loss.detach()}
 
 
+
+def gaussian_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> torch.Tensor:
+    """Clipped draws from ``N(tanh(mean), exp(logstd))``: ``(B, A)`` or ``(B, n, A)``."""
+    loc, std = torch.tanh(mean), logstd.exp()
+    if n:
+        loc, std = loc.unsqueeze(1).expand(-1, n, -1), std.unsqueeze(1).expand(-1, n, -1)
+    return (loc + torch.randn_like(loc) * std).clamp(-1.0, 1.0)
+
+
+def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
+    return (-0.5 * ((actions - torch.tanh(mean)) * torch.exp(-logstd)) ** 2 - logstd - LOG_SQRT_2PI).sum(dim=-1)
+
+
+def logged_and_sampled_values(q: nn.Module, obs: torch.Tensor, actions: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+    """Every critic at the logged action and the ``N`` sampled ones, in one
+    call: ``(E, B, 1 + N)``."""
+    batch, n, size = sampled.shape
+    all_actions = torch.cat([actions.unsqueeze(1), sampled], dim=1).reshape(-1, size)
+    return q(obs.repeat_interleave(n + 1, dim=0), all_actions).view(-1, batch, n + 1)
+
+
+class RefAWAC:
+    """AWAC (Nair et al. 2020) as offrl computes it, at d3rlpy's defaults:
+    batch 1024, lr 3e-4, 2 critics, tau 0.005, lambda 1, one action sample;
+    Normal(tanh(mu), std) policy with a state-independent logstd in [-6, 0]
+    (sigmoid-mapped); critic step, then actor step against the new critics."""
+
+    batch_size = 1024
+    n_critics = 2
+
+    def __init__(self, obs_dim: int, action_dim: int, critics: str = "batched", gamma: float = 0.99,
+                 fused_adam: bool = False) -> None:
+        self.gamma = gamma
+        self.policy = GaussianPolicy(obs_dim, action_dim, -6.0, 0.0, state_dependent_std=False)
+        self.q = make_critics(critics, 2, obs_dim + action_dim)
+        self.targ_q = frozen_copy(self.q)
+        self.actor_optim = adam(self.policy.parameters(), 3e-4, fused_adam)
+        self.critic_optim = adam(self.q.parameters(), 3e-4, fused_adam)
+
+    def update(self, obs, actions, rewards, next_obs, terminals, step: int) -> Dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_q = self.targ_q(next_obs, gaussian_sample(*self.policy(next_obs))).min(dim=0).values
+            target = rewards + self.gamma * (1.0 - terminals) * next_q
+        critic_loss = ((self.q(obs, actions) - target) ** 2).mean(dim=(1, 2)).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+        mean, logstd = self.policy(obs)
+        with torch.no_grad():
+            values = logged_and_sampled_values(self.q, obs, actions, gaussian_sample(mean, logstd, 1)).min(dim=0).values
+            advantage = values[:, 0] - values[:, 1:].mean(dim=1)
+            weights = torch.softmax(advantage, dim=0) * advantage.shape[0]
+        actor_loss = -(weights * gaussian_log_prob(actions, mean, logstd)).mean()
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optim.step()
+        polyak(self.targ_q, self.q, 0.005)
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach()}
+
+
+class RefCRR:
+    """CRR (Wang et al. 2020) as offrl computes it, at d3rlpy's defaults:
+    batch 100, lr 3e-4, one critic, 4 action samples, mean advantage, exp
+    weights (beta 1, cap 20), hard target copies every 100 steps;
+    Normal(tanh(mu), std) policy with a state-dependent logstd in [-20, 2]."""
+
+    batch_size = 100
+    n_critics = 1
+
+    def __init__(self, obs_dim: int, action_dim: int, critics: str = "batched", gamma: float = 0.99,
+                 fused_adam: bool = False) -> None:
+        self.gamma = gamma
+        self.policy = GaussianPolicy(obs_dim, action_dim, -20.0, 2.0, state_dependent_std=True)
+        self.targ_policy = frozen_copy(self.policy)
+        self.q = make_critics(critics, 1, obs_dim + action_dim)
+        self.targ_q = frozen_copy(self.q)
+        self.actor_optim = adam(self.policy.parameters(), 3e-4, fused_adam)
+        self.critic_optim = adam(self.q.parameters(), 3e-4, fused_adam)
+
+    def update(self, obs, actions, rewards, next_obs, terminals, step: int) -> Dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_q = self.targ_q(next_obs, gaussian_sample(*self.targ_policy(next_obs))).min(dim=0).values
+            target = rewards + self.gamma * (1.0 - terminals) * next_q
+        critic_loss = ((self.q(obs, actions) - target) ** 2).mean(dim=(1, 2)).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+        mean, logstd = self.policy(obs)
+        with torch.no_grad():
+            values = logged_and_sampled_values(self.q, obs, actions, gaussian_sample(mean, logstd, 4)).mean(dim=0)
+            weights = torch.exp(values[:, 0] - values[:, 1:].mean(dim=1)).clamp(max=20.0)
+        actor_loss = -(weights * gaussian_log_prob(actions, mean, logstd)).mean()
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optim.step()
+        if step % 100 == 0:
+            with torch.no_grad():
+                torch._foreach_copy_(list(self.targ_q.parameters()), list(self.q.parameters()))
+                torch._foreach_copy_(list(self.targ_policy.parameters()), list(self.policy.parameters()))
+        return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach()}
+
+
 REFERENCES = {
     "BC": RefBC,
     "TD3PlusBC": RefTD3PlusBC,
@@ -741,6 +843,8 @@ REFERENCES = {
     "TD3": RefTD3,
     "NFQ": RefNFQ,
     "DiscreteSAC": RefDiscreteSAC,
+    "AWAC": RefAWAC,
+    "CRR": RefCRR,
 }
 
 

@@ -106,6 +106,8 @@ ALGOS: Tuple[AlgoSpec, ...] = (
     AlgoSpec("DiscreteSAC", "offrl.algos.discrete_sac", "DiscreteSACConfig", "cartpole", float("nan"), 1.5),
     AlgoSpec("CalQL", "offrl.algos.calql", "CalQLConfig", "pendulum", float("nan"), 1.3),
     AlgoSpec("ReBRAC", "offrl.algos.rebrac", "ReBRACConfig", "pendulum", float("nan"), 1.5),
+    AlgoSpec("AWAC", "offrl.algos.awac", "AWACConfig", "pendulum", float("nan"), 1.5),
+    AlgoSpec("CRR", "offrl.algos.crr", "CRRConfig", "pendulum", float("nan"), 1.5),
     AlgoSpec("PRDC", "offrl.algos.prdc", "PRDCConfig", "pendulum", float("nan"), 1.5),
     AlgoSpec("PLAS", "offrl.algos.plas", "PLASConfig", "pendulum", float("nan"), 1.5),
     AlgoSpec("PLASWithPerturbation", "offrl.algos.plas", "PLASWithPerturbationConfig", "pendulum", float("nan"), 1.5),

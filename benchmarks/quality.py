@@ -51,6 +51,8 @@ ALGOS = {
     "TD3": ("pendulum", 5_000, 1_000),
     "CalQL": ("pendulum", 2_000, 300),
     "ReBRAC": ("pendulum", 5_000, 1_000),
+    "AWAC": ("pendulum", 5_000, 1_000),
+    "CRR": ("pendulum", 5_000, 1_000),
     "PRDC": ("pendulum", 5_000, 1_000),
     "PLAS": ("pendulum", 5_000, 1_000),
     "PLASWithPerturbation": ("pendulum", 5_000, 1_000),
