@@ -295,6 +295,8 @@ def build_evaluators(names: Sequence[str], algo: Any, episodes: Any, env: Any, s
             chosen = ["td_error", "init_value", "average_value"] + chosen
         if env is not None:
             chosen.append("environment")
+        if algo.predicts_from_sequences:  # a sequence model acts from a context at a target return
+            chosen = []
     out: Dict[str, Any] = {}
     for name in chosen:
         if name not in _EVALUATORS:

@@ -503,3 +503,10 @@ def test_environment_evaluator_runs_a_sequence_model_at_a_target_return():
     results = algo.fit(_sign_dataset(False, n_episodes=4), n_steps=1, n_steps_per_epoch=1,
                        evaluators={"env": EnvironmentEvaluator(env, n_trials=1, target_return=5.0)}, **QUIET)
     assert 0.0 <= results[0][1]["env"] <= 5.0
+
+
+def test_cli_auto_evaluators_leave_out_what_does_not_apply_to_sequence_models():
+    from offrl.cli import build_evaluators
+
+    algo = _built(_small(DecisionTransformerConfig))
+    assert build_evaluators(["auto"], algo, _episodes_dataset([4, 4]).episodes, None) == {}
