@@ -74,10 +74,10 @@ def test_elbo_loss_by_hand():
     for s, a, eps in zip(OBS, ACT, noise):
         mean = affine(s + a, MU_W, MU_B)
         logstd = affine(s + a, LS_W, LS_B)
-        z = [m + e * math.exp(l) for m, e, l in zip(mean, eps, logstd)]
+        z = [m + e * math.exp(ls) for m, e, ls in zip(mean, eps, logstd)]
         recon = [math.tanh(v) for v in affine(s + z, DEC_W, DEC_B)]
         sq += [(r - ai) ** 2 for r, ai in zip(recon, a)]
-        kls += [0.5 * (m * m + math.exp(2 * l) - 1.0) - l for m, l in zip(mean, logstd)]
+        kls += [0.5 * (m * m + math.exp(2 * ls) - 1.0) - ls for m, ls in zip(mean, logstd)]
     hand_mse, hand_kl = sum(sq) / len(sq), sum(kls) / len(kls)
     assert mse.item() == pytest.approx(hand_mse, rel=1e-5)
     assert kl.item() == pytest.approx(hand_kl, rel=1e-5)
