@@ -17,6 +17,15 @@ or 4 discrete actions, built from the same seed on both sides):
   observation, reward)`` call per environment step with a full context of
   20 steps (the wrapper is reset every 500 steps).
 
+With ``--quality``: learning quality instead. Each algorithm trains on
+quality.py's logged data (Pendulum-v1 for the continuous algorithms,
+CartPole-v1 for the discrete one) for the same number of updates in both
+libraries and is then rolled out through its stateful wrapper at the best
+90th percentile of the logged episode returns (5 episodes, fixed seeds), several seeds, every
+(library, algorithm, seed) in its own process. The networks are reduced on
+both sides alike (1 transformer layer, 64-wide encoder) so that the run
+fits a shared 2-core CPU; everything else is the documented default.
+
 The d3rlpy side runs in its own interpreter (this file with ``--backend
 d3rlpy --json``) and never imports offrl; its figures are measured right
 after offrl's, not interleaved, so the load average printed with the
@@ -26,6 +35,7 @@ report matters (the machines are shared).
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 from typing import Any, Dict, List, Optional, Sequence
@@ -145,6 +155,111 @@ def measure(backend: str, names: Sequence[str], quick: bool, threads: int) -> di
     return out
 
 
+# ------------------------------------------------------------------ quality
+QUALITY_ENVS = {"DecisionTransformer": "pendulum", "DiscreteDecisionTransformer": "cartpole", "TACR": "pendulum"}
+QUALITY_UPDATES = (2_000, 300)  # full, --quick
+N_QUALITY_EPISODES = 5
+
+
+def quality_job(backend: str, name: str, data_path: str, env_id: str, updates: int, seed: int, target: float) -> dict:
+    """Train on the saved arrays, roll out at ``target``; ``{"return", "seconds"}``."""
+    import time
+
+    import gymnasium
+
+    with np.load(data_path) as saved:  # plain arrays (allow_pickle stays off)
+        data = dict(saved)
+    discrete = name == "DiscreteDecisionTransformer"
+    if backend == "offrl":
+        import offrl as lib
+
+        dataset = lib.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
+                                         data["timeouts"], action_size=2 if discrete else None)
+        noop = lib.logging.NoopAdapterFactory()
+    else:
+        import d3rlpy as lib
+
+        quiet_d3rlpy()
+        dataset = lib.dataset.MDPDataset(
+            data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"],
+            action_space=lib.ActionSpace.DISCRETE if discrete else lib.ActionSpace.CONTINUOUS,
+            action_size=2 if discrete else 1)
+        noop = lib.logging.NoopAdapterFactory()
+    lib.seed(seed)
+    encoder = lib.models.VectorEncoderFactory(hidden_units=[64])
+    sizes = {"actor_encoder_factory" if name == "TACR" else "encoder_factory": encoder, "num_layers": 1}
+    if discrete:
+        sizes["num_heads"] = 2
+    algo = getattr(lib.algos, f"{name}Config")(**sizes).create(device="cpu:0")
+    start = time.perf_counter()
+    algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, show_progress=False, logger_adapter=noop)
+    seconds = time.perf_counter() - start
+    env = gymnasium.make(env_id)
+    returns = []
+    for episode in range(N_QUALITY_EPISODES):
+        actor = algo.as_stateful_wrapper(target_return=target)
+        observation, _ = env.reset(seed=10_000 + episode)
+        reward, total, done = 0.0, 0.0, False
+        while not done:
+            action = actor.predict(np.asarray(observation, np.float32), reward)
+            observation, reward, terminated, truncated, _ = env.step(int(action) if discrete else action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return {"return": float(np.mean(returns)), "seconds": seconds}
+
+
+def run_quality(args: argparse.Namespace, names: Sequence[str]) -> None:
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    from _harness import load_module
+
+    quality = load_module("offrl_quality_data", os.path.join(os.path.dirname(os.path.abspath(__file__)), "quality.py"))
+    updates = QUALITY_UPDATES[1] if args.quick else QUALITY_UPDATES[0]
+    n_steps = 10_000 if args.quick else 30_000
+    tmp = tempfile.mkdtemp(prefix="offrl-dt-quality-")
+    python, note = d3rlpy_interpreter(args)
+    rows = []
+    try:
+        files, targets = {}, {}
+        for env in sorted({QUALITY_ENVS[n] for n in names}):
+            data = quality.make_cartpole(n_steps) if env == "cartpole" else quality.make_pendulum(n_steps)
+            files[env] = os.path.join(tmp, f"{env}.npz")
+            np.savez(files[env], **data)
+            ends = np.flatnonzero(data["terminals"] + data["timeouts"]) + 1
+            returns = [float(data["rewards"][s:e].sum()) for s, e in zip(np.r_[0, ends[:-1]], ends)]
+            targets[env] = float(np.percentile(returns, 90))
+            print(f"{quality.ENV_IDS[env]}: {n_steps} logged steps, {len(returns)} episodes, behaviour return "
+                  f"{np.mean(returns):.1f} ± {np.std(returns):.1f}, 90th percentile {targets[env]:.1f} (the target)")
+        print(f"d3rlpy: {note}; {args.seeds} seeds; {updates} updates; {N_QUALITY_EPISODES} evaluation episodes\n")
+        for name in names:
+            env = QUALITY_ENVS[name]
+            cells = []
+            for backend, interpreter in (("offrl", sys.executable), ("d3rlpy", python)):
+                if interpreter is None:
+                    cells += ["-", "-"]
+                    continue
+                results = []
+                for seed in range(args.seeds):
+                    spec = [backend, name, files[env], quality.ENV_IDS[env], updates, seed, targets[env], args.threads]
+                    result, why = run_json(interpreter, __file__, ["--quality-job", json.dumps(spec)])
+                    results.append(result if result is not None else {"error": why.strip().splitlines()[-1]})
+                ok = [r for r in results if "error" not in r]
+                if not ok:
+                    cells += ["error: " + results[0]["error"][:40], "-"]
+                    continue
+                values = np.array([r["return"] for r in ok])
+                cells += [f"{values.mean():.1f} ± {values.std():.1f}", f"{np.mean([r['seconds'] for r in ok]):.1f}"]
+            rows.append([name, quality.ENV_IDS[env], *cells])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print_table(("algorithm", "env", "offrl return", "offrl s", "d3rlpy return", "d3rlpy s"), rows,
+                title="return at the 90th-percentile logged return (mean ± std over seeds)")
+
+
 def report(o: dict, d: Optional[dict], note: str, names: Sequence[str]) -> None:
     print(f"offrl {o['version']} (python {o['python']}, torch {o['torch']})")
     print(f"d3rlpy {d['version']} (python {d['python']}, torch {d['torch']})" if d else f"d3rlpy: {note}")
@@ -185,9 +300,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     add_common_args(parser, only=ALGOS)
     parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--quality", action="store_true", help="learning quality instead of speed")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and library (--quality)")
+    parser.add_argument("--quality-job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     check_threads(args, parser)
+    if args.quality_job is not None:  # a worker: one (library, algorithm, seed) of --quality
+        backend, name, data, env_id, updates, seed, target, threads = json.loads(args.quality_job)
+        set_threads(threads)
+        return worker_main(lambda: quality_job(backend, name, data, env_id, updates, seed, target))
     names = parse_only(args.only, ALGOS, parser)
+    if args.quality:
+        if args.seeds < 1:
+            parser.error(f"--seeds must be >= 1, got {args.seeds}")
+        print_load("start")
+        run_quality(args, names)
+        print_load("end")
+        return 0
     if args.backend is not None:  # a worker: measure one side, print JSON
         return worker_main(lambda: measure(args.backend, names, args.quick, args.threads))
     print_load("start")
