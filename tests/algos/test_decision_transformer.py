@@ -347,6 +347,13 @@ def test_fit_refuses_episodes_longer_than_max_timestep_and_eval_env_without_targ
                                                         eval_env=gymnasium.make("Pendulum-v1"), **QUIET)
 
 
+def test_an_empty_dataset_is_refused():
+    from offrl.dataset import InfiniteBuffer, ReplayBuffer
+
+    with pytest.raises(ValueError, match="no episodes"):
+        _small(DecisionTransformerConfig).create().fit(ReplayBuffer(InfiniteBuffer()), n_steps=1, **QUIET)
+
+
 def test_short_episodes_are_padded_and_train():
     algo = _small(DecisionTransformerConfig, context_size=5, batch_size=8).create()
     results = algo.fit(_episodes_dataset([1, 2, 3]), n_steps=2, n_steps_per_epoch=2, **QUIET)
