@@ -353,6 +353,14 @@ class TransformerAlgoBase(QLearningAlgoBase):
         export_sequence_policy(self, fname)
 
     # ------------------------------------------------------------ fitting
+    def fit_online(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        raise NotImplementedError(f"{type(self).__name__} trains offline only (as in d3rlpy): collect data with "
+                                  "another policy and call fit")
+
+    def collect(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        raise NotImplementedError(f"{type(self).__name__}.collect: act through as_stateful_wrapper(target_return) "
+                                  "in your own loop")
+
     def fit(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000,  # type: ignore[override]
             experiment_name: Optional[str] = None, with_timestamp: bool = True, logger_adapter: Any = None,
             show_progress: bool = True, eval_env: Any = None, eval_target_return: Optional[float] = None,

@@ -289,6 +289,8 @@ def test_predict_bad_input():
         algo.predict(np.zeros((1, 3), np.float32))
     with pytest.raises(NotImplementedError, match="as_stateful_wrapper"):
         algo.sample_action(np.zeros((1, 3), np.float32))
+    with pytest.raises(NotImplementedError, match="offline only"):
+        algo.fit_online(SignEnv())
 
 
 def test_discrete_predict_refuses_out_of_range_actions():
