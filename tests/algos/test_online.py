@@ -440,10 +440,12 @@ def test_scaler_that_cannot_be_fitted_from_the_env_is_reported():
 for _module in pkgutil.iter_modules(offrl.algos.__path__):
     importlib.import_module(f"offrl.algos.{_module.name}")
 
-#: the algorithms of offrl.algos that learn (off-policy evaluators such as FQE live elsewhere)
+#: the algorithms of offrl.algos that learn online (off-policy evaluators such as FQE live elsewhere;
+#: sequence models train offline only, as in d3rlpy)
 TRAINABLE = {
     name: cls for name, cls in sorted(registered("algorithm").items())
     if cls.__module__.startswith("offrl.algos.") and cls.algorithm_class().is_trainable and not cls.algorithm_class().evaluates_algorithm
+    and not cls.algorithm_class().predicts_from_sequences
 }
 ONLINE_CASES = [
     (name, discrete)
