@@ -117,6 +117,8 @@ class TorchTrajectoryBatch:
     terminals: torch.Tensor
     timesteps: torch.Tensor
     masks: torch.Tensor
+    #: unpadded steps in the batch (counted on the host, before the transfer; 0: not counted)
+    n_steps: int = 0
 
 
 # ------------------------------------------------------------ action samplers
@@ -234,7 +236,8 @@ class TransformerAlgoBase(QLearningAlgoBase):
         if self._reward_scaler is not None:
             rewards, rtg = self._reward_scaler.transform(rewards), self._reward_scaler.transform(rtg)
         return TorchTrajectoryBatch(obs, actions, rewards, rtg, tensor(batch.terminals).float(),
-                                    tensor(batch.timesteps).long(), tensor(batch.masks).float())
+                                    tensor(batch.timesteps).long(), tensor(batch.masks).float(),
+                                    int(np.count_nonzero(batch.masks)))
 
     def _check_timesteps(self, timesteps: np.ndarray, name: str) -> None:
         if timesteps.size and int(timesteps.max()) > self.max_timestep:
@@ -825,14 +828,22 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
             float(cfg.resid_dropout), float(cfg.embed_dropout), cfg.activation_type, cfg.embed_activation_type)
         self._add_module("transformer", transformer)
         self._add_module("token_counter", _TokenCounter())
+        self._tokens = None
         self._add_optimizer("optim", cfg.optim_factory, [transformer], float(cfg.learning_rate))
+
+    def load_state(self, state: Dict[str, Any], source: str = "the state") -> None:
+        super().load_state(state, source)
+        self._tokens: Optional[int] = None  # re-read from the loaded counter
 
     def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
         optim = self._optims["optim"]
         counter = self._nets["token_counter"].tokens
-        counter += batch.masks.sum().to(torch.int64)
-        factor = token_learning_rate_factor(int(counter), int(cfg.warmup_tokens), int(cfg.final_tokens))
+        if getattr(self, "_tokens", None) is None:  # one read after building or loading, no sync per step
+            self._tokens = int(counter)
+        self._tokens += batch.n_steps or int(batch.masks.sum())  # a batch built by hand may not carry the count
+        counter.fill_(self._tokens)
+        factor = token_learning_rate_factor(self._tokens, int(cfg.warmup_tokens), int(cfg.final_tokens))
         lr = float(cfg.learning_rate) * factor
         for group in optim.optim.param_groups:
             group["lr"] = lr

@@ -120,6 +120,12 @@ def test_discrete_decision_transformer_cross_entropy_and_token_schedule():
         losses = algo.update(batch)
     # 20 tokens: the cosine decay is half-way from 10 to 30
     assert losses["learning_rate"] == pytest.approx(0.5 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    # the count is part of the state: a loaded copy continues from it
+    fresh = config.create()
+    fresh.create_impl((3,), 3)
+    fresh.load_state(algo.get_state())
+    fresh.update(batch)
+    assert int(fresh.modules["token_counter"].tokens) == 25
 
 
 def test_token_learning_rate_factor():
