@@ -260,6 +260,22 @@ def test_fit_then_fit_online_continues_from_the_offline_weights():
     assert not np.array_equal(algo.predict_value(positions, actions), after_fit[1])
 
 
+
+def test_critics_move_to_sac_and_the_policy_copy_is_refused(build_algo, small_config, small_encoder, hand_batch):
+    """AWAC's critic ensemble has SAC's layout (copy_q_function_from gives
+    the same values); its policy (one learned std per action) does not, and
+    the copy says so instead of loading part of it."""
+    offrl.seed(0)
+    awac = build_algo(small_config())
+    awac.update(hand_batch())
+    sac = build_algo(offrl.algos.SACConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder))
+    sac.copy_q_function_from(awac)
+    x = np.random.default_rng(2).normal(size=(5, 3)).astype(np.float32)
+    a = np.random.default_rng(3).uniform(-1, 1, size=(5, 2)).astype(np.float32)
+    np.testing.assert_array_equal(sac.predict_value(x, a), awac.predict_value(x, a))
+    with pytest.raises(ValueError, match="policy of AWAC does not fit SAC"):
+        sac.copy_policy_from(awac)
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_learns_the_best_logged_action_on_the_one_step_problem(seed, fit_one_step_problem):
