@@ -66,7 +66,8 @@ def test_runner_acts_like_the_stateful_wrapper(discrete, tmp_path):
     else:
         algo, path = _scaled_dt(tmp_path)
     policy = _runner_module().SequencePolicy(str(path), target_return=7.0)
-    actor = algo.as_stateful_wrapper(target_return=7.0)
+    sampler = offrl.algos.GreedyTransformerActionSampler() if discrete else None  # the runner is greedy
+    actor = algo.as_stateful_wrapper(target_return=7.0, action_sampler=sampler)
     rng = np.random.default_rng(1)
     for episode in range(2):  # the second episode checks reset
         policy.reset()

@@ -326,10 +326,11 @@ class TransformerAlgoBase(QLearningAlgoBase):
                             action_sampler: Optional[TransformerActionSampler] = None) -> "StatefulTransformerWrapper":
         """A policy that takes one observation (and the last reward) at a
         time, keeping the context and the return-to-go (starting at
-        ``target_return``). ``action_sampler`` defaults to the identity for
-        continuous actions and the greedy choice for discrete ones."""
+        ``target_return``). ``action_sampler`` defaults, as in d3rlpy, to
+        the identity for continuous actions and to sampling from the
+        softmax of the logits for discrete ones."""
         if action_sampler is None:
-            action_sampler = (GreedyTransformerActionSampler() if self._action_type == ActionSpace.DISCRETE
+            action_sampler = (SoftmaxTransformerActionSampler() if self._action_type == ActionSpace.DISCRETE
                               else IdentityTransformerActionSampler())
         return StatefulTransformerWrapper(self, target_return, action_sampler)
 
@@ -568,6 +569,10 @@ class StatefulTransformerWrapper:
     @property
     def target_return(self) -> float:
         return self._target_return
+
+    @property
+    def action_sampler(self) -> TransformerActionSampler:
+        return self._action_sampler
 
     def reset(self) -> None:
         """Forget the episode: the next ``predict`` is its first step."""

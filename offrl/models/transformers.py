@@ -1,5 +1,10 @@
 """Transformer blocks of the Decision Transformer family.
 
+The GPT stack, the position encodings and (discrete) the action embedding
+and logits head start from GPT's initialisation (:func:`gpt_init_`); the
+observation encoder and the return and (continuous) action embeddings keep
+PyTorch's default, as in the authors' code.
+
 A causal GPT stack (:class:`GPT2`) over the interleaved token sequence
 ``(R_1, s_1, a_1, R_2, s_2, a_2, ...)`` of a trajectory window, with
 token embeddings for returns-to-go, observations (any offrl encoder) and
@@ -40,6 +45,7 @@ __all__ = [
     "SimplePositionEncoding",
     "GlobalPositionEncoding",
     "create_position_encoding",
+    "gpt_init_",
     "ContinuousDecisionTransformer",
     "DiscreteDecisionTransformer",
 ]
@@ -50,6 +56,21 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "swish": nn.Si
 
 #: the layer-norm epsilon of the GPT blocks (d3rlpy 2.8.1's value)
 BLOCK_LAYER_NORM_EPS = 3e-3
+
+
+def gpt_init_(module: nn.Module, std: float = 0.02) -> nn.Module:
+    """GPT's initialisation (Radford et al. 2019, as in the Decision
+    Transformer's code): linear and embedding weights ~ N(0, std²), biases
+    0, layer norms at identity. Returns ``module``."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+    return module
 
 
 def activation(name: str) -> nn.Module:
@@ -133,6 +154,7 @@ class GPT2(nn.Module):
         self.blocks = nn.Sequential(*[GPTBlock(hidden_size, num_heads, attn_dropout, resid_dropout, activation_type)
                                       for _ in range(num_layers)])
         self.ln = nn.LayerNorm(hidden_size, eps=BLOCK_LAYER_NORM_EPS)
+        gpt_init_(self)
 
     def forward(self, x: torch.Tensor, index: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
         """Outputs at every token, at the positions ``index`` only, or at the
@@ -159,7 +181,7 @@ class SimplePositionEncoding(PositionEncoding):
 
     def __init__(self, hidden_size: int, max_timestep: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(max_timestep + 1, hidden_size)
+        self.embed = gpt_init_(nn.Embedding(max_timestep + 1, hidden_size))
 
     def forward(self, timesteps: torch.Tensor) -> torch.Tensor:
         return self.embed(timesteps)
@@ -172,7 +194,7 @@ class GlobalPositionEncoding(PositionEncoding):
 
     def __init__(self, hidden_size: int, max_timestep: int, context_size: int) -> None:
         super().__init__()
-        self.global_embed = nn.Embedding(max_timestep + 1, hidden_size)
+        self.global_embed = gpt_init_(nn.Embedding(max_timestep + 1, hidden_size))
         self.block_embed = nn.Parameter(torch.zeros(1, context_size, hidden_size))
 
     def forward(self, timesteps: torch.Tensor) -> torch.Tensor:
@@ -277,9 +299,9 @@ class DiscreteDecisionTransformer(_DecisionTransformerBase):
                  activation_type: str, embed_activation_type: str) -> None:
         super().__init__(encoder, hidden_size, position_encoding, num_heads, num_layers, attn_dropout, resid_dropout,
                          embed_dropout, activation_type)
-        self.action_embed = nn.Embedding(action_size, hidden_size)
+        self.action_embed = gpt_init_(nn.Embedding(action_size, hidden_size))
         self.embed_activation = activation(embed_activation_type)
-        self.output = nn.Linear(hidden_size, action_size, bias=False)
+        self.output = gpt_init_(nn.Linear(hidden_size, action_size, bias=False))
 
     def _embed_actions(self, actions: torch.Tensor) -> torch.Tensor:
         if actions.dim() == 3:

@@ -223,9 +223,14 @@ def test_wrapper_refuses_timesteps_beyond_max_timestep():
         actor.predict(np.zeros(3, np.float32), 0.0)
 
 
-def test_discrete_wrapper_is_greedy_by_default_and_feeds_back_indices():
+def test_discrete_wrapper_samples_by_default_and_feeds_back_indices():
+    from offrl.algos import StatefulTransformerWrapper
+
     algo = _built(_small(DiscreteDecisionTransformerConfig), action_size=3)
-    actor = algo.as_stateful_wrapper(target_return=5.0)
+    default = algo.as_stateful_wrapper(target_return=5.0)
+    assert isinstance(default, StatefulTransformerWrapper)
+    assert isinstance(default.action_sampler, SoftmaxTransformerActionSampler)  # d3rlpy's default
+    actor = algo.as_stateful_wrapper(target_return=5.0, action_sampler=GreedyTransformerActionSampler())
     obs = np.random.default_rng(1).normal(size=(4, 3)).astype(np.float32)
     chosen = []
     for k in range(4):
@@ -456,7 +461,9 @@ def _learned_returns(discrete: bool, n_steps: int) -> tuple:
     algo = config.create()
     algo.fit(_sign_dataset(discrete), n_steps=n_steps, n_steps_per_epoch=n_steps, **QUIET)
     env = SignEnv(discrete=discrete)
-    return tuple(offrl.metrics.evaluate_transformer_with_environment(algo.as_stateful_wrapper(target), env, n_trials=2)
+    sampler = GreedyTransformerActionSampler() if discrete else None
+    return tuple(offrl.metrics.evaluate_transformer_with_environment(algo.as_stateful_wrapper(target, sampler), env,
+                                                                     n_trials=2)
                  for target in (5.0, 0.0))
 
 

@@ -218,3 +218,19 @@ def test_tuple_observations_are_encoded_per_step():
         single = model([o[1:] for o in obs], actions[1:], rtg[1:], timesteps[1:])
     assert out.shape == (2, 4, 2)
     np.testing.assert_allclose(out[1:].numpy(), single.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_gpt_initialisation():
+    torch.manual_seed(0)
+    model = _discrete()
+    for name, p in model.gpt.named_parameters():
+        if name.endswith("bias"):
+            assert float(p.abs().max()) == 0.0, name
+        elif p.dim() == 2:
+            assert abs(float(p.detach().std()) - 0.02) < 0.002, name
+        else:  # layer norm weights
+            assert torch.equal(p, torch.ones_like(p)), name
+    assert abs(float(model.action_embed.weight.detach().std()) - 0.02) < 0.005
+    assert abs(float(model.position_encoding.global_embed.weight.detach().std()) - 0.02) < 0.002
+    # the observation encoder keeps PyTorch's default initialisation
+    assert float(model.encoder.mlp.layers[0].weight.detach().std()) > 0.1
