@@ -224,7 +224,7 @@ def test_moving_average_matches_a_loop():
 # ---------------------------------------------------------------- errors
 @pytest.mark.parametrize("args, message", [
     (["fit", "MISSING.h5", "dqn"], "MISSING.h5: no such dataset file"),
-    (["fit", "{data}", "nope"], "unknown algorithm 'nope'; valid: bc, cql"),
+    (["fit", "{data}", "nope"], "unknown algorithm 'nope'; valid: awac, bc, bcq"),
     (["fit", "{data}", "dqn", "bogus=1"], "unknown config key 'bogus' in DQNConfig; valid:"),
     (["fit", "{data}", "dqn", "batch_size"], "malformed override 'batch_size'"),
     (["fit", "{data}", "random_policy"], "random_policy only acts and cannot be trained"),
