@@ -64,7 +64,8 @@ def test_documented_algorithm_predict_shapes(name, discrete) -> None:
         assert set(np.unique(actions)) <= {0, 1}
     sampled = algo.sample_action(x)
     assert sampled.shape == actions.shape
-    if name.endswith("RandomPolicyConfig") or name.startswith("BC") or name.startswith("DiscreteBC"):
+    if name in ("BCConfig", "DiscreteBCConfig") or name.endswith("RandomPolicyConfig"):
+        assert not algo.has_q_function
         return  # no Q-function (d3rlpy raises NotImplementedError for these)
     # for continuous control: 100 actions with shape of (2,)
     # for discrete control: 100 actions in integer values
