@@ -143,8 +143,10 @@ def sampled_action_values(q: QFunction, observations: Any, actions: torch.Tensor
     return values[:, 0], values[:, 1:]
 
 
-class AWAC(QLearningAlgoBase):
-    """AWAC (see the module docstring)."""
+class AdvantageWeightedBase(QLearningAlgoBase):
+    """What AWAC and CRR share: a Gaussian policy centred on ``tanh(mean)``
+    acting greedily at its centre, critics named ``q_function`` /
+    ``targ_q_function``, and the acting and OPE hooks."""
 
     _action_type = ActionSpace.CONTINUOUS
     has_q_function = True
@@ -152,6 +154,30 @@ class AWAC(QLearningAlgoBase):
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"
     _q_optim = "critic_optim"
+
+    # ---------------------------------------------------------- acting
+    def _predict(self, x) -> torch.Tensor:
+        return self._nets["policy"].greedy(x)
+
+    def _sample(self, x) -> torch.Tensor:
+        return gaussian_sample(*self._nets["policy"](x))
+
+    def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
+        """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (the
+        clipped mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
+        return self._nets["policy"].log_prob(x, action)
+
+    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
+        return self._nets["q_function"].expected(x, action).mean(dim=0)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        return GreedyNormalPolicy(self._nets["policy"])
+
+
+class AWAC(AdvantageWeightedBase):
+    """AWAC (see the module docstring)."""
+
 
     def _build(self, observation_shape, action_size: int) -> None:
         cfg = self._config
@@ -202,22 +228,3 @@ class AWAC(QLearningAlgoBase):
 
         soft_update(targ, q, float(cfg.tau))
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach()}
-
-    # ---------------------------------------------------------- acting
-    def _predict(self, x) -> torch.Tensor:
-        return self._nets["policy"].greedy(x)
-
-    def _sample(self, x) -> torch.Tensor:
-        return gaussian_sample(*self._nets["policy"](x))
-
-    def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
-        """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (the
-        clipped mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
-        return self._nets["policy"].log_prob(x, action)
-
-    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._nets["q_function"].expected(x, action).mean(dim=0)
-
-    def policy_module(self) -> nn.Module:
-        self._require_built()
-        return GreedyNormalPolicy(self._nets["policy"])

@@ -44,17 +44,14 @@ import dataclasses
 from typing import Any, Dict
 
 import torch
-from torch import nn
 
-from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.policies import GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
+from ..models.policies import NormalPolicy, gaussian_log_prob
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, soft_update, td_target
-from .awac import gaussian_sample, sampled_action_values
-from .base import QLearningAlgoBase
+from .awac import AdvantageWeightedBase, gaussian_sample, sampled_action_values
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, one_of, param
 
 __all__ = ["CRRConfig", "CRR"]
@@ -132,15 +129,9 @@ class CRRConfig(LearnableConfig):
         return CRR
 
 
-class CRR(QLearningAlgoBase):
+class CRR(AdvantageWeightedBase):
     """CRR (see the module docstring)."""
 
-    _action_type = ActionSpace.CONTINUOUS
-    has_q_function = True
-    _policy_module = "policy"
-    _q_modules = ("q_function", "targ_q_function")
-    _policy_optim = "actor_optim"
-    _q_optim = "critic_optim"
 
     def _build(self, observation_shape, action_size: int) -> None:
         cfg = self._config
@@ -202,22 +193,3 @@ class CRR(QLearningAlgoBase):
             hard_update(targ_q, q)
             hard_update(targ_policy, policy)
         return {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss}
-
-    # ---------------------------------------------------------- acting
-    def _predict(self, x) -> torch.Tensor:
-        return self._nets["policy"].greedy(x)
-
-    def _sample(self, x) -> torch.Tensor:
-        return gaussian_sample(*self._nets["policy"](x))
-
-    def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
-        """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (the
-        clipped mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
-        return self._nets["policy"].log_prob(x, action)
-
-    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._nets["q_function"].expected(x, action).mean(dim=0)
-
-    def policy_module(self) -> nn.Module:
-        self._require_built()
-        return GreedyNormalPolicy(self._nets["policy"])
