@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from fuzz_budget import budget
 from offrl.algos import DQNConfig
 from offrl.dataset import MDPDataset
-from offrl.logging import FileAdapterFactory
+from offrl.logging import FileAdapterFactory, NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
 
 pytestmark = pytest.mark.fuzz
@@ -55,7 +55,7 @@ def _resume(tmp_path, payload) -> None:
     path = tmp_path / "checkpoint.d3"
     torch.save(payload, path)
     try:
-        _config().create().fit(_dataset(), 12, 3, show_progress=False, resume_from=str(path))
+        _config().create().fit(_dataset(), 12, 3, show_progress=False, logger_adapter=NoopAdapterFactory(), resume_from=str(path))
     except (ValueError, TypeError) as e:
         assert str(path) in str(e), f"{type(e).__name__} does not name the file: {e}"
 
@@ -93,5 +93,5 @@ def test_a_window_of_other_metrics_is_refused(tmp_path, checkpoint):
     path = tmp_path / "checkpoint.d3"
     torch.save({**checkpoint, "resume": json.dumps(record)}, path)
     with pytest.raises(ValueError, match=r"checkpoint.d3: the checkpoint's logging window holds \['not_a_loss'\], the algorithm reports \['loss'\]"):
-        _config().create().fit(_dataset(), 12, 3, show_progress=False, resume_from=str(path),
+        _config().create().fit(_dataset(), 12, 3, show_progress=False, logger_adapter=NoopAdapterFactory(), resume_from=str(path),
                                logging_strategy="steps", logging_steps=2)
