@@ -89,3 +89,16 @@ def test_append_refuses_string_and_complex_actions_and_observations():
         buffer.append(np.zeros(3, np.float32), np.array([1j, 0]), 1.0)
     with pytest.raises(TypeError, match=r"observation must hold real numbers, got strings"):
         buffer.append(np.array(["a", "b", "c"]), np.zeros(2, np.float32), 1.0)
+
+
+def test_training_sized_batches_do_not_ask_for_available_memory(monkeypatch):
+    """The check costs a /proc read: batches below 64 MiB skip it (the
+    training loop samples one per step), larger ones still ask."""
+    calls = []
+    monkeypatch.setattr(rb, "_available_memory", lambda: calls.append(1) or 2**40)
+    dataset = _dataset()
+    dataset.sample_transition_batch(256)
+    dataset.sample_trajectory_batch(64, 20)
+    assert calls == []
+    dataset.sample_transition_batch(64 * 2**20 // 84 + 1)  # just over 64 MiB at 84 bytes a transition
+    assert calls == [1]
