@@ -145,8 +145,13 @@ def test_cartpole_random_matches_its_card(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(RECIPES))
+@pytest.mark.parametrize("name", sorted(set(RECIPES) - builtin.SHIPPED))
 def test_every_dataset_matches_its_card(name, tmp_path):
+    """Recipes rebuilt here give their card's data. The shipped replay
+    datasets are not rebuilt: online learning over 50,000 steps amplifies
+    last-bit differences of another CPU's kernels into other episodes (which
+    is why they are shipped); their files are checked against the card by
+    test_shipped_files_are_copied_not_rebuilt."""
     facts = _card_facts(name)
     path = tmp_path / f"{name}.h5"
     checksum = build_dataset(name, str(path))
@@ -167,6 +172,9 @@ def test_shipped_files_are_copied_not_rebuilt(name, tmp_path, monkeypatch):
     facts = _card_facts(name)
     assert _sha(tmp_path / f"{name}.h5") == facts["sha256"] == RECIPES[name].reference_sha256
     assert dataset.transition_count == facts["steps"] and env.spec.id == RECIPES[name].env_id
+    assert len(dataset.episodes) == facts["episodes"]
+    for key in ("mean", "std", "min", "max"):
+        assert float(getattr(np, key)(dataset.compute_returns())) == pytest.approx(facts["episode_return"][key], abs=1e-3)
     # learning happened while the data was collected: the last episodes beat the first ones
     returns = dataset.compute_returns()
     assert returns[-10:].mean() > returns[:10].mean()
