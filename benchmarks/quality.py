@@ -10,8 +10,9 @@ Data (made here with gymnasium, deterministic): CartPole-v1 logged by a
 noisy balancing heuristic (30 % random actions) and Pendulum-v1 logged by a
 noisy energy-pumping swing-up controller. Each algorithm trains with its
 documented default config (PLAS's and BEAR's warm-up shortened to half
-the updates: ``CONFIG_CHANGES``) for the same number of updates in both
-libraries, then its greedy policy is rolled out on the environment
+the updates: ``CONFIG_CHANGES``; continuous actions scaled from the
+environment's bounds [-2, 2] to [-1, 1] by ``MinMaxActionScaler`` unless
+``--no-action-scaler``) for the same number of updates in both libraries, then its greedy policy is rolled out on the environment
 (10 episodes, fixed seeds). Every (library, algorithm, seed) job runs in
 its own worker process on the same saved arrays, with ``--threads`` torch
 threads (default 1); d3rlpy's in the interpreter given by ``--d3rlpy-python``
@@ -68,6 +69,11 @@ CONFIG_CHANGES = {
     "BEAR": lambda updates: {"warmup_steps": updates // 2},  # default 40,000 MMD-only steps
 }
 ENV_IDS = {"cartpole": "CartPole-v1", "pendulum": "Pendulum-v1"}
+#: Pendulum-v1's torque bounds: the logged actions fill them, so without a
+#: scaler most lie outside the [-1, 1] of a tanh policy
+PENDULUM_BOUNDS = (np.array([-2.0], np.float32), np.array([2.0], np.float32))
+#: set from --no-action-scaler (passed on to the worker processes in the job)
+ACTION_SCALER = {"on": True}
 N_EVAL_EPISODES = 10
 
 
@@ -157,6 +163,8 @@ def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int) -> di
     dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"],
                          action_size=2 if discrete else None)
     changes = CONFIG_CHANGES[name](updates) if name in CONFIG_CHANGES else {}
+    if not discrete and ACTION_SCALER["on"]:
+        changes["action_scaler"] = offrl.preprocessing.MinMaxActionScaler(minimum=PENDULUM_BOUNDS[0], maximum=PENDULUM_BOUNDS[1])
     algo = getattr(offrl.algos, f"{name}Config")(**changes).create(device="cpu")
     start = time.perf_counter()
     algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, logger_adapter=NoopAdapterFactory(), show_progress=False)
@@ -176,6 +184,8 @@ def run_d3rlpy(name: str, data: dict, env_id: str, updates: int, seed: int) -> d
         action_size=2 if discrete else 1,
     )
     changes = CONFIG_CHANGES[name](updates) if name in CONFIG_CHANGES else {}
+    if not discrete and ACTION_SCALER["on"]:
+        changes["action_scaler"] = d3rlpy.preprocessing.MinMaxActionScaler(minimum=PENDULUM_BOUNDS[0], maximum=PENDULUM_BOUNDS[1])
     algo = getattr(d3rlpy.algos, f"{name}Config")(**changes).create(device="cpu:0")
     start = time.perf_counter()
     algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, show_progress=False,
@@ -188,6 +198,8 @@ def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, only=list(ALGOS), quick_help="fewer updates and data (a smoke run)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and library")
+    parser.add_argument("--no-action-scaler", action="store_true",
+                        help="train continuous algorithms on the raw [-2, 2] torques (the figures recorded before 2026-11-25)")
     parser.add_argument("--backend", choices=["offrl", "d3rlpy"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -198,6 +210,7 @@ def main(argv: Optional[list] = None) -> int:
     if args.backend is not None:  # worker process: one (algorithm, seed) job on saved data
         job = json.loads(args.job)
         set_threads(job["threads"])
+        ACTION_SCALER["on"] = job.get("action_scaler", True)
         with np.load(job["data"]) as saved:  # plain arrays (allow_pickle stays off)
             data = dict(saved)
         runner = run_offrl if args.backend == "offrl" else run_d3rlpy
@@ -225,7 +238,7 @@ def main(argv: Optional[list] = None) -> int:
         def job(backend: str, python: str, name: str, seed: int) -> dict:
             env, updates, quick = ALGOS[name]
             spec = {"name": name, "data": files[env], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates,
-                    "seed": seed, "threads": args.threads}
+                    "seed": seed, "threads": args.threads, "action_scaler": not args.no_action_scaler}
             result, note = run_json(python, __file__, ["--backend", backend, "--job", json.dumps(spec)])
             return result if result is not None else {"error": note.strip().splitlines()[-1]}
 
