@@ -29,25 +29,7 @@ DOCUMENTED = {
     "PLASConfig": False, "PLASWithPerturbationConfig": False, "TD3PlusBCConfig": False,
     "IQLConfig": False, "RandomPolicyConfig": False, "DiscreteRandomPolicyConfig": True,
 }
-#: the issue that adds each documented algorithm offrl does not have yet
-PLANNED = {
-    "NFQConfig": 16, "DDPGConfig": 16, "TD3Config": 16, "DiscreteSACConfig": 16, "CRRConfig": 16,
-    "AWACConfig": 16, "BCQConfig": 17, "DiscreteBCQConfig": 17, "BEARConfig": 17, "PLASConfig": 17,
-    "PLASWithPerturbationConfig": 17,
-}
-
-
-def _params():
-    out = []
-    for name, discrete in DOCUMENTED.items():
-        marks = []
-        if name in PLANNED and not hasattr(offrl.algos, name):
-            marks.append(pytest.mark.xfail(reason=f"{name}: not in offrl yet (issue {PLANNED[name]})", strict=True))
-        out.append(pytest.param(name, discrete, marks=marks, id=name))
-    return out
-
-
-@pytest.mark.parametrize("name,discrete", _params())
+@pytest.mark.parametrize("name,discrete", list(DOCUMENTED.items()), ids=list(DOCUMENTED))
 def test_documented_algorithm_predict_shapes(name, discrete) -> None:
     config = getattr(offrl.algos, name)()
     # instantiate algorithm with CPU
