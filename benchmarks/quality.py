@@ -23,6 +23,7 @@ benchmark, not a test: read the table.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -135,6 +136,34 @@ def make_pendulum(n_steps: int, seed: int = 0) -> dict:
             "terminals": np.array(term, np.float32), "timeouts": np.array(tout, np.float32)}
 
 
+#: --data choices: "heldout" is the data made above; the others are offrl's
+#: built-in datasets of the same name (offrl.datasets.get_dataset)
+DATA_KINDS = ("heldout", "medium", "replay", "expert")
+
+
+def builtin_arrays(env: str, kind: str) -> dict:
+    """A built-in dataset (``cartpole-medium``, ...) as the plain arrays both
+    libraries are given: episodes laid end to end, ``terminals`` and
+    ``timeouts`` marking their ends."""
+    from offrl.datasets import get_dataset
+
+    dataset, _ = get_dataset(f"{env}-{kind}")
+    parts: dict = {"observations": [], "actions": [], "rewards": [], "terminals": [], "timeouts": []}
+    for episode in dataset.episodes:
+        n = int(episode.size())
+        end = np.zeros(n, np.float32)
+        end[-1] = 1.0
+        parts["observations"].append(np.asarray(episode.observations, np.float32))
+        parts["actions"].append(np.asarray(episode.actions))
+        parts["rewards"].append(np.asarray(episode.rewards, np.float32).reshape(n))
+        parts["terminals"].append(end if episode.terminated else np.zeros(n, np.float32))
+        parts["timeouts"].append(np.zeros(n, np.float32) if episode.terminated else end)
+    data = {k: np.concatenate(v) for k, v in parts.items()}
+    if env == "cartpole":
+        data["actions"] = data["actions"].reshape(-1).astype(np.int64)
+    return data
+
+
 def evaluate(predict, env_id: str) -> float:
     import gymnasium
 
@@ -200,6 +229,9 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and library")
     parser.add_argument("--no-action-scaler", action="store_true",
                         help="train continuous algorithms on the raw [-2, 2] torques (the figures recorded before 2026-11-25)")
+    parser.add_argument("--data", default="heldout",
+                        help="comma-separated data sets: heldout (made here; default) and/or the built-in "
+                             "medium, replay, expert datasets (offrl.datasets.get_dataset)")
     parser.add_argument("--backend", choices=["offrl", "d3rlpy"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -217,27 +249,34 @@ def main(argv: Optional[list] = None) -> int:
         return worker_main(lambda: runner(job["name"], data, job["env_id"], job["updates"], job["seed"]))
 
     names = parse_only(args.only, list(ALGOS), parser)
+    kinds = [k.strip() for k in args.data.split(",") if k.strip()]
+    for kind in kinds:
+        if kind not in DATA_KINDS:
+            parser.error(f"--data: unknown data set {kind!r}; choose from {', '.join(DATA_KINDS)}")
     n_steps = 10_000 if args.quick else 30_000
     print_load("start")
     tmp = tempfile.mkdtemp(prefix="offrl-quality-")
     try:
         files = {}
-        for env in sorted({ALGOS[n][0] for n in names}):
-            data = make_cartpole(n_steps) if env == "cartpole" else make_pendulum(n_steps)
-            files[env] = os.path.join(tmp, f"{env}.npz")
-            np.savez(files[env], **data)
+        for env, kind in itertools.product(sorted({ALGOS[n][0] for n in names}), kinds):
+            if kind == "heldout":
+                data = make_cartpole(n_steps) if env == "cartpole" else make_pendulum(n_steps)
+            else:
+                data = builtin_arrays(env, kind)
+            files[env, kind] = os.path.join(tmp, f"{env}-{kind}.npz")
+            np.savez(files[env, kind], **data)
             ends = np.flatnonzero(data["terminals"] + data["timeouts"]) + 1
             starts = np.r_[0, ends[:-1]]
             returns = [data["rewards"][s:e].sum() for s, e in zip(starts, ends)]
-            print(f"{ENV_IDS[env]}: {n_steps} logged steps, {len(returns)} episodes, "
+            print(f"{ENV_IDS[env]} {kind}: {len(data['rewards'])} logged steps, {len(returns)} episodes, "
                   f"behaviour return {np.mean(returns):.1f} ± {np.std(returns):.1f}")
         d3_python, d3_note = d3rlpy_interpreter(args)
         print(f"d3rlpy: {d3_note}; {args.seeds} seeds; {N_EVAL_EPISODES} evaluation episodes each; "
               f"torch threads {args.threads}\n")
 
-        def job(backend: str, python: str, name: str, seed: int) -> dict:
+        def job(backend: str, python: str, name: str, kind: str, seed: int) -> dict:
             env, updates, quick = ALGOS[name]
-            spec = {"name": name, "data": files[env], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates,
+            spec = {"name": name, "data": files[env, kind], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates,
                     "seed": seed, "threads": args.threads, "action_scaler": not args.no_action_scaler}
             result, note = run_json(python, __file__, ["--backend", backend, "--job", json.dumps(spec)])
             return result if result is not None else {"error": note.strip().splitlines()[-1]}
@@ -252,19 +291,19 @@ def main(argv: Optional[list] = None) -> int:
             return f"{values.mean():.1f} ± {values.std():.1f}", f"{np.mean([r['seconds'] for r in ok]):.1f}"
 
         table = []
-        for name in names:
+        for name, kind in itertools.product(names, kinds):
             env, updates, quick = ALGOS[name]
             rows: dict = {"offrl": [], "d3rlpy": []}
             for seed in range(args.seeds):
-                rows["offrl"].append(job("offrl", sys.executable, name, seed))
+                rows["offrl"].append(job("offrl", sys.executable, name, kind, seed))
                 if d3_python:
-                    rows["d3rlpy"].append(job("d3rlpy", d3_python, name, seed))
+                    rows["d3rlpy"].append(job("d3rlpy", d3_python, name, kind, seed))
             (o_ret, o_s), (d_ret, d_s) = cell(rows["offrl"]), cell(rows["d3rlpy"])
-            log(f"{name}: offrl {o_ret}, d3rlpy {d_ret}")
-            table.append([name, ENV_IDS[env], quick if args.quick else updates, o_ret, d_ret, o_s, d_s])
+            log(f"{name} {kind}: offrl {o_ret}, d3rlpy {d_ret}")
+            table.append([name, ENV_IDS[env], kind, quick if args.quick else updates, o_ret, d_ret, o_s, d_s])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print_table(["algorithm", "env", "updates", "offrl return", "d3rlpy return", "offrl s", "d3rlpy s"], table, left=2)
+    print_table(["algorithm", "env", "data", "updates", "offrl return", "d3rlpy return", "offrl s", "d3rlpy s"], table, left=3)
     print_load("end")
     return 0
 
