@@ -63,15 +63,45 @@ An estimate whose effective sample size is below
 clipped, with infinite weights or undefined (every weight zero) is marked
 ``reliable=False`` with the reasons in ``warnings``.
 
-The interval is a percentile bootstrap over episodes: ``n_bootstrap``
-resamples of ``N`` episodes with replacement (an index matrix drawn from
-``np.random.default_rng(seed)``, turned into per-episode counts, so every
-estimator is a few matrix products per chunk of resamples). A fitted
-behaviour model is held fixed across resamples (not refitted), so with an
-estimated behaviour policy the interval leaves out the model's own
-uncertainty. Percentile intervals of trajectory-wise IS, whose per-episode
-terms are the most skewed, undercover somewhat (about 84 % for a nominal
-90 % in ``benchmarks/ope_is.py``; 87-90 % for the other estimators).
+The interval (``ci``; :func:`offrl.ope.bounds.confidence_interval`, whose
+docstring states each method's assumptions) treats the episodes as
+independent draws:
+
+* ``"bootstrap"`` (default): percentile bootstrap over episodes,
+  ``n_bootstrap`` resamples of ``N`` episodes with replacement (an index
+  matrix drawn from ``np.random.default_rng(seed)``, turned into
+  per-episode counts, so every estimator, self-normalised ones included, is
+  recomputed exactly on each resample with a few matrix products per chunk
+  of resamples). Percentile intervals of trajectory-wise IS, whose
+  per-episode terms are the most skewed, undercover somewhat (about 84 %
+  for a nominal 90 % in ``benchmarks/ope_is.py``; 87-90 % for the other
+  estimators).
+* ``"ttest"``: Student's t on per-episode terms whose mean is the estimate:
+  for IS, PDIS and DR the episode's own term (``w_T G``,
+  ``sum_t gamma^t w_t r_t``, the DR sum); for the self-normalised WIS,
+  WPDIS and WDR the linearised (delta-method) terms, e.g. for WIS
+  ``V + w_n (G_n - V) / mean(w)`` and for WPDIS
+  ``V + sum_t gamma^t w_nt (r_nt - m_t) / mean_n(w_nt)`` with ``m_t`` the
+  weighted mean reward of step ``t`` (WDR likewise for its two ratios).
+  Their mean is the estimate, so the interval is centred on it; it is the
+  usual sandwich interval of a ratio estimator, valid only as ``N`` grows
+  (it ignores the normalisers' own noise and the ratio's bias).
+* ``"hoeffding"``, ``"bernstein"``: concentration bounds on the mean of
+  terms known to lie in ``value_range = (low, high)`` (required). For IS,
+  PDIS and DR the terms are the ones above; the self-normalised estimators
+  have no bounded per-episode terms with a finite-sample guarantee, so for
+  WIS, WPDIS and WDR the bound is that of their unnormalised counterpart
+  (IS, PDIS, DR: the same ``value_range`` applies), an interval for the
+  same policy value with the guarantee, but centred on the unnormalised
+  estimate (it may not contain the self-normalised one). The guarantee
+  needs exact behaviour probabilities and unclipped weights (clipping
+  biases the unnormalised mean down); a range that bounds ``w_T G`` needs
+  ``clip`` (then ``[clip * min(0, G_min), clip * max(0, G_max)]`` does for
+  returns in ``[G_min, G_max]``).
+
+A fitted behaviour model is held fixed (the bootstrap does not refit it),
+so with an estimated behaviour policy no interval includes the model's own
+uncertainty.
 """
 
 from __future__ import annotations
@@ -93,6 +123,7 @@ from ._policies import (
     sample_policy_actions,
 )
 from .behaviour import AlgoBehaviourPolicy, BehaviourModel, fit_behaviour_model
+from .bounds import CI_METHODS, bootstrap_counts, confidence_interval
 
 __all__ = [
     "OPEResult",
@@ -127,9 +158,9 @@ class OPEResult:
         estimator: ``"IS"``, ``"WIS"``, ``"PDIS"``, ``"WPDIS"``, ``"DR"`` or ``"WDR"``.
         value: the estimate (discounted return from the initial states, in
             the dataset's reward units); NaN when undefined.
-        lower, upper: percentile-bootstrap interval at ``confidence``.
+        lower, upper: the interval at ``confidence`` (method: :attr:`ci`).
         confidence: the interval's nominal coverage.
-        n_bootstrap: bootstrap resamples.
+        n_bootstrap: bootstrap resamples (0 when ``ci`` is not the bootstrap).
         n_episodes: episodes in the data.
         effective_sample_size: Kish's effective number of episodes (see the
             module docstring).
@@ -144,6 +175,10 @@ class OPEResult:
         warnings: why the estimate should not be trusted (empty if none).
         episode_weights: ``(n_episodes,)`` trajectory weights ``w_T`` after
             clipping, for inspection.
+        ci: the interval's method: ``"bootstrap"``, ``"hoeffding"``,
+            ``"bernstein"`` or ``"ttest"`` (see the module docstring).
+        value_range: the bound on the per-episode terms the interval used
+            (Hoeffding / Bernstein), else None.
     """
 
     estimator: str
@@ -163,6 +198,8 @@ class OPEResult:
     target: str
     warnings: Tuple[str, ...] = ()
     episode_weights: np.ndarray = dataclasses.field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    ci: str = "bootstrap"
+    value_range: Optional[Tuple[float, float]] = None
 
     @property
     def estimate(self) -> float:
@@ -188,7 +225,7 @@ class OPEResult:
     def __repr__(self) -> str:
         pct = f"{self.confidence:.0%}".rstrip("%")
         head = (
-            f"OPEResult({self.estimator} = {self.value:.4g}, {pct}% CI [{self.lower:.4g}, {self.upper:.4g}], "
+            f"OPEResult({self.estimator} = {self.value:.4g}, {pct}% {self.ci} CI [{self.lower:.4g}, {self.upper:.4g}], "
             f"ESS {self.effective_sample_size:.1f} of {self.n_episodes} episodes, "
             f"clipped {self.n_clipped}/{self.n_weights}, behaviour {self.behaviour}"
         )
@@ -268,13 +305,51 @@ def _statistic(kind: str, p: _Padded, counts: np.ndarray) -> np.ndarray:
     return _combine(kind, counts @ _episode_terms(kind, p), counts.sum(axis=1), p.discounts)
 
 
-def _bootstrap_counts(rng: np.random.Generator, n_episodes: int, n_resamples: int) -> np.ndarray:
-    """``(n_resamples, n_episodes)`` counts of each episode in resamples of
-    ``n_episodes`` episodes drawn with replacement (an index matrix, counted)."""
-    index = rng.integers(0, n_episodes, size=(n_resamples, n_episodes))
-    offsets = (np.arange(n_resamples) * n_episodes)[:, None]
-    counts = np.bincount((index + offsets).ravel(), minlength=n_resamples * n_episodes)
-    return counts.reshape(n_resamples, n_episodes).astype(np.float64)
+_bootstrap_counts = bootstrap_counts  # moved to offrl.ope.bounds (shared by every estimator)
+
+
+def _linearised_terms(kind: str, p: _Padded, value: float) -> np.ndarray:
+    """``(E,)`` delta-method terms of a self-normalised estimator: their mean
+    is the estimate ``value`` (the module docstring gives the formulas)."""
+    d = p.discounts
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if kind == "wis":
+            w = p.weights[:, -1]
+            return value + _ratio(w, np.full_like(w, w.mean())) * (p.rewards @ d - value)
+        w = p.weights
+        w_scaled = _ratio(w, np.broadcast_to(w.mean(axis=0), w.shape))
+        if kind == "wpdis":
+            centred = p.rewards - _ratio((w * p.rewards).sum(axis=0), w.sum(axis=0))
+            return value + (w_scaled * centred) @ d
+        advantage = p.rewards - p.q
+        previous = p.previous
+        p_scaled = _ratio(previous, np.broadcast_to(previous.mean(axis=0), previous.shape))
+        first = w_scaled * (advantage - _ratio((w * advantage).sum(axis=0), w.sum(axis=0)))
+        second = p_scaled * (p.v - _ratio((previous * p.v).sum(axis=0), previous.sum(axis=0)))
+        return value + (first + second) @ d
+
+
+_UNNORMALISED = {"wis": "is", "wpdis": "pdis", "wdr": "dr"}
+
+
+def _interval(kind: str, p: _Padded, terms: np.ndarray, value: float, *, ci: str, confidence: float,
+              value_range: Optional[Tuple[float, float]], n_bootstrap: int, seed: Any) -> Any:
+    """The interval of :func:`offrl.ope.bounds.confidence_interval` with the
+    terms the module docstring names for ``ci``."""
+    if ci == "bootstrap":
+        d = p.discounts
+        return confidence_interval(
+            terms, "bootstrap", confidence, n_bootstrap=n_bootstrap, seed=seed,
+            statistic=lambda sums, n: _combine(kind, sums, n, d),
+        )
+    if kind in _UNNORMALISED:
+        if ci == "ttest":
+            scalar = _linearised_terms(kind, p, value)
+        else:
+            scalar = _episode_terms(_UNNORMALISED[kind], p)[:, 0]
+    else:
+        scalar = terms[:, 0]
+    return confidence_interval(scalar, ci, confidence, value_range=value_range)
 
 
 def _build_padded(
@@ -326,6 +401,8 @@ def _core(
     confidence: float = 0.95,
     n_bootstrap: int = 1000,
     seed: Any = 0,
+    ci: str = "bootstrap",
+    value_range: Optional[Tuple[float, float]] = None,
 ) -> _Core:
     """The estimate from flat, episode-ordered ``(N,)`` arrays."""
     padded, mask, clipped = _build_padded(kind, ratios, rewards, lengths, gamma, q=q, v=v, clip=clip)
@@ -340,23 +417,12 @@ def _core(
         total = terms.sum(axis=0, keepdims=True)
         value = float(_combine(kind, total, np.array([float(e)]), d)[0])
         ess = float(_kish(weights[:, -1])) if trajectory else float(_kish(weights).min())
-    rng = np.random.default_rng(seed)
-    replicates = np.empty(n_bootstrap)
-    chunk = max(1, 4_000_000 // max(e, terms.shape[1]))
-    for start in range(0, n_bootstrap, chunk):
-        stop = min(start + chunk, n_bootstrap)
-        sums = _bootstrap_counts(rng, e, stop - start) @ terms
-        with np.errstate(invalid="ignore", over="ignore"):
-            replicates[start:stop] = _combine(kind, sums, np.full(stop - start, float(e)), d)
-    finite = replicates[np.isfinite(replicates)]
-    alpha = (1.0 - confidence) / 2.0
-    lower = upper = float("nan")
-    if finite.size:
-        lower, upper = (float(x) for x in np.quantile(finite, [alpha, 1.0 - alpha]))
+    interval = _interval(kind, padded, terms, value, ci=ci, confidence=confidence, value_range=value_range,
+                         n_bootstrap=n_bootstrap, seed=seed)
     used = weights[:, -1] if trajectory else weights[mask]
     return _Core(
-        value, lower, upper, ess, int(clipped.sum()), n_weights, float(used.max()), weights[:, -1].copy(),
-        int(n_bootstrap - finite.size), infinite,
+        value, interval.lower, interval.upper, ess, int(clipped.sum()), n_weights, float(used.max()),
+        weights[:, -1].copy(), interval.n_invalid, infinite,
     )
 
 
@@ -400,6 +466,18 @@ def _check_options(gamma: float, clip: Optional[float], confidence: float, n_boo
         raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
     if not (np.isfinite(bandwidth) and bandwidth > 0):
         raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth!r}")
+
+
+def _check_ci(ci: str, value_range: Any) -> None:
+    """Fail before any work on an unknown ``ci`` or a missing bound."""
+    if ci not in CI_METHODS:
+        raise ValueError(f"ci must be one of {list(CI_METHODS)}, got {ci!r}")
+    if ci in ("hoeffding", "bernstein") and value_range is None:
+        raise ValueError(
+            f"ci={ci!r} needs value_range=(low, high): a bound, known in advance, on each episode's term "
+            "(w_T G for IS/WIS: with clip=c and discounted returns in [G_min, G_max], "
+            "(c * min(0, G_min), c * max(0, G_max))); for unbounded rewards use ci='bootstrap' or 'ttest'"
+        )
 
 
 def _resolve_gamma(gamma: Optional[float], target: Any) -> float:
@@ -575,7 +653,7 @@ def _prepare(
 
 def _result(
     kind: str, prepared: _Prepared, *, clip: Optional[float], confidence: float, n_bootstrap: int, seed: Any,
-    min_effective_sample_size: float,
+    min_effective_sample_size: float, ci: str = "bootstrap", value_range: Optional[Tuple[float, float]] = None,
 ) -> OPEResult:
     label, needs_model = ESTIMATORS[kind]
     if needs_model and prepared.q is None:
@@ -583,13 +661,15 @@ def _result(
     data = prepared.data
     core = _core(
         kind, prepared.ratios, data.rewards, data.lengths, prepared.gamma, q=prepared.q, v=prepared.v,
-        clip=clip, confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
+        clip=clip, confidence=confidence, n_bootstrap=n_bootstrap, seed=seed, ci=ci, value_range=value_range,
     )
+    bootstrap = ci == "bootstrap"
     return OPEResult(
-        label, core.value, core.lower, core.upper, float(confidence), int(n_bootstrap), data.n_episodes,
-        core.ess, core.n_clipped, core.n_weights, None if clip is None else float(clip), core.max_weight,
-        prepared.gamma, prepared.behaviour, prepared.target,
+        label, core.value, core.lower, core.upper, float(confidence), int(n_bootstrap) if bootstrap else 0,
+        data.n_episodes, core.ess, core.n_clipped, core.n_weights, None if clip is None else float(clip),
+        core.max_weight, prepared.gamma, prepared.behaviour, prepared.target,
         _warnings(core, data.n_episodes, clip, min_effective_sample_size), core.episode_weights,
+        ci, None if bootstrap or ci == "ttest" else tuple(float(x) for x in value_range),  # type: ignore[union-attr]
     )
 
 
@@ -612,6 +692,8 @@ def estimate_policy_value(
     bandwidth: float = DEFAULT_BANDWIDTH,
     n_action_samples: int = 10,
     batch_size: int = 4096,
+    ci: str = "bootstrap",
+    value_range: Optional[Tuple[float, float]] = None,
 ) -> OPEResult:
     """Value of ``target`` on ``dataset`` by one estimator of the family.
 
@@ -631,7 +713,17 @@ def estimate_policy_value(
         behaviour_policy: a behaviour model (:mod:`offrl.ope.behaviour`) or a
             stochastic offrl algorithm.
         clip: upper bound of the cumulative weights (None: unclipped).
-        confidence, n_bootstrap: the bootstrap interval.
+        confidence: the interval's nominal coverage.
+        n_bootstrap: resamples of the bootstrap interval.
+        ci: the interval: ``"bootstrap"`` (percentile, over episodes),
+            ``"hoeffding"``, ``"bernstein"`` (empirical Bernstein) or
+            ``"ttest"`` (Student's t); the module docstring says which
+            per-episode terms each uses, also for the self-normalised
+            estimators, and :mod:`offrl.ope.bounds` their assumptions.
+        value_range: ``(low, high)``, known in advance, bounding each
+            episode's term (``w_T G`` for IS/WIS, ``sum_t gamma^t w_t r_t``
+            for PDIS/WPDIS, the DR sum for DR/WDR); needed by
+            ``"hoeffding"`` and ``"bernstein"``.
         seed: any ``np.random.default_rng`` seed, for the bootstrap and for
             the behaviour model's folds and the target's action samples.
         min_effective_sample_size: below it the result is marked unreliable.
@@ -646,10 +738,13 @@ def estimate_policy_value(
     Raises:
         ValueError: an unbuilt target, an empty dataset or episode,
             behaviour probabilities outside [0, 1] (densities < 0), NaN, or
-            zero where the target takes the logged action.
+            zero where the target takes the logged action; an unknown
+            ``ci``; ``ci="hoeffding"`` / ``"bernstein"`` without a
+            ``value_range`` or with one that some episode's term lies outside.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {list(ESTIMATORS)}, got {estimator!r}")
+    _check_ci(ci, value_range)
     check_built(target, "target policy")
     gamma = _resolve_gamma(gamma, target)
     _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size,
@@ -667,7 +762,7 @@ def estimate_policy_value(
     )
     return _result(
         estimator, prepared, clip=clip, confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
-        min_effective_sample_size=min_effective_sample_size,
+        min_effective_sample_size=min_effective_sample_size, ci=ci, value_range=value_range,
     )
 
 
