@@ -6,14 +6,16 @@ anything is built.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
 from ..constants import ActionSpace
+from .signature import dict_observation_keys, observation_from_dict
 
 __all__ = [
     "as_observation_columns",
+    "observation_keys",
     "check_finite",
     "check_float32",
     "as_flags",
@@ -107,10 +109,25 @@ def _observation_dtype(array: np.ndarray) -> np.dtype:
     raise TypeError(f"observations must be numeric, got dtype {array.dtype}")
 
 
-def as_observation_columns(observations: Any, name: str = "observations") -> list[np.ndarray]:
-    """Observations as a list of columns (one per tuple element), each with
-    steps on the first axis; floats become float32, uint8 images stay uint8."""
-    if isinstance(observations, (list, tuple)):
+def observation_keys(observations: Any, name: str = "observations") -> Optional[tuple[str, ...]]:
+    """The storage key order of dict observations; None for arrays and tuples."""
+    if isinstance(observations, Mapping):
+        return dict_observation_keys(observations, name)
+    return None
+
+
+def as_observation_columns(
+    observations: Any, name: str = "observations", keys: Optional[tuple[str, ...]] = None
+) -> list[np.ndarray]:
+    """Observations as a list of columns (one per tuple element, or one per
+    key of a dict in sorted key order / ``keys`` order), each with steps on
+    the first axis; floats become float32, uint8 images stay uint8."""
+    if isinstance(observations, Mapping):
+        order = keys if keys is not None else dict_observation_keys(observations, name)
+        values = observation_from_dict(observations, order, name)
+        raw = [_as_array(o, f"{name}[{k!r}]") for k, o in zip(order, values)]
+        names = [f"{name}[{k!r}]" for k in order]
+    elif isinstance(observations, (list, tuple)):
         if len(observations) == 0:
             raise ValueError(f"{name} is an empty tuple")
         raw = [_as_array(o, f"{name}[{k}]") for k, o in enumerate(observations)]
@@ -279,7 +296,13 @@ def as_behaviour_probabilities(
 
 def as_single_observation(observation: Any, signature, name: str = "observation") -> list[np.ndarray]:
     """One observation (no step axis) as a list of arrays in the signature's dtypes."""
-    if signature.is_tuple or isinstance(observation, (list, tuple)):
+    keys = getattr(signature, "keys", None)
+    if isinstance(observation, Mapping):
+        if keys is None:
+            raise TypeError(f"{name} is a dict, but the data holds {'tuple' if signature.is_tuple else 'array'} observations")
+        items = observation_from_dict(observation, keys, name)
+    # a list in key order is the internal form of a dict observation
+    elif signature.is_tuple or isinstance(observation, (list, tuple)):
         if not isinstance(observation, (list, tuple)):
             raise TypeError(f"{name} must be a tuple of {len(signature)} arrays")
         items = list(observation)
@@ -289,7 +312,10 @@ def as_single_observation(observation: Any, signature, name: str = "observation"
         raise ValueError(f"{name} has {len(items)} elements, expected {len(signature)}")
     out = []
     for k, (item, dt, sh) in enumerate(zip(items, signature.dtype, signature.shape)):
-        field = f"{name}[{k}]" if signature.is_tuple else name
+        if keys is not None:
+            field = f"{name}[{keys[k]!r}]"
+        else:
+            field = f"{name}[{k}]" if signature.is_tuple else name
         array = _as_array(item, field)
         if array.shape != tuple(sh):
             if array.size == int(np.prod(sh)) and array.ndim <= 1 and len(sh) <= 1:
@@ -304,12 +330,31 @@ def as_single_observation(observation: Any, signature, name: str = "observation"
     return out
 
 
+def _check_same_keys(keys: Optional[tuple], expected: Optional[tuple], name: str) -> None:
+    """Raise naming the first key that differs between ``keys`` and ``expected``."""
+    if keys is None:
+        raise TypeError(f"{name} must be a dict with keys {list(expected)}")
+    if expected is None:
+        raise TypeError(f"{name} is a dict, but the data holds array or tuple observations")
+    extra = [k for k in keys if k not in expected]
+    if extra:
+        raise ValueError(f"{name} has an unexpected key {extra[0]!r}: expected keys {list(expected)}")
+    missing = [k for k in expected if k not in keys]
+    if missing:
+        raise ValueError(f"{name} has no key {missing[0]!r}: expected keys {list(expected)}")
+    raise ValueError(f"{name} has keys in order {list(keys)}, expected {list(expected)}")
+
+
 def episode_columns(
     episode: Any, store: Any
 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, Optional[list[np.ndarray]], Optional[np.ndarray]]:
     """An episode's arrays validated and converted to ``store``'s dtypes:
     ``(observations, actions, rewards, final_observation, behaviour_probabilities)``."""
-    observations = as_observation_columns(episode.observations, "episode.observations")
+    keys = getattr(episode, "observation_keys", None) or observation_keys(episode.observations, "episode.observations")
+    store_signature = store.observation_signature
+    if store_signature is not None and keys != store_signature.keys:
+        _check_same_keys(keys, store_signature.keys, "episode.observations")
+    observations = as_observation_columns(episode.observations, "episode.observations", keys)
     n = observations[0].shape[0]
     if n == 0:
         raise ValueError("episode has no steps")
@@ -329,7 +374,7 @@ def episode_columns(
     if final is not None:
         from .episode import get_observation_signature
 
-        signature = get_observation_signature(observations)
+        signature = get_observation_signature(observations, keys)
         final_columns = as_single_observation(final, signature, "episode.final_observation")
     if store.observation_signature is not None:
         observations = [

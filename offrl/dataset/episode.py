@@ -7,11 +7,11 @@ columnar storage: its arrays are numpy slices, not copies.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
 import numpy as np
 
-from .signature import Observation, ObservationSequence, Signature
+from .signature import Observation, ObservationSequence, Signature, dict_observation_keys, observation_from_dict
 
 __all__ = [
     "EpisodeBase",
@@ -38,13 +38,17 @@ def create_zero_observation(observation: Observation) -> Observation:
     return np.zeros_like(observation)
 
 
-def get_observation_signature(observations: ObservationSequence) -> Signature:
-    """The signature of a sequence of observations (time on the first axis)."""
+def get_observation_signature(observations: ObservationSequence, keys: Optional[Any] = None) -> Signature:
+    """The signature of a sequence of observations (time on the first axis);
+    ``keys``: the key of each element for dict observations."""
+    if isinstance(observations, Mapping):
+        keys = dict_observation_keys(observations)
+        observations = observation_from_dict(observations, keys, "observations")
     if isinstance(observations, (list, tuple)):
         return Signature(
-            dtype=[o.dtype for o in observations], shape=[o.shape[1:] for o in observations]
+            dtype=[o.dtype for o in observations], shape=[o.shape[1:] for o in observations], keys=keys
         )
-    return Signature(dtype=[observations.dtype], shape=[observations.shape[1:]])
+    return Signature(dtype=[observations.dtype], shape=[observations.shape[1:]], keys=keys)
 
 
 def _single_observation_signature(observation: Observation) -> Signature:
@@ -101,6 +105,10 @@ class Episode:
             actions) or density (continuous actions) of each step's action
             under the policy that collected the data; None when not logged.
             Used by importance-sampling off-policy evaluation.
+        observation_keys: for dict observations, the key of each element.
+            Dict ``observations`` (and ``final_observation``) given here are
+            stored as the list of their values in sorted key order, the way
+            every picker and slicer reads tuple observations.
     """
 
     observations: ObservationSequence
@@ -109,6 +117,22 @@ class Episode:
     terminated: bool
     final_observation: Optional[Observation] = None
     behaviour_probabilities: Optional[np.ndarray] = None
+    observation_keys: Optional[tuple[str, ...]] = None
+
+    def __post_init__(self) -> None:
+        keys = self.observation_keys
+        if isinstance(self.observations, Mapping):
+            if keys is None:
+                keys = dict_observation_keys(self.observations)
+            values = observation_from_dict(self.observations, keys, "observations")
+            object.__setattr__(self, "observations", values[0] if len(values) == 1 else values)
+        if isinstance(self.final_observation, Mapping):
+            if keys is None:
+                raise TypeError("final_observation is a dict but observations is not")
+            values = observation_from_dict(self.final_observation, keys, "final_observation")
+            object.__setattr__(self, "final_observation", values[0] if len(values) == 1 else values)
+        if keys is not None:
+            object.__setattr__(self, "observation_keys", tuple(keys))
 
     def size(self) -> int:
         """Number of steps."""
@@ -131,7 +155,7 @@ class Episode:
 
     @property
     def observation_signature(self) -> Signature:
-        return get_observation_signature(self.observations)
+        return get_observation_signature(self.observations, self.observation_keys)
 
     @property
     def action_signature(self) -> Signature:

@@ -17,12 +17,19 @@ Schema 1.1 (root attribute ``schema_minor_version = 1``) adds the optional
 dataset ``behaviour_probabilities`` (float64, one per row; NaN where a step
 has none). Readers accept any 1.x file: a 1.0 file (no minor attribute) loads
 without behaviour probabilities, and a 1.0 reader ignores the extra dataset.
+
+Schema 1.2 (``schema_minor_version = 2``) adds the optional root attribute
+``observation_keys`` for dict observations: a JSON list of the key names of
+``observations_<k>`` in column order (read as data with ``json.loads`` and
+checked to be distinct strings, one per column). Files without it (1.0, 1.1)
+load as array or tuple observations, as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import tempfile
 from typing import Any, BinaryIO, Iterator, Optional, Sequence, Union
@@ -39,7 +46,7 @@ __all__ = ["FORMAT", "SCHEMA_VERSION", "SCHEMA_MINOR_VERSION", "dump_store", "du
 
 FORMAT = "offrl.dataset"
 SCHEMA_VERSION = 1
-SCHEMA_MINOR_VERSION = 1
+SCHEMA_MINOR_VERSION = 2
 
 PathOrFile = Union[str, os.PathLike, BinaryIO]
 
@@ -102,6 +109,9 @@ def _write(
         h5.attrs["action_space"] = info.action_space.name.lower()
         h5.attrs["action_size"] = int(info.action_size)
         h5.attrs["n_observation_columns"] = len(observations)
+        keys = getattr(info.observation_signature, "keys", None)
+        if keys is not None:
+            h5.attrs["observation_keys"] = json.dumps(list(keys))
         for k, column in enumerate(observations):
             h5.create_dataset(f"observations_{k}", data=column, compression=compression)
         h5.create_dataset("actions", data=actions, compression=compression)
@@ -165,6 +175,30 @@ def dump_episodes(episodes: Sequence[EpisodeBase], info: Any, f: PathOrFile, com
 MAX_DISCRETE_ACTION_SIZE = 2**24
 _MAX_OBSERVATION_COLUMNS = 1024
 _TABLE_KEYS = ("episode_starts", "episode_ends", "episode_terminated", "episode_has_final")
+
+
+def _observation_keys(h5: Any, name: str, n_columns: int) -> Optional[tuple[str, ...]]:
+    """The dict observation key names a 1.2 file stores (None when absent)."""
+    raw = _attribute(h5, "observation_keys", name)
+    if raw is None:
+        return None
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    if not isinstance(raw, str) or len(raw) > 1_000_000:
+        raise ValueError(f"{name}: the attribute 'observation_keys' must be a JSON list of strings")
+    try:
+        keys = json.loads(raw)
+    except ValueError:
+        raise ValueError(f"{name}: the attribute 'observation_keys' is not valid JSON") from None
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ValueError(f"{name}: the attribute 'observation_keys' must be a JSON list of strings, got {raw[:80]!r}")
+    if len(keys) != n_columns:
+        raise ValueError(
+            f"{name}: the attribute 'observation_keys' names {len(keys)} keys, the file has {n_columns} observation columns"
+        )
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{name}: the attribute 'observation_keys' repeats a key: {keys}")
+    return tuple(keys)
 
 
 def _attribute(h5: Any, key: str, name: str) -> Any:
@@ -241,6 +275,7 @@ def read_dataset_file(f: PathOrFile) -> dict:
                 f"({__version__}) reads version {SCHEMA_VERSION}.x"
             )
         n_columns = _int_attribute(h5, "n_observation_columns", name, 1, _MAX_OBSERVATION_COLUMNS)
+        observation_keys = _observation_keys(h5, name, n_columns)
         space_name = _attribute(h5, "action_space", name)
         try:
             action_space = ActionSpace.parse(str(space_name))
@@ -269,6 +304,7 @@ def read_dataset_file(f: PathOrFile) -> dict:
             data[key] = _safety.read_h5_dataset(h5, key, name, min_ndim=min_ndim)
     data["observations"] = [data.pop(f"observations_{k}") for k in range(n_columns)]
     _check_layout(name, data, action_space, action_size)
+    data["observation_keys"] = observation_keys
     data["action_space"] = action_space
     data["action_size"] = action_size
     return data

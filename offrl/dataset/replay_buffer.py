@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, BinaryIO, Iterable, Optional, Sequence, Union
+from typing import Any, BinaryIO, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from . import _checks
 from .batch import TrajectoryMiniBatch, TransitionMiniBatch
 from .episode import Episode, EpisodeBase, PartialTrajectory, Transition, get_observation_signature
 from .pickers import BasicTransitionPicker, TransitionPickerProtocol
-from .signature import Observation, Signature
+from .signature import Observation, Signature, dict_observation_keys, observation_from_dict
 from .slicers import BasicTrajectorySlicer, TrajectorySlicerProtocol
 from .storage import BufferProtocol, ColumnStore, FIFOBuffer, InfiniteBuffer
 from .summary import format_summary, summary_dict
@@ -260,6 +260,7 @@ class ReplayBuffer(ReplayBufferBase):
         self._writer_preprocessor = writer_preprocessor or BasicWriterPreprocess()
         self._info: Optional[DatasetInfo] = None
         self._pending: Optional[dict] = None  # the episode being written into a user buffer
+        self._steps_written = 0  # steps given to append (names the step in errors)
         # a user's picker/slicer (no batch method, or an overridden __call__)
         # is called per item, with indices valid under d3rlpy's contract
         self._user_picker = _is_user_component(self._transition_picker, "pick_batch")
@@ -368,12 +369,26 @@ class ReplayBuffer(ReplayBufferBase):
 
     # ------------------------------------------------------------- writing
     def append(self, observation: Observation, action: Any, reward: Any) -> None:
-        """Write one step of the episode being collected (online writing)."""
+        """Write one step of the episode being collected (online writing).
+        A dict observation must have the keys of the first step (or of the
+        env's ``Dict`` space)."""
+        keys = None
+        if isinstance(observation, Mapping):
+            name = f"observation at step {self._steps_written}"
+            if self._info is not None:
+                keys = self._info.observation_signature.keys
+                if keys is None:
+                    raise TypeError(f"{name} is a dict, but the buffer holds array or tuple observations")
+            else:
+                keys = dict_observation_keys(observation, name)
+            observation = observation_from_dict(observation, keys, name)
+            if len(observation) == 1:
+                observation = observation[0]
         observation = self._writer_preprocessor.process_observation(observation)
         action = self._writer_preprocessor.process_action(action)
         reward = self._writer_preprocessor.process_reward(reward)
         if self._info is None:
-            self._init_from_step(observation, action)
+            self._init_from_step(observation, action, keys)
         info = self._info
         parts = observation if isinstance(observation, (list, tuple)) else [observation]
         for k, part in enumerate(parts):
@@ -388,6 +403,7 @@ class ReplayBuffer(ReplayBufferBase):
         if abs(float(rew[0])) > _FLOAT32_MAX:
             raise ValueError(f"reward is {float(rew[0])!r}, beyond float32's range (|x| <= {_FLOAT32_MAX:.4g})")
         rew = rew.astype(np.float32)
+        self._steps_written += 1
         if self._store is not None:
             self._store.append_step(obs, act, rew)
         else:
@@ -397,12 +413,13 @@ class ReplayBuffer(ReplayBufferBase):
             self._pending["actions"].append(act)
             self._pending["rewards"].append(rew)
 
-    def _init_from_step(self, observation: Observation, action: Any) -> None:
+    def _init_from_step(self, observation: Observation, action: Any, keys: Optional[tuple] = None) -> None:
         items = list(observation) if isinstance(observation, (list, tuple)) else [observation]
         arrays = [np.asarray(o) for o in items]
         obs_sig = Signature(
             dtype=[np.float32 if np.issubdtype(a.dtype, np.floating) else a.dtype for a in arrays],
             shape=[a.shape for a in arrays],
+            keys=keys if keys is not None and len(keys) == len(arrays) else None,
         )
         a = np.asarray(action)
         if np.issubdtype(a.dtype, np.integer) and a.size == 1:
@@ -449,6 +466,13 @@ class ReplayBuffer(ReplayBufferBase):
         """
         final = None
         if final_observation is not None and not terminated:
+            if isinstance(final_observation, Mapping):
+                keys = self.dataset_info.observation_signature.keys
+                if keys is None:
+                    raise TypeError("final_observation is a dict, but the buffer holds array or tuple observations")
+                final_observation = observation_from_dict(final_observation, keys, "final_observation")
+                if len(final_observation) == 1:
+                    final_observation = final_observation[0]
             processed = self._writer_preprocessor.process_observation(final_observation)
             final = _checks.as_single_observation(processed, self.dataset_info.observation_signature, "final_observation")
         if self._store is not None:
@@ -465,6 +489,7 @@ class ReplayBuffer(ReplayBufferBase):
             rewards=np.stack(pending["rewards"]),
             terminated=bool(terminated),
             final_observation=(final[0] if final is not None and len(final) == 1 else final),
+            observation_keys=self.dataset_info.observation_signature.keys,
         )
         for i in range(episode.transition_count):
             self._buffer.append(episode, i)
@@ -481,7 +506,10 @@ class ReplayBuffer(ReplayBufferBase):
         actions are discrete when their dtype is integer (or when
         ``action_space`` says so), continuous otherwise."""
         if self._info is None:
-            observations = _checks.as_observation_columns(episode.observations, "episode.observations")
+            keys = getattr(episode, "observation_keys", None) or _checks.observation_keys(
+                episode.observations, "episode.observations"
+            )
+            observations = _checks.as_observation_columns(episode.observations, "episode.observations", keys)
             n = observations[0].shape[0]
             if action_space is None:
                 # an episode's dtype states its intent (one episode is too little
@@ -491,7 +519,7 @@ class ReplayBuffer(ReplayBufferBase):
                 action_space = ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS
             actions, space, size = _checks.as_actions(episode.actions, n, action_space, action_size, "episode.actions")
             self._set_info(
-                get_observation_signature(observations),
+                get_observation_signature(observations, keys),
                 Signature(dtype=[actions.dtype], shape=[actions.shape[1:]]),
                 Signature(dtype=[np.float32], shape=[(1,)]),
                 space,
@@ -639,8 +667,12 @@ class ReplayBuffer(ReplayBufferBase):
             timeouts[new_ends[~terminated] - 1] = 1.0
         observations = [o[rows] for o in store.observations]
         behaviour = store.behaviour_probabilities
+        keys = store.observation_signature.keys
         return {
-            "observations": observations[0] if len(observations) == 1 else observations,
+            "observations": (
+                dict(zip(keys, observations)) if keys is not None
+                else observations[0] if len(observations) == 1 else observations
+            ),
             "actions": store.actions[rows],
             "rewards": store.rewards[rows],
             "terminals": terminals,
@@ -711,7 +743,7 @@ class ReplayBuffer(ReplayBufferBase):
             buffer.set_columns(
                 data["observations"], data["actions"], data["rewards"], data["episode_starts"],
                 data["episode_ends"], data["episode_terminated"], data["episode_has_final"],
-                data.get("behaviour_probabilities"),
+                data.get("behaviour_probabilities"), observation_keys=data.get("observation_keys"),
             )
             ReplayBuffer.__init__(out, buffer, **components)
             return out
@@ -719,7 +751,7 @@ class ReplayBuffer(ReplayBufferBase):
         store.set_columns(
             data["observations"], data["actions"], data["rewards"], data["episode_starts"],
             data["episode_ends"], data["episode_terminated"], data["episode_has_final"],
-            data.get("behaviour_probabilities"),
+            data.get("behaviour_probabilities"), observation_keys=data.get("observation_keys"),
         )
         ReplayBuffer.__init__(out, buffer, episodes=list(store.episodes), **components)
         return out
@@ -763,6 +795,7 @@ class ReplayBuffer(ReplayBufferBase):
             terminated[idx],
             has_final[idx],
             None if behaviour is None else behaviour[rows],
+            observation_keys=store.observation_signature.keys,
         )
         out = ReplayBuffer.__new__(type(self) if isinstance(self, MDPDataset) else ReplayBuffer)
         ReplayBuffer.__init__(
@@ -842,6 +875,7 @@ class MDPDataset(ReplayBuffer):
         next_observations: Any = None,
         behaviour_probabilities: Any = None,
     ) -> None:
+        keys = _checks.observation_keys(observations)
         obs_columns = _checks.as_observation_columns(observations)
         n = obs_columns[0].shape[0]
         if n == 0:
@@ -872,7 +906,9 @@ class MDPDataset(ReplayBuffer):
         has_final = np.zeros(ends.shape[0], dtype=bool)
 
         if next_observations is not None:
-            next_columns = _checks.as_observation_columns(next_observations, "next_observations")
+            if (_checks.observation_keys(next_observations, "next_observations") is None) != (keys is None):
+                raise TypeError("next_observations must be a dict exactly when observations is one")
+            next_columns = _checks.as_observation_columns(next_observations, "next_observations", keys)
             if len(next_columns) != len(obs_columns) or any(
                 a.shape != b.shape for a, b in zip(next_columns, obs_columns)
             ):
@@ -896,7 +932,10 @@ class MDPDataset(ReplayBuffer):
             ends = ends + shift
 
         store = InfiniteBuffer()
-        store.set_columns(obs_columns, action_array, reward_array, starts, ends, terminated, has_final, behaviour)
+        store.set_columns(
+            obs_columns, action_array, reward_array, starts, ends, terminated, has_final, behaviour,
+            observation_keys=keys,
+        )
         super().__init__(
             store,
             transition_picker=transition_picker,

@@ -3,18 +3,61 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from ..constants import ActionSpace
 
-__all__ = ["Signature", "Observation", "ObservationSequence", "signatures_from_env", "normalise_action_signature"]
+__all__ = [
+    "Signature",
+    "Observation",
+    "ObservationSequence",
+    "signatures_from_env",
+    "normalise_action_signature",
+    "dict_observation_keys",
+    "observation_from_dict",
+]
 
-#: One observation: an array, or a tuple of arrays (e.g. an image and a vector).
-Observation = Union[np.ndarray, Sequence[np.ndarray]]
-#: A sequence of observations along the time axis, in the same two forms.
-ObservationSequence = Union[np.ndarray, Sequence[np.ndarray]]
+#: One observation: an array, a tuple of arrays (e.g. an image and a vector),
+#: or a dict of arrays by name (stored as the tuple of its values in sorted
+#: key order, the key names kept in the signature).
+Observation = Union[np.ndarray, Sequence[np.ndarray], Mapping[str, np.ndarray]]
+#: A sequence of observations along the time axis, in the same three forms.
+ObservationSequence = Union[np.ndarray, Sequence[np.ndarray], Mapping[str, np.ndarray]]
+
+
+def dict_observation_keys(observation: Mapping[str, Any], name: str = "observations") -> tuple[str, ...]:
+    """The storage order of a dict observation's keys: sorted, as gymnasium's
+    ``Dict`` space orders them, so that any dict converts the same way
+    without knowing where it came from."""
+    if len(observation) == 0:
+        raise ValueError(f"{name} is an empty dict")
+    for key in observation:
+        if not isinstance(key, str):
+            raise TypeError(f"{name} has key {key!r}: dict observation keys must be strings")
+    return tuple(sorted(observation))
+
+
+def observation_from_dict(
+    observation: Mapping[str, Any],
+    keys: Optional[Sequence[str]] = None,
+    name: str = "observation",
+) -> list:
+    """A dict observation (one step or a batch) as the list of its values in
+    ``keys`` order (sorted keys when ``keys`` is None). A missing or extra
+    key raises ``ValueError`` naming it."""
+    if not isinstance(observation, Mapping):
+        raise TypeError(f"{name} must be a dict with keys {list(keys or [])}, got {type(observation).__name__}")
+    if keys is None:
+        keys = dict_observation_keys(observation, name)
+    missing = [k for k in keys if k not in observation]
+    if missing:
+        raise ValueError(f"{name} has no key {missing[0]!r}: expected keys {list(keys)}")
+    if len(observation) != len(keys):
+        extra = [k for k in observation if k not in set(keys)]
+        raise ValueError(f"{name} has an unexpected key {extra[0]!r}: expected keys {list(keys)}")
+    return [observation[k] for k in keys]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,12 +67,15 @@ class Signature:
     A plain observation has one entry; a tuple observation has one entry per
     element. ``Signature(dtype=np.float32, shape=(3,))`` is accepted as a
     shorthand for ``Signature(dtype=[np.float32], shape=[(3,)])``.
+    ``keys``: for dict observations, the key of each element (in storage
+    order); None for arrays and tuples.
     """
 
     dtype: Sequence[np.dtype]
     shape: Sequence[Sequence[int]]
+    keys: Optional[tuple[str, ...]]
 
-    def __init__(self, dtype: Any, shape: Any) -> None:
+    def __init__(self, dtype: Any, shape: Any, keys: Optional[Sequence[str]] = None) -> None:
         if isinstance(dtype, (list, tuple)):
             dtypes = [np.dtype(d) for d in dtype]
         else:
@@ -45,8 +91,17 @@ class Signature:
         for i, sh in enumerate(shapes):
             if any(s < 0 for s in sh):
                 raise ValueError(f"Signature shape[{i}] has a negative size: {sh}")
+        if keys is not None:
+            if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+                raise TypeError(f"Signature keys must be a sequence of strings, got {keys!r}")
+            keys = tuple(keys)
+            if len(keys) != len(shapes):
+                raise ValueError(f"Signature has {len(keys)} keys but {len(shapes)} shapes")
+            if len(set(keys)) != len(keys):
+                raise ValueError(f"Signature keys repeat a name: {list(keys)}")
         object.__setattr__(self, "dtype", dtypes)
         object.__setattr__(self, "shape", shapes)
+        object.__setattr__(self, "keys", keys)
 
     def __len__(self) -> int:
         return len(self.shape)
@@ -68,23 +123,37 @@ class Signature:
         return out
 
     def to_dict(self) -> dict:
-        return {"dtype": [d.str for d in self.dtype], "shape": [list(s) for s in self.shape]}
+        out: dict = {"dtype": [d.str for d in self.dtype], "shape": [list(s) for s in self.shape]}
+        if self.keys is not None:
+            out["keys"] = list(self.keys)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "Signature":
-        return cls(dtype=list(data["dtype"]), shape=[tuple(s) for s in data["shape"]])
+        keys = data.get("keys")
+        return cls(dtype=list(data["dtype"]), shape=[tuple(s) for s in data["shape"]], keys=keys)
+
+    def with_keys(self, keys: Optional[Sequence[str]]) -> "Signature":
+        """The same dtypes and shapes with ``keys`` (None: a plain/tuple signature)."""
+        return Signature(dtype=list(self.dtype), shape=list(self.shape), keys=keys)
 
     def __repr__(self) -> str:
         parts = [f"{d.name}{tuple(s)}" for d, s in zip(self.dtype, self.shape)]
+        if self.keys is not None:
+            return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(self.keys, parts)) + "}"
         return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Signature):
             return NotImplemented
-        return list(self.dtype) == list(other.dtype) and list(self.shape) == list(other.shape)
+        return (
+            list(self.dtype) == list(other.dtype)
+            and list(self.shape) == list(other.shape)
+            and self.keys == other.keys
+        )
 
     def __hash__(self) -> int:
-        return hash((tuple(d.str for d in self.dtype), tuple(self.shape)))
+        return hash((tuple(d.str for d in self.dtype), tuple(self.shape), self.keys))
 
 
 def signatures_from_env(env: Any, writer: Any):
@@ -93,10 +162,12 @@ def signatures_from_env(env: Any, writer: Any):
     from gymnasium import spaces
 
     obs_space = env.observation_space
+    keys = None
     if isinstance(obs_space, spaces.Tuple):
         parts = list(obs_space.spaces)
     elif isinstance(obs_space, spaces.Dict):
-        parts = list(obs_space.spaces.values())
+        keys = dict_observation_keys(obs_space.spaces, "the observation space")
+        parts = [obs_space.spaces[k] for k in keys]
     else:
         parts = [obs_space]
     sample = []
@@ -110,7 +181,9 @@ def signatures_from_env(env: Any, writer: Any):
     processed = writer.process_observation(sample if len(sample) > 1 else sample[0])
     processed = list(processed) if isinstance(processed, (list, tuple)) else [processed]
     observation_signature = Signature(
-        dtype=[np.asarray(p).dtype for p in processed], shape=[np.asarray(p).shape for p in processed]
+        dtype=[np.asarray(p).dtype for p in processed],
+        shape=[np.asarray(p).shape for p in processed],
+        keys=keys if keys is not None and len(keys) == len(processed) else None,
     )
     act_space = env.action_space
     if isinstance(act_space, spaces.Discrete):

@@ -173,10 +173,12 @@ class ColumnStore:
         terminated: np.ndarray,
         has_final: np.ndarray,
         behaviour_probabilities: Optional[np.ndarray] = None,
+        observation_keys: Optional[tuple[str, ...]] = None,
     ) -> None:
         """Adopt whole, already validated columns (used when building a dataset
         from arrays or loading a file). The store must be empty.
-        ``behaviour_probabilities``: optional float64 ``(rows,)`` column."""
+        ``behaviour_probabilities``: optional float64 ``(rows,)`` column;
+        ``observation_keys``: the key of each column for dict observations."""
         if self._ep_tail != self._ep_head:
             raise ValueError("set_columns needs an empty buffer")
         self._observations = list(observations)
@@ -187,7 +189,8 @@ class ColumnStore:
             else np.ascontiguousarray(behaviour_probabilities, dtype=np.float64)
         )
         self.observation_signature = Signature(
-            dtype=[o.dtype for o in observations], shape=[o.shape[1:] for o in observations]
+            dtype=[o.dtype for o in observations], shape=[o.shape[1:] for o in observations],
+            keys=observation_keys,
         )
         self.action_signature = Signature(dtype=[actions.dtype], shape=[actions.shape[1:]])
         self.reward_signature = Signature(dtype=[rewards.dtype], shape=[rewards.shape[1:]])
@@ -362,6 +365,7 @@ class ColumnStore:
             terminated=bool(self._ep_terminated[i]),
             final_observation=final,
             behaviour_probabilities=None if self._behaviour is None else self._behaviour[start:end],
+            observation_keys=self.observation_signature.keys,
         )
 
     @property

@@ -184,7 +184,7 @@ def test_dump_load_round_trip_exact(tmp_path):
     ds.dump(tmp_path / "d.h5")
     with h5py.File(tmp_path / "d.h5", "r") as h5:
         assert int(h5.attrs["schema_version"]) == 1
-        assert int(h5.attrs["schema_minor_version"]) == SCHEMA_MINOR_VERSION == 1
+        assert int(h5.attrs["schema_minor_version"]) == SCHEMA_MINOR_VERSION == 2
     loaded = MDPDataset.load(tmp_path / "d.h5")
     np.testing.assert_array_equal(loaded.behaviour_probabilities, PROBS)
     assert _episode_probs(loaded) == _episode_probs(ds)
