@@ -27,6 +27,14 @@ they are smoothed, and the estimate is of the smoothed policy:
   ``pi(a|s) = N(a; greedy(s), diag(h^2))`` with ``h_j = bandwidth * std_j``,
   ``std_j`` the standard deviation of action dimension ``j`` in the dataset
   (``bandwidth = 0.1`` by default; ``h_j = bandwidth`` where ``std_j = 0``).
+
+Sequence models (the Decision Transformer family) are judged as
+:class:`~offrl.ope.SequencePolicy` ``(algo, target_return=...)``: their
+action at each logged step is replayed from the episode's logged history
+(:mod:`offrl.ope._sequence`); a softmax sampler gives exact discrete
+probabilities, a greedy sampler or continuous actions are smoothed as above.
+A bare sequence model is refused with a ``ValueError`` asking for
+``target_return``.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import torch
 from ..algos.base import QLearningAlgoBase
 from ..constants import ActionSpace
 from ._logged import LoggedData, locate, take_rows
+from ._sequence import SequencePolicy, as_sequence_policy
 
 __all__ = [
     "DEFAULT_EPSILON",
@@ -143,6 +152,10 @@ def policy_probabilities(
     the module docstring for what is accepted and how deterministic policies
     are smoothed)."""
     n, discrete, size = data.n_steps, data.discrete, data.action_size
+    sequence = as_sequence_policy(policy, role=role)
+    if sequence is not None:
+        return _sequence_probabilities(sequence, data, role=role, greedy=greedy, epsilon=epsilon,
+                                       bandwidth=bandwidth, allow_smoothing=allow_smoothing, batch_size=batch_size)
     if isinstance(policy, QLearningAlgoBase):
         check_built(policy, role)
         name = type(policy).__name__
@@ -171,23 +184,11 @@ def policy_probabilities(
         greedy_actions = np.concatenate([
             policy.predict(take_rows(data.observations, rows)) for rows in _chunks(n, batch_size)
         ])
-        if discrete:
-            probs = np.full((n, size), epsilon / size)
-            probs[np.arange(n), greedy_actions.reshape(-1).astype(np.int64)] += 1.0 - epsilon
-            logged = probs[np.arange(n), data.actions]
-            smoothing = f"epsilon-greedy around {name}'s greedy action, epsilon={epsilon:g}"
-            return PolicyProbabilities(logged, probs, f"{smoothing}", smoothing)
-        widths = kernel_widths(data.actions, bandwidth)
-        z = (data.actions - greedy_actions.reshape(n, size)) / widths
-        log_density = (-0.5 * z**2 - np.log(widths) - _LOG_SQRT_2PI).sum(axis=1)
-        smoothing = (
-            f"Gaussian kernel around {name}'s greedy action, std = {bandwidth:g} x the dataset's action std per dimension"
-        )
-        return PolicyProbabilities(np.exp(log_density), None, smoothing, smoothing)
+        return _smoothed(greedy_actions, data, name, epsilon, bandwidth)
 
     if not callable(policy):
         raise TypeError(
-            f"the {role} policy must be an offrl algorithm or a callable, got {type(policy).__name__}"
+            f"the {role} policy must be an offrl algorithm, a SequencePolicy or a callable, got {type(policy).__name__}"
         )
     if discrete:
         parts = []
@@ -218,6 +219,57 @@ def policy_probabilities(
     return PolicyProbabilities(np.concatenate(parts), None, f"{role} callable's densities", None)
 
 
+def _smoothed(greedy_actions: np.ndarray, data: LoggedData, name: str, epsilon: float,
+              bandwidth: float) -> PolicyProbabilities:
+    """A deterministic policy's greedy actions at the logged steps, smoothed
+    (epsilon-greedy or a Gaussian kernel, see the module docstring)."""
+    n, size = data.n_steps, data.action_size
+    if data.discrete:
+        probs = np.full((n, size), epsilon / size)
+        probs[np.arange(n), greedy_actions.reshape(-1).astype(np.int64)] += 1.0 - epsilon
+        logged = probs[np.arange(n), data.actions]
+        smoothing = f"epsilon-greedy around {name}'s greedy action, epsilon={epsilon:g}"
+        return PolicyProbabilities(logged, probs, f"{smoothing}", smoothing)
+    widths = kernel_widths(data.actions, bandwidth)
+    z = (data.actions - greedy_actions.reshape(n, size)) / widths
+    log_density = (-0.5 * z**2 - np.log(widths) - _LOG_SQRT_2PI).sum(axis=1)
+    smoothing = (
+        f"Gaussian kernel around {name}'s greedy action, std = {bandwidth:g} x the dataset's action std per dimension"
+    )
+    return PolicyProbabilities(np.exp(log_density), None, smoothing, smoothing)
+
+
+def _check_sequence(policy: SequencePolicy, data: LoggedData, role: str) -> None:
+    name = type(policy.algo).__name__
+    if policy.discrete != data.discrete:
+        kind = "discrete" if policy.discrete else "continuous"
+        raise ValueError(f"the {role} {name} acts with {kind} actions, the dataset's are "
+                         f"{'discrete' if data.discrete else 'continuous'}")
+    if policy.action_size != data.action_size:
+        raise ValueError(f"the {role} {name} was built for action_size={policy.action_size}, "
+                         f"the dataset has {data.action_size}")
+
+
+def _replayed(policy: SequencePolicy, data: LoggedData, batch_size: int) -> np.ndarray:
+    return policy.replay(data.observations, data.actions, data.rewards, data.lengths, batch_size=batch_size)
+
+
+def _sequence_probabilities(policy: SequencePolicy, data: LoggedData, *, role: str, greedy: bool, epsilon: float,
+                            bandwidth: float, allow_smoothing: bool, batch_size: int) -> PolicyProbabilities:
+    """:func:`policy_probabilities` of a sequence policy replayed on the logged histories."""
+    _check_sequence(policy, data, role)
+    outputs = _replayed(policy, data, batch_size)
+    if policy.stochastic and not greedy:
+        probs = policy.probabilities(outputs)
+        return PolicyProbabilities(probs[np.arange(data.n_steps), data.actions], probs,
+                                   f"softmax probabilities of {policy.name} (temperature {policy.temperature:g}), "
+                                   "replayed on the logged histories", None)
+    if not allow_smoothing:
+        raise ValueError(f"the {role} {policy.name} is deterministic (it has no action probabilities): use "
+                         "SequencePolicy with a SoftmaxTransformerActionSampler, or an estimated model")
+    return _smoothed(policy.greedy_actions(outputs), data, policy.name, epsilon, bandwidth)
+
+
 def sample_policy_actions(
     policy: Any,
     data: LoggedData,
@@ -231,7 +283,15 @@ def sample_policy_actions(
     """``(N, n_samples, action_size)`` continuous actions drawn from the
     target policy at each logged observation: its own sampler for
     stochastic algorithms, the smoothing kernel around the greedy action for
-    deterministic ones. Callables (densities only) cannot be sampled."""
+    deterministic ones (sequence policies included: around the replayed
+    action). Callables (densities only) cannot be sampled."""
+    sequence = as_sequence_policy(policy)
+    if sequence is not None:
+        _check_sequence(sequence, data, "target")
+        rng = np.random.default_rng(seed)
+        greedy_actions = _replayed(sequence, data, batch_size).reshape(data.n_steps, 1, data.action_size)
+        noise = rng.normal(size=(data.n_steps, n_samples, data.action_size))
+        return greedy_actions + noise * kernel_widths(data.actions, bandwidth)
     if not isinstance(policy, QLearningAlgoBase):
         raise ValueError(
             "doubly robust estimates for continuous actions need actions drawn from the target policy, "

@@ -122,6 +122,7 @@ from ._policies import (
     policy_probabilities,
     sample_policy_actions,
 )
+from ._sequence import SequencePolicy
 from .behaviour import AlgoBehaviourPolicy, BehaviourModel, fit_behaviour_model
 from .bounds import CI_METHODS, bootstrap_counts, confidence_interval
 
@@ -483,7 +484,7 @@ def _check_ci(ci: str, value_range: Any) -> None:
 def _resolve_gamma(gamma: Optional[float], target: Any) -> float:
     if gamma is not None:
         return float(gamma)
-    if isinstance(target, QLearningAlgoBase):
+    if isinstance(target, (QLearningAlgoBase, SequencePolicy)):
         return float(target.gamma)
     return 0.99
 
@@ -700,7 +701,9 @@ def estimate_policy_value(
     Args:
         target: a built offrl algorithm, or a callable: discrete actions
             ``(observations) -> (B, action_size)`` probabilities; continuous
-            ``(observations, actions) -> (B,)`` densities.
+            ``(observations, actions) -> (B,)`` densities; or a sequence
+            model as ``SequencePolicy(algo, target_return=...)`` (replayed
+            on each episode's logged history, see :mod:`offrl.ope._sequence`).
         dataset: a ReplayBuffer / MDPDataset, or a list of episodes.
         estimator: ``"is"``, ``"wis"``, ``"pdis"``, ``"wpdis"``, ``"dr"`` or ``"wdr"``.
         q_model: for DR/WDR: an FQE / DiscreteFQE, any object with

@@ -21,6 +21,7 @@ import numpy as np
 from ..algos.base import QLearningAlgoBase
 from ._logged import logged_data
 from ._policies import DEFAULT_BANDWIDTH, DEFAULT_EPSILON, check_built
+from ._sequence import SequencePolicy, as_sequence_policy
 from .importance import ESTIMATORS, _check_options, _prepare, _resolve_behaviour, _result
 
 __all__ = ["PolicySelection", "select_policies"]
@@ -157,7 +158,8 @@ def _estimator_specs(estimators: EstimatorSpec) -> List[Tuple[str, Union[str, Ca
 
 
 def _shared_gamma(policies: Mapping[str, Any]) -> float:
-    gammas = {name: float(p.gamma) for name, p in policies.items() if isinstance(p, QLearningAlgoBase)}
+    gammas = {name: float(p.gamma) for name, p in policies.items()
+              if isinstance(p, (QLearningAlgoBase, SequencePolicy))}
     if len(set(gammas.values())) > 1:
         raise ValueError(f"the policies have different gammas {gammas}: pass gamma= to compare them on one")
     return next(iter(gammas.values())) if gammas else 0.99
@@ -187,8 +189,9 @@ def select_policies(
     """Rank ``policies`` on ``dataset`` with each estimator.
 
     Args:
-        policies: name -> target policy (a built offrl algorithm or a
-            callable, as for :func:`~offrl.ope.estimate_policy_value`).
+        policies: name -> target policy (a built offrl algorithm, a
+            ``SequencePolicy(algo, target_return=...)`` or a callable, as for
+            :func:`~offrl.ope.estimate_policy_value`).
         dataset: the logged data (ReplayBuffer / MDPDataset or episodes).
         estimators: names from ``"is"``, ``"wis"``, ``"pdis"``, ``"wpdis"``,
             ``"dr"``, ``"wdr"``; or a mapping label -> name or callable
@@ -208,6 +211,7 @@ def select_policies(
     specs = _estimator_specs(estimators)
     for name, policy in policies.items():
         check_built(policy, f"policy {name!r}")
+        as_sequence_policy(policy, role=f"policy {name!r}")  # a bare sequence model needs its target_return
     needs_model = any(isinstance(spec, str) and ESTIMATORS[spec][1] for _, spec in specs)
     if needs_model:
         missing = [name for name in policies if q_models is None or name not in q_models]
