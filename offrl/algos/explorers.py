@@ -11,7 +11,17 @@ action per row (``(B,)`` indices, or ``(B, action_size)``). Optionally:
 * ``reset()`` is called at the start of every episode (``AdditiveOU``
   restarts its noise process there);
 * ``action_space`` (an :class:`~offrl.constants.ActionSpace`) says which
-  action spaces the explorer suits, so a mismatch fails before training.
+  action spaces the explorer suits, so a mismatch fails before training;
+* ``sample_envs(algo, x, step, env_indices, generators)`` and
+  ``reset_env(index)``: the per-environment form used with vectorised
+  environments (a ``gymnasium.vector`` env or a list of envs). Row ``i`` of
+  ``x`` is an observation of environment ``env_indices[i]`` and every random
+  draw for that row comes from ``generators[i]`` (that environment's own
+  generator), so each environment explores independently and reproducibly;
+  ``reset_env`` starts environment ``index``'s episode (``AdditiveOU``
+  restarts only that environment's noise). An explorer without them gets
+  ``sample`` on the batch and ``reset()`` whenever any environment starts an
+  episode.
 
 Random draws come from offrl's generator, so ``offrl.seed(n)`` makes them
 reproducible.
@@ -32,7 +42,7 @@ Built in:
 from __future__ import annotations
 
 import abc
-from typing import Any, Optional, Protocol, Tuple, Union, runtime_checkable
+from typing import Any, Dict, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import numpy as np
 
@@ -78,6 +88,17 @@ class Explorer(abc.ABC):
     def reset(self) -> None:
         """Called at the start of every episode."""
 
+    def reset_env(self, index: int) -> None:
+        """Called when vectorised environment ``index`` starts an episode."""
+        self.reset()
+
+    def sample_envs(self, algo: Any, x: Any, step: int, env_indices: Sequence[int],
+                    generators: Sequence[np.random.Generator]) -> np.ndarray:
+        """Actions for a batch of observations of several environments, row
+        ``i``'s random draws from ``generators[i]`` (see the module docstring).
+        The base version calls :meth:`sample` (draws from offrl's generator)."""
+        return self.sample(algo, x, step)
+
 
 def _check_probability(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not 0.0 <= value <= 1.0:
@@ -114,6 +135,21 @@ def _epsilon_greedy(algo: Any, x: Any, epsilon: float) -> np.ndarray:
     return np.where(explore, random_actions, algo.predict(x))
 
 
+def _epsilon_greedy_envs(algo: Any, x: Any, epsilon: float, generators: Sequence[np.random.Generator]) -> np.ndarray:
+    """Per-environment epsilon-greedy: row ``i`` draws one uniform, then one
+    action index, from ``generators[i]``; ``predict`` runs only when some
+    row is greedy."""
+    n_actions = int(algo.action_size)
+    explore = np.empty(len(generators), dtype=bool)
+    random_actions = np.empty(len(generators), dtype=np.int64)
+    for i, generator in enumerate(generators):
+        explore[i] = generator.random() < epsilon
+        random_actions[i] = generator.integers(n_actions)
+    if explore.all():
+        return random_actions
+    return np.where(explore, random_actions, algo.predict(x))
+
+
 class ConstantEpsilonGreedy(Explorer):
     """Epsilon-greedy with a constant ``epsilon``: a uniformly drawn action
     index with probability ``epsilon``, the greedy action otherwise."""
@@ -128,6 +164,10 @@ class ConstantEpsilonGreedy(Explorer):
 
     def sample(self, algo: Any, x: Any, step: int) -> np.ndarray:
         return _epsilon_greedy(algo, x, self.epsilon)
+
+    def sample_envs(self, algo: Any, x: Any, step: int, env_indices: Sequence[int],
+                    generators: Sequence[np.random.Generator]) -> np.ndarray:
+        return _epsilon_greedy_envs(algo, x, self.epsilon, generators)
 
     def __repr__(self) -> str:
         return f"ConstantEpsilonGreedy(epsilon={self.epsilon})"
@@ -157,6 +197,10 @@ class LinearDecayEpsilonGreedy(Explorer):
 
     def sample(self, algo: Any, x: Any, step: int) -> np.ndarray:
         return _epsilon_greedy(algo, x, self.compute_epsilon(step))
+
+    def sample_envs(self, algo: Any, x: Any, step: int, env_indices: Sequence[int],
+                    generators: Sequence[np.random.Generator]) -> np.ndarray:
+        return _epsilon_greedy_envs(algo, x, self.compute_epsilon(step), generators)
 
     def __repr__(self) -> str:
         return (
@@ -208,6 +252,11 @@ class Boltzmann(Explorer):
     def sample(self, algo: Any, x: Any, step: int) -> np.ndarray:
         probs = self.probabilities(action_values(algo, x))
         return inverse_cdf(probs, get_rng().random(probs.shape[0]))
+
+    def sample_envs(self, algo: Any, x: Any, step: int, env_indices: Sequence[int],
+                    generators: Sequence[np.random.Generator]) -> np.ndarray:
+        probs = self.probabilities(action_values(algo, x))
+        return inverse_cdf(probs, np.array([g.random() for g in generators]))
 
     def __repr__(self) -> str:
         return f"Boltzmann(temperature={self.temperature})"
@@ -278,6 +327,12 @@ class NormalNoise(_ContinuousNoise):
         noise = get_rng().normal(self.mean, self.std, size=action.shape)
         return self._clip(algo, action + noise)
 
+    def sample_envs(self, algo: Any, x: Any, step: int, env_indices: Sequence[int],
+                    generators: Sequence[np.random.Generator]) -> np.ndarray:
+        action = np.asarray(algo.predict(x))
+        noise = np.stack([g.normal(self.mean, self.std, size=action.shape[1:]) for g in generators])
+        return self._clip(algo, action + noise)
+
     def __repr__(self) -> str:
         return f"NormalNoise(mean={self.mean}, std={self.std})"
 
@@ -306,6 +361,7 @@ class AdditiveOU(_ContinuousNoise):
         self.sigma = _check_number(sigma, "sigma", non_negative=True)
         self.start_with_mu = bool(start_with_mu)
         self.state: Optional[np.ndarray] = None
+        self.env_states: Dict[int, np.ndarray] = {}  # per vectorised environment
 
     @property
     def stationary_std(self) -> float:
@@ -314,6 +370,10 @@ class AdditiveOU(_ContinuousNoise):
 
     def reset(self) -> None:
         self.state = None
+        self.env_states = {}
+
+    def reset_env(self, index: int) -> None:
+        self.env_states.pop(int(index), None)
 
     def evolve(self) -> np.ndarray:
         """Move the noise state one step; returns it."""
@@ -331,6 +391,25 @@ class AdditiveOU(_ContinuousNoise):
         else:
             self.evolve()
         return self._clip(algo, action + self.state)
+
+    def sample_envs(self, algo: Any, x: Any, step: int, env_indices: Sequence[int],
+                    generators: Sequence[np.random.Generator]) -> np.ndarray:
+        """Each environment's noise follows its own process, advanced only
+        on that environment's steps, with draws from its generator."""
+        action = np.asarray(algo.predict(x))
+        noise = np.empty(action.shape, dtype=np.float64)
+        for row, (index, generator) in enumerate(zip(env_indices, generators)):
+            state = self.env_states.get(int(index))
+            if state is None or state.shape != action.shape[1:]:
+                if self.start_with_mu:
+                    state = np.full(action.shape[1:], self.mu, dtype=np.float64)
+                else:
+                    state = generator.normal(self.mu, self.stationary_std, size=action.shape[1:])
+            else:
+                state = state + self.theta * (self.mu - state) + self.sigma * generator.standard_normal(state.shape)
+            self.env_states[int(index)] = state
+            noise[row] = state
+        return self._clip(algo, action + noise)
 
     def __repr__(self) -> str:
         return f"AdditiveOU(mu={self.mu}, theta={self.theta}, sigma={self.sigma}, start_with_mu={self.start_with_mu})"

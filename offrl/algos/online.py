@@ -64,6 +64,14 @@ def _check_env(env: Any, name: str = "env") -> None:
         raise TypeError(f"{name} must be a gymnasium environment; {type(env).__name__} has no {', '.join(missing)}")
 
 
+def _check_seed(seed: Any) -> Optional[int]:
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be None or an int >= 0, got {seed!r}")
+    return int(seed)
+
+
 def _check_callable(value: Any, name: str) -> None:
     if value is not None and not callable(value):
         raise TypeError(f"{name} must be callable as {name}(algo, epoch, total_step), got {type(value).__name__}")
@@ -170,7 +178,8 @@ class _Rollout:
     """Steps one environment with a behaviour policy and writes the steps
     into a buffer, with gymnasium's terminated / truncated semantics."""
 
-    def __init__(self, algo: Any, env: Any, buffer: Any, explorer: Any, deterministic: bool, random_steps: int) -> None:
+    def __init__(self, algo: Any, env: Any, buffer: Any, explorer: Any, deterministic: bool, random_steps: int,
+                 seed: Optional[int] = None) -> None:
         self.algo = algo
         self.env = env
         self.buffer = buffer
@@ -187,7 +196,8 @@ class _Rollout:
         self.finished: List[Tuple[float, int]] = []  # (return, length) of episodes ended since last read
         self.time_inference = 0.0
         self.time_environment = 0.0
-        seed = int(get_rng().integers(2**31 - 1))
+        if seed is None:
+            seed = int(get_rng().integers(2**31 - 1))
         if hasattr(env.action_space, "seed"):
             env.action_space.seed(seed)
         self.observation = self._reset(seed)
@@ -258,6 +268,338 @@ class _Rollout:
             self.open_episode = False
 
 
+# ------------------------------------------------------- vectorised envs
+def is_vector_env(env: Any) -> bool:
+    """Whether ``env`` is several environments: a ``gymnasium.vector``
+    environment (``num_envs`` and ``single_*_space``) or a list/tuple of
+    environments."""
+    if isinstance(env, (list, tuple)):
+        return True
+    return hasattr(env, "num_envs") and hasattr(env, "single_observation_space") and hasattr(env, "single_action_space")
+
+
+class _SpaceView:
+    """The spaces of one sub-environment of a vectorised environment, for the
+    code that builds algorithms, scalers and buffers from an environment."""
+
+    def __init__(self, observation_space: Any, action_space: Any) -> None:
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+    def reset(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never stepped
+        raise RuntimeError("a sub-environment's spaces cannot be reset")
+
+    def step(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never stepped
+        raise RuntimeError("a sub-environment's spaces cannot be stepped")
+
+
+def _spaces_equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # pragma: no cover - a space whose == fails
+        return a is b
+
+
+def vector_spaces(env: Any, name: str = "env") -> _SpaceView:
+    """One sub-environment's spaces of a vectorised ``env``; a list of
+    environments must share them (``ValueError`` naming the first index that
+    differs)."""
+    if isinstance(env, (list, tuple)):
+        if len(env) == 0:
+            raise ValueError(f"{name} is an empty list; give at least one environment")
+        for i, sub in enumerate(env):
+            _check_env(sub, f"{name}[{i}]")
+        first = env[0]
+        for i, sub in enumerate(env[1:], start=1):
+            for attr in ("observation_space", "action_space"):
+                if not _spaces_equal(getattr(sub, attr), getattr(first, attr)):
+                    raise ValueError(f"{name}[{i}].{attr} is {getattr(sub, attr)}, but {name}[0].{attr} is "
+                                     f"{getattr(first, attr)}: every environment of a vector must have the same spaces")
+        return _SpaceView(first.observation_space, first.action_space)
+    return _SpaceView(env.single_observation_space, env.single_action_space)
+
+
+def _row(batch: Any, i: int) -> Any:
+    if isinstance(batch, list):
+        return [part[i] for part in batch]
+    return batch[i]
+
+
+def _rows(batch: Any, index: np.ndarray) -> Any:
+    if isinstance(batch, list):
+        return [part[index] for part in batch]
+    return batch[index]
+
+
+def _stack(observations: List[Any]) -> Any:
+    if isinstance(observations[0], list):
+        return [np.stack([o[k] for o in observations]) for k in range(len(observations[0]))]
+    return np.stack(observations)
+
+
+def _copy(observation: Any) -> Any:
+    if isinstance(observation, list):
+        return [np.array(part) for part in observation]
+    return np.array(observation)
+
+
+def _real_reward(reward: Any, where: str) -> float:
+    try:
+        if isinstance(reward, (str, bytes)):
+            raise TypeError
+        value = float(reward)
+    except (TypeError, ValueError):
+        raise ValueError(f"the environment returned reward {reward!r} ({type(reward).__name__}) {where}; "
+                         "expected a real number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"the environment returned reward {value} {where}")
+    return value
+
+
+class _VectorEnv:
+    """Steps several environments as one, whatever their form: a
+    ``gymnasium.vector`` environment in any autoreset mode, or a list of
+    environments (reset here as soon as an episode ends).
+
+    :meth:`step` returns the batched next observations, rewards,
+    terminated / truncated flags, the final observation of each episode that
+    ended, and two masks: ``skipped`` (the step only reset that environment:
+    NEXT_STEP autoreset, its action was ignored and it wrote no transition)
+    and ``started`` (the returned observation starts a new episode)."""
+
+    def __init__(self, env: Any, keys: Optional[List[Any]]) -> None:
+        self.env = env
+        self.keys = keys
+        if isinstance(env, (list, tuple)):
+            self.mode = "list"
+            self.n = len(env)
+        else:
+            from gymnasium.vector import AutoresetMode
+
+            mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) if isinstance(getattr(env, "metadata", None), dict) \
+                else AutoresetMode.NEXT_STEP
+            mode = AutoresetMode(mode) if isinstance(mode, str) else mode
+            self.mode = {AutoresetMode.NEXT_STEP: "next", AutoresetMode.SAME_STEP: "same",
+                         AutoresetMode.DISABLED: "disabled"}[mode]
+            self.n = int(env.num_envs)
+        self.pending_reset = np.zeros(self.n, dtype=bool)
+
+    def reset(self, seed: Optional[int]) -> Any:
+        """Reset every environment (environment ``i`` with ``seed + i``)."""
+        self.pending_reset[:] = False
+        if self.mode == "list":
+            return _stack([_observation(sub.reset(seed=None if seed is None else seed + i)[0], self.keys)
+                           for i, sub in enumerate(self.env)])
+        raw, _ = self.env.reset(seed=seed)
+        return _observation(raw, self.keys)
+
+    def step(self, actions: Any) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[int, Any], np.ndarray, np.ndarray]:
+        finals: Dict[int, Any] = {}
+        if self.mode == "list":
+            observations, rewards, terminated, truncated = [], [], [], []
+            for i, sub in enumerate(self.env):
+                raw, reward, term, trunc, _ = sub.step(actions[i])
+                obs = _observation(raw, self.keys)
+                if term or trunc:
+                    finals[i] = obs
+                    obs = _observation(sub.reset()[0], self.keys)
+                observations.append(obs)
+                rewards.append(reward)
+                terminated.append(bool(term))
+                truncated.append(bool(trunc))
+            ended = np.array(terminated) | np.array(truncated)
+            return (_stack(observations), np.array(rewards, dtype=object), np.array(terminated), np.array(truncated),
+                    finals, np.zeros(self.n, dtype=bool), ended)
+        skipped = self.pending_reset.copy()
+        raw, rewards, terminated, truncated, info = self.env.step(actions)
+        batch = _observation(raw, self.keys)
+        terminated = np.asarray(terminated, dtype=bool) & ~skipped
+        truncated = np.asarray(truncated, dtype=bool) & ~skipped
+        ended = terminated | truncated
+        if self.mode == "same":
+            final_obs = info.get("final_obs") if isinstance(info, dict) else None
+            for i in np.flatnonzero(ended):
+                if final_obs is None or final_obs[i] is None:
+                    raise ValueError(f"environment {i}'s episode ended but the vector env's info has no final_obs[{i}] "
+                                     "(SAME_STEP autoreset must return it)")
+                finals[int(i)] = _observation(final_obs[i], self.keys)
+            return batch, np.asarray(rewards, dtype=object), terminated, truncated, finals, skipped, ended
+        for i in np.flatnonzero(ended):
+            finals[int(i)] = _copy(_row(batch, int(i)))
+        if self.mode == "next":
+            self.pending_reset = ended.copy()
+            return batch, np.asarray(rewards, dtype=object), terminated, truncated, finals, skipped, skipped
+        if ended.any():  # DISABLED: reset the ended environments ourselves
+            raw_reset, _ = self.env.reset(options={"reset_mask": ended})
+            reset = _observation(raw_reset, self.keys)
+            if isinstance(batch, list):
+                for part, new in zip(batch, reset):
+                    part[ended] = new[ended]
+            else:
+                batch = np.array(batch)
+                batch[ended] = reset[ended]
+        return batch, np.asarray(rewards, dtype=object), terminated, truncated, finals, skipped, ended
+
+
+class _VectorRollout:
+    """Steps ``N`` environments at once with one batched policy call and
+    writes each environment's episodes into the buffer.
+
+    Each environment's open episode is kept here and written when it ends
+    (or when the run stops), so the buffer only ever holds whole episodes
+    and the episodes of different environments never interleave.
+    Environment ``i`` is reset first with ``seed + i``, its random-step
+    action space is a copy of the single action space seeded ``seed + i``
+    and an explorer with ``sample_envs`` draws its randomness from
+    ``numpy.random.default_rng(seed + i)``: environment ``i`` of a run with
+    ``seed=s`` repeats a one-environment run with ``seed=s + i``."""
+
+    def __init__(self, algo: Any, env: Any, spaces: _SpaceView, buffer: Any, explorer: Any, deterministic: bool,
+                 random_steps: int, seed: Optional[int]) -> None:
+        import copy
+
+        self.algo = algo
+        self.buffer = buffer
+        self.explorer = explorer
+        self.random_steps = random_steps
+        sub_spaces = getattr(spaces.observation_space, "spaces", None)
+        self.keys = list(sub_spaces) if isinstance(sub_spaces, dict) else None
+        self.envs = _VectorEnv(env, self.keys)
+        self.n = self.envs.n
+        self.act = algo.predict if deterministic else algo.sample_action
+        if seed is None:
+            seed = int(get_rng().integers(2**31 - 1))
+        self.action_spaces = []
+        for i in range(self.n):
+            space = copy.deepcopy(spaces.action_space)
+            if hasattr(space, "seed"):
+                space.seed(seed + i)
+            self.action_spaces.append(space)
+        filler = copy.deepcopy(spaces.action_space)
+        if hasattr(filler, "seed"):
+            filler.seed(0)
+        self.filler = np.asarray(filler.sample())  # the ignored action of an environment being reset
+        self.generators = [np.random.default_rng(seed + i) for i in range(self.n)]
+        self.per_env = callable(getattr(explorer, "sample_envs", None))
+        self.reset_env = getattr(explorer, "reset_env", None) if explorer is not None else None
+        self.reset_all = getattr(explorer, "reset", None) if explorer is not None else None
+        self.episodes = np.zeros(self.n, dtype=np.int64)
+        self.open: List[Dict[str, list]] = [self._new_episode() for _ in range(self.n)]
+        self.finished: List[Tuple[float, int, int]] = []  # (return, length, environment) since last read
+        self.time_inference = 0.0
+        self.time_environment = 0.0
+        self.observations = self.envs.reset(seed)
+        for i in range(self.n):
+            self._start(i, "on reset")
+
+    @staticmethod
+    def _new_episode() -> Dict[str, list]:
+        return {"observations": [], "actions": [], "rewards": []}
+
+    def _start(self, i: int, when: str) -> None:
+        problem = _non_finite(_row(self.observations, i))
+        if problem is not None:
+            raise ValueError(f"environment {i} returned a non-finite observation {when} "
+                             f"(its episode {self.episodes[i]}): {problem}")
+        if callable(self.reset_env):
+            self.reset_env(i)
+        elif callable(self.reset_all):
+            self.reset_all()
+
+    def _actions(self, active: np.ndarray, total_step: int) -> np.ndarray:
+        x = _rows(self.observations, active)
+        step = total_step + 1
+        if total_step < self.random_steps:
+            actions = [self.action_spaces[i].sample() for i in active]
+        elif self.explorer is not None:
+            if self.per_env:
+                actions = self.explorer.sample_envs(self.algo, x, step, [int(i) for i in active],
+                                                    [self.generators[i] for i in active])
+            else:
+                actions = self.explorer.sample(self.algo, x, step)
+        else:
+            actions = self.act(x)
+        if len(actions) != len(active):
+            source = "the explorer" if self.explorer is not None else "the policy"
+            missing = int(active[min(len(actions), len(active) - 1)])
+            raise ValueError(f"{source} returned {len(actions)} actions for the {len(active)} environments stepped "
+                             f"(environments {active.tolist()}); environment {missing} has "
+                             f"{'none' if len(actions) < len(active) else 'more than one'}")
+        full = np.empty((self.n,) + self.filler.shape, dtype=self.filler.dtype)
+        full[:] = self.filler
+        for row, i in enumerate(active):
+            action = np.asarray(actions[row])
+            if action.shape != self.filler.shape:
+                raise ValueError(f"the action for environment {int(i)} has shape {action.shape}, "
+                                 f"expected {self.filler.shape}")
+            full[i] = action
+        return full
+
+    def step(self, total_step: int, limit: int) -> int:
+        """One step of every environment; writes at most ``limit``
+        transitions (the first environments by index; the others' episodes
+        are closed, truncated before this step). Returns how many it wrote."""
+        active = np.flatnonzero(~self.envs.pending_reset)
+        t0 = time.perf_counter()
+        actions = self._actions(active, total_step) if len(active) else \
+            np.broadcast_to(self.filler, (self.n,) + self.filler.shape).copy()
+        t1 = time.perf_counter()
+        batch, rewards, terminated, truncated, finals, skipped, started = self.envs.step(actions)
+        t2 = time.perf_counter()
+        self.time_inference += t1 - t0
+        self.time_environment += t2 - t1
+        written = 0
+        for i in active:
+            i = int(i)
+            episode = self.open[i]
+            where = f"at step {total_step + written + 1} (environment {i}, episode {self.episodes[i]}, " \
+                    f"step {len(episode['rewards']) + 1} of the episode)"
+            if written >= limit:
+                self._close(i)
+                continue
+            reward = _real_reward(rewards[i], where)
+            next_observation = finals[i] if i in finals else _row(batch, i)
+            problem = _non_finite(next_observation)
+            if problem is not None:
+                raise ValueError(f"environment {i} returned a non-finite observation {where}: {problem}")
+            episode["observations"].append(_copy(_row(self.observations, i)))
+            episode["actions"].append(np.array(actions[i]))
+            episode["rewards"].append(reward)
+            written += 1
+            if terminated[i] or truncated[i]:
+                self._write(i, bool(terminated[i]), None if terminated[i] else finals[i])
+        self.observations = batch
+        for i in np.flatnonzero(started):
+            self._start(int(i), "on reset")
+        return written
+
+    def _write(self, i: int, terminated: bool, final_observation: Any) -> None:
+        episode = self.open[i]
+        self.open[i] = self._new_episode()
+        if not episode["rewards"]:
+            return
+        for observation, action, reward in zip(episode["observations"], episode["actions"], episode["rewards"]):
+            self.buffer.append(observation, action, reward)
+        self.buffer.clip_episode(terminated, final_observation)
+        self.finished.append((float(sum(episode["rewards"])), len(episode["rewards"]), i))
+        self.episodes[i] += 1
+
+    def _close(self, i: int) -> None:
+        """Write environment ``i``'s open episode, truncated at its current observation."""
+        episode = self.open[i]
+        if not episode["rewards"]:
+            return
+        self.open[i] = self._new_episode()
+        for observation, action, reward in zip(episode["observations"], episode["actions"], episode["rewards"]):
+            self.buffer.append(observation, action, reward)
+        self.buffer.clip_episode(False, _copy(_row(self.observations, i)))
+
+    def close(self) -> None:
+        """Write every open episode, truncated at its current observation."""
+        for i in range(self.n):
+            self._close(i)
+
+
 def _attach_buffer(error: BaseException, buffer: Any) -> None:
     try:
         error.offrl_buffer = buffer  # type: ignore[attr-defined]
@@ -265,7 +607,7 @@ def _attach_buffer(error: BaseException, buffer: Any) -> None:
         pass
 
 
-def _close_quietly(rollout: Optional[_Rollout]) -> None:
+def _close_quietly(rollout: Any) -> None:
     """Close the open episode while another error propagates (that error wins)."""
     if rollout is None:
         return
@@ -305,6 +647,7 @@ def fit_online(
     n_updates: int = 1,
     eval_n_trials: int = 10,
     epoch_callback: Optional[Callable[[Any, int, int], None]] = None,
+    seed: Optional[int] = None,
 ) -> List[Tuple[int, Dict[str, float]]]:
     """Train ``algo`` while it acts in ``env``; returns ``[(epoch, metrics), ...]``.
 
@@ -326,6 +669,13 @@ def fit_online(
     epochs and after the last. ``callback(algo, epoch, total_step)`` runs
     after every environment step, ``epoch_callback`` after every epoch.
     See the module docstring for episode endings, seeding and interruptions.
+
+    ``env`` may be vectorised (a ``gymnasium.vector`` environment in any
+    autoreset mode, or a list of environments with the same spaces): see
+    the module docstring's "Vectorised environments"; ``update_interval``
+    then counts vector steps and each of them can run ``n_updates`` updates.
+    ``seed`` (optional) seeds the first reset instead of a draw from offrl's
+    generator.
     """
     if not algo.is_trainable:
         raise RuntimeError(f"{type(algo).__name__} cannot be trained; use collect to gather data with it")
@@ -346,16 +696,29 @@ def fit_online(
         raise ValueError(f"eval_epsilon must be a number in [0, 1], got {eval_epsilon!r}")
     _check_callable(callback, "callback")
     _check_callable(epoch_callback, "epoch_callback")
+    seed = _check_seed(seed)
+    eval_spaces = None
     if eval_env is not None:
-        _check_env(eval_env, "eval_env")
+        if is_vector_env(eval_env):
+            eval_spaces = vector_spaces(eval_env, "eval_env")
+        else:
+            _check_env(eval_env, "eval_env")
+            eval_spaces = eval_env
+    vector = is_vector_env(env)
+    spaces = vector_spaces(env) if vector else env
+    if vector:
+        n_envs = len(env) if isinstance(env, (list, tuple)) else int(env.num_envs)
+        if n_steps_per_epoch < n_envs:
+            raise ValueError(f"n_steps_per_epoch={n_steps_per_epoch} is below the number of environments ({n_envs}): "
+                             "an epoch must hold at least one step of every environment")
 
     def default_buffer():
-        return create_fifo_replay_buffer(limit=1000000, env=env)
+        return create_fifo_replay_buffer(limit=1000000, env=spaces)
 
-    buffer, _ = _prepare(algo, env, buffer, explorer, default_buffer)
-    if eval_env is not None:
-        eval_space = _env_signature(eval_env)
-        env_space = _env_signature(env)
+    buffer, _ = _prepare(algo, spaces, buffer, explorer, default_buffer)
+    if eval_spaces is not None:
+        eval_space = _env_signature(eval_spaces)
+        env_space = _env_signature(spaces)
         if _shape_of(eval_space[0]) != _shape_of(env_space[0]) or eval_space[3:] != env_space[3:]:
             raise ValueError("eval_env's observation and action spaces must match env's")
 
@@ -372,22 +735,35 @@ def fit_online(
     tracker = LossTracker()
     results: List[Tuple[int, Dict[str, float]]] = []
     progress = None
-    rollout: Optional[_Rollout] = None
+    rollout: Any = None
     updates_ready = False
     total_step = 0
+    vector_step = 0
     guard = StateGuard(algo)
     try:
-        rollout = _Rollout(algo, env, buffer, explorer, False, random_steps)
+        if vector:
+            rollout = _VectorRollout(algo, env, spaces, buffer, explorer, False, random_steps, seed)
+        else:
+            rollout = _Rollout(algo, env, buffer, explorer, False, random_steps, seed)
         progress = _progress(show_progress, n_steps, f"{type(algo).__name__} online")
         for epoch in range(1, n_epochs + 1):
-            steps = min(n_steps_per_epoch, n_steps - total_step)
+            epoch_end = min(epoch * n_steps_per_epoch, n_steps)
+            first_step = total_step
             rollout.time_inference = rollout.time_environment = 0.0
             sample_time = update_time = 0.0
             epoch_start = time.perf_counter()
-            for _ in range(steps):
-                total_step += 1
-                rollout.step(total_step)
-                if total_step > update_start_step and total_step % update_interval == 0:
+            while total_step < epoch_end:
+                if vector:  # an epoch ends at the vector step that reaches its last environment step
+                    written = rollout.step(total_step, n_steps - total_step)
+                    total_step += written
+                    vector_step += 1
+                    update_now = vector_step % update_interval == 0
+                else:
+                    written = 1
+                    total_step += 1
+                    rollout.step(total_step)
+                    update_now = total_step % update_interval == 0
+                if total_step > update_start_step and update_now:
                     if not updates_ready:
                         # transition counts only grow (a FIFO buffer stays at its limit)
                         updates_ready = buffer.transition_count > batch_size
@@ -400,15 +776,19 @@ def fit_online(
                 if progress is not None:
                     if tracker.rows == 0 and tracker.last:
                         progress.set_postfix({k: f"{v:.4g}" for k, v in tracker.last.items()}, refresh=False)
-                    progress.update(1)
+                    progress.update(written)
                 if callback is not None:
                     callback(algo, epoch, total_step)
+            steps = total_step - first_step
             elapsed = time.perf_counter() - epoch_start
             metrics = tracker.epoch_metrics()
             if rollout.finished:
-                returns, lengths = zip(*rollout.finished)
+                returns, lengths = [e[0] for e in rollout.finished], [e[1] for e in rollout.finished]
                 metrics[ROLLOUT_RETURN] = float(np.mean(returns))
                 metrics[ROLLOUT_LENGTH] = float(np.mean(lengths))
+                if vector:  # per environment: rollout_return_env_0, ...
+                    for i in sorted({e[2] for e in rollout.finished}):
+                        metrics[f"{ROLLOUT_RETURN}_env_{i}"] = float(np.mean([e[0] for e in rollout.finished if e[2] == i]))
                 rollout.finished.clear()
             compute_epsilon = getattr(explorer, "compute_epsilon", None)
             if callable(compute_epsilon):
@@ -449,6 +829,7 @@ def collect(
     deterministic: bool = False,
     n_steps: int = 1000000,
     show_progress: bool = True,
+    seed: Optional[int] = None,
 ) -> Any:
     """Act in ``env`` for ``n_steps`` steps and write them into ``buffer``
     (a new unbounded buffer by default); returns the buffer.
@@ -460,26 +841,43 @@ def collect(
     exactly ``n_steps`` transitions. Random policies collect too (random
     datasets, D4RL style); a trained algorithm makes "medium"/"expert"
     datasets and ``fit_online``'s buffer a "replay" one.
+
+    ``env`` may be vectorised (see the module docstring): ``n_steps`` then
+    counts the steps of all environments together and still ends exactly.
+    ``seed`` (optional) seeds the first reset instead of a draw from offrl's
+    generator.
     """
     n_steps = _check_int(n_steps, "n_steps", 1)
     if not isinstance(deterministic, (bool, np.bool_)):
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     if deterministic and explorer is not None:
         raise ValueError("give either deterministic=True (greedy actions) or an explorer, not both")
+    seed = _check_seed(seed)
+    vector = is_vector_env(env)
+    spaces = vector_spaces(env) if vector else env
 
     def default_buffer():
-        return create_infinite_replay_buffer(env=env)
+        return create_infinite_replay_buffer(env=spaces)
 
-    buffer, _ = _prepare(algo, env, buffer, explorer, default_buffer)
-    rollout: Optional[_Rollout] = None
+    buffer, _ = _prepare(algo, spaces, buffer, explorer, default_buffer)
+    rollout: Any = None
     progress = None
     try:
-        rollout = _Rollout(algo, env, buffer, explorer, bool(deterministic), 0)
         progress = _progress(show_progress, n_steps, f"{type(algo).__name__} collect")
-        for total_step in range(1, n_steps + 1):
-            rollout.step(total_step)
-            if progress is not None:
-                progress.update(1)
+        if vector:
+            rollout = _VectorRollout(algo, env, spaces, buffer, explorer, bool(deterministic), 0, seed)
+            total_step = 0
+            while total_step < n_steps:
+                written = rollout.step(total_step, n_steps - total_step)
+                total_step += written
+                if progress is not None:
+                    progress.update(written)
+        else:
+            rollout = _Rollout(algo, env, buffer, explorer, bool(deterministic), 0, seed)
+            for total_step in range(1, n_steps + 1):
+                rollout.step(total_step)
+                if progress is not None:
+                    progress.update(1)
     except BaseException as error:
         _attach_buffer(error, buffer)
         _close_quietly(rollout)
