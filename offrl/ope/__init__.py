@@ -19,7 +19,6 @@ from .importance import (
     weighted_importance_sampling,
     weighted_per_decision_importance_sampling,
 )
-from .marginal import DensityRatioConfig, DensityRatioModel, estimate_marginal_value, fit_density_ratio
 from .selection import PolicySelection, select_policies
 from ._sequence import SequencePolicy
 
@@ -44,10 +43,6 @@ __all__ = [
     "weighted_doubly_robust",
     "weighted_importance_sampling",
     "weighted_per_decision_importance_sampling",
-    "DensityRatioConfig",
-    "DensityRatioModel",
-    "estimate_marginal_value",
-    "fit_density_ratio",
     "PolicySelection",
     "select_policies",
     "SequencePolicy",
