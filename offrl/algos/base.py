@@ -51,7 +51,7 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
-from ..dataset.signature import signatures_from_env
+from ..dataset.signature import observation_from_dict, signatures_from_env
 from ..dataset.writer import BasicWriterPreprocess
 from ..export import save_policy as export_policy
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
@@ -131,6 +131,7 @@ class QLearningAlgoBase:
         self._nets = nn.ModuleDict()
         self._optims: Dict[str, Any] = {}
         self._observation_shape: Optional[Shape] = None
+        self._observation_keys: Optional[Tuple[str, ...]] = None  # dict observations' keys, when known
         self._action_size: Optional[int] = None
         self._grad_step = 0
         self._built = False
@@ -325,6 +326,7 @@ class QLearningAlgoBase:
         try:
             self.fit_scalers(dataset)
             self.create_impl(network_observation_shape(dataset), info.action_size)
+            self._observation_keys = getattr(info.observation_signature, "keys", None)
         except Exception:
             self._restore_scalers(saved)
             raise
@@ -340,6 +342,7 @@ class QLearningAlgoBase:
                 if scaler is not None and not scaler.built:
                     scaler.fit_with_env(env)
             self.create_impl(obs_sig.shape if obs_sig.is_tuple else obs_sig.shape[0], size)
+            self._observation_keys = obs_sig.keys
         except Exception:
             self._restore_scalers(saved)
             raise
@@ -475,8 +478,14 @@ class QLearningAlgoBase:
         Raises ``TypeError`` for values that are not real numbers (strings,
         objects, complex) and ``ValueError`` for a wrong shape, an empty batch
         or a value that is NaN, infinite or beyond float32's range, naming
-        ``name``, the first bad row and what was expected."""
+        ``name``, the first bad row and what was expected. A dict of batched
+        arrays (dict observations) is taken in sorted key order, the order
+        the data stores them in."""
         shape = self._observation_shape
+        if isinstance(x, dict):
+            x = observation_from_dict(x, self._observation_keys, name)
+            if not isinstance(shape, list) and len(x) == 1:
+                x = x[0]
         if isinstance(shape, list):
             if not isinstance(x, (list, tuple)) or len(x) != len(shape):
                 raise ValueError(f"{name} must be a list of {len(shape)} arrays (tuple observations of shapes {shape})")

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 
-from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
+from ..preprocessing import ActionScaler, DictObservationScaler, ObservationScaler, RewardScaler
 from .._d3rlpy_json import D3rlpySerializable
 from ..serialization import Serializable
 
@@ -203,6 +203,8 @@ class LearnableConfig(D3rlpySerializable, Serializable):
     compile_graph: bool = param(False, check=BOOL)
 
     def __post_init__(self) -> None:
+        if isinstance(self.observation_scaler, dict):  # per-key scalers for dict observations
+            self.observation_scaler = DictObservationScaler(self.observation_scaler)
         self.validate()
 
     def validate(self) -> None:

@@ -647,7 +647,8 @@ class ReplayBuffer(ReplayBufferBase):
     # ------------------------------------------------------------- arrays
     def to_arrays(self) -> dict:
         """The steps as arrays: ``observations`` (an array, or a list for tuple
-        observations), ``actions``, ``rewards``, ``terminals`` and
+        and dict observations; a dict's keys, in list order, are
+        ``dataset_info.observation_signature.keys``), ``actions``, ``rewards``, ``terminals`` and
         ``timeouts`` (0/1 per step, MDPDataset's convention),
         ``behaviour_probabilities`` (``(n,)`` float64, or None), and
         ``episode_starts`` / ``episode_ends`` (row offsets). Views when the
@@ -667,12 +668,8 @@ class ReplayBuffer(ReplayBufferBase):
             timeouts[new_ends[~terminated] - 1] = 1.0
         observations = [o[rows] for o in store.observations]
         behaviour = store.behaviour_probabilities
-        keys = store.observation_signature.keys
         return {
-            "observations": (
-                dict(zip(keys, observations)) if keys is not None
-                else observations[0] if len(observations) == 1 else observations
-            ),
+            "observations": observations[0] if len(observations) == 1 else observations,
             "actions": store.actions[rows],
             "rewards": store.rewards[rows],
             "terminals": terminals,

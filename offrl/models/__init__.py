@@ -2,6 +2,7 @@
 
 from .encoders import (
     DefaultEncoderFactory,
+    DictEncoderFactory,
     EncoderFactory,
     PixelEncoderFactory,
     VectorEncoderFactory,
@@ -20,6 +21,7 @@ __all__ = [
     "VectorEncoderFactory",
     "PixelEncoderFactory",
     "DefaultEncoderFactory",
+    "DictEncoderFactory",
     "SimBaEncoderFactory",
     "register_encoder_factory",
     "compute_output_size",

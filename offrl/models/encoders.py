@@ -21,7 +21,7 @@ can rebuild them.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -36,6 +36,7 @@ __all__ = [
     "VectorEncoderFactory",
     "PixelEncoderFactory",
     "DefaultEncoderFactory",
+    "DictEncoderFactory",
     "register_encoder_factory",
     "compute_output_size",
     "minimum_image_size",
@@ -431,4 +432,87 @@ class DefaultEncoderFactory(EncoderFactory):
     def create_ensemble(self, observation_shape: ShapeLike, n: int, action_size: Optional[int] = None, discrete_action: bool = False) -> nn.Module:
         if not is_tuple_shape(observation_shape):
             return self._factory_for(observation_shape).create_ensemble(observation_shape, n, action_size, discrete_action)  # type: ignore[arg-type]
+        return super().create_ensemble(observation_shape, n, action_size, discrete_action)
+
+
+# ------------------------------------------------------------------ dict
+@register("encoder")
+@dataclasses.dataclass
+class DictEncoderFactory(EncoderFactory):
+    """Dict observations: each key encoded by its own factory, the features
+    concatenated (with the action, through one more dense layer).
+
+    ``encoder_factories`` maps every key of the observations to a factory
+    (``None`` for a key: :class:`DefaultEncoderFactory`'s choice by shape,
+    pixel for 3-D, vector otherwise); ``encoder_factories=None`` picks by
+    shape for every key. Dict observations reach the networks as the list of
+    their values in sorted key order, so a key's factory is the one at its
+    position in ``sorted(encoder_factories)``.
+    """
+
+    encoder_factories: Optional[Dict[str, Optional[EncoderFactory]]] = None
+    activation: str = "relu"
+    use_batch_norm: bool = False
+    dropout_rate: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        factories = self.encoder_factories
+        if factories is None:
+            return
+        if not isinstance(factories, dict) or not factories:
+            raise TypeError(f"encoder_factories must be a non-empty dict of key -> EncoderFactory, got {factories!r}")
+        for key, factory in factories.items():
+            if not isinstance(key, str):
+                raise TypeError(f"encoder_factories has key {key!r}: keys must be strings")
+            if factory is not None and not isinstance(factory, EncoderFactory):
+                raise TypeError(
+                    f"encoder_factories[{key!r}] must be an EncoderFactory or None, got {type(factory).__name__}"
+                )
+
+    @staticmethod
+    def get_type() -> str:
+        return "dict"
+
+    def _default(self) -> DefaultEncoderFactory:
+        return DefaultEncoderFactory(activation=self.activation, use_batch_norm=self.use_batch_norm, dropout_rate=self.dropout_rate)
+
+    def _factories(self, shapes: List[Sequence[int]]) -> List[EncoderFactory]:
+        default = self._default()
+        if self.encoder_factories is None:
+            return [default._factory_for(s) for s in shapes]
+        keys = sorted(self.encoder_factories)
+        if len(keys) != len(shapes):
+            raise ValueError(
+                f"encoder_factories names {len(keys)} keys {keys}, the observations have {len(shapes)} elements"
+            )
+        return [
+            self.encoder_factories[k] if self.encoder_factories[k] is not None else default._factory_for(s)
+            for k, s in zip(keys, shapes)
+        ]
+
+    def _shapes(self, observation_shape: ShapeLike) -> List[Sequence[int]]:
+        return list(observation_shape) if is_tuple_shape(observation_shape) else [observation_shape]  # type: ignore[list-item]
+
+    def _dict(self, observation_shape: ShapeLike, action_size: int = 0, discrete_action: bool = False) -> TupleEncoder:
+        shapes = self._shapes(observation_shape)
+        encoders, sizes = [], []
+        for factory, shape in zip(self._factories(shapes), shapes):
+            encoder = factory.create(shape)
+            encoders.append(encoder)
+            sizes.append(compute_output_size(encoder, shape))
+        return TupleEncoder(encoders, sizes, self.activation, action_size, discrete_action)
+
+    def create(self, observation_shape: ShapeLike) -> nn.Module:
+        if not is_tuple_shape(observation_shape):
+            return self._factories([observation_shape])[0].create(observation_shape)
+        return self._dict(observation_shape)
+
+    def create_with_action(self, observation_shape: ShapeLike, action_size: int, discrete_action: bool = False) -> nn.Module:
+        if not is_tuple_shape(observation_shape):
+            return self._factories([observation_shape])[0].create_with_action(observation_shape, action_size, discrete_action)
+        return self._dict(observation_shape, action_size, discrete_action)
+
+    def create_ensemble(self, observation_shape: ShapeLike, n: int, action_size: Optional[int] = None, discrete_action: bool = False) -> nn.Module:
+        if not is_tuple_shape(observation_shape):
+            return self._factories([observation_shape])[0].create_ensemble(observation_shape, n, action_size, discrete_action)
         return super().create_ensemble(observation_shape, n, action_size, discrete_action)

@@ -11,6 +11,7 @@ from .observation_scalers import (
     PixelObservationScaler,
     StandardObservationScaler,
     TupleObservationScaler,
+    DictObservationScaler,
 )
 from .reward_scalers import (
     ClipRewardScaler,
@@ -47,6 +48,7 @@ __all__ = [
     "MinMaxObservationScaler",
     "StandardObservationScaler",
     "TupleObservationScaler",
+    "DictObservationScaler",
     "ActionScaler",
     "MinMaxActionScaler",
     "RewardScaler",

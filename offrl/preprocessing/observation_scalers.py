@@ -18,6 +18,7 @@ __all__ = [
     "MinMaxObservationScaler",
     "StandardObservationScaler",
     "TupleObservationScaler",
+    "DictObservationScaler",
 ]
 
 
@@ -309,3 +310,79 @@ class TupleObservationScaler(ObservationScaler):
 
     def __deepcopy__(self, memo):
         return TupleObservationScaler([None if not g else s.__deepcopy__(memo) for s, g in zip(self.observation_scalers, self._given)])
+
+
+@register("observation_scaler")
+class DictObservationScaler(TupleObservationScaler):
+    """One scaler per key of a dict observation (``None`` leaves a key as
+    it is), e.g. ``{"image": PixelObservationScaler(), "state":
+    StandardObservationScaler()}``; each is fitted on its key's values.
+
+    Dict observations reach the networks as the list of their values in
+    sorted key order, so this is the tuple scaler over ``sorted(keys)``;
+    it saves as JSON by key. A config given a plain dict as
+    ``observation_scaler`` wraps it in this class."""
+
+    def __init__(self, observation_scalers: Optional[dict] = None) -> None:
+        if not isinstance(observation_scalers, dict) or not observation_scalers:
+            raise TypeError(
+                "observation_scalers must be a non-empty dict of key -> observation scaler, "
+                f"got {type(observation_scalers).__name__}"
+            )
+        for key in observation_scalers:
+            if not isinstance(key, str):
+                raise TypeError(f"observation_scalers has key {key!r}: keys must be strings")
+        self.keys = tuple(sorted(observation_scalers))
+        scalers = []
+        for key in self.keys:
+            s = observation_scalers[key]
+            s = _scaler_from_record(s) if isinstance(s, dict) else s
+            if s is not None and not isinstance(s, ObservationScaler):
+                raise TypeError(
+                    f"observation_scalers[{key!r}] must be an observation scaler or None, got {type(s).__name__}"
+                )
+            scalers.append(s)
+        super().__init__(scalers)
+
+    @staticmethod
+    def get_type() -> str:
+        return "dict"
+
+    def _fit(self, data: FitData) -> None:
+        observations = data.observations
+        if not isinstance(observations, list) or len(observations) != len(self.observation_scalers):
+            raise ValueError(
+                f"DictObservationScaler has scalers for keys {list(self.keys)}; the data's observations have "
+                f"{len(observations) if isinstance(observations, list) else 'not several'} elements"
+            )
+        super()._fit(data)
+
+    def fit_with_env(self, env: Any) -> "DictObservationScaler":
+        """Fit each key's scaler from the matching part of a Dict observation space."""
+        spaces = getattr(env.observation_space, "spaces", None)
+        if not isinstance(spaces, dict) or sorted(spaces) != list(self.keys):
+            raise NotFittableFromEnvError(
+                f"DictObservationScaler needs a Dict observation space with keys {list(self.keys)}, "
+                f"got {env.observation_space}"
+            )
+        for scaler, key in zip(self.observation_scalers, self.keys):
+            if not scaler.built:
+                scaler.fit_with_env(_SpaceView(spaces[key]))
+        return self
+
+    def _params(self):
+        return {"observation_scalers": {k: (s if g else None) for k, s, g in zip(self.keys, self.observation_scalers, self._given)}}
+
+    def to_dict(self):
+        return {"kind": self._kind, "type": self.get_type(), "params": {"observation_scalers": to_json_value(self._params()["observation_scalers"])}}
+
+    @classmethod
+    def _from_plain_params(cls, params):
+        if not isinstance(params, dict) or set(params) != {"observation_scalers"}:
+            raise ValueError("DictObservationScaler takes only observation_scalers")
+        return cls(params["observation_scalers"])
+
+    def __deepcopy__(self, memo):
+        return DictObservationScaler(
+            {k: (s.__deepcopy__(memo) if g else None) for k, s, g in zip(self.keys, self.observation_scalers, self._given)}
+        )
