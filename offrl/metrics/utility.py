@@ -47,17 +47,26 @@ def rollout_returns(
     epsilon: float = 0.0,
     seed: Optional[int] = None,
     gamma: float = 1.0,
+    target_return: Optional[float] = None,
 ) -> List[float]:
     """Returns of ``n_trials`` episodes of ``algo``'s greedy policy in
     ``env`` (gymnasium 1.x API), discounted by ``gamma`` (1: undiscounted;
     ``gamma < 1`` gives the figure off-policy estimates such as FQE
     estimate). With probability ``epsilon`` an action is drawn from
     ``env.action_space`` instead. ``seed`` seeds the first reset (later
-    resets continue the environment's generator)."""
+    resets continue the environment's generator). A sequence model
+    (``predicts_from_sequences``: the Decision Transformer family, or an
+    ``offrl.ope.SequencePolicy``) acts through its stateful wrapper at
+    ``target_return`` (required for a bare model; ``epsilon`` must be 0)."""
     check_rollout_args(n_trials, epsilon)
+    actor = algo.as_stateful_wrapper(target_return) if getattr(algo, "predicts_from_sequences", False) else None
+    if actor is not None and epsilon:
+        raise ValueError(f"epsilon={epsilon!r}: a sequence model's context holds its own actions; use epsilon=0")
+    if actor is None and target_return is not None:
+        raise ValueError(f"target_return is only for sequence models; {type(algo).__name__} acts from observations")
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)) or not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
-    if not callable(getattr(algo, "predict", None)):
+    if actor is None and not callable(getattr(algo, "predict", None)):
         raise TypeError(f"algo must have predict(observations) -> actions, got {type(algo).__name__}")
     if not getattr(algo, "is_built", True):  # any object with predict works, as in d3rlpy
         raise ValueError(f"{type(algo).__name__} is not built: fit it or build it before evaluating it in an environment")
@@ -68,9 +77,14 @@ def rollout_returns(
         total = 0.0
         discount = 1.0
         step = 0
+        reward = 0.0
+        if actor is not None:
+            actor.reset()
         while True:
             if epsilon > 0.0 and rng.random() < epsilon:
                 action = env.action_space.sample()
+            elif actor is not None:
+                action = actor.predict(observation, float(reward))
             else:
                 batch = _batched(observation)
                 _check_finite(batch, trial, step)
