@@ -100,6 +100,9 @@ class SequencePolicy:
             identity for continuous ones.
     """
 
+    #: acts from a history: rollouts step :meth:`as_stateful_wrapper`, never ``predict(observations)``
+    predicts_from_sequences = True
+
     def __init__(self, algo: Any, target_return: float, action_sampler: Any = None) -> None:
         if not is_sequence_model(algo):
             raise TypeError(f"algo must be a sequence model (predicts_from_sequences, e.g. DecisionTransformer), "
@@ -165,8 +168,13 @@ class SequencePolicy:
     def name(self) -> str:
         return f"{type(self._algo).__name__} at target_return={self._target_return:g}"
 
-    def as_stateful_wrapper(self) -> Any:
-        """A fresh stateful wrapper acting at ``target_return`` with the sampler."""
+    def as_stateful_wrapper(self, target_return: Optional[float] = None) -> Any:
+        """A fresh stateful wrapper acting at ``target_return`` with the
+        sampler (what ``rollout_returns`` and ``EnvironmentEvaluator`` run);
+        a ``target_return`` given here must be this policy's own."""
+        if target_return is not None and check_target_return(target_return) != self._target_return:
+            raise ValueError(f"target_return={target_return!r} differs from the policy's own "
+                             f"target_return={self._target_return:g}: give it once")
         return self._algo.as_stateful_wrapper(self._target_return, self._sampler)
 
     # ------------------------------------------------------------ on logged data
