@@ -44,6 +44,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import warnings
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, Union
 
 import numpy as np
@@ -67,6 +68,8 @@ __all__ = [
     "FQE",
     "DiscreteFQE",
     "PolicyValueEstimate",
+    "ConvergenceDiagnostic",
+    "heldout_split",
     "initial_observations",
 ]
 
@@ -110,6 +113,34 @@ class FQEConfig(LearnableConfig):
     gamma: float = param(0.99, check=UNIT_INTERVAL)
     n_critics: int = param(1, check=POSITIVE_INT)
     target_update_interval: int = param(100, check=POSITIVE_INT)
+
+    @classmethod
+    def recommended(cls, **changes: Any) -> "FQEConfig":
+        """A config whose estimate settles within 20,000 updates on
+        CartPole / Pendulum-sized problems (``gamma=0.99``); ``changes``
+        override any field. Use it with ``fit(..., early_stopping=True,
+        n_steps_per_epoch=1000)``.
+
+        Why these settings: FQE's value grows by about one Bellman backup
+        per target copy, so reaching ``V(s0)`` needs several effective
+        horizons ``1 / (1 - gamma)`` of copies (with gamma 0.99, a few
+        hundred). d3rlpy's defaults (a copy every 100 steps, learning rate
+        1e-4, batch 100) manage 40 copies in 4,000 updates and estimate at
+        most ``(1 - 0.99^40) / 0.01 = 33`` reward units per unit reward;
+        a copy every 20 steps gives 1,000 copies in 20,000 updates, a
+        learning rate of 1e-3 lets the network follow its moving target
+        between copies, batches of 256 keep the regression noise (and the
+        estimate's jitter, which the convergence check sees) low, and a
+        standardised observation scaler conditions the inputs (FQE's
+        reward units are unchanged: no reward scaler). Measured in
+        ``benchmarks/fqe_convergence.py``.
+        """
+        from ..preprocessing import StandardObservationScaler
+
+        settings: Dict[str, Any] = {"learning_rate": 1e-3, "batch_size": 256, "target_update_interval": 20,
+                                    "observation_scaler": StandardObservationScaler()}
+        settings.update(changes)
+        return cls(**settings)
 
     def create(self, device: DeviceArg = False, algo: Optional[QLearningAlgoBase] = None) -> "FQE":  # type: ignore[override]
         """The FQE evaluating ``algo``: ``FQE(algo=algo, config=self, device=device)``."""
@@ -159,6 +190,40 @@ class DiscreteFQEConfig(FQEConfig):
 
 
 @dataclasses.dataclass(frozen=True)
+class ConvergenceDiagnostic:
+    """Whether an FQE run has settled, as measured at the end of each epoch
+    of ``fit`` (see :meth:`FQE.fit`).
+
+    Attributes:
+        initial_values: ``V(s0) = Q(s0, pi(s0))`` averaged over the first
+            observations of all the dataset's episodes, one per epoch.
+        heldout_residuals: the Bellman residual of the current Q on the
+            held-out episodes, one per epoch: the mean over their
+            transitions of ``(Q(s, a) - r - gamma^k (1 - d) Q(s', pi(s')))^2``
+            (FQE's reward units squared; in-sample when no episode was held
+            out, see ``n_heldout_episodes``).
+        value_change: the relative change of ``V(s0)`` over the last
+            ``window`` epochs, ``(max - min) / |mean|`` of the last
+            ``window + 1`` values; NaN until ``window + 1`` epochs ran.
+        heldout_residual: the last epoch's residual.
+        n_heldout_episodes: episodes left out of training for the residual.
+        window, tolerance: the settling rule: ``value_change <= tolerance``.
+        steps: gradient steps when last measured.
+        converged: ``value_change <= tolerance`` (False while NaN).
+    """
+
+    initial_values: Tuple[float, ...]
+    heldout_residuals: Tuple[float, ...]
+    value_change: float
+    heldout_residual: float
+    n_heldout_episodes: int
+    window: int
+    tolerance: float
+    steps: int
+    converged: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class PolicyValueEstimate:
     """An estimate of a policy's value with a percentile-bootstrap interval.
 
@@ -169,6 +234,14 @@ class PolicyValueEstimate:
         initial_values: ``(n_episodes,)`` float64, the estimate per episode.
         confidence: the interval's coverage, e.g. 0.95.
         n_bootstrap: number of bootstrap resamples.
+        converged: whether the FQE run that produced the estimate settled
+            (its :class:`ConvergenceDiagnostic` says so); False when there
+            is no record (an FQE loaded from a file, or built by hand).
+        value_change: the diagnostic's relative change of ``V(s0)`` over
+            its last epochs (NaN without a record).
+        heldout_residual: the diagnostic's last Bellman residual on
+            held-out episodes (NaN without a record).
+        diagnostic: the whole :class:`ConvergenceDiagnostic`, or None.
     """
 
     value: float
@@ -177,9 +250,96 @@ class PolicyValueEstimate:
     initial_values: np.ndarray = dataclasses.field(repr=False)
     confidence: float
     n_bootstrap: int
+    converged: bool = False
+    value_change: float = float("nan")
+    heldout_residual: float = float("nan")
+    diagnostic: Optional[ConvergenceDiagnostic] = dataclasses.field(default=None, repr=False)
 
     def __float__(self) -> float:
         return float(self.value)
+
+
+def heldout_split(n_episodes: int, fraction: float) -> Tuple[np.ndarray, np.ndarray]:
+    """``(train, heldout)`` episode indices: episode ``i`` is held out when
+    ``floor((i + 1) f) > floor(i f)`` for ``f = fraction``, i.e. every
+    ``1/f``-th episode (0.1: episodes 9, 19, 29, ...). Deterministic and
+    spread over the whole dataset; ``fraction = 0`` holds out nothing."""
+    index = np.arange(int(n_episodes), dtype=np.int64)
+    # the small offset keeps exact multiples (10 * 0.1) on the right side of floor
+    held = np.floor((index + 1) * fraction + 1e-9) > np.floor(index * fraction + 1e-9)
+    return index[~held], index[held]
+
+
+def _check_convergence_args(early_stopping: Any, holdout_fraction: Any, window: Any, tolerance: Any) -> None:
+    if not isinstance(early_stopping, (bool, np.bool_)):
+        raise ValueError(f"early_stopping must be True or False, got {early_stopping!r}")
+    if (isinstance(holdout_fraction, bool) or not isinstance(holdout_fraction, (int, float, np.integer, np.floating))
+            or not 0.0 <= float(holdout_fraction) < 1.0):
+        raise ValueError(f"holdout_fraction must be a number in [0, 1), got {holdout_fraction!r}")
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise ValueError(f"convergence_window must be a positive int (epochs), got {window!r}")
+    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, np.integer, np.floating))
+            or not 0.0 < float(tolerance) < np.inf):
+        raise ValueError(f"convergence_tolerance must be a positive number, got {tolerance!r}")
+
+
+def relative_change(values: Any, window: int) -> float:
+    """``(max - min) / |mean|`` of the last ``window + 1`` of ``values``;
+    NaN when there are fewer (or the mean is 0)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape[0] < window + 1:
+        return float("nan")
+    last = values[-(window + 1):]
+    scale = abs(float(last.mean()))
+    if scale == 0.0 or not np.isfinite(scale):
+        return float("nan")
+    return float((last.max() - last.min()) / scale)
+
+
+class _ConvergenceMonitor:
+    """Measures the diagnostic once per epoch through ``fit``'s evaluator
+    path (the first of its evaluator entries measures, the others report),
+    so the figures are logged with the epoch's other metrics."""
+
+    names = ("fqe_initial_value", "fqe_value_change", "fqe_heldout_residual")
+
+    def __init__(self, fqe: "FQE", initial: Any, residual: Callable[..., float], n_heldout: int, window: int,
+                 tolerance: float) -> None:
+        self.fqe = fqe
+        self.initial = initial
+        self.residual = residual
+        self.n_heldout = n_heldout
+        self.window = window
+        self.tolerance = tolerance
+        self.values: List[float] = []
+        self.residuals: List[float] = []
+
+    def measure(self) -> ConvergenceDiagnostic:
+        fqe = self.fqe
+        count = int(self.initial[0].shape[0] if isinstance(self.initial, list) else self.initial.shape[0])
+        values = np.concatenate([fqe.predict_state_value(_slice_observations(self.initial, s, s + 4096))
+                                 for s in range(0, count, 4096)])
+        self.values.append(float(values.mean()))
+        self.residuals.append(float(self.residual(fqe)))
+        change = relative_change(self.values, self.window)
+        diagnostic = ConvergenceDiagnostic(
+            tuple(self.values), tuple(self.residuals), change, self.residuals[-1], self.n_heldout, self.window,
+            self.tolerance, int(fqe.grad_step), bool(np.isfinite(change) and change <= self.tolerance),
+        )
+        fqe._convergence = diagnostic
+        return diagnostic
+
+    def evaluators(self) -> Dict[str, Callable[..., float]]:
+        def initial_value(algo: Any, dataset: Any) -> float:
+            return self.measure().initial_values[-1]
+
+        def value_change(algo: Any, dataset: Any) -> float:
+            return self.fqe._convergence.value_change
+
+        def heldout_residual(algo: Any, dataset: Any) -> float:
+            return self.fqe._convergence.heldout_residual
+
+        return dict(zip(self.names, (initial_value, value_change, heldout_residual)))
 
 
 def _bootstrap_interval(values: np.ndarray, confidence: float, n_bootstrap: int, seed: Any) -> Tuple[float, float]:
@@ -251,6 +411,29 @@ def _merge_scorers(evaluators: Optional[Dict[str, Any]], scorers: Optional[Dict[
     if evaluators is not None:
         raise ValueError("give evaluators or scorers (its older name), not both")
     return scorers
+
+
+class _FixedSplit:
+    """A one-split scikit-learn-style splitter for :func:`split_episodes`."""
+
+    def __init__(self, train: np.ndarray, test: np.ndarray) -> None:
+        self.train, self.test = train, test
+
+    def split(self, index: Any) -> Any:
+        yield self.train, self.test
+
+
+def _not_settled_message(name: str, diagnostic: Optional[ConvergenceDiagnostic]) -> str:
+    advice = (f"train longer (a larger n_steps with fit(..., early_stopping=True, n_steps_per_epoch=1000)) "
+              f"or use {name}Config.recommended(), whose settings converge")
+    if diagnostic is None:
+        return (f"{name} has no convergence record (it was not fitted in this session): the estimate may not "
+                f"have settled; {advice}")
+    if not np.isfinite(diagnostic.value_change):
+        return (f"{name}'s estimate may not have settled: {len(diagnostic.initial_values)} epoch(s) measured, "
+                f"the check needs {diagnostic.window + 1} (use shorter epochs); {advice}")
+    return (f"{name}'s estimate has not settled: V(s0) changed by {100 * diagnostic.value_change:.1f}% over the "
+            f"last {diagnostic.window} epochs (tolerance {100 * diagnostic.tolerance:.1f}%); {advice}")
 
 
 class FQE(QLearningAlgoBase):
@@ -430,25 +613,109 @@ class FQE(QLearningAlgoBase):
             logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
             evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
             epoch_callback: Optional[Callable[..., None]] = None,
-            scorers: Optional[Dict[str, Any]] = None) -> List[Tuple[int, Dict[str, float]]]:
+            scorers: Optional[Dict[str, Any]] = None, *, early_stopping: bool = False,
+            holdout_fraction: float = 0.1, convergence_window: int = 3,
+            convergence_tolerance: float = 0.02) -> List[Tuple[int, Dict[str, float]]]:
         """Train FQE on ``dataset`` (see :meth:`QLearningAlgoBase.fit`);
         ``scorers`` is accepted as d3rlpy's older name of ``evaluators``.
         Evaluators see FQE: ``predict`` is the evaluated policy and
-        ``predict_value`` FQE's Q."""
+        ``predict_value`` FQE's Q.
+
+        Convergence diagnostic (offrl's addition; a :class:`ConvergenceDiagnostic`
+        kept on the FQE and attached to :meth:`estimate_policy_value`'s
+        result). At the end of every epoch FQE measures, and logs with the
+        epoch's metrics:
+
+        * ``fqe_initial_value``: ``V(s0) = Q(s0, pi(s0))`` averaged over the
+          first observations of all the dataset's episodes;
+        * ``fqe_value_change``: its relative change over the last
+          ``convergence_window`` epochs, ``(max - min) / |mean|`` of the last
+          ``convergence_window + 1`` values (NaN before that many epochs);
+        * ``fqe_heldout_residual``: the mean squared Bellman residual of the
+          current Q on held-out episodes. Every ``1/holdout_fraction``-th
+          episode (0.1: episodes 9, 19, 29, ...; see :func:`heldout_split`)
+          is held out and FQE trains on the others; ``holdout_fraction=0``,
+          a dataset with fewer than ``1/holdout_fraction`` episodes or a
+          dataset that is not a columnar ReplayBuffer trains on every
+          episode, and the residual is then in-sample.
+
+        The run has settled (``converged``) when ``fqe_value_change <=
+        convergence_tolerance``. The check happens at epoch ends, so the
+        epoch length sets its granularity: with ``early_stopping`` use
+        epochs of about 1,000 steps.
+
+        Args:
+            early_stopping: stop at the end of the first epoch at which the
+                run has settled (``n_steps`` is then a cap).
+            holdout_fraction: share of episodes held out, in ``[0, 1)``.
+            convergence_window: epochs the change is measured over.
+            convergence_tolerance: largest relative change that counts as
+                settled.
+        """
         return list(self.fitter(dataset, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
                                 with_timestamp, logger_adapter, show_progress, save_interval, evaluators, callback,
-                                epoch_callback, scorers))
+                                epoch_callback, scorers, early_stopping=early_stopping,
+                                holdout_fraction=holdout_fraction, convergence_window=convergence_window,
+                                convergence_tolerance=convergence_tolerance))
 
     def fitter(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, logging_steps: int = 500,
                logging_strategy: Any = "epoch", experiment_name: Optional[str] = None, with_timestamp: bool = True,
                logger_adapter: Any = None, show_progress: bool = True, save_interval: int = 1,
                evaluators: Optional[Dict[str, Any]] = None, callback: Optional[Callable[..., None]] = None,
                epoch_callback: Optional[Callable[..., None]] = None,
-               scorers: Optional[Dict[str, Any]] = None) -> Generator[Tuple[int, Dict[str, float]], None, None]:
+               scorers: Optional[Dict[str, Any]] = None, *, early_stopping: bool = False,
+               holdout_fraction: float = 0.1, convergence_window: int = 3,
+               convergence_tolerance: float = 0.02) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
-        return super().fitter(dataset, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
-                              with_timestamp, logger_adapter, show_progress, save_interval,
-                              _merge_scorers(evaluators, scorers), callback, epoch_callback)
+        _check_convergence_args(early_stopping, holdout_fraction, convergence_window, convergence_tolerance)
+        evaluators = _merge_scorers(evaluators, scorers)
+        clash = sorted(set(evaluators or {}) & set(_ConvergenceMonitor.names))
+        if clash:
+            raise ValueError(f"evaluators {clash} clash with the convergence diagnostic's metric names: rename them")
+        train, monitor = self._convergence_monitor(dataset, float(holdout_fraction), int(convergence_window),
+                                                   float(convergence_tolerance))
+        self._convergence = None
+        inner = super().fitter(train, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
+                               with_timestamp, logger_adapter, show_progress, save_interval,
+                               {**(evaluators or {}), **monitor.evaluators()}, callback, epoch_callback)
+        return self._until_settled(inner, bool(early_stopping))
+
+    def _until_settled(self, inner: Generator[Tuple[int, Dict[str, float]], None, None],
+                       early_stopping: bool) -> Generator[Tuple[int, Dict[str, float]], None, None]:
+        try:
+            for epoch, metrics in inner:
+                yield epoch, metrics
+                if early_stopping and self._convergence is not None and self._convergence.converged:
+                    return
+        finally:
+            inner.close()  # closes the run's logger when stopping early
+
+    def _convergence_monitor(self, dataset: Any, fraction: float, window: int,
+                             tolerance: float) -> Tuple[Any, _ConvergenceMonitor]:
+        """The dataset FQE trains on and the monitor of the diagnostic."""
+        from ..dataset.replay_buffer import ReplayBuffer
+        from ..dataset.split import split_episodes
+        from ..metrics.evaluators import TDErrorEvaluator
+
+        if not hasattr(dataset, "sample_transition_batch") or not hasattr(dataset, "episodes"):
+            raise TypeError(f"dataset must be a ReplayBuffer or MDPDataset, got {type(dataset).__name__}")
+        initial = initial_observations(dataset)
+        train, heldout = dataset, None
+        if fraction > 0.0 and isinstance(dataset, ReplayBuffer):
+            train_idx, held_idx = heldout_split(dataset.size(), fraction)
+            if held_idx.shape[0] > 0 and train_idx.shape[0] > 0:
+                train, heldout = next(split_episodes(dataset, _FixedSplit(train_idx, held_idx)))
+                if heldout.transition_count == 0:
+                    train, heldout = dataset, None
+        evaluator = TDErrorEvaluator(episodes=heldout.episodes if heldout is not None else None)
+        residual = (lambda algo: evaluator(algo)) if heldout is not None else (lambda algo: evaluator(algo, train))
+        n_heldout = 0 if heldout is None else int(heldout.size())
+        return train, _ConvergenceMonitor(self, initial, residual, n_heldout, window, tolerance)
+
+    @property
+    def convergence(self) -> Optional[ConvergenceDiagnostic]:
+        """The diagnostic of the last ``fit`` (None before any)."""
+        return getattr(self, "_convergence", None)
 
     # ----------------------------------------------------------- inference
     def predict(self, x: Any) -> np.ndarray:
@@ -513,7 +780,14 @@ class FQE(QLearningAlgoBase):
             for start in range(0, count, batch_size)
         ])
         lower, upper = _bootstrap_interval(values, float(confidence), int(n_bootstrap), seed)
-        return PolicyValueEstimate(float(values.mean()), lower, upper, values, float(confidence), int(n_bootstrap))
+        diagnostic = self.convergence
+        if diagnostic is None or not diagnostic.converged:
+            warnings.warn(_not_settled_message(type(self).__name__, diagnostic), UserWarning, stacklevel=2)
+        if diagnostic is None:
+            return PolicyValueEstimate(float(values.mean()), lower, upper, values, float(confidence), int(n_bootstrap))
+        return PolicyValueEstimate(float(values.mean()), lower, upper, values, float(confidence), int(n_bootstrap),
+                                   diagnostic.converged, diagnostic.value_change, diagnostic.heldout_residual,
+                                   diagnostic)
 
     # ----------------------------------------------------- saving / loading
     def load_model(self, fname: str) -> None:

@@ -1,0 +1,290 @@
+"""FQE's convergence diagnostic, early stopping and recommended configs.
+
+Fast part: the held-out split and the relative change on exact values, the
+logged diagnostic against a hand computation from the same weights, the
+warning of a run that has not settled, early stopping on a tabular MDP with
+exact values, ``recommended()`` and bad arguments. Slow part (``-m slow``):
+accuracy against the environment's discounted return on the built-in
+CartPole and Pendulum data (see ``benchmarks/fqe_convergence.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import offrl
+from offrl.algos.base import LearnableConfig, QLearningAlgoBase
+from offrl.algos.fqe import ConvergenceDiagnostic, heldout_split, relative_change
+from offrl.constants import ActionSpace
+from offrl.dataset import MDPDataset
+from offrl.logging import NoopAdapterFactory
+from offrl.models import VectorEncoderFactory
+from offrl.ope import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig, PolicyValueEstimate
+from offrl.preprocessing import StandardObservationScaler
+from tabular_mdp import action_values, make_mdp, sample_dataset
+
+
+# ------------------------------------------------------------------ helpers
+@dataclasses.dataclass
+class _FixedPolicyConfig(LearnableConfig):
+    """Config of the test policy (not registered: no contract run)."""
+
+    @staticmethod
+    def get_type() -> str:
+        return "test_fixed_policy"
+
+
+class _Weights(nn.Module):
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("table", table)
+
+
+class FixedPolicy(QLearningAlgoBase):
+    """The discrete policy ``argmax(x @ table)`` on raw observations."""
+
+    _action_type = ActionSpace.DISCRETE
+
+    def __init__(self, table: np.ndarray) -> None:
+        super().__init__(_FixedPolicyConfig())
+        self._table = torch.as_tensor(np.asarray(table, dtype=np.float32))
+        self.create_impl((self._table.shape[0],), self._table.shape[1])
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        self._add_module("table", _Weights(self._table))
+
+    def _predict(self, x) -> torch.Tensor:
+        return (x @ self._nets["table"].table).argmax(dim=-1)
+
+
+def _episodes_dataset(n_episodes: int = 20, length: int = 3, seed: int = 0) -> MDPDataset:
+    """Random 2-dim observations, 2 actions, every episode ending in a terminal."""
+    rng = np.random.default_rng(seed)
+    n = n_episodes * length
+    terminals = np.zeros(n, dtype=np.float32)
+    terminals[length - 1::length] = 1.0
+    return MDPDataset(rng.normal(size=(n, 2)).astype(np.float32), rng.integers(0, 2, size=n),
+                      rng.normal(size=n).astype(np.float32), terminals, action_size=2)
+
+
+def _small_config(**changes) -> DiscreteFQEConfig:
+    settings = dict(encoder_factory=VectorEncoderFactory(hidden_units=[16]), batch_size=16)
+    settings.update(changes)
+    return DiscreteFQEConfig(**settings)
+
+
+def _fit(fqe, dataset, steps: int, per_epoch: int, **kwargs):
+    return fqe.fit(dataset, n_steps=steps, n_steps_per_epoch=per_epoch, logger_adapter=NoopAdapterFactory(),
+                   show_progress=False, **kwargs)
+
+
+# ------------------------------------------------------------ exact values
+def test_heldout_split_takes_every_kth_episode():
+    train, held = heldout_split(25, 0.1)
+    np.testing.assert_array_equal(held, [9, 19])
+    np.testing.assert_array_equal(train, [i for i in range(25) if i not in (9, 19)])
+    np.testing.assert_array_equal(heldout_split(12, 0.25)[1], [3, 7, 11])
+    np.testing.assert_array_equal(heldout_split(10, 0.3)[1], [3, 6, 9])  # 0.3 of 10 episodes
+    train, held = heldout_split(7, 0.0)
+    assert held.shape == (0,) and train.tolist() == list(range(7))
+    for n, f in ((100, 0.1), (99, 0.2), (1000, 0.05), (50, 0.5)):
+        assert heldout_split(n, f)[1].shape[0] == int(np.floor(n * f + 1e-9))
+
+
+def test_relative_change_of_the_last_window():
+    assert relative_change([10.0, 20.0, 30.0], 2) == pytest.approx((30 - 10) / 20)
+    assert relative_change([1.0, 50.0, 49.0, 51.0], 2) == pytest.approx(2.0 / 50.0)  # only the last 3 count
+    assert np.isnan(relative_change([5.0, 6.0], 2))  # too few epochs
+    assert np.isnan(relative_change([1.0, -1.0], 1))  # mean 0
+    assert relative_change([-100.0, -98.0], 1) == pytest.approx(2.0 / 99.0)
+
+
+def test_diagnostic_matches_a_hand_computation_from_the_same_weights():
+    """The logged figures: V(s0) over all episodes' first observations, the
+    Bellman residual over the held-out episodes 9 and 19 only, the change
+    over the window; FQE trained on the other episodes (its scaler's mean)."""
+    dataset = _episodes_dataset()
+    policy = FixedPolicy(np.array([[1.0, -1.0], [0.5, 0.2]]))
+    offrl.seed(0)
+    fqe = DiscreteFQE(algo=policy, config=_small_config(observation_scaler=StandardObservationScaler(), gamma=0.9))
+    results = _fit(fqe, dataset, steps=8, per_epoch=2, convergence_window=2)
+    diagnostic = fqe.convergence
+    assert isinstance(diagnostic, ConvergenceDiagnostic)
+    assert [m["fqe_initial_value"] for _, m in results] == list(diagnostic.initial_values)
+    assert [m["fqe_heldout_residual"] for _, m in results] == list(diagnostic.heldout_residuals)
+    assert len(diagnostic.initial_values) == 4 and diagnostic.steps == 8 and diagnostic.n_heldout_episodes == 2
+    assert np.isnan(results[1][1]["fqe_value_change"])
+    assert results[3][1]["fqe_value_change"] == pytest.approx(relative_change(diagnostic.initial_values, 2))
+
+    arrays = dataset.to_arrays()
+    obs, actions, rewards = arrays["observations"], arrays["actions"].reshape(-1), arrays["rewards"].reshape(-1)
+    firsts = obs[0::3]
+    v0 = fqe.predict_value(firsts, policy.predict(firsts)).astype(np.float64)
+    assert diagnostic.initial_values[-1] == pytest.approx(v0.mean(), rel=1e-5, abs=1e-6)
+    residuals = []
+    for episode in (9, 19):
+        rows = np.arange(3 * episode, 3 * episode + 3)
+        q = fqe.predict_value(obs[rows], actions[rows]).astype(np.float64)
+        nxt = obs[rows[1:]]
+        next_v = np.append(fqe.predict_value(nxt, policy.predict(nxt)).astype(np.float64), 0.0)  # terminal last
+        residuals.extend(q - rewards[rows] - 0.9 * next_v)
+    assert diagnostic.heldout_residual == pytest.approx(np.mean(np.square(residuals)), rel=1e-5)
+    train_rows = np.concatenate([np.arange(3 * e, 3 * e + 3) for e in range(20) if e not in (9, 19)])
+    np.testing.assert_allclose(np.asarray(fqe.observation_scaler.mean), obs[train_rows].mean(axis=0), rtol=1e-5)
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        estimate = fqe.estimate_policy_value(dataset, seed=0)
+    assert estimate.diagnostic is diagnostic
+    assert estimate.converged == diagnostic.converged
+    assert estimate.heldout_residual == diagnostic.heldout_residual
+    assert estimate.value_change == diagnostic.value_change
+    assert len(record) == (0 if diagnostic.converged else 1)  # a warning exactly when not settled
+
+
+def test_holdout_fraction_zero_trains_on_everything_and_residual_is_in_sample():
+    dataset = _episodes_dataset(n_episodes=6)
+    policy = FixedPolicy(np.eye(2))
+    offrl.seed(1)
+    fqe = DiscreteFQE(algo=policy, config=_small_config(observation_scaler=StandardObservationScaler()))
+    _fit(fqe, dataset, steps=2, per_epoch=2, holdout_fraction=0.0)
+    assert fqe.convergence.n_heldout_episodes == 0
+    obs = dataset.to_arrays()["observations"]
+    np.testing.assert_allclose(np.asarray(fqe.observation_scaler.mean), obs.mean(axis=0), rtol=1e-5)
+    td = offrl.metrics.TDErrorEvaluator()(fqe, dataset)
+    assert fqe.convergence.heldout_residual == pytest.approx(td, rel=1e-6)
+
+
+def test_run_that_has_not_settled_warns_and_says_what_to_change():
+    """d3rlpy's defaults after a few hundred updates on a long-horizon
+    problem: V(s0) still climbs, converged is False, the warning names
+    recommended() and more steps."""
+    dataset = _episodes_dataset(n_episodes=20, length=30, seed=3)
+    rewards_one = MDPDataset(dataset.to_arrays()["observations"], dataset.to_arrays()["actions"].reshape(-1),
+                             np.ones(600, dtype=np.float32), dataset.to_arrays()["terminals"].reshape(-1),
+                             action_size=2)
+    offrl.seed(2)
+    fqe = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config(learning_rate=1e-3))
+    _fit(fqe, rewards_one, steps=400, per_epoch=100, convergence_window=2)
+    values = fqe.convergence.initial_values
+    assert values[-1] > values[-2] > values[-3]  # still climbing
+    assert fqe.convergence.value_change > 0.02 and not fqe.convergence.converged
+    with pytest.warns(UserWarning, match=r"has not settled.*recommended\(\)") as record:
+        estimate = fqe.estimate_policy_value(rewards_one, seed=0)
+    assert "n_steps" in str(record[0].message)
+    assert estimate.converged is False and estimate.value_change == fqe.convergence.value_change
+
+    fresh = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config())
+    fresh.build_with_dataset(rewards_one)
+    with pytest.warns(UserWarning, match="no convergence record"):
+        unknown = fresh.estimate_policy_value(rewards_one, seed=0)
+    assert unknown.converged is False and unknown.diagnostic is None and np.isnan(unknown.heldout_residual)
+    # too few epochs for the window: the warning says to use shorter epochs
+    short = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config())
+    _fit(short, rewards_one, steps=4, per_epoch=4)
+    with pytest.warns(UserWarning, match="shorter epochs"):
+        short.estimate_policy_value(rewards_one, seed=0)
+
+
+def test_early_stopping_stops_before_the_cap_on_a_tabular_mdp():
+    """A finite-horizon tabular MDP (the step is in the observation, so the
+    time limit is a true terminal): with the recommended settings and early
+    stopping FQE stops well before the 6,000-step cap, says it converged,
+    and lands within 5 % of the exact value."""
+    gamma = 0.9
+    mdp = make_mdp(n_states=3, n_actions=2, horizon=4, reward_noise=0.1, seed=4)
+    logged = sample_dataset(mdp, np.full((3, 2), 0.5), n_episodes=300, seed=5)
+    arrays = logged.dataset.to_arrays()
+    ends = np.maximum(arrays["terminals"], arrays["timeouts"]).reshape(-1)
+    dataset = MDPDataset(arrays["observations"], arrays["actions"].reshape(-1), arrays["rewards"].reshape(-1), ends,
+                         action_size=2)
+    target = np.eye(2)[mdp.rewards.argmax(axis=1)]  # greedy in the immediate reward
+    table = np.zeros((3 + mdp.horizon, 2), dtype=np.float32)
+    table[:3] = target
+    policy = FixedPolicy(table)
+    _, truth = action_values(mdp, target, gamma)
+    # the dataset's first states, not the initial distribution: the exact value at them
+    q, _ = action_values(mdp, target, gamma)
+    first_states = mdp.decode(arrays["observations"][dataset_first_rows(dataset)])[0]
+    exact = float((q[0][first_states] * target[first_states]).sum(axis=1).mean())
+
+    config = DiscreteFQEConfig.recommended(gamma=gamma, encoder_factory=VectorEncoderFactory(hidden_units=[32, 32]),
+                                           batch_size=64)
+    offrl.seed(0)
+    fqe = DiscreteFQE(algo=policy, config=config)
+    results = _fit(fqe, dataset, steps=6000, per_epoch=200, early_stopping=True)
+    assert len(results) < 30 and fqe.grad_step == 200 * len(results)
+    assert fqe.convergence.converged and results[-1][1]["fqe_value_change"] <= 0.02
+    assert not any(d.converged for d in [_prefix(fqe.convergence, k) for k in range(4, len(results))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        estimate = fqe.estimate_policy_value(dataset, seed=0)
+    assert estimate.converged is True
+    assert estimate.value == pytest.approx(exact, rel=0.05)
+    assert abs(truth - exact) < 0.3  # the dataset's starts resemble the initial distribution
+
+
+def dataset_first_rows(dataset: MDPDataset) -> np.ndarray:
+    lengths = np.array([ep.size() for ep in dataset.episodes])
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]])
+
+
+def _prefix(diagnostic: ConvergenceDiagnostic, epochs: int) -> ConvergenceDiagnostic:
+    """The diagnostic as it stood after ``epochs`` epochs."""
+    change = relative_change(diagnostic.initial_values[:epochs], diagnostic.window)
+    return dataclasses.replace(diagnostic, initial_values=diagnostic.initial_values[:epochs], value_change=change,
+                               converged=bool(np.isfinite(change) and change <= diagnostic.tolerance))
+
+
+# -------------------------------------------------------------- configs
+@pytest.mark.parametrize("cls", [FQEConfig, DiscreteFQEConfig])
+def test_recommended_configs_are_valid_and_leave_the_defaults_alone(cls):
+    config = cls.recommended()
+    assert type(config) is cls
+    assert (config.learning_rate, config.batch_size, config.target_update_interval) == (1e-3, 256, 20)
+    assert isinstance(config.observation_scaler, StandardObservationScaler) and config.reward_scaler is None
+    assert cls.from_dict(config.to_dict()).to_dict() == config.to_dict()
+    assert cls.recommended(gamma=0.9, batch_size=64).batch_size == 64
+    with pytest.raises(ValueError, match="batch_size"):
+        cls.recommended(batch_size=0)
+    default = cls()
+    assert (default.learning_rate, default.batch_size, default.target_update_interval) == (1e-4, 100, 100)
+    assert cls.recommended().observation_scaler is not cls.recommended().observation_scaler  # fresh each call
+
+
+# ---------------------------------------------------------- bad arguments
+@pytest.mark.parametrize("kwargs,field", [
+    ({"early_stopping": "yes"}, "early_stopping"),
+    ({"early_stopping": 1}, "early_stopping"),
+    ({"holdout_fraction": 1.0}, "holdout_fraction"),
+    ({"holdout_fraction": -0.1}, "holdout_fraction"),
+    ({"holdout_fraction": float("nan")}, "holdout_fraction"),
+    ({"holdout_fraction": "0.1"}, "holdout_fraction"),
+    ({"convergence_window": 0}, "convergence_window"),
+    ({"convergence_tolerance": 0.0}, "convergence_tolerance"),
+    ({"convergence_tolerance": float("inf")}, "convergence_tolerance"),
+])
+def test_bad_convergence_arguments_name_the_field(kwargs, field):
+    dataset = _episodes_dataset(n_episodes=4)
+    fqe = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config())
+    with pytest.raises(ValueError, match=field):
+        _fit(fqe, dataset, steps=2, per_epoch=2, **kwargs)
+    assert not fqe.is_built  # refused before anything was built
+
+
+def test_evaluator_names_clashing_with_the_diagnostic_are_refused():
+    dataset = _episodes_dataset(n_episodes=4)
+    fqe = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config())
+    with pytest.raises(ValueError, match="fqe_initial_value"):
+        _fit(fqe, dataset, steps=2, per_epoch=2, evaluators={"fqe_initial_value": lambda algo, data: 0.0})
+
+
+def test_policy_value_estimate_keeps_its_old_constructor():
+    estimate = PolicyValueEstimate(1.5, 1.0, 2.0, np.array([1.5]), 0.95, 10)
+    assert float(estimate) == 1.5 and estimate.converged is False and np.isnan(estimate.value_change)
