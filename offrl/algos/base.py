@@ -205,6 +205,12 @@ class QLearningAlgoBase:
         return self._observation_shape
 
     @property
+    def observation_keys(self) -> Optional[Tuple[str, ...]]:
+        """The keys of dict observations in the order the networks take them
+        (sorted); None for array and tuple observations."""
+        return self._observation_keys
+
+    @property
     def action_size(self) -> Optional[int]:
         return self._action_size
 
@@ -755,6 +761,7 @@ class QLearningAlgoBase:
         for key, optim in self._optims.items():
             _check_optimizer_state(optim, optimizers[key], f"{source}: optimizers[{key!r}]")
         new_scalers = self._checked_scalers(scalers, source)
+        keys = _saved_observation_keys(state.get("params"), self._observation_shape, source)
         # every check passed: load (nothing below depends on the file's content being valid)
         before = {key: copy.deepcopy(optim.state_dict()) for key, optim in self._optims.items()}
         try:
@@ -768,6 +775,8 @@ class QLearningAlgoBase:
             raise ValueError(f"{source}: the state does not fit {type(self).__name__}: {e}") from None
         for key, scaler in new_scalers.items():
             setattr(self, f"_{key}", scaler)
+        if keys is not None:
+            self._observation_keys = keys
         self.set_grad_step(int(grad_step))
 
     def _checked_scalers(self, scalers: Dict[str, Any], source: str) -> Dict[str, Any]:
@@ -851,6 +860,7 @@ class QLearningAlgoBase:
             "config": self._config.to_dict(),
             "observation_shape": [list(s) for s in shape] if isinstance(shape, list) else (list(shape) if shape is not None else None),
             "action_size": self._action_size,
+            **({"observation_keys": list(self._observation_keys)} if self._observation_keys is not None else {}),
         }
 
     # -------------------------------------------------- transfer learning
@@ -1061,6 +1071,17 @@ def _raise_bad_row(array: np.ndarray, name: str) -> None:
     else:
         what = f"{value:g}, beyond float32's range (+-{FLOAT32_MAX:.4g})"
     raise ValueError(f"{name}[{row}] holds {what}; expected finite numbers")
+
+
+def _saved_observation_keys(params: Any, shape: Any, source: str) -> Optional[Tuple[str, ...]]:
+    """The dict observation keys a model file's params record (None when it has none)."""
+    keys = params.get("observation_keys") if isinstance(params, dict) else None
+    if keys is None:
+        return None
+    n = len(shape) if isinstance(shape, list) else 1
+    if not isinstance(keys, list) or len(keys) != n or not all(isinstance(k, str) for k in keys) or len(set(keys)) != n:
+        raise ValueError(f"{source}: observation_keys is {keys!r}; expected {n} distinct key names")
+    return tuple(keys)
 
 
 def _stored_observation_shape(dataset: Any) -> Shape:
