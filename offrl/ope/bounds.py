@@ -43,6 +43,31 @@ those terms :func:`confidence_interval` forms a two-sided interval at
     limit theorem); no range needed. Under-covers for skewed terms and few
     episodes, like the bootstrap (it cannot see the skew at all).
 
+Measured coverage (``tests/ope/test_bounds.py``, slow run: 1,000 datasets
+of 200 episodes from the tabular MDP of ``tests/ope/tabular_mdp.py`` with
+noise-free rewards in [0, 1], exact behaviour probabilities, true value
+1.3621, ranges for Hoeffding / Bernstein derived a priori from the largest
+ratio and reward; coverage at nominal 90 % / 95 %, mean width at 95 % in
+brackets; the standard error of each rate is about 1 %)::
+
+    estimator  bootstrap              hoeffding         bernstein         ttest
+    IS         83.4 / 88.3 % (0.85)   100 / 100 (25.2)  100 / 100 (14.8)  84.0 / 88.2 % (0.88)
+    WIS        88.5 / 93.8 % (0.25)   100 / 100 (25.2)  100 / 100 (14.8)  87.4 / 93.7 % (0.25)
+    PDIS       87.6 / 92.1 % (0.45)   100 / 100 (9.23)  100 / 100 (5.92)  88.2 / 93.0 % (0.46)
+    WPDIS      89.6 / 93.9 % (0.21)   100 / 100 (9.23)  100 / 100 (5.92)  89.8 / 94.0 % (0.22)
+    DR         88.5 / 93.5 % (0.18)   100 / 100 (40.9)  100 / 100 (22.2)  89.9 / 94.8 % (0.19)
+    WDR        88.0 / 93.7 % (0.18)   100 / 100 (40.9)  100 / 100 (22.2)  88.5 / 93.8 % (0.18)
+
+So: the bootstrap and t intervals do not reach nominal coverage for
+trajectory-wise IS (83-84 % at 90 %, 88 % at 95 %: its terms are heavily
+skewed) and fall 1-3 points short for the others at this data size (they
+approach nominal as the number of episodes grows; at 100 episodes, the fast
+test, IS is at 81-84 % and PDIS at 85-87 % for a nominal 90 %). Hoeffding
+and Bernstein always cover, but are 20-200 times wider: their a-priori
+range is set by the largest possible importance weight (``3^4`` here), which
+almost no episode comes near; they are the choice only when a guarantee is
+needed, with clipped weights to keep the range small.
+
 The concentration bounds (Hoeffding, Bernstein) and the t interval are
 intervals for the mean of scalar terms. Self-normalised estimators (WIS,
 WPDIS, WDR) are ratios, not means; :mod:`offrl.ope.importance` says which
