@@ -16,7 +16,9 @@ those terms :func:`confidence_interval` forms a two-sided interval at
     distribution; no bound on the terms is needed. Under-covers when the
     terms are heavily skewed (trajectory-wise importance weights: a few
     large weights carry the estimate and are often missing from the data
-    altogether) and with few episodes.
+    altogether) and with few episodes. For self-normalised estimators the
+    ratio is recomputed on each resample, so their bias is resampled too,
+    but a percentile interval does not correct it.
 
 ``"hoeffding"``
     ``mean +- (high - low) sqrt(log(2 / delta) / (2 N))`` with
@@ -41,7 +43,11 @@ those terms :func:`confidence_interval` forms a two-sided interval at
     Student's t: ``mean +- t_{(1 + confidence) / 2, N - 1} S / sqrt(N)``.
     Exact for normal terms, otherwise valid only as ``N`` grows (central
     limit theorem); no range needed. Under-covers for skewed terms and few
-    episodes, like the bootstrap (it cannot see the skew at all).
+    episodes, like the bootstrap (it cannot see the skew at all). For a
+    self-normalised estimator it is given linearised (delta-method) terms,
+    which leave out the ratio's bias and the noise of the normaliser's
+    plug-in: with few episodes or a low effective sample size it
+    under-covers more than for the unnormalised estimators.
 
 Measured coverage (``tests/ope/test_bounds.py``, slow run: 1,000 datasets
 of 200 episodes from the tabular MDP of ``tests/ope/tabular_mdp.py`` with
@@ -62,7 +68,7 @@ So: the bootstrap and t intervals do not reach nominal coverage for
 trajectory-wise IS (83-84 % at 90 %, 88 % at 95 %: its terms are heavily
 skewed) and fall 1-3 points short for the others at this data size (they
 approach nominal as the number of episodes grows; at 100 episodes, the fast
-test, IS is at 81-84 % and PDIS at 85-87 % for a nominal 90 %). Hoeffding
+test, IS is at 81-82 % and PDIS at 85-87 % for a nominal 90 %). Hoeffding
 and Bernstein always cover, but are 20-200 times wider: their a-priori
 range is set by the largest possible importance weight (``3^4`` here), which
 almost no episode comes near; they are the choice only when a guarantee is
