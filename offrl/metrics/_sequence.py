@@ -327,7 +327,7 @@ def _forward(algo: Any, transformer: Any, observations: Observations, actions: n
     if algo.reward_scaler is not None:
         returns = algo.reward_scaler.transform(returns)
     timesteps = np.broadcast_to(timesteps, (b, length)) if timesteps.ndim == 1 else timesteps
-    steps = torch.as_tensor(np.ascontiguousarray(timesteps, dtype=np.int64), device=device)
+    steps = torch.as_tensor(np.array(timesteps, dtype=np.int64), device=device)  # a copy: broadcasts are read-only
     result = transformer(obs, act, returns, steps, last_only=last_only)
     result = result[:, -1] if last_only else result
     if not discrete and algo.action_scaler is not None:

@@ -23,6 +23,18 @@ a silent fall-back to the dataset's episodes, and so is a set of episodes
 without a single transition (d3rlpy fails with an IndexError on any episode
 without a transition; offrl leaves such episodes out). ``SoftOPCEvaluator``
 gives NaN when no episode reaches the threshold, as d3rlpy does.
+
+Sequence models (the Decision Transformer family) act from a history, not
+from one observation. The action evaluators (``ContinuousActionDiffEvaluator``,
+``DiscreteActionMatchEvaluator`` and the two ``Compare*`` ones) judge them at a
+return: give the evaluator ``target_return=...`` (used for sequence models,
+ignored for the others, so one evaluator serves a sweep over algorithms), or
+pass ``offrl.ope.SequencePolicy(algo, target_return=...)`` as the algorithm.
+The policy's action at each logged step is replayed from that episode's own
+logged history (observations, logged actions, returns-to-go from the target
+return, timesteps), exactly the context its stateful wrapper would hold
+there (see :mod:`offrl.metrics._sequence`); discrete actions are the argmax of
+the logits. ``EnvironmentEvaluator`` runs them through the stateful wrapper.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ import numpy as np
 from ..constants import ActionSpace
 from ..dataset.batch import TransitionMiniBatch
 from ..dataset.episode import EpisodeBase
+from ._sequence import SequencePolicy, check_target_return, is_sequence_model
 from ._transitions import TransitionSet, dataset_buffer, episodes_buffer
 from .utility import check_rollout_args, evaluate_qlearning_with_environment, evaluate_transformer_with_environment
 
@@ -297,50 +310,129 @@ class SoftOPCEvaluator(_EpisodesEvaluator):
         return float(np.mean(values[success]) - np.mean(values))
 
 
-class ContinuousActionDiffEvaluator(_EpisodesEvaluator):
+def _sequence_policy(who: str, algo: Any, target_return: Optional[float], role: str) -> Optional[SequencePolicy]:
+    """``algo`` as a :class:`SequencePolicy` (a sequence model at the
+    evaluator's ``target_return``), or None for an algorithm that acts from
+    single observations."""
+    if isinstance(algo, SequencePolicy):
+        if target_return is not None and target_return != algo.target_return:
+            raise ValueError(f"{who}: target_return={target_return:g} differs from the {role}'s own "
+                             f"target_return={algo.target_return:g}: give it once")
+        return algo
+    if is_sequence_model(algo):
+        if target_return is None:
+            raise ValueError(f"{who}: {role} ({_name(algo)}) is a sequence model conditioned on a return: give the "
+                             "evaluator target_return=... (or pass offrl.ope.SequencePolicy(algo, target_return=...))")
+        _check_algo(who, algo, role)
+        return SequencePolicy(algo, target_return)
+    return None
+
+
+def _replayed_actions(policy: SequencePolicy, transitions: TransitionSet) -> np.ndarray:
+    """The sequence policy's greedy action at every transition, in
+    transition order: ``(total,)`` indices or ``(total, action_size)``."""
+    store = transitions.store
+    starts, ends = (np.asarray(a, dtype=np.int64) for a in store.episode_table()[:2])
+    lengths = ends - starts
+    offsets = np.cumsum(lengths) - lengths
+    flat = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)  # store row per step
+    columns = store.observations
+    observations = columns[0][flat] if len(columns) == 1 else [c[flat] for c in columns]
+    outputs = policy.replay(observations, store.actions[flat], store.rewards[flat], lengths)
+    episode_ids, rows = store.locate_transitions(np.arange(transitions.total, dtype=np.int64))
+    return policy.greedy_actions(outputs[offsets[episode_ids] + rows - starts[episode_ids]])
+
+
+class _ActionEvaluator(_EpisodesEvaluator):
+    """An evaluator of the greedy action at the episodes' transitions; a
+    sequence model is replayed at ``target_return`` (module docstring).
+
+    Args:
+        episodes: as for every dataset evaluator.
+        target_return: the return a sequence model is conditioned on
+            (ignored for other algorithms).
+    """
+
+    def __init__(self, episodes: Optional[Sequence[EpisodeBase]] = None, *,
+                 target_return: Optional[float] = None) -> None:
+        self._target_return = None if target_return is None else check_target_return(target_return)
+        super().__init__(episodes)
+
+    def _greedy_actions(self, algo: Any, transitions: TransitionSet, role: str = "algo") -> Iterator[np.ndarray]:
+        """The greedy actions at the transitions, chunk by chunk."""
+        policy = _sequence_policy(type(self).__name__, algo, self._target_return, role)
+        if policy is not None:
+            yield _replayed_actions(policy, transitions)
+            return
+        for batch in transitions.batches():
+            yield algo.predict(batch.observations)
+
+    def _logged_and_greedy(self, algo: Any, dataset: Any) -> tuple:
+        policy = _sequence_policy(type(self).__name__, algo, self._target_return, "algo")
+        transitions = self._transitions(algo if policy is None else policy.algo, dataset)
+        if policy is not None:
+            logged = transitions.store.actions[transitions.store.locate_transitions(
+                np.arange(transitions.total, dtype=np.int64))[1]]
+            return transitions, [(logged, _replayed_actions(policy, transitions))]
+        return transitions, ((batch.actions, algo.predict(batch.observations)) for batch in transitions.batches())
+
+
+class ContinuousActionDiffEvaluator(_ActionEvaluator):
     r"""Mean over transitions of ``sum_j (a_t,j - pi(s_t)_j)**2``: how far
     the greedy policy is from the logged continuous actions."""
 
     _action_space = ActionSpace.CONTINUOUS
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
-        transitions = self._transitions(algo, dataset)
+        transitions, pairs = self._logged_and_greedy(algo, dataset)
         total = 0.0
-        for batch in transitions.batches():
-            diff = np.asarray(batch.actions, np.float64) - algo.predict(batch.observations)
+        for logged, greedy in pairs:
+            diff = np.asarray(logged, np.float64).reshape(greedy.shape) - greedy
             total += float(np.sum(diff**2))
         return total / transitions.total
 
 
-class DiscreteActionMatchEvaluator(_EpisodesEvaluator):
+class DiscreteActionMatchEvaluator(_ActionEvaluator):
     r"""Fraction of transitions whose logged discrete action equals the
     greedy policy's."""
 
     _action_space = ActionSpace.DISCRETE
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
-        transitions = self._transitions(algo, dataset)
+        transitions, pairs = self._logged_and_greedy(algo, dataset)
         matches = 0
-        for batch in transitions.batches():
-            matches += int(np.count_nonzero(batch.actions.reshape(-1) == algo.predict(batch.observations)))
+        for logged, greedy in pairs:
+            matches += int(np.count_nonzero(np.asarray(logged).reshape(-1) == np.asarray(greedy).reshape(-1)))
         return matches / transitions.total
 
 
-class _CompareEvaluator(_EpisodesEvaluator):
+class _CompareEvaluator(_ActionEvaluator):
     """Compares ``algo``'s greedy actions with ``base_algo``'s on the
-    episodes' observations."""
+    episodes' observations (either may be a sequence model, replayed at
+    ``target_return``)."""
 
-    def __init__(self, base_algo: Any, episodes: Optional[Sequence[EpisodeBase]] = None) -> None:
-        if not callable(getattr(base_algo, "predict", None)):
+    def __init__(self, base_algo: Any, episodes: Optional[Sequence[EpisodeBase]] = None, *,
+                 target_return: Optional[float] = None) -> None:
+        if not (isinstance(base_algo, SequencePolicy) or callable(getattr(base_algo, "predict", None))):
             raise TypeError(f"base_algo must be an algorithm with predict(), got {_name(base_algo)}")
         self._base_algo = base_algo
-        super().__init__(episodes)
+        super().__init__(episodes, target_return=target_return)
 
     def _action_pairs(self, algo: Any, dataset: Any):
-        _check_algo(type(self).__name__, self._base_algo, "base_algo", action_space=self._action_space)
-        transitions = self._transitions(algo, dataset)
-        pairs = ((algo.predict(b.observations), self._base_algo.predict(b.observations)) for b in transitions.batches())
-        return transitions, pairs
+        who = type(self).__name__
+        base = self._base_algo
+        base_policy = _sequence_policy(who, base, self._target_return, "base_algo")
+        _check_algo(who, base if base_policy is None else base_policy.algo, "base_algo",
+                    action_space=self._action_space)
+        policy = _sequence_policy(who, algo, self._target_return, "algo")
+        transitions = self._transitions(algo if policy is None else policy.algo, dataset)
+        if policy is None and base_policy is None:
+            pairs = ((algo.predict(b.observations), base.predict(b.observations)) for b in transitions.batches())
+            return transitions, pairs
+        # a sequence model's actions come in one piece: gather the other side whole too
+        ours = np.concatenate(list(self._greedy_actions(algo, transitions)))
+        theirs = np.concatenate(list(self._greedy_actions(base, transitions, "base_algo")))
+        return transitions, [(ours, theirs)]
 
 
 class CompareContinuousActionDiffEvaluator(_CompareEvaluator):
@@ -351,7 +443,7 @@ class CompareContinuousActionDiffEvaluator(_CompareEvaluator):
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
         transitions, pairs = self._action_pairs(algo, dataset)
-        total = sum(float(np.sum((a.astype(np.float64) - b) ** 2)) for a, b in pairs)
+        total = sum(float(np.sum((np.asarray(a, np.float64) - b) ** 2)) for a, b in pairs)
         return total / transitions.total
 
 
@@ -363,7 +455,8 @@ class CompareDiscreteActionMatchEvaluator(_CompareEvaluator):
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
         transitions, pairs = self._action_pairs(algo, dataset)
-        return sum(int(np.count_nonzero(a == b)) for a, b in pairs) / transitions.total
+        return sum(int(np.count_nonzero(np.asarray(a).reshape(-1) == np.asarray(b).reshape(-1)))
+                   for a, b in pairs) / transitions.total
 
 
 class EnvironmentEvaluator(EvaluatorProtocol):
@@ -385,7 +478,8 @@ class EnvironmentEvaluator(EvaluatorProtocol):
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
         if getattr(algo, "predicts_from_sequences", False):
-            if self._target_return is None or self._epsilon:
+            own = isinstance(algo, SequencePolicy)  # carries its target_return
+            if (self._target_return is None and not own) or self._epsilon:
                 raise ValueError(f"EnvironmentEvaluator: {_name(algo)} is conditioned on a return: give "
                                  "target_return=... (and epsilon=0)")
             actor = algo.as_stateful_wrapper(self._target_return)
