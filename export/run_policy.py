@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import List
+from typing import Dict, List, Union
 
 import numpy as np
 import onnxruntime as ort
@@ -31,9 +31,17 @@ class Policy:
         self.metadata = dict(self.session.get_modelmeta().custom_metadata_map)
         self.observation_shapes = json.loads(self.metadata.get("observation_shapes", "[]"))
 
-    def act(self, observations: List[np.ndarray]) -> np.ndarray:
-        """``observations``: one batch array per input (batch axis first)."""
-        feed = {name: np.asarray(o, dtype=np.float32) for name, o in zip(self.inputs, observations)}
+    def act(self, observations: Union[List[np.ndarray], Dict[str, np.ndarray]]) -> np.ndarray:
+        """``observations``: one batch array per input (batch axis first), or
+        for a policy of dict observations a dict by key (its inputs are
+        named by the keys)."""
+        if isinstance(observations, dict):
+            missing = [n for n in self.inputs if n not in observations]
+            if missing:
+                raise ValueError(f"the observation has no key {missing[0]!r}: this policy takes {self.inputs}")
+            feed = {name: np.asarray(observations[name], dtype=np.float32) for name in self.inputs}
+        else:
+            feed = {name: np.asarray(o, dtype=np.float32) for name, o in zip(self.inputs, observations)}
         return self.session.run(None, feed)[0]  # one output: output_0 (older files: action)
 
 
@@ -61,8 +69,11 @@ def run_env(policy: Policy, env_id: str, episodes: int, seed: int) -> List[float
         observation, _ = env.reset(seed=seed + episode)
         total, done = 0.0, False
         while not done:
-            parts = list(observation.values()) if isinstance(observation, dict) else (list(observation) if isinstance(observation, tuple) else [observation])
-            action = policy.act([np.asarray(p, dtype=np.float32)[None] for p in parts])[0]
+            if isinstance(observation, dict):  # fed by key name
+                action = policy.act({k: np.asarray(v, dtype=np.float32)[None] for k, v in observation.items()})[0]
+            else:
+                parts = list(observation) if isinstance(observation, tuple) else [observation]
+                action = policy.act([np.asarray(p, dtype=np.float32)[None] for p in parts])[0]
             if policy.metadata.get("action_space") == "discrete":
                 action = int(action)
             observation, reward, terminated, truncated, _ = env.step(action)

@@ -2,7 +2,8 @@
 
 The exported graph holds the observation scaler, the greedy policy and the
 action scaler's inverse: it takes raw observations (float32, batch axis
-dynamic; one input per element of a tuple observation, named ``input_0``,
+dynamic; one input per element of a tuple observation (dict observations:
+one input per key, named by the key, in sorted key order), named ``input_0``,
 ``input_1``, ... as d3rlpy names them) and returns ``output_0``: actions in
 the environment's units (float32), or action indices (int64) for discrete
 policies. Unlike d3rlpy's export (batch fixed to 1), any batch size works.
@@ -70,9 +71,26 @@ OUTPUT_NAME = "output_0"
 
 
 def _input_names(algo: Any) -> List[str]:
-    """``input_0``, ``input_1``, ...: one per observation element, as d3rlpy."""
+    """``input_0``, ``input_1``, ...: one per observation element, as d3rlpy;
+    for dict observations the keys themselves (in sorted key order, the
+    order of the graph's positional inputs)."""
+    keys = getattr(algo, "observation_keys", None)
+    if keys is not None:
+        return list(keys)
     shape = algo.observation_shape
     return [f"input_{k}" for k in range(len(shape) if isinstance(shape, list) else 1)]
+
+
+def _feed_order(names: List[str], x: Any) -> List[Any]:
+    """A dict observation's values in the order of ``names`` (the inputs);
+    a missing or extra key raises ``ValueError`` naming it."""
+    missing = [n for n in names if n not in x]
+    if missing:
+        raise ValueError(f"the observation has no key {missing[0]!r}: this policy takes {names}")
+    extra = [k for k in x if k not in names]
+    if extra:
+        raise ValueError(f"the observation has an unexpected key {extra[0]!r}: this policy takes {names}")
+    return [x[n] for n in names]
 
 
 def _example_inputs(algo: Any, batch: int, seed: int = 0) -> List[np.ndarray]:
@@ -203,7 +221,10 @@ class _OnnxPolicy:
         return self.session.run([self.output_name], feed)[0]
 
     def predict(self, x: Any) -> np.ndarray:
-        """``algo.predict``'s interface (a batch, or a list for tuple observations)."""
+        """``algo.predict``'s interface (a batch, a list for tuple
+        observations, or a dict by input name for dict observations)."""
+        if isinstance(x, dict):
+            return self(*_feed_order(self.names, x))
         return self(*x) if isinstance(x, (list, tuple)) else self(x)
 
 
@@ -220,7 +241,13 @@ class _TorchScriptPolicy:
             return self.module(*[torch.as_tensor(np.asarray(o, dtype=np.float32)) for o in observations]).numpy()
 
     def predict(self, x: Any) -> np.ndarray:
-        """``algo.predict``'s interface (a batch, or a list for tuple observations)."""
+        """``algo.predict``'s interface (a batch, a list for tuple
+        observations, or a dict for dict observations, ordered by the
+        ``inputs`` recorded in the metadata)."""
+        if isinstance(x, dict):
+            names = self.metadata.get("inputs")
+            names = json.loads(names) if isinstance(names, str) else sorted(x)
+            return self(*_feed_order(list(names), x))
         return self(*x) if isinstance(x, (list, tuple)) else self(x)
 
 
