@@ -20,6 +20,7 @@ from .importance import (
     weighted_per_decision_importance_sampling,
 )
 from .selection import PolicySelection, select_policies
+from .distributional import ReturnDistribution, estimate_return_distribution
 from ._sequence import SequencePolicy
 
 __all__ = [
@@ -45,5 +46,7 @@ __all__ = [
     "weighted_per_decision_importance_sampling",
     "PolicySelection",
     "select_policies",
+    "ReturnDistribution",
+    "estimate_return_distribution",
     "SequencePolicy",
 ]
