@@ -20,6 +20,29 @@ are atomic, and weights are checked finite before each save). After a
 ``NonFiniteLossError`` the algorithm is rolled back to its state at the end
 of the last good epoch (or the start of the run). When ``fit_online`` created the buffer itself, the exception
 carries it as ``exception.offrl_buffer``.
+
+Vectorised environments: ``env`` may be a ``gymnasium.vector`` environment
+(``SyncVectorEnv``, ``AsyncVectorEnv``; autoreset mode NEXT_STEP, SAME_STEP
+or DISABLED) or a list of environments with the same spaces (reset here as
+soon as an episode ends). Each vector step makes one batched policy (or
+explorer) call for all the environments; an explorer with ``sample_envs``
+explores each environment independently (see ``offrl.algos.explorers``).
+Each environment's episode is kept apart and written into the buffer whole
+when it ends, with the true final observation on truncation (NEXT_STEP: the
+observation returned with the ending, and the reset step that follows
+writes nothing; SAME_STEP: ``info["final_obs"]``); when the run stops the
+open episodes are written truncated at their current observations.
+``n_steps``, ``random_steps``, ``update_start_step`` and the epochs count
+environment steps (transitions) of all environments together; an epoch
+ends at the vector step that reaches its size, and the last vector step
+writes only the transitions still needed (environments in index order), so
+``n_steps`` is exact. Seeding: with ``seed=s`` (or ``s`` drawn from offrl's
+generator), environment ``i`` is reset first with ``s + i``, its
+random-step action space is a copy seeded ``s + i`` and its explorer draws
+come from ``numpy.random.default_rng(s + i)``: environment ``i`` repeats a
+one-environment vector run with ``seed=s + i`` step for step (a plain
+single environment also with a deterministic policy). Per-environment
+returns are logged as ``rollout_return_env_<i>``.
 """
 
 from __future__ import annotations
@@ -31,6 +54,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .._random import get_rng
+from .._vector_env import VectorEnv as _VectorEnv
+from .._vector_env import as_observation as _observation
+from .._vector_env import check_env as _check_env
+from .._vector_env import is_vector_env, vector_spaces
+from .._vector_env import SpaceView as _SpaceView
+from .._vector_env import copy_observation as _copy
+from .._vector_env import row as _row
+from .._vector_env import rows as _rows
 from ..constants import ActionSpace
 from .explorers import check_explorer
 from ..dataset.replay_buffer import create_fifo_replay_buffer, create_infinite_replay_buffer
@@ -56,12 +87,6 @@ def _check_int(value: Any, name: str, minimum: int) -> int:
         bound = "a positive int" if minimum == 1 else f"an int >= {minimum}"
         raise ValueError(f"{name} must be {bound}, got {value!r}")
     return int(value)
-
-
-def _check_env(env: Any, name: str = "env") -> None:
-    missing = [a for a in ("reset", "step", "observation_space", "action_space") if not hasattr(env, a)]
-    if missing:
-        raise TypeError(f"{name} must be a gymnasium environment; {type(env).__name__} has no {', '.join(missing)}")
 
 
 def _check_seed(seed: Any) -> Optional[int]:
@@ -144,19 +169,6 @@ def _prepare(algo: Any, env: Any, buffer: Any, explorer: Any, make_buffer: Calla
 
 
 # -------------------------------------------------------------- stepping
-def _observation(raw: Any, keys: Optional[List[Any]] = None) -> Any:
-    """An environment observation as offrl takes it: an array, or a list of
-    arrays for tuple / dict observations (dict values in ``keys`` order, the
-    observation space's)."""
-    if type(raw) is np.ndarray:
-        return raw
-    if isinstance(raw, dict):
-        return [np.asarray(raw[k]) for k in (keys if keys is not None else raw)]
-    if isinstance(raw, (list, tuple)):
-        return [np.asarray(v) for v in raw]
-    return np.asarray(raw)
-
-
 def _batched(observation: Any) -> Any:
     if isinstance(observation, list):
         return [o[None] for o in observation]
@@ -269,80 +281,6 @@ class _Rollout:
 
 
 # ------------------------------------------------------- vectorised envs
-def is_vector_env(env: Any) -> bool:
-    """Whether ``env`` is several environments: a ``gymnasium.vector``
-    environment (``num_envs`` and ``single_*_space``) or a list/tuple of
-    environments."""
-    if isinstance(env, (list, tuple)):
-        return True
-    return hasattr(env, "num_envs") and hasattr(env, "single_observation_space") and hasattr(env, "single_action_space")
-
-
-class _SpaceView:
-    """The spaces of one sub-environment of a vectorised environment, for the
-    code that builds algorithms, scalers and buffers from an environment."""
-
-    def __init__(self, observation_space: Any, action_space: Any) -> None:
-        self.observation_space = observation_space
-        self.action_space = action_space
-
-    def reset(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never stepped
-        raise RuntimeError("a sub-environment's spaces cannot be reset")
-
-    def step(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never stepped
-        raise RuntimeError("a sub-environment's spaces cannot be stepped")
-
-
-def _spaces_equal(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # pragma: no cover - a space whose == fails
-        return a is b
-
-
-def vector_spaces(env: Any, name: str = "env") -> _SpaceView:
-    """One sub-environment's spaces of a vectorised ``env``; a list of
-    environments must share them (``ValueError`` naming the first index that
-    differs)."""
-    if isinstance(env, (list, tuple)):
-        if len(env) == 0:
-            raise ValueError(f"{name} is an empty list; give at least one environment")
-        for i, sub in enumerate(env):
-            _check_env(sub, f"{name}[{i}]")
-        first = env[0]
-        for i, sub in enumerate(env[1:], start=1):
-            for attr in ("observation_space", "action_space"):
-                if not _spaces_equal(getattr(sub, attr), getattr(first, attr)):
-                    raise ValueError(f"{name}[{i}].{attr} is {getattr(sub, attr)}, but {name}[0].{attr} is "
-                                     f"{getattr(first, attr)}: every environment of a vector must have the same spaces")
-        return _SpaceView(first.observation_space, first.action_space)
-    return _SpaceView(env.single_observation_space, env.single_action_space)
-
-
-def _row(batch: Any, i: int) -> Any:
-    if isinstance(batch, list):
-        return [part[i] for part in batch]
-    return batch[i]
-
-
-def _rows(batch: Any, index: np.ndarray) -> Any:
-    if isinstance(batch, list):
-        return [part[index] for part in batch]
-    return batch[index]
-
-
-def _stack(observations: List[Any]) -> Any:
-    if isinstance(observations[0], list):
-        return [np.stack([o[k] for o in observations]) for k in range(len(observations[0]))]
-    return np.stack(observations)
-
-
-def _copy(observation: Any) -> Any:
-    if isinstance(observation, list):
-        return [np.array(part) for part in observation]
-    return np.array(observation)
-
-
 def _real_reward(reward: Any, where: str) -> float:
     try:
         if isinstance(reward, (str, bytes)):
@@ -354,91 +292,6 @@ def _real_reward(reward: Any, where: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"the environment returned reward {value} {where}")
     return value
-
-
-class _VectorEnv:
-    """Steps several environments as one, whatever their form: a
-    ``gymnasium.vector`` environment in any autoreset mode, or a list of
-    environments (reset here as soon as an episode ends).
-
-    :meth:`step` returns the batched next observations, rewards,
-    terminated / truncated flags, the final observation of each episode that
-    ended, and two masks: ``skipped`` (the step only reset that environment:
-    NEXT_STEP autoreset, its action was ignored and it wrote no transition)
-    and ``started`` (the returned observation starts a new episode)."""
-
-    def __init__(self, env: Any, keys: Optional[List[Any]]) -> None:
-        self.env = env
-        self.keys = keys
-        if isinstance(env, (list, tuple)):
-            self.mode = "list"
-            self.n = len(env)
-        else:
-            from gymnasium.vector import AutoresetMode
-
-            mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) if isinstance(getattr(env, "metadata", None), dict) \
-                else AutoresetMode.NEXT_STEP
-            mode = AutoresetMode(mode) if isinstance(mode, str) else mode
-            self.mode = {AutoresetMode.NEXT_STEP: "next", AutoresetMode.SAME_STEP: "same",
-                         AutoresetMode.DISABLED: "disabled"}[mode]
-            self.n = int(env.num_envs)
-        self.pending_reset = np.zeros(self.n, dtype=bool)
-
-    def reset(self, seed: Optional[int]) -> Any:
-        """Reset every environment (environment ``i`` with ``seed + i``)."""
-        self.pending_reset[:] = False
-        if self.mode == "list":
-            return _stack([_observation(sub.reset(seed=None if seed is None else seed + i)[0], self.keys)
-                           for i, sub in enumerate(self.env)])
-        raw, _ = self.env.reset(seed=seed)
-        return _observation(raw, self.keys)
-
-    def step(self, actions: Any) -> Tuple[Any, np.ndarray, np.ndarray, np.ndarray, Dict[int, Any], np.ndarray, np.ndarray]:
-        finals: Dict[int, Any] = {}
-        if self.mode == "list":
-            observations, rewards, terminated, truncated = [], [], [], []
-            for i, sub in enumerate(self.env):
-                raw, reward, term, trunc, _ = sub.step(actions[i])
-                obs = _observation(raw, self.keys)
-                if term or trunc:
-                    finals[i] = obs
-                    obs = _observation(sub.reset()[0], self.keys)
-                observations.append(obs)
-                rewards.append(reward)
-                terminated.append(bool(term))
-                truncated.append(bool(trunc))
-            ended = np.array(terminated) | np.array(truncated)
-            return (_stack(observations), np.array(rewards, dtype=object), np.array(terminated), np.array(truncated),
-                    finals, np.zeros(self.n, dtype=bool), ended)
-        skipped = self.pending_reset.copy()
-        raw, rewards, terminated, truncated, info = self.env.step(actions)
-        batch = _observation(raw, self.keys)
-        terminated = np.asarray(terminated, dtype=bool) & ~skipped
-        truncated = np.asarray(truncated, dtype=bool) & ~skipped
-        ended = terminated | truncated
-        if self.mode == "same":
-            final_obs = info.get("final_obs") if isinstance(info, dict) else None
-            for i in np.flatnonzero(ended):
-                if final_obs is None or final_obs[i] is None:
-                    raise ValueError(f"environment {i}'s episode ended but the vector env's info has no final_obs[{i}] "
-                                     "(SAME_STEP autoreset must return it)")
-                finals[int(i)] = _observation(final_obs[i], self.keys)
-            return batch, np.asarray(rewards, dtype=object), terminated, truncated, finals, skipped, ended
-        for i in np.flatnonzero(ended):
-            finals[int(i)] = _copy(_row(batch, int(i)))
-        if self.mode == "next":
-            self.pending_reset = ended.copy()
-            return batch, np.asarray(rewards, dtype=object), terminated, truncated, finals, skipped, skipped
-        if ended.any():  # DISABLED: reset the ended environments ourselves
-            raw_reset, _ = self.env.reset(options={"reset_mask": ended})
-            reset = _observation(raw_reset, self.keys)
-            if isinstance(batch, list):
-                for part, new in zip(batch, reset):
-                    part[ended] = new[ended]
-            else:
-                batch = np.array(batch)
-                batch[ended] = reset[ended]
-        return batch, np.asarray(rewards, dtype=object), terminated, truncated, finals, skipped, ended
 
 
 class _VectorRollout:

@@ -6,6 +6,9 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from .._vector_env import is_vector_env
+from .vector_rollout import vector_rollout_returns
+
 __all__ = [
     "check_rollout_args",
     "evaluate_qlearning_with_environment",
@@ -57,7 +60,10 @@ def rollout_returns(
     resets continue the environment's generator). A sequence model
     (``predicts_from_sequences``: the Decision Transformer family, or an
     ``offrl.ope.SequencePolicy``) acts through its stateful wrapper at
-    ``target_return`` (required for a bare model; ``epsilon`` must be 0)."""
+    ``target_return`` (required for a bare model; ``epsilon`` must be 0).
+    ``env`` may be vectorised (a ``gymnasium.vector`` env or a list of
+    envs): the trials are split across its environments, see
+    :func:`~offrl.metrics.vector_rollout.vector_rollout_returns`."""
     check_rollout_args(n_trials, epsilon)
     actor = algo.as_stateful_wrapper(target_return) if getattr(algo, "predicts_from_sequences", False) else None
     if actor is not None and epsilon:
@@ -70,6 +76,10 @@ def rollout_returns(
         raise TypeError(f"algo must have predict(observations) -> actions, got {type(algo).__name__}")
     if not getattr(algo, "is_built", True):  # any object with predict works, as in d3rlpy
         raise ValueError(f"{type(algo).__name__} is not built: fit it or build it before evaluating it in an environment")
+    if is_vector_env(env):  # a gymnasium.vector env or a list of envs: see vector_rollout_returns
+        if actor is not None:
+            raise ValueError("a sequence model is evaluated in one environment at a time; give a single env")
+        return vector_rollout_returns(algo, env, int(n_trials), float(epsilon), seed, float(gamma))
     rng = np.random.default_rng(seed)
     returns: List[float] = []
     for trial in range(int(n_trials)):
