@@ -48,6 +48,7 @@ def dataset_from_rows(
     trajectory_slicer: Any = None,
     behaviour_probabilities: Optional[np.ndarray] = None,
     episode_names: Optional[Sequence[str]] = None,
+    observation_keys: Optional[Sequence[str]] = None,
 ) -> MDPDataset:
     """An :class:`MDPDataset` over already laid-out rows.
 
@@ -56,7 +57,8 @@ def dataset_from_rows(
     ``(rows, 1)``. NaN/inf anywhere raises a ``ValueError`` naming the
     episode (``episode_names[i]``, default ``episode i``) and the step.
     ``behaviour_probabilities``: an already validated float64 ``(rows,)``
-    column (NaN where a step has none), or None.
+    column (NaN where a step has none), or None. ``observation_keys``: the
+    key of each observation column for dict observations.
     """
     names = episode_names
     steps = np.zeros(actions.shape[0], dtype=bool)
@@ -115,7 +117,7 @@ def dataset_from_rows(
     store = InfiniteBuffer()
     store.set_columns(
         obs_columns, np.ascontiguousarray(actions), np.ascontiguousarray(rewards), starts, ends,
-        terminated, has_final, behaviour_probabilities,
+        terminated, has_final, behaviour_probabilities, observation_keys=observation_keys,
     )
     out = MDPDataset.__new__(MDPDataset)
     ReplayBuffer.__init__(

@@ -112,6 +112,29 @@ def _leaves(space: dict, where: str, path: tuple = ()) -> list[_Leaf]:
     raise ValueError(f"{where}: {kind!r} spaces are not supported (Box, Discrete, Tuple and Dict are)")
 
 
+def _leaf_key(leaf: _Leaf) -> str:
+    """A Dict observation leaf's key: its path joined with ``/`` (nested Dicts)."""
+    return "/".join(str(p) for p in leaf.path)
+
+
+def _dict_space_of_keys(keys: Sequence[str], shapes: Sequence[tuple], dtypes: Sequence[np.dtype]) -> dict:
+    """A Dict space of unbounded Boxes for dict observation ``keys`` (a key
+    with ``/`` becomes a nested Dict, the inverse of :func:`_leaf_key`)."""
+    root: dict = {"type": "Dict", "subspaces": {}}
+    for key, shape, dtype in zip(keys, shapes, dtypes):
+        parts = key.split("/")
+        node = root
+        for part in parts[:-1]:
+            child = node["subspaces"].setdefault(part, {"type": "Dict", "subspaces": {}})
+            if child.get("type") != "Dict":
+                raise ValueError(f"observation key {key!r} nests under {part!r}, which is itself a key")
+            node = child
+        if parts[-1] in node["subspaces"]:
+            raise ValueError(f"observation key {key!r} is also the prefix of a nested key")
+        node["subspaces"][parts[-1]] = _unbounded_box(shape, dtype)
+    return root
+
+
 def _space_to_dict(space: Any) -> dict:
     """A gymnasium space in Minari's JSON layout."""
     from gymnasium import spaces
@@ -663,9 +686,11 @@ def get_minari(
         that id is not registered here or cannot be made. Episodes keep Minari's order (by id); an episode
         ending in a termination is terminated, otherwise truncated, and the
         observation after a truncated episode's last step is kept as its final
-        observation. Dict and Tuple observation spaces become tuple
-        observations, one element per Box/Discrete leaf, depth first (Dict
-        members in the stored space's order, which gymnasium sorts by key).
+        observation. A Tuple observation space becomes tuple observations,
+        one element per Box/Discrete leaf, depth first. A Dict observation
+        space becomes dict observations: one key per leaf (a nested Dict's
+        keys joined with ``/``), kept in the dataset's observation signature
+        and stored in sorted key order.
         Discrete actions become indices ``value - start``.
     """
     folder = _data_folder(dataset_id_or_path)
@@ -757,9 +782,15 @@ def _get_minari(
                 "expected a probability in (0, 1] (a density > 0 for continuous actions)"
             )
 
+    observations, keys = list(data.observations), None
+    if spaces["observation_space"].get("type") == "Dict":
+        # dict observations: stored in sorted key order, keys in the signature
+        leaf_keys = [_leaf_key(leaf) for leaf in obs_leaves]
+        order = sorted(range(len(leaf_keys)), key=lambda i: leaf_keys[i])
+        observations, keys = [observations[i] for i in order], tuple(leaf_keys[i] for i in order)
     dataset = dataset_from_rows(
-        data.observations, actions, data.rewards, starts, ends, data.terminated, data.has_final, space, size,
-        transition_picker, trajectory_slicer, behaviour, data.names,
+        observations, actions, data.rewards, starts, ends, data.terminated, data.has_final, space, size,
+        transition_picker, trajectory_slicer, behaviour, data.names, observation_keys=keys,
     )
     return dataset, env
 
@@ -826,7 +857,9 @@ def to_minari(
             environment can be rebuilt when the dataset is read).
         observation_space, action_space: gymnasium spaces to store instead;
             by default unbounded Boxes (a Tuple of them for tuple
-            observations) and ``Discrete(action_size)``.
+            observations, a Dict of them by key for dict observations) and
+            ``Discrete(action_size)``. A given Dict space must have the
+            dataset's keys; each key is written under its name.
         metadata: extra JSON-serialisable entries for ``metadata.json``
             (``author``, ``algorithm_name``, ...).
         overwrite: replace an existing dataset at ``path``.
@@ -858,6 +891,8 @@ def to_minari(
         action_space = env.action_space
     if observation_space is not None:
         obs_space = _space_to_dict(observation_space)
+    elif obs_sig.keys is not None:
+        obs_space = _dict_space_of_keys(obs_sig.keys, obs_sig.shape, obs_sig.dtype)
     elif len(obs_sig.shape) == 1:
         obs_space = _unbounded_box(obs_sig.shape[0], obs_sig.dtype[0])
     else:
@@ -874,6 +909,13 @@ def to_minari(
         raise ValueError(
             f"observation_space has {len(obs_leaves)} parts, the dataset's observations have {len(obs_sig.shape)}"
         )
+    if obs_sig.keys is not None:
+        # pair each stored column (sorted key order) with its space's leaf by key
+        by_key = {_leaf_key(leaf): leaf for leaf in obs_leaves}
+        for key in obs_sig.keys:
+            if key not in by_key:
+                raise ValueError(f"observation_space has no key {key!r}: its keys are {sorted(by_key)}")
+        obs_leaves = [by_key[key] for key in obs_sig.keys]
     act_leaves = _leaves(act_space, "action_space")
     if len(act_leaves) != 1 or (act_leaves[0].kind == "Discrete") != discrete:
         raise ValueError(f"action_space {act_space['type']} does not match the dataset's {info.action_space.name} actions")

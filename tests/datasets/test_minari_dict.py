@@ -1,0 +1,97 @@
+"""Minari datasets with Dict observation spaces stay dict observations:
+offrl -> Minari -> offrl keeps the keys and values on both backends, a
+stored Dict space (in any key order, nested too) is read by key, and a
+given Dict space must have the dataset's keys."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium
+import h5py
+import numpy as np
+import pytest
+
+from offrl.dataset import MDPDataset
+from offrl.datasets import get_minari, to_minari
+
+pytest.importorskip("pyarrow")
+
+FORMATS = ["hdf5", "arrow"]
+
+
+def _dict_dataset(keys=("state", "camera")) -> MDPDataset:
+    rng = np.random.default_rng(0)
+    n = 14
+    shapes = {"state": (3,), "camera": (1, 4, 4), "arm/joints": (2,), "arm/speed": (1,)}
+    obs = {}
+    for key in keys:
+        if key == "camera":
+            obs[key] = rng.integers(0, 256, size=(n,) + shapes[key], dtype=np.uint8)
+        else:
+            obs[key] = rng.normal(size=(n,) + shapes[key]).astype(np.float32)
+    terminals, timeouts = np.zeros(n), np.zeros(n)
+    terminals[4], timeouts[9] = 1, 1
+    next_obs = {k: np.roll(v, -1, axis=0) for k, v in obs.items()}
+    return MDPDataset(obs, rng.integers(0, 3, n), rng.normal(size=n), terminals, timeouts, action_size=3,
+                      next_observations=next_obs)
+
+
+def _assert_same(a: MDPDataset, b: MDPDataset) -> None:
+    assert a.dataset_info.observation_signature == b.dataset_info.observation_signature
+    assert [e.size() for e in a.episodes] == [e.size() for e in b.episodes]
+    for x, y in zip(a.episodes, b.episodes):
+        for u, v in zip(x.observations, y.observations):
+            np.testing.assert_array_equal(u, v)
+        if x.final_observation is None:
+            assert y.final_observation is None or not x.terminated
+        else:
+            for u, v in zip(x.final_observation, y.final_observation):
+                np.testing.assert_array_equal(u, v)
+        np.testing.assert_array_equal(x.actions, y.actions)
+
+
+@pytest.mark.parametrize("data_format", FORMATS)
+@pytest.mark.parametrize("keys", [("state", "camera"), ("state", "arm/joints", "arm/speed")])
+def test_round_trip_keeps_keys(tmp_path, data_format, keys):
+    original = _dict_dataset(keys)
+    folder = to_minari(original, tmp_path / "dict-v0", data_format=data_format)
+    space = json.loads((folder / "data" / "metadata.json").read_text())["observation_space"]
+    space = json.loads(space) if isinstance(space, str) else space
+    assert space["type"] == "Dict"
+    if "arm/joints" in keys:
+        assert space["subspaces"]["arm"]["type"] == "Dict"
+        assert set(space["subspaces"]["arm"]["subspaces"]) == {"joints", "speed"}
+    loaded, _ = get_minari(folder)
+    assert loaded.dataset_info.observation_signature.keys == tuple(sorted(keys))
+    _assert_same(original, loaded)
+
+
+def test_a_stored_dict_space_in_any_key_order_is_read_by_key(tmp_path):
+    original = _dict_dataset(("state", "camera"))
+    space = gymnasium.spaces.Dict(
+        {"state": gymnasium.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+         "camera": gymnasium.spaces.Box(0, 255, (1, 4, 4), np.uint8)}
+    )
+    folder = to_minari(original, tmp_path / "d-v0", observation_space=space, action_space=gymnasium.spaces.Discrete(3))
+    metadata_path = folder / "data" / "metadata.json"
+    metadata = json.loads(metadata_path.read_text())
+    stored = json.loads(metadata["observation_space"]) if isinstance(metadata["observation_space"], str) else metadata["observation_space"]
+    # put the keys in reverse order in the stored description
+    stored["subspaces"] = dict(reversed(list(stored["subspaces"].items())))
+    metadata["observation_space"] = json.dumps(stored)
+    metadata_path.write_text(json.dumps(metadata))
+    loaded, _ = get_minari(folder)
+    assert loaded.dataset_info.observation_signature.keys == ("camera", "state")
+    _assert_same(original, loaded)
+    with h5py.File(folder / "data" / "main_data.hdf5", "r") as h5:
+        np.testing.assert_array_equal(h5["episode_0/observations/state"][:5], original.episodes[0].observations[1])
+
+
+def test_a_given_dict_space_must_have_the_keys(tmp_path):
+    original = _dict_dataset(("state", "camera"))
+    space = gymnasium.spaces.Dict(
+        {"state": gymnasium.spaces.Box(-1, 1, (3,)), "image": gymnasium.spaces.Box(0, 255, (1, 4, 4), np.uint8)}
+    )
+    with pytest.raises(ValueError, match="observation_space has no key 'camera'"):
+        to_minari(original, tmp_path / "bad-v0", observation_space=space)
