@@ -22,7 +22,14 @@ there is nothing to time side by side. Instead:
    and the bootstrap as that estimate recomputed on each resampled list of
    episodes. The reference is timed on ``--reference-resamples`` resamples
    (default 10) and its time per resample scaled to 1,000.
-2. Accuracy: on the tabular MDP of ``tests/ope/tabular_mdp.py`` (3 states,
+2. Intervals and return distributions (issue 19's target: each estimator
+   with 1,000 bootstrap resamples on 1,000,000 logged steps in <= 5 s): on
+   the same dataset, every estimator with each ``ci`` method (bootstrap,
+   Hoeffding, empirical Bernstein, Student's t; the concentration bounds
+   with a range wide enough to hold every term, for timing only), and
+   ``estimate_return_distribution`` (IS and WIS) with 1,000 resamples for
+   its four statistics' intervals; end to end, median of 3 runs.
+3. Accuracy: on the tabular MDP of ``tests/ope/tabular_mdp.py`` (3 states,
    3 actions, horizon 4, exact values by dynamic programming), over
    repeated datasets of 200 episodes: bias, RMSE, the coverage of the 90 %
    interval and the mean effective sample size of each estimator, with
@@ -50,6 +57,8 @@ from typing import Callable, Dict, List
 import numpy as np
 from offrl.dataset import MDPDataset
 from offrl.ope.behaviour import estimate_behaviour_policy
+from offrl.ope.bounds import CI_METHODS
+from offrl.ope.distributional import estimate_return_distribution
 from offrl.ope.importance import ESTIMATORS, estimate_policy_value
 
 from _harness import add_common_args, d3rlpy_interpreter, format_table, load_module, print_load
@@ -57,7 +66,7 @@ from _harness import add_common_args, d3rlpy_interpreter, format_table, load_mod
 _tabular = load_module("_offrl_tabular_mdp", os.path.join("tests", "ope", "tabular_mdp.py"))
 action_values, make_mdp, sample_dataset = _tabular.action_values, _tabular.make_mdp, _tabular.sample_dataset
 table_policy, table_q = _tabular.table_policy, _tabular.table_q
-KINDS = tuple(ESTIMATORS)
+KINDS = tuple(k for k in ESTIMATORS if k not in ("mis", "wmis", "mdr"))  # marginal ones: ope_marginal.py
 
 
 # ------------------------------------------------------------------ speed
@@ -178,6 +187,36 @@ def speed(quick: bool, reference_resamples: int) -> None:
     print(format_table(["estimator", "offrl s", "of which bootstrap s", "reference s", "ref / offrl"], rows))
 
 
+def interval_speed(quick: bool) -> None:
+    n_episodes, horizon = (2_000, 50) if quick else (10_000, 100)
+    dataset, mu, target, q = synthetic(n_episodes, horizon)
+    gamma, n_bootstrap = 0.99, 1000
+    print(f"\n2. Intervals and return distributions: {n_episodes:,} episodes x {horizon} steps = "
+          f"{n_episodes * horizon:,} steps, {n_bootstrap} bootstrap resamples, seconds end to end (median of 3)")
+    wide = (-1e300, 1e300)  # holds every term: for timing the bounds only
+    rows: List[List[str]] = []
+    for kind in KINDS:
+        model = q if ESTIMATORS[kind][1] else None
+        row = [kind.upper()]
+        for ci in CI_METHODS:
+            run = lambda: estimate_policy_value(target, dataset, kind, model, gamma=gamma,  # noqa: E731
+                                                behaviour_probabilities=mu, n_bootstrap=n_bootstrap, ci=ci,
+                                                value_range=None if ci in ("bootstrap", "ttest") else wide)
+            row.append(f"{timed(run, 3):.2f}")
+        rows.append(row)
+    print(format_table(["estimator", *CI_METHODS], rows))
+    rows = []
+    for kind in ("is", "wis"):
+        run = lambda: estimate_return_distribution(target, dataset, kind, gamma=gamma,  # noqa: E731
+                                                   behaviour_probabilities=mu, n_bootstrap=n_bootstrap, alpha=0.1)
+        elapsed = timed(run, 3)
+        d = run()
+        rows.append([kind.upper(), f"{elapsed:.2f}", f"{d.mean:.3f}", f"{d.std:.3f}", f"{d.cvar():.3f}",
+                     f"{d.lower_quartile:.3f}", f"{d.total_weight:.3f}", f"{d.effective_sample_size:.1f}"])
+    print(format_table(["return distribution", "s", "mean", "std", "CVaR@0.1", "lower quartile", "mean weight", "ESS"],
+                       rows))
+
+
 # ------------------------------------------------------------------ accuracy
 MDP = make_mdp()
 BEHAVIOUR = np.array([[0.5, 0.3, 0.2], [0.2, 0.4, 0.4], [0.3, 0.3, 0.4]])
@@ -189,7 +228,7 @@ def accuracy(repeats: int, estimated_repeats: int, n_episodes: int) -> None:
     q_true, truth = action_values(MDP, TARGET, GAMMA)
     _, behaviour_value = action_values(MDP, BEHAVIOUR, GAMMA)
     rows = [(k, k, q_true) for k in KINDS] + [("dr", "DR (Q + 0.5)", q_true + 0.5)]
-    print(f"\n2. Accuracy on the tabular MDP: true value {truth:.4f} (behaviour policy's {behaviour_value:.4f}), "
+    print(f"\n3. Accuracy on the tabular MDP: true value {truth:.4f} (behaviour policy's {behaviour_value:.4f}), "
           f"{n_episodes} episodes per dataset, 90% intervals")
     modes = (
         ("logged behaviour probabilities", repeats, None),
@@ -234,9 +273,13 @@ def d3rlpy_ope_members(python: str) -> str:
     return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else "not available"
 
 
+SECTIONS = ("speed", "intervals", "accuracy")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_args(parser, quick_help="smaller sizes, a smoke run", threads=False)  # numpy only: see --blas-threads
+    add_common_args(parser, quick_help="smaller sizes, a smoke run", threads=False,  # numpy only: see --blas-threads
+                    only=SECTIONS)
     parser.add_argument("--repeats", type=int, default=None, help="datasets for the accuracy table (default 300; quick 60)")
     parser.add_argument("--reference-resamples", type=int, default=10)
     parser.add_argument("--blas-threads", type=int, default=None, help="limit numpy's BLAS threads (threadpoolctl)")
@@ -257,8 +300,16 @@ def main(argv=None) -> int:
 
         limit = threadpool_limits(args.blas_threads, user_api="blas")
     try:
-        speed(args.quick, args.reference_resamples)
-        accuracy(repeats, max(repeats // 5, 10), 200)
+        sections = SECTIONS if args.only is None else tuple(args.only.split(","))
+        unknown = sorted(set(sections) - set(SECTIONS))
+        if unknown:
+            raise SystemExit(f"--only: unknown sections {unknown}, expected some of {list(SECTIONS)}")
+        if "speed" in sections:
+            speed(args.quick, args.reference_resamples)
+        if "intervals" in sections:
+            interval_speed(args.quick)
+        if "accuracy" in sections:
+            accuracy(repeats, max(repeats // 5, 10), 200)
     finally:
         if limit is not None:
             limit.restore_original_limits()
