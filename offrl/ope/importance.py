@@ -94,10 +94,13 @@ independent draws:
   (IS, PDIS, DR: the same ``value_range`` applies), an interval for the
   same policy value with the guarantee, but centred on the unnormalised
   estimate (it may not contain the self-normalised one). The guarantee
-  needs exact behaviour probabilities and unclipped weights (clipping
-  biases the unnormalised mean down); a range that bounds ``w_T G`` needs
-  ``clip`` (then ``[clip * min(0, G_min), clip * max(0, G_max)]`` does for
-  returns in ``[G_min, G_max]``).
+  needs exact behaviour probabilities. Unclipped weights have no useful
+  a-priori bound (up to ``prod_t max pi / mu``), so in practice pass
+  ``clip``: then ``[clip * min(0, G_min), clip * max(0, G_max)]`` bounds
+  ``w_T G`` for returns in ``[G_min, G_max]``, but clipping lowers the
+  terms' mean, so with returns >= 0 only the lower end keeps its guarantee
+  (the high-confidence lower bound of Thomas et al., 2015); the upper end
+  then bounds the clipped estimator's mean, not the policy's value.
 
 A fitted behaviour model is held fixed (the bootstrap does not refit it),
 so with an estimated behaviour policy no interval includes the model's own
