@@ -57,6 +57,7 @@ from .base import DeviceArg, QLearningAlgoBase, normalise_shape
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL, LearnableConfig, check_positive_int, instance_of, param
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
+from ..metrics._sequence import SequencePolicy
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
@@ -474,8 +475,9 @@ class FQE(QLearningAlgoBase):
 
     def _check_algo(self, algo: Any) -> QLearningAlgoBase:
         name = type(self).__name__
-        if not isinstance(algo, QLearningAlgoBase):
-            raise TypeError(f"algo must be a trained offrl algorithm (a QLearningAlgoBase), got {type(algo).__name__}")
+        if not isinstance(algo, (QLearningAlgoBase, SequencePolicy)):  # a sequence model at a target return
+            raise TypeError(f"algo must be a trained offrl algorithm (a QLearningAlgoBase) or an "
+                            f"offrl.ope.SequencePolicy, got {type(algo).__name__}")
         kind = algo.get_action_type()
         if kind not in (self._action_type, ActionSpace.BOTH):
             other = "DiscreteFQE" if kind == ActionSpace.DISCRETE else "FQE"
@@ -580,11 +582,14 @@ class FQE(QLearningAlgoBase):
         """The batch as every algorithm preprocesses it, with ``next_actions``
         replaced by the evaluated policy's actions at the raw next
         observations (computed before FQE's own scalers apply)."""
+        sequence = isinstance(self._algo, SequencePolicy)
+        if sequence:  # pi(s') depends on the history: replayed by the picker fit puts on the data
+            self._algo.check_replayed(batch)
         if isinstance(batch, TransitionMiniBatch):
             batch = batch.to_torch(self._device)
         elif not isinstance(batch, TorchTransitionMiniBatch):
             raise TypeError(f"batch must be a TransitionMiniBatch, got {type(batch).__name__}")
-        next_actions = self._policy_actions(batch.next_observations)
+        next_actions = batch.next_actions if sequence else self._policy_actions(batch.next_observations)
         return super().preprocess_batch(dataclasses.replace(batch, next_actions=next_actions))
 
     # ------------------------------------------------------------ training
@@ -674,6 +679,8 @@ class FQE(QLearningAlgoBase):
             raise ValueError(f"evaluators {clash} clash with the convergence diagnostic's metric names: rename them")
         train, monitor = self._convergence_monitor(dataset, float(holdout_fraction), int(convergence_window),
                                                    float(convergence_tolerance))
+        if isinstance(self._algo, SequencePolicy):  # next actions replayed from each episode's history
+            train = self._algo.replay_next_actions(train)
         self._convergence = None
         inner = super().fitter(train, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
                                with_timestamp, logger_adapter, show_progress, save_interval,

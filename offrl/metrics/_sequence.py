@@ -37,19 +37,41 @@ How the replayed output becomes a policy (see :class:`SequencePolicy`):
 
 Action-match and action-difference metrics always use the greedy action
 (the argmax of the logits), as they do for every other algorithm.
+
+FQE of a sequence policy (``FQE(algo=SequencePolicy(dt, target_return=...))``)
+bootstraps on ``Q(s', pi(s'))`` where ``pi(s')`` is the greedy action replayed
+at the next step's logged history: the policy's action at every stored row
+(and at the final observation of a truncated episode) is computed once per
+dataset and looked up by row by :class:`ReplayedNextActionPicker`, which
+FQE's ``fit`` puts on its training data. At an episode's first observation
+the history is that observation alone, so ``V(s_0) = Q(s_0, pi(s_0))``
+(``estimate_policy_value``) needs no replay (:meth:`SequencePolicy.policy_actions`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Union
 
 import numpy as np
 import torch
 
 from ..constants import ActionSpace
+from ..dataset.batch import TransitionMiniBatch
+from ..dataset.replay_buffer import ReplayBuffer
+from ..dataset.storage import ColumnStore
+from ._transitions import dataset_buffer
 
-__all__ = ["SequencePolicy", "as_sequence_policy", "is_sequence_model", "replay_outputs", "check_target_return"]
+__all__ = [
+    "SequencePolicy",
+    "ReplayedNextActionPicker",
+    "ReplayedTransitionMiniBatch",
+    "as_sequence_policy",
+    "is_sequence_model",
+    "replay_outputs",
+    "check_target_return",
+]
 
 Observations = Union[np.ndarray, List[np.ndarray]]
 
@@ -160,6 +182,74 @@ class SequencePolicy:
 
     def get_action_type(self) -> ActionSpace:
         return self._algo.get_action_type()
+
+    @property
+    def config(self) -> Any:
+        """The sequence model's config (FQE records its type when saving)."""
+        return self._algo.config
+
+    @property
+    def device(self) -> Any:
+        return self._algo.device
+
+    def observation_tensor(self, x: Any, name: str = "x") -> Any:
+        """As the sequence model's :meth:`observation_tensor`."""
+        return self._algo.observation_tensor(x, name)
+
+    def policy_actions(self, observations: Any, sample: bool = False) -> torch.Tensor:
+        """The greedy action at an episode's **first** step (the history is
+        the observation alone: return-to-go ``target_return``, timestep 0)
+        for raw observation tensors ``(B, ...)``: ``(B, action_size)``
+        floats or ``(B,)`` int64 on the model's device. For any later step
+        the action depends on the history: use :meth:`replay`."""
+        if sample:
+            raise ValueError(f"{self.name}: FQE evaluates the greedy action; sampling is not supported")
+        obs = [o.detach().cpu().numpy() for o in observations] if isinstance(observations, (list, tuple)) \
+            else observations.detach().cpu().numpy()
+        count = len(obs[0]) if isinstance(obs, list) else len(obs)
+        zeros = np.zeros(count, np.int64) if self._discrete else np.zeros((count, self.action_size), np.float32)
+        outputs = self.replay(obs, zeros, np.zeros(count), np.ones(count, np.int64))
+        actions = self.greedy_actions(outputs)
+        return torch.as_tensor(actions if self._discrete else actions.astype(np.float32), device=self.device)
+
+    def predict(self, x: Any) -> np.ndarray:
+        raise TypeError(f"{self.name} acts from a history, not from single observations: replay it on logged "
+                        "episodes (the evaluators and estimators do) or step as_stateful_wrapper()")
+
+    def next_action_table(self, store: ColumnStore) -> np.ndarray:
+        """The greedy action at every row of ``store`` that holds a step or
+        a truncated episode's final observation, replayed from its
+        episode's history: ``(rows,)`` int64 or ``(rows, action_size)``
+        float32, indexed by store row (rows holding nothing are 0)."""
+        starts, ends, _, has_final = (np.asarray(a) for a in store.episode_table())
+        starts, ends = starts.astype(np.int64), ends.astype(np.int64)
+        lengths = ends - starts + has_final.astype(np.int64)
+        offsets = np.cumsum(lengths) - lengths
+        flat = np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+        columns = store.observations
+        observations = columns[0][flat] if len(columns) == 1 else [c[flat] for c in columns]
+        # a final-observation row's action and reward are never read: only earlier rows' are
+        outputs = self.replay(observations, store.actions[flat], store.rewards[flat], lengths)
+        greedy = self.greedy_actions(outputs)
+        size = int(flat.max()) + 1 if flat.size else 0
+        table = np.zeros((size,) + greedy.shape[1:], dtype=np.int64 if self._discrete else np.float32)
+        table[flat] = greedy
+        return table
+
+    def replay_next_actions(self, dataset: Any) -> ReplayBuffer:
+        """``dataset`` (its store, not a copy, when it is columnar) with a
+        :class:`ReplayedNextActionPicker`: each sampled transition's
+        ``next_actions`` is this policy's replayed action at the next
+        observation (what FQE's ``fit`` trains on)."""
+        buffer = dataset_buffer(dataset)
+        picker = ReplayedNextActionPicker(self, buffer.transition_picker, self.next_action_table(buffer.buffer))
+        return ReplayBuffer(buffer.buffer, transition_picker=picker, trajectory_slicer=buffer.trajectory_slicer)
+
+    def check_replayed(self, batch: Any) -> None:
+        """``ValueError`` unless ``batch`` carries this policy's replayed next actions."""
+        if not (isinstance(batch, ReplayedTransitionMiniBatch) and batch.policy is self):
+            raise ValueError(f"the batch's next_actions are not {self.name}'s: sample it from "
+                             "policy.replay_next_actions(dataset) (FQE.fit does)")
 
     def __repr__(self) -> str:
         return f"SequencePolicy({type(self._algo).__name__}, target_return={self._target_return:g})"
@@ -333,3 +423,43 @@ def _forward(algo: Any, transformer: Any, observations: Observations, actions: n
     if not discrete and algo.action_scaler is not None:
         result = algo.action_scaler.reverse_transform(result)
     return result.cpu().numpy().astype(np.float64)
+
+
+# ------------------------------------------------------------ FQE's next actions
+@dataclasses.dataclass(frozen=True)
+class ReplayedTransitionMiniBatch(TransitionMiniBatch):
+    """A transition batch whose ``next_actions`` are ``policy``'s replayed
+    actions at the next observations (not the logged ones)."""
+
+    policy: Any = dataclasses.field(default=None, compare=False)
+
+
+class ReplayedNextActionPicker:
+    """The transitions of ``base`` (an offrl picker with ``pick_batch``),
+    with ``next_actions`` looked up in ``table`` (a sequence policy's
+    replayed action by store row) at each transition's next row."""
+
+    def __init__(self, policy: SequencePolicy, base: Any, table: np.ndarray) -> None:
+        if not callable(getattr(base, "pick_batch", None)):
+            raise TypeError(f"the dataset's transition picker {type(base).__name__} has no pick_batch: FQE of a "
+                            "sequence policy needs one of offrl's pickers")
+        self.policy, self.base, self.table = policy, base, table
+
+    def __call__(self, episode: Any, index: int) -> Any:
+        """The base picker's transition (an episode view does not say its
+        store row, so ``next_action`` is the logged one: for shape
+        inference; batches built from such transitions are refused by
+        :meth:`SequencePolicy.check_replayed`)."""
+        return self.base(episode, index)
+
+    def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> ReplayedTransitionMiniBatch:
+        batch = self.base.pick_batch(store, episode_ids, rows)
+        next_rows = rows + batch.intervals.reshape(-1).astype(np.int64)
+        # a terminal transition's next row may lie past the table: its value is never bootstrapped
+        actions = self.table[np.minimum(next_rows, self.table.shape[0] - 1)]
+        next_actions = actions.reshape(np.shape(batch.next_actions)).astype(np.asarray(batch.next_actions).dtype)
+        fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+        return ReplayedTransitionMiniBatch(**{**fields, "next_actions": next_actions, "policy": self.policy})
+
+    def __repr__(self) -> str:
+        return f"ReplayedNextActionPicker({self.policy!r}, {self.base!r})"

@@ -46,7 +46,7 @@ import numpy as np
 from ..constants import ActionSpace
 from ..dataset.batch import TransitionMiniBatch
 from ..dataset.episode import EpisodeBase
-from ._sequence import SequencePolicy, check_target_return, is_sequence_model
+from ._sequence import ReplayedNextActionPicker, SequencePolicy, check_target_return, is_sequence_model
 from ._transitions import TransitionSet, dataset_buffer, episodes_buffer
 from .utility import check_rollout_args, evaluate_qlearning_with_environment, evaluate_transformer_with_environment
 
@@ -207,18 +207,28 @@ class TDErrorEvaluator(_EpisodesEvaluator):
     where ``r'`` is the reward after the algorithm's reward scaler, ``k`` the
     picker's interval (1, or up to n for multi-step pickers) and
     ``gamma = algo.gamma``. A large TD error on held-out episodes suggests
-    the Q-function overfits its training data.
+    the Q-function overfits its training data. For an FQE of a sequence
+    policy, ``pi(s'_t)`` is the policy's action replayed at the next step's
+    logged history.
     """
 
     _needs_value = True
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
         transitions = self._transitions(algo, dataset)
+        policy = getattr(algo, "algo", None)  # what an FQE evaluates
+        replayed = isinstance(policy, SequencePolicy)
+        if replayed:
+            table = policy.next_action_table(transitions.store)
+            transitions = TransitionSet(transitions.buffer, ReplayedNextActionPicker(policy, transitions.picker, table))
         scaler = getattr(algo, "reward_scaler", None)
         total = 0.0
         for batch in transitions.batches():
             values = algo.predict_value(batch.observations, batch.actions).astype(np.float64)
-            next_values = _greedy_values(algo, batch.next_observations)
+            if replayed:
+                next_values = algo.predict_value(batch.next_observations, batch.next_actions).astype(np.float64)
+            else:
+                next_values = _greedy_values(algo, batch.next_observations)
             rewards = np.asarray(batch.rewards)
             if scaler is not None:
                 rewards = scaler.transform_numpy(rewards)
