@@ -1,4 +1,5 @@
-"""Learning curves from the CSV logs written by :class:`~offrl.logging.FileAdapter`.
+"""Learning curves from the CSV logs written by :class:`~offrl.logging.FileAdapter`,
+and off-policy estimates against true values (:func:`plot_selection`).
 
 Each ``<metric>.csv`` holds rows ``epoch,step,value``. matplotlib is an
 optional extra (``pip install 'offrl[plot]'``); figures are drawn with the
@@ -23,6 +24,7 @@ __all__ = [
     "metric_stats",
     "plot_curves",
     "plot_all",
+    "plot_selection",
     "require_matplotlib",
 ]
 
@@ -199,6 +201,61 @@ def plot_all(logdir: str, window: int = 1, title: Optional[str] = None, save: Op
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)
+    fig.tight_layout()
+    _finish(plt, fig, save)
+    return fig
+
+
+def plot_selection(
+    selection: Any,
+    estimators: Optional[Sequence[str]] = None,
+    title: Optional[str] = None,
+    save: Optional[str] = None,
+) -> Any:
+    """Each policy's estimate (with its interval, where it has one) against
+    its true value, one colour per estimator, and the line ``estimate =
+    true value``; returns the figure.
+
+    ``selection``: a :class:`~offrl.ope.PolicySelection` made with
+    ``true_values``; ``estimators``: labels to draw (default: all). Saved to
+    ``save`` when given (format by the extension), shown otherwise.
+    """
+    if getattr(selection, "true_values", None) is None:
+        raise ValueError("plot_selection needs a PolicySelection made with true_values= (it plots estimates against true values)")
+    labels = list(selection.estimators if estimators is None else estimators)
+    unknown = [label for label in labels if label not in selection.results]
+    if unknown:
+        raise ValueError(f"estimators {unknown} are not in the selection (it has {list(selection.estimators)})")
+    plt = require_matplotlib(save)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    truth = np.array([selection.true_values[p] for p in selection.policies], dtype=np.float64)
+    everything = [truth]
+    for label in labels:
+        results = [selection.results[label][p] for p in selection.policies]
+        values = np.array([float(r.value) for r in results])
+        lower = np.array([float(getattr(r, "lower", np.nan)) for r in results])
+        upper = np.array([float(getattr(r, "upper", np.nan)) for r in results])
+        points = ax.scatter(truth, values, label=label, zorder=3)
+        has_interval = np.isfinite(lower) & np.isfinite(upper) & np.isfinite(values)
+        if has_interval.any():
+            ax.errorbar(
+                truth[has_interval], values[has_interval],
+                yerr=[values[has_interval] - lower[has_interval], upper[has_interval] - values[has_interval]],
+                fmt="none", ecolor=points.get_facecolor()[0], alpha=0.6, capsize=3,
+            )
+        everything += [values, lower, upper]
+    for name, x in zip(selection.policies, truth):
+        ax.annotate(name, (x, x), textcoords="offset points", xytext=(4, -10), fontsize=8, color="gray")
+    finite = np.concatenate(everything)
+    finite = finite[np.isfinite(finite)]
+    low, high = float(finite.min()), float(finite.max())
+    ax.plot([low, high], [low, high], color="black", linestyle="dashed", linewidth=1, label="estimate = true value")
+    ax.set_xlabel("true value")
+    ax.set_ylabel("estimate")
+    if title:
+        ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     _finish(plt, fig, save)
     return fig

@@ -19,6 +19,7 @@ from .importance import (
     weighted_importance_sampling,
     weighted_per_decision_importance_sampling,
 )
+from .marginal import DensityRatioConfig, DensityRatioModel, estimate_marginal_value, fit_density_ratio
 from .selection import PolicySelection, select_policies
 from .distributional import ReturnDistribution, estimate_return_distribution
 from ._sequence import SequencePolicy
@@ -44,6 +45,10 @@ __all__ = [
     "weighted_doubly_robust",
     "weighted_importance_sampling",
     "weighted_per_decision_importance_sampling",
+    "DensityRatioConfig",
+    "DensityRatioModel",
+    "estimate_marginal_value",
+    "fit_density_ratio",
     "PolicySelection",
     "select_policies",
     "ReturnDistribution",

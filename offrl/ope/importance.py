@@ -149,7 +149,13 @@ ESTIMATORS: Dict[str, Tuple[str, bool]] = {
     "wpdis": ("WPDIS", False),
     "dr": ("DR", True),
     "wdr": ("WDR", True),
+    "mis": ("MIS", False),  # the state-action marginal estimators of offrl.ope.marginal
+    "wmis": ("WMIS", False),
+    "mdr": ("MDR", True),
 }
+#: estimators computed in another module, name -> function; offrl.ope.marginal registers "mis", "wmis"
+#: and "mdr" when imported (it imports this module, so this one does not import it)
+EXTERNAL_ESTIMATORS: Dict[str, Any] = {}
 _TRAJECTORY = ("is", "wis")
 _HEAVY_CLIPPING = 0.1
 
@@ -698,6 +704,7 @@ def estimate_policy_value(
     batch_size: int = 4096,
     ci: str = "bootstrap",
     value_range: Optional[Tuple[float, float]] = None,
+    ratio_model: Any = None,
 ) -> OPEResult:
     """Value of ``target`` on ``dataset`` by one estimator of the family.
 
@@ -740,6 +747,9 @@ def estimate_policy_value(
             in dataset action standard deviations.
         n_action_samples: actions drawn per state for ``V`` (continuous DR).
         batch_size: rows per forward pass of the policies and the Q model.
+        ratio_model: ``"mis"``, ``"wmis"``, ``"mdr"`` (state-action marginal,
+            :func:`offrl.ope.marginal.estimate_marginal_value`): the density
+            ratio's source (default: DualDICE trained here).
 
     Raises:
         ValueError: an unbuilt target, an empty dataset or episode,
@@ -750,6 +760,14 @@ def estimate_policy_value(
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {list(ESTIMATORS)}, got {estimator!r}")
+    if estimator in EXTERNAL_ESTIMATORS:
+        return EXTERNAL_ESTIMATORS[estimator](
+            target, dataset, estimator, q_model, ratio_model=ratio_model, gamma=gamma, clip=clip,
+            behaviour_probabilities=behaviour_probabilities, behaviour_policy=behaviour_policy, confidence=confidence,
+            n_bootstrap=n_bootstrap, seed=seed, min_effective_sample_size=min_effective_sample_size, greedy=greedy,
+            epsilon=epsilon, bandwidth=bandwidth, n_action_samples=n_action_samples, batch_size=batch_size,
+            ci=ci, value_range=value_range,
+        )
     _check_ci(ci, value_range)
     check_built(target, "target policy")
     gamma = _resolve_gamma(gamma, target)

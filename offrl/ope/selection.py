@@ -8,6 +8,37 @@ the better rank) and, when the policies' true values are known (e.g. from
 online rollouts), reports how well each estimator's ranking agrees with the
 truth: Spearman's and Kendall's rank correlations, and the regret of its top
 pick, ``max_p V(p) - V(top)`` (0 when it picks the best policy).
+
+With true values each estimator also gets ``metrics[estimator]``, the
+selection metrics of SCOPE-RL (Kiyohara, Kishimoto, Kawakami, Kobayashi,
+Nakata and Saito, 2023, "Towards Assessing and Benchmarking Risk-Return
+Tradeoff of Off-Policy Evaluation", arXiv:2311.18207). For ``P`` policies
+with true values ``V_p``, estimates ``V^_p``, the top-``k`` set ``S_k`` (the
+``k`` highest estimates; an undefined estimate counts as lowest, ties go to
+the policy given first), a threshold ``c`` and the behaviour policy's value
+``V_b``:
+
+* ``mse``: ``1/P sum_p (V^_p - V_p)^2``;
+* ``relative_error``: ``1/P sum_p |V^_p - V_p| / |V_p|`` (inf when some
+  ``V_p = 0``);
+* ``spearman``, ``kendall``: rank correlations of estimates with true values
+  (as the ``spearman`` / ``kendall`` attributes);
+* ``regret_at_k``: ``max_p V_p - max_{p in S_k} V_p`` (``k = 1``: the
+  ``regret`` attribute);
+* ``type_i_error``: of the policies whose true value is below ``c``, the
+  fraction estimated at or above it (deemed safe, wrongly):
+  ``#{V_p < c, V^_p >= c} / #{V_p < c}`` (NaN when no policy is below ``c``);
+* ``type_ii_error``: of the policies at or above ``c``, the fraction estimated
+  below it (wrongly rejected): ``#{V_p >= c, V^_p < c} / #{V_p >= c}``;
+* ``sharpe_ratio_at_k``: ``(max_{p in S_k} V_p - V_b) / std_{p in S_k} V_p``,
+  the return of deploying the best of the top ``k`` over the behaviour
+  policy per unit of spread of the true values among them (population
+  standard deviation; NaN when it is 0, e.g. ``k = 1``).
+
+The type I / II rates need ``threshold`` and SharpeRatio@k needs
+``behaviour_value``: without them those metrics are left out of
+``metrics``, and asking for them by name (``metrics=[...]``) without them is
+a ``ValueError`` naming the missing argument.
 """
 
 from __future__ import annotations
@@ -23,8 +54,15 @@ from ._logged import logged_data
 from ._policies import DEFAULT_BANDWIDTH, DEFAULT_EPSILON, check_built
 from ._sequence import SequencePolicy, as_sequence_policy
 from .importance import ESTIMATORS, _check_options, _prepare, _resolve_behaviour, _result
+from .marginal import MARGINAL_ESTIMATORS, estimate_marginal_value
 
-__all__ = ["PolicySelection", "select_policies"]
+__all__ = ["PolicySelection", "select_policies", "selection_metrics", "SELECTION_METRICS"]
+
+#: the metrics :func:`selection_metrics` computes (module docstring)
+SELECTION_METRICS = (
+    "mse", "relative_error", "spearman", "kendall", "regret_at_k", "type_i_error", "type_ii_error",
+    "sharpe_ratio_at_k",
+)
 
 EstimatorSpec = Union[Sequence[str], Mapping[str, Union[str, Callable[[Any, Any], Any]]]]
 
@@ -46,6 +84,9 @@ class PolicySelection:
             undefined values); empty without true values.
         regret: ``[estimator]`` true value of the best policy minus that of
             the estimator's top pick; empty without true values.
+        metrics: ``[estimator][metric]`` the selection metrics of the module
+            docstring; empty without true values.
+        k, threshold, behaviour_value: the settings of the metrics.
     """
 
     policies: Tuple[str, ...]
@@ -56,6 +97,10 @@ class PolicySelection:
     spearman: Dict[str, float] = dataclasses.field(default_factory=dict)
     kendall: Dict[str, float] = dataclasses.field(default_factory=dict)
     regret: Dict[str, float] = dataclasses.field(default_factory=dict)
+    metrics: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
+    k: Optional[int] = None
+    threshold: Optional[float] = None
+    behaviour_value: Optional[float] = None
 
     def top(self, estimator: Optional[str] = None) -> str:
         """The policy ranked first by ``estimator`` (default: the first one)."""
@@ -132,6 +177,85 @@ def _correlations(values: np.ndarray, truth: np.ndarray) -> Tuple[float, float]:
     return float(spearmanr(values[ok], truth[ok])[0]), float(kendalltau(values[ok], truth[ok])[0])
 
 
+def _top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` highest values (NaN lowest; ties: the earlier index)."""
+    keyed = np.where(np.isfinite(values), -values, np.inf)
+    return np.argsort(keyed, kind="stable")[:k]
+
+
+def selection_metrics(
+    estimates: Sequence[float],
+    true_values: Sequence[float],
+    *,
+    k: int = 1,
+    threshold: Optional[float] = None,
+    behaviour_value: Optional[float] = None,
+    metrics: Optional[Sequence[str]] = None,
+) -> Dict[str, float]:
+    """The selection metrics of the module docstring for one estimator.
+
+    Args:
+        estimates, true_values: ``(P,)`` per policy, in the same order.
+        k: the size of the top-``k`` set, ``1 <= k <= P``.
+        threshold: the safety threshold ``c`` of the type I / II rates.
+        behaviour_value: ``V_b`` of SharpeRatio@k.
+        metrics: names to compute (default: every one the arguments allow).
+
+    Raises:
+        ValueError: mismatched lengths, non-finite true values, ``k`` out of
+            range, an unknown metric, or a metric asked for without the
+            ``threshold`` / ``behaviour_value`` it needs.
+    """
+    v_hat = np.asarray(estimates, dtype=np.float64).reshape(-1)
+    v = np.asarray(true_values, dtype=np.float64).reshape(-1)
+    if v_hat.shape != v.shape or v.size == 0:
+        raise ValueError(f"estimates has {v_hat.size} values, true_values {v.size}: give one of each per policy (at least one)")
+    if not np.isfinite(v).all():
+        i = int(np.argmax(~np.isfinite(v)))
+        raise ValueError(f"true_values[{i}] is {v[i]}, expected a finite number")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= v.size:
+        raise ValueError(f"k must be an int in [1, {v.size}] (the number of policies), got {k!r}")
+    for name, value in (("threshold", threshold), ("behaviour_value", behaviour_value)):
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number or None, got {value!r}")
+    if metrics is None:
+        names = [m for m in SELECTION_METRICS if not (
+            (m in ("type_i_error", "type_ii_error") and threshold is None)
+            or (m == "sharpe_ratio_at_k" and behaviour_value is None)
+        )]
+    else:
+        names = list(metrics)
+        unknown = [m for m in names if m not in SELECTION_METRICS]
+        if unknown:
+            raise ValueError(f"unknown metrics {unknown}: expected names from {list(SELECTION_METRICS)}")
+        if threshold is None and {"type_i_error", "type_ii_error"} & set(names):
+            raise ValueError("type_i_error / type_ii_error need threshold=: the value that separates safe policies")
+        if behaviour_value is None and "sharpe_ratio_at_k" in names:
+            raise ValueError("sharpe_ratio_at_k needs behaviour_value=: the behaviour policy's true value")
+    top = v[_top_k(v_hat, k)]
+    out: Dict[str, float] = {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for name in names:
+            if name == "mse":
+                out[name] = float(np.mean((v_hat - v) ** 2))
+            elif name == "relative_error":
+                out[name] = float(np.mean(np.abs(v_hat - v) / np.abs(v)))
+            elif name in ("spearman", "kendall"):
+                out["spearman"], out["kendall"] = _correlations(v_hat, v)
+            elif name == "regret_at_k":
+                out[name] = float(v.max() - top.max())
+            elif name in ("type_i_error", "type_ii_error"):
+                below = v < threshold
+                safe = v_hat >= threshold  # NaN estimates are never deemed safe
+                wrong = (below & safe) if name == "type_i_error" else (~below & ~safe)
+                group = below if name == "type_i_error" else ~below
+                out[name] = float(wrong.sum() / group.sum()) if group.any() else math.nan
+            else:
+                spread = float(top.std())
+                out[name] = float((top.max() - behaviour_value) / spread) if spread > 0 else math.nan
+    return {m: out[m] for m in names}
+
+
 def _estimator_specs(estimators: EstimatorSpec) -> List[Tuple[str, Union[str, Callable[[Any, Any], Any]]]]:
     if isinstance(estimators, str):
         estimators = [estimators]
@@ -172,6 +296,10 @@ def select_policies(
     *,
     q_models: Optional[Mapping[str, Any]] = None,
     true_values: Optional[Mapping[str, float]] = None,
+    k: Optional[int] = None,
+    threshold: Optional[float] = None,
+    behaviour_value: Optional[float] = None,
+    metrics: Optional[Sequence[str]] = None,
     gamma: Optional[float] = None,
     behaviour_probabilities: Any = None,
     behaviour_policy: Any = None,
@@ -194,12 +322,20 @@ def select_policies(
             :func:`~offrl.ope.estimate_policy_value`).
         dataset: the logged data (ReplayBuffer / MDPDataset or episodes).
         estimators: names from ``"is"``, ``"wis"``, ``"pdis"``, ``"wpdis"``,
-            ``"dr"``, ``"wdr"``; or a mapping label -> name or callable
+            ``"dr"``, ``"wdr"``, ``"mis"``, ``"wmis"``, ``"mdr"`` (the marginal
+            ones train a default DualDICE ratio model per policy); or a mapping label -> name or callable
             ``(policy, dataset) -> result`` (anything with ``value`` and
             optionally ``lower``/``upper``, e.g. an FQE's
             ``estimate_policy_value``).
-        q_models: name -> Q model of that policy, needed by ``"dr"``/``"wdr"``.
-        true_values: name -> true value, for rank correlation and regret.
+        q_models: name -> Q model of that policy, needed by ``"dr"``/``"wdr"``/``"mdr"``.
+        true_values: name -> true value, for rank correlation, regret and
+            :attr:`PolicySelection.metrics`.
+        k: the top-``k`` set of regret@k and SharpeRatio@k (default:
+            ``min(3, number of policies)``).
+        threshold: the safety threshold of the type I / II error rates.
+        behaviour_value: the behaviour policy's true value (SharpeRatio@k).
+        metrics: the selection metrics to compute (default: every one the
+            arguments allow; see the module docstring).
         gamma: discount (default: the algorithms' shared ``gamma``, else 0.99).
         The other arguments are those of :func:`~offrl.ope.estimate_policy_value`.
     """
@@ -223,12 +359,27 @@ def select_policies(
         if missing:
             raise ValueError(f"true_values has no value for {missing}")
         truth = {name: float(true_values[name]) for name in policies}
+    elif threshold is not None or behaviour_value is not None or metrics is not None:
+        raise ValueError("threshold, behaviour_value and metrics need true_values: the selection metrics compare with them")
+    k = min(3, len(names)) if k is None else k
+    if truth is not None:  # check the metric arguments before any estimate is computed
+        selection_metrics(np.zeros(len(names)), np.array(list(truth.values())), k=k, threshold=threshold,
+                          behaviour_value=behaviour_value, metrics=metrics)
     gamma = _shared_gamma(policies) if gamma is None else float(gamma)
     _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size,
                    n_action_samples)
 
     results: Dict[str, Dict[str, Any]] = {label: {} for label, _ in specs}
-    if any(isinstance(spec, str) for _, spec in specs):
+    for label, spec in specs:
+        if isinstance(spec, str) and spec in MARGINAL_ESTIMATORS:  # learned density ratios, no behaviour policy
+            for name, policy in policies.items():
+                results[label][name] = estimate_marginal_value(
+                    policy, dataset, spec, q_models[name] if ESTIMATORS[spec][1] else None, gamma=gamma, clip=clip,
+                    confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
+                    min_effective_sample_size=min_effective_sample_size, greedy=greedy, epsilon=epsilon,
+                    bandwidth=bandwidth, n_action_samples=n_action_samples, batch_size=batch_size,
+                )
+    if any(isinstance(spec, str) and spec not in MARGINAL_ESTIMATORS for _, spec in specs):
         data = logged_data(dataset)
         mu, behaviour = _resolve_behaviour(data, behaviour_probabilities, behaviour_policy, seed)
         for name, policy in policies.items():
@@ -238,7 +389,7 @@ def select_policies(
                 seed=seed, batch_size=batch_size,
             )
             for label, spec in specs:
-                if isinstance(spec, str):
+                if isinstance(spec, str) and spec not in MARGINAL_ESTIMATORS:
                     results[label][name] = _result(
                         spec, prepared, clip=clip, confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
                         min_effective_sample_size=min_effective_sample_size,
@@ -256,6 +407,7 @@ def select_policies(
     spearman: Dict[str, float] = {}
     kendall: Dict[str, float] = {}
     regret: Dict[str, float] = {}
+    selection: Dict[str, Dict[str, float]] = {}
     for label in labels:
         values = np.array([float(results[label][name].value) for name in names])
         ranks[label] = dict(zip(names, (int(r) for r in _rank(values))))
@@ -264,4 +416,7 @@ def select_policies(
             spearman[label], kendall[label] = _correlations(values, truth_array)
             top = min(names, key=lambda name: ranks[label][name])
             regret[label] = float(truth_array.max() - truth[top])
-    return PolicySelection(names, labels, results, ranks, truth, spearman, kendall, regret)
+            selection[label] = selection_metrics(values, truth_array, k=k, threshold=threshold,
+                                                 behaviour_value=behaviour_value, metrics=metrics)
+    return PolicySelection(names, labels, results, ranks, truth, spearman, kendall, regret, selection,
+                           k if truth is not None else None, threshold, behaviour_value)
