@@ -41,7 +41,9 @@ generator), environment ``i`` is reset first with ``s + i``, its
 random-step action space is a copy seeded ``s + i`` and its explorer draws
 come from ``numpy.random.default_rng(s + i)``: environment ``i`` repeats a
 one-environment vector run with ``seed=s + i`` step for step (a plain
-single environment also with a deterministic policy). Per-environment
+single environment also with a deterministic policy), unless the explorer
+depends on the step count (``LinearDecayEpsilonGreedy``: the step is the
+count of all environments' steps). Per-environment
 returns are logged as ``rollout_return_env_<i>``.
 """
 
@@ -281,6 +283,15 @@ class _Rollout:
 
 
 # ------------------------------------------------------- vectorised envs
+def _real_reward_or_none(reward: Any) -> Optional[float]:
+    """``reward`` as a finite float, or None when it is not one."""
+    try:
+        value = float(reward)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and not isinstance(reward, (str, bytes)) else None
+
+
 def _real_reward(reward: Any, where: str) -> float:
     try:
         if isinstance(reward, (str, bytes)):
@@ -401,26 +412,29 @@ class _VectorRollout:
         t2 = time.perf_counter()
         self.time_inference += t1 - t0
         self.time_environment += t2 - t1
-        written = 0
-        for i in active:
-            i = int(i)
-            episode = self.open[i]
-            where = f"at step {total_step + written + 1} (environment {i}, episode {self.episodes[i]}, " \
-                    f"step {len(episode['rewards']) + 1} of the episode)"
-            if written >= limit:
-                self._close(i)
-                continue
-            reward = _real_reward(rewards[i], where)
+        kept = [int(i) for i in active[:limit]]
+        values = []
+        for row, i in enumerate(kept):  # check everything before writing anything
+            reward = _real_reward_or_none(rewards[i])
             next_observation = finals[i] if i in finals else _row(batch, i)
             problem = _non_finite(next_observation)
-            if problem is not None:
-                raise ValueError(f"environment {i} returned a non-finite observation {where}: {problem}")
+            if reward is None or problem is not None:
+                where = (f"at step {total_step + row + 1} (environment {i}, episode {self.episodes[i]}, "
+                         f"step {len(self.open[i]['rewards']) + 1} of the episode)")
+                if problem is not None:
+                    raise ValueError(f"environment {i} returned a non-finite observation {where}: {problem}")
+                _real_reward(rewards[i], where)  # raises with the reason
+            values.append(reward)
+        for i in active[limit:]:  # the run ends inside this vector step
+            self._close(int(i))
+        for i, reward in zip(kept, values):
+            episode = self.open[i]
             episode["observations"].append(_copy(_row(self.observations, i)))
             episode["actions"].append(np.array(actions[i]))
             episode["rewards"].append(reward)
-            written += 1
             if terminated[i] or truncated[i]:
                 self._write(i, bool(terminated[i]), None if terminated[i] else finals[i])
+        written = len(kept)
         self.observations = batch
         for i in np.flatnonzero(started):
             self._start(int(i), "on reset")
@@ -526,7 +540,8 @@ def fit_online(
     ``env`` may be vectorised (a ``gymnasium.vector`` environment in any
     autoreset mode, or a list of environments with the same spaces): see
     the module docstring's "Vectorised environments"; ``update_interval``
-    then counts vector steps and each of them can run ``n_updates`` updates.
+    then counts vector steps, each of them can run ``n_updates`` updates,
+    and ``callback`` runs after every vector step.
     ``seed`` (optional) seeds the first reset instead of a draw from offrl's
     generator.
     """

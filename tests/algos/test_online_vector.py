@@ -46,13 +46,14 @@ class KnownEnds(gymnasium.Env):
     (actions are recorded, not used)."""
 
     def __init__(self, env_id: int = 0, script: Sequence[Tuple[int, str]] = ((3, "terminated"),),
-                 continuous: bool = False, nan_at: Optional[int] = None) -> None:
+                 continuous: bool = False, nan_at: Optional[int] = None, nan_reward_at: Optional[int] = None) -> None:
         self.env_id = env_id
         self.script = list(script)
         self.observation_space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
         self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32) if continuous else spaces.Discrete(3)
         self.episode, self.t, self.u = -1, 0, 0.0
         self.nan_at = nan_at
+        self.nan_reward_at = nan_reward_at
         self.steps = 0
 
     def _obs(self) -> np.ndarray:
@@ -74,6 +75,8 @@ class KnownEnds(gymnasium.Env):
         obs = self._obs()
         if self.nan_at is not None and self.steps == self.nan_at:
             obs[3] = np.nan
+        if self.nan_reward_at is not None and self.steps == self.nan_reward_at:
+            reward = float("nan")
         return obs, reward, done and ending == "terminated", done and ending == "truncated", {}
 
 
@@ -449,6 +452,17 @@ def test_non_finite_observation_names_the_environment():
     envs = [KnownEnds(0, SCRIPTS[0]), KnownEnds(1, SCRIPTS[1], nan_at=3)]
     with pytest.raises(ValueError, match="environment 1 returned a non-finite observation"):
         collect_fn(DiscreteRandomPolicyConfig().create(), envs, n_steps=20, show_progress=False)
+
+
+def test_bad_reward_names_the_environment_and_keeps_the_earlier_steps():
+    envs = [KnownEnds(0, SCRIPTS[0]), KnownEnds(1, SCRIPTS[1], nan_reward_at=3)]
+    with pytest.raises(ValueError, match=r"reward nan at step 6 \(environment 1, episode 1, step 2") as info:
+        collect_fn(DiscreteRandomPolicyConfig().create(), envs, n_steps=20, show_progress=False)
+    buffer = info.value.offrl_buffer
+    assert buffer.transition_count == 4  # two whole vector steps; nothing of the failing one
+    per_env = episodes_by_env(buffer)
+    np.testing.assert_array_equal(per_env[0][0].final_observation[:3], [0, 0, 2])  # env 0 cut after its 2nd step
+    assert [len(e.rewards) for e in per_env[1]] == [1, 1]
 
 
 def test_epoch_smaller_than_the_vector_and_bad_seed():
