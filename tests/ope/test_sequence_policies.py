@@ -204,3 +204,115 @@ def test_other_bad_input_is_refused():
         policy_probabilities(SequencePolicy(tiny(True), 1.0), logged_data(MDPDataset(
             np.zeros((4, 3), np.float32), np.array([0, 1, 2, 0]), np.zeros(4, np.float32),
             np.array([0, 0, 0, 1], np.float32), action_size=3)))
+
+
+# ------------------------------------------------------------ FQE of a sequence policy
+def truncated_buffer(discrete: bool):
+    """Three episodes: terminated (5 steps), truncated with a final
+    observation (4 steps) and truncated without one (3 steps)."""
+    from offrl.dataset import Episode, create_infinite_replay_buffer
+
+    rng = np.random.default_rng(7)
+    out = []
+    for length, terminated, final in ((5, True, False), (4, False, True), (3, False, False)):
+        actions = rng.integers(0, 2, size=(length, 1)) if discrete else rng.uniform(-1, 1, (length, 2)).astype(np.float32)
+        out.append(Episode(observations=rng.normal(size=(length, 3)).astype(np.float32), actions=actions,
+                           rewards=rng.normal(size=(length, 1)).astype(np.float32), terminated=terminated,
+                           final_observation=rng.normal(size=3).astype(np.float32) if final else None))
+    return create_infinite_replay_buffer(episodes=out, action_space=None)
+
+
+def stepped_next_actions(algo, buffer, target_return: float) -> List[np.ndarray]:
+    """Per transition, in order: the greedy action the stepped wrapper
+    (logged actions in its context) takes at the transition's next
+    observation (the final observation after a truncated episode's last step)."""
+    discrete = algo.get_action_type().name == "DISCRETE"
+    out: List[np.ndarray] = []
+    for episode in buffer.episodes:
+        observations = list(episode.observations)
+        if episode.final_observation is not None:
+            observations.append(episode.final_observation)
+        greedy: List[np.ndarray] = []
+        t = [0]
+
+        def sampler(output, episode=episode):
+            greedy.append(np.argmax(output) if discrete else np.asarray(output))
+            logged = np.asarray(episode.actions[min(t[0], episode.size() - 1)])
+            return logged.reshape(()) if discrete else logged
+
+        actor = algo.as_stateful_wrapper(target_return, sampler)
+        for k, observation in enumerate(observations):
+            t[0] = k
+            actor.predict(observation, float(episode.rewards[k - 1, 0]) if k else 0.0)
+        n_transitions = episode.size() if (episode.terminated or episode.final_observation is not None) \
+            else episode.size() - 1
+        out.extend(greedy[k + 1] for k in range(n_transitions) if not (episode.terminated and k == episode.size() - 1))
+    return out
+
+
+@pytest.mark.parametrize("discrete", [False, True], ids=["continuous", "discrete"])
+def test_fqe_batches_carry_the_next_action_replayed_at_the_next_history(discrete):
+    from offrl.metrics._transitions import TransitionSet
+
+    algo = tiny(discrete)
+    buffer = truncated_buffer(discrete)
+    policy = SequencePolicy(algo, 2.5)
+    replayed = policy.replay_next_actions(buffer)
+    assert replayed.buffer is buffer.buffer  # the same store, no copy
+    batch = next(TransitionSet(replayed, replayed.transition_picker).batches())
+    terminal = batch.terminals.reshape(-1) == 1
+    logged = buffer.sample_transition_batch(2).next_actions  # the replayed ones keep the logged layout
+    assert batch.next_actions.shape[1:] == logged.shape[1:] and batch.next_actions.dtype == logged.dtype
+    expected = np.stack(stepped_next_actions(algo, buffer, 2.5))
+    got = batch.next_actions[~terminal].reshape(expected.shape)
+    if discrete:
+        np.testing.assert_array_equal(got, expected)
+    else:
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    policy.check_replayed(batch)
+    with pytest.raises(ValueError, match="replay_next_actions"):
+        policy.check_replayed(buffer.sample_transition_batch(4))
+
+
+@pytest.mark.parametrize("discrete", [False, True], ids=["continuous", "discrete"])
+def test_fqe_evaluates_a_sequence_policy_and_feeds_doubly_robust(discrete):
+    from offrl.metrics import TDErrorEvaluator
+    from offrl.ope import FQE, DiscreteFQE, DiscreteFQEConfig, FQEConfig
+
+    dataset = episodes([5, 6, 4, 7, 5], discrete)
+    algo = tiny(discrete)
+    algo.fit(dataset, n_steps=2, n_steps_per_epoch=2, **QUIET)
+    policy = SequencePolicy(algo, target_return=3.0)
+    fqe_cls, config_cls = (DiscreteFQE, DiscreteFQEConfig) if discrete else (FQE, FQEConfig)
+    fqe = fqe_cls(algo=policy, config=config_cls(encoder_factory=VectorEncoderFactory(hidden_units=[8]),
+                                                 batch_size=8))
+    results = fqe.fit(dataset, n_steps=6, n_steps_per_epoch=3, **QUIET)
+    assert math.isfinite(results[-1][1]["loss"]) and math.isfinite(results[-1][1]["fqe_heldout_residual"])
+    with pytest.warns(UserWarning, match="settled"):
+        estimate = fqe.estimate_policy_value(dataset, n_bootstrap=20)
+    # V(s0) is Q at the first-step action: the stateful wrapper's first action from s0 alone
+    first = np.stack([e.observations[0] for e in dataset.episodes])
+    actions = []
+    for observation in first:
+        output = algo.predict(offrl.algos.TransformerInput(
+            observation[None], np.zeros((1,), np.int64) if discrete else np.zeros((1, 2), np.float32),
+            np.zeros((1, 1), np.float32), np.full((1, 1), 3.0, np.float32), np.zeros(1, np.int64)))
+        actions.append(np.argmax(output) if discrete else output)
+    np.testing.assert_allclose(estimate.initial_values, fqe.predict_value(first, np.stack(actions)), rtol=1e-5)
+    # the TD error bootstraps with the replayed next action, as by hand
+    data = logged_data(dataset)
+    table = replay_outputs(algo, data.observations, data.actions, data.rewards, data.lengths, 3.0)
+    greedy = table.argmax(axis=1) if discrete else table.astype(np.float32)
+    rows = np.arange(data.n_steps)
+    last = np.isin(rows, np.cumsum(data.lengths) - 1)
+    nxt = np.minimum(rows + 1, data.n_steps - 1)
+    q = fqe.predict_value(data.observations, data.actions)
+    next_q = fqe.predict_value(data.observations[nxt], greedy[nxt])
+    expected = np.mean((q - data.rewards - algo.gamma * np.where(last, 0.0, next_q)) ** 2)
+    assert TDErrorEvaluator()(fqe, dataset) == pytest.approx(expected, rel=1e-4)
+    mu = np.full(data.n_steps, 0.5 if discrete else 0.25)
+    result = estimate_policy_value(policy, dataset, "wdr", q_model=fqe, behaviour_probabilities=mu, bandwidth=3.0,
+                                   n_bootstrap=20)
+    assert math.isfinite(result.value)
+    with pytest.raises(ValueError, match="replay_next_actions"):
+        fqe.update(dataset.sample_transition_batch(4))
