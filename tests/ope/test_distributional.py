@@ -241,3 +241,33 @@ def test_other_bad_input():
     d = one_step([0.0, 1.0], [1.0, 1.0], "wis")
     with pytest.raises(ValueError, match=r"q must be in \[0, 1\]"):
         d.quantile([0.5, 1.5])
+
+
+def test_bootstrap_intervals_cover_the_exact_statistics():
+    # 100 datasets of 200 episodes at a nominal 90 % (coverage's standard error ~3 %); measured with 1,000
+    # datasets of 400 episodes (offrl/ope/distributional.py): IS under-covers its mean and variance most
+    from offrl.ope._logged import logged_data
+    from offrl.ope.distributional import _bootstrap
+    from offrl.ope.importance import _build_padded
+
+    exact_mean = float(EXACT_P @ EXACT_RETURNS)
+    order = np.argsort(EXACT_RETURNS)
+    exact = {"mean": exact_mean, "variance": float(EXACT_P @ (EXACT_RETURNS - exact_mean) ** 2),
+             "cvar": exact_cvar(0.2),
+             "lower_quartile": float(EXACT_RETURNS[order][np.searchsorted(np.cumsum(EXACT_P[order]), 0.25)])}
+    n_datasets, n = 100, 200
+    logged = sample_dataset(MDP, BEHAVIOUR, n_datasets * n, seed=31)  # cut into datasets: episodes are independent
+    data = logged_data(logged.dataset)
+    ratios = TARGET[logged.states, logged.actions] / logged.behaviour_probabilities
+    padded, _, _ = _build_padded("is", ratios, data.rewards, data.lengths, GAMMA)
+    weights, returns = padded.weights[:, -1], padded.rewards @ padded.discounts
+    for estimator, floor in (("is", 0.7), ("wis", 0.8)):
+        hits = dict.fromkeys(exact, 0)
+        for r in range(n_datasets):
+            w, g = weights[r * n:(r + 1) * n], returns[r * n:(r + 1) * n]
+            o = np.argsort(g, kind="stable")
+            intervals = _bootstrap(g[o], w[o], estimator, 0.2, 0.9, 200, [r, 3])
+            for name, value in exact.items():
+                hits[name] += intervals[name][0] <= value <= intervals[name][1]
+        rates = {name: h / n_datasets for name, h in hits.items()}
+        assert all(floor <= rate < 0.995 for rate in rates.values()), (estimator, rates)
