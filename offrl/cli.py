@@ -317,13 +317,41 @@ def build_evaluators(names: Sequence[str], algo: Any, episodes: Any, env: Any, s
 
 
 # ----------------------------------------------------------- subcommands
+def _launch_nproc(args: argparse.Namespace) -> int:
+    """``offrl fit ... --nproc N``: the same command in N processes under
+    torchrun (one run directory, chosen here so every rank uses it)."""
+    import subprocess
+
+    argv = list(getattr(args, "argv", None) or sys.argv[1:])
+    cleaned: List[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--nproc":
+            skip = True
+        elif not item.startswith("--nproc="):
+            cleaned.append(item)
+    if args.output_dir is None and args.resume is None:
+        output = os.path.join("offrl_runs", f"{args.algo}_{time.strftime('%Y%m%d%H%M%S')}")
+        cleaned += ["--output-dir", output]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.nproc),
+               "-m", "offrl.cli", *cleaned]
+    return subprocess.call(command)
+
+
 def _cmd_fit(args: argparse.Namespace) -> int:
     from ._atomic import remove_stale_temporaries
+    from .algos import distributed
     from ._random import seed as seed_everything
     from .algos.registry import resolve_algorithm
     from .logging import FileAdapterFactory
     from .logging.file_adapter import STALE_AFTER_S
 
+    if getattr(args, "nproc", 1) > 1 and not distributed.in_torchrun():
+        return _launch_nproc(args)
+    ddp = distributed.in_torchrun() and int(os.environ["WORLD_SIZE"]) > 1
+    main_rank = not ddp or int(os.environ["RANK"]) == 0
     config_cls = resolve_algorithm(args.algo)
     if not config_cls.algorithm_class().is_trainable:
         raise CLIError(f"{config_cls.get_type()} only acts and cannot be trained")
@@ -333,7 +361,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         env = _make_env(args.env)
     if args.seed is not None:
         seed_everything(args.seed)
-    algo = config.create(device=args.device)
+    algo = config.create(device=args.device, enable_ddp=ddp)
     if args.resume is not None:
         if args.output_dir is not None and os.path.abspath(args.output_dir) != os.path.abspath(args.resume):
             raise CLIError("--resume DIR continues the run in DIR: give no other --output-dir")
@@ -359,6 +387,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         evaluators=evaluators,
         resume_from=os.path.join(output, "logs") if args.resume is not None else None,
     )
+    if not main_rank:  # rank 0 saves and reports
+        return 0
     model_path = os.path.join(output, "model.d3")
     algo.save(model_path)
     print(f"trained {type(algo).__name__} for {args.steps} steps on {args.dataset}")
@@ -720,6 +750,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--seed", type=_seed, default=None)
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--nproc", type=_positive_int, default=1,
+                   help="train data-parallel in N processes on this machine, started by torchrun (gloo on CPU, "
+                        "NCCL on CUDA; rank 0 writes the run directory)")
     p.set_defaults(run=_cmd_fit)
 
     p = commands.add_parser("evaluate", help="score a saved model on a dataset or in an environment",
@@ -810,6 +843,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     # key=value overrides of `fit` may come after its options
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for `fit --nproc N`, which runs it again under torchrun
     if getattr(args, "command", None) == "fit":
         args.overrides += [e for e in extra if "=" in e and not e.startswith("-")]
         extra = [e for e in extra if not ("=" in e and not e.startswith("-"))]

@@ -56,7 +56,7 @@ from ..dataset.writer import BasicWriterPreprocess
 from ..export import save_policy as export_policy
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
 from ..serialization import algo_from_params_json, load_state_into, save_learnable
-from . import online, training
+from . import distributed, graph, online, training
 from .config import LearnableConfig, check_enable_ddp, check_instance, check_positive_int, check_positive_number
 from .device import DeviceArg, parse_device
 from .training import NonFiniteLossError, TrainStepResult
@@ -121,10 +121,12 @@ class QLearningAlgoBase:
     def __init__(self, config: LearnableConfig, device: DeviceArg = False, enable_ddp: bool = False) -> None:
         if not isinstance(config, LearnableConfig):
             raise TypeError(f"config must be a LearnableConfig, got {type(config).__name__}")
-        check_enable_ddp(enable_ddp)
         self._config = config
         self._device_arg = device
         self._device = parse_device(device)
+        self._enable_ddp = check_enable_ddp(enable_ddp, self._device)
+        if self._enable_ddp:
+            self._device = distributed.ddp_device(self._device)
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -155,8 +157,15 @@ class QLearningAlgoBase:
 
     @property
     def compiled(self) -> bool:
-        """d3rlpy 2.8's flag: whether the update step is compiled (never, here)."""
-        return False
+        """d3rlpy 2.8's flag: whether the update step runs compiled
+        (``compile_graph=True`` and compiling worked; see :mod:`offrl.algos.graph`)."""
+        return getattr(self, "_compiled_for", None) is self._nets and getattr(self, "_update_fn", None) is not None \
+            and getattr(self._update_fn, "__func__", None) is None
+
+    @property
+    def enable_ddp(self) -> bool:
+        """Whether ``fit`` trains data-parallel (see :mod:`offrl.algos.distributed`)."""
+        return getattr(self, "_enable_ddp", False)
 
     # ------------------------------------------------------- scikit-learn
     def get_params(self, deep: bool = True) -> Dict[str, Any]:
@@ -454,7 +463,14 @@ class QLearningAlgoBase:
         return getattr(method, "__func__", None) is not QLearningAlgoBase.update
 
     def _step(self, batch: Union[TransitionMiniBatch, TorchTransitionMiniBatch]) -> TrainStepResult:
-        out = self._update(self.preprocess_batch(batch), self._grad_step)
+        torch_batch = self.preprocess_batch(batch)
+        if not self._config.compile_graph:
+            out = self._update(torch_batch, self._grad_step)
+        elif getattr(self, "_compiled_for", None) is not self._nets:  # first step on these networks: compile
+            self._compiled_for = self._nets
+            self._update_fn, out = graph.compiled_step(self, self._update, lambda fn: fn(torch_batch, self._grad_step))
+        else:
+            out = self._update_fn(torch_batch, self._grad_step)
         result = out if isinstance(out, TrainStepResult) else TrainStepResult(out)
         self._grad_step += 1
         capture = getattr(self, "_capture", None)

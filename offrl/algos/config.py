@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
@@ -145,40 +144,22 @@ def check_instance(config: Any, names: Sequence[str], cls: type) -> None:
         instance_of(cls).check(getattr(config, name), name)
 
 
-def check_enable_ddp(enable_ddp: Any) -> None:
-    """d3rlpy's ``enable_ddp`` flag: data-parallel training is not available
-    yet (issue 21). Without an initialised ``torch.distributed`` process group
-    it could not work anyway, and the error says how to launch."""
+def check_enable_ddp(enable_ddp: Any, device: Any = None) -> bool:
+    """d3rlpy's ``enable_ddp`` flag, checked: ``True`` needs a
+    ``torch.distributed`` process group, the script's own or one initialised
+    here from ``torchrun``'s environment (gloo on CPU, NCCL on CUDA; see
+    :mod:`offrl.algos.distributed`). Outside torchrun it raises
+    ``ValueError`` saying how to launch. Returns the flag."""
     if not isinstance(enable_ddp, (bool, np.bool_)):
         raise TypeError(f"enable_ddp must be a bool, got {type(enable_ddp).__name__}")
     if not enable_ddp:
-        return
-    import torch.distributed as dist
+        return False
+    import torch
 
-    if not (dist.is_available() and dist.is_initialized()):
-        raise ValueError(
-            "enable_ddp=True needs an initialised torch.distributed process group: start the script with "
-            "`torchrun --nproc_per_node=N script.py` and call torch.distributed.init_process_group() before "
-            "create(); note that offrl does not support data-parallel training yet (issue 21)"
-        )
-    raise NotImplementedError(
-        "enable_ddp=True: offrl does not support distributed data-parallel training yet (issue 21, "
-        "'Beyond one machine'); train in one process with enable_ddp=False"
-    )
+    from .distributed import ensure_process_group
 
-
-#: ``compile_graph=True`` has been warned about in this process
-_COMPILE_GRAPH_WARNED = False
-
-
-def _warn_compile_graph() -> None:
-    global _COMPILE_GRAPH_WARNED
-    if not _COMPILE_GRAPH_WARNED:
-        _COMPILE_GRAPH_WARNED = True
-        warnings.warn(
-            "compile_graph=True is accepted for d3rlpy compatibility but not used yet: the update step runs "
-            "eagerly (torch.compile support is issue 21)", UserWarning, stacklevel=3,
-        )
+    ensure_process_group(device if isinstance(device, torch.device) else torch.device("cpu"))
+    return True
 
 
 @dataclasses.dataclass
@@ -217,14 +198,16 @@ class LearnableConfig(D3rlpySerializable, Serializable):
     def create(self, device: Any = False, enable_ddp: bool = False) -> Any:
         """The algorithm configured by this config, on ``device``.
 
-        ``enable_ddp=True`` (d3rlpy's data-parallel flag) is refused for now:
-        a ``ValueError`` outside ``torchrun``, ``NotImplementedError`` inside
-        (issue 21). ``compile_graph=True`` is accepted and warned about once:
-        the update step is not compiled yet.
+        ``enable_ddp=True`` (d3rlpy's data-parallel flag) trains data-parallel
+        under ``torchrun`` (see :mod:`offrl.algos.distributed`); outside it, a
+        ``ValueError`` says how to launch. ``compile_graph=True`` compiles the
+        networks of the update step with ``torch.compile`` at the first
+        training step (falling back to eager with one warning).
         """
-        check_enable_ddp(enable_ddp)
-        if self.compile_graph:
-            _warn_compile_graph()
+        if not isinstance(enable_ddp, (bool, np.bool_)):
+            raise TypeError(f"enable_ddp must be a bool, got {type(enable_ddp).__name__}")
+        if enable_ddp:  # the algorithm initialises the process group for its device
+            return self.algorithm_class()(self, device, True)
         return self.algorithm_class()(self, device)
 
     @classmethod

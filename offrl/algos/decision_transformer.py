@@ -54,7 +54,7 @@ from ..serialization import register
 from ._common import freeze, no_param_grads, soft_update
 from .base import QLearningAlgoBase, _as_array, check_real_values
 from .config import (NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, Constraint, LearnableConfig,
-                     between, instance_of, one_of, param)
+                     between, check_enable_ddp, instance_of, one_of, param)
 from .td3 import smooth_target_action
 
 __all__ = [
@@ -378,8 +378,8 @@ class TransformerAlgoBase(QLearningAlgoBase):
         ``eval_env`` the policy is run in it at ``eval_target_return`` after
         each epoch (``eval_n_trials`` episodes) and the mean return logged as
         ``environment``. Returns ``[(epoch, metrics), ...]``."""
-        if enable_ddp:
-            raise NotImplementedError("enable_ddp=True: offrl does not support data-parallel training yet (issue 21)")
+        if enable_ddp and not self.enable_ddp:  # d3rlpy's flag belongs to create(); honoured here too
+            self._enable_ddp = check_enable_ddp(enable_ddp, self._device)
         all_evaluators = dict(evaluators or {})
         if eval_env is not None:
             if eval_target_return is None:

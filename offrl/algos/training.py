@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from ..constants import LoggingStrategy
-from ..logging import FileAdapter, FileAdapterFactory, create_logger_adapter
+from ..logging import FileAdapter, FileAdapterFactory, NoopAdapterFactory, create_logger_adapter
+from . import distributed
 from .checkpoint import (CHECKPOINT_NAME, StateGuard, load_checkpoint, non_finite_weights, resolve_checkpoint,
                          save_checkpoint, truncate_metric_files)
 
@@ -319,10 +320,34 @@ def _resume(algo: Any, dataset: Any, checkpoint: str, n_steps: int, n_steps_per_
 
 def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
                    show_progress, save_interval, evaluators, callback, epoch_callback, logging_steps, resume):
-    prioritized = hasattr(dataset, "update_priorities")
+    ddp = distributed.DDPContext() if algo.enable_ddp else None
+    source = distributed.unwrap(dataset)
+    prioritized = hasattr(source, "update_priorities")
     if prioritized:
         check_priority_support(algo)
-    prepare_algorithm(algo, dataset)
+        if ddp is not None:
+            raise ValueError("enable_ddp=True: prioritized replay is not supported data-parallel (each rank would "
+                             "keep its own priorities); use a plain ReplayBuffer")
+    prepare_algorithm(algo, source)
+    sampler = source
+    if ddp is not None:  # every rank gets rank 0's weights and scalers; sampling from this rank's share
+        ddp.attach(algo)
+        sampler = ddp.sampler(dataset, algo)
+        if not ddp.is_main:  # rank 0 alone logs, evaluates and saves
+            logger_adapter, evaluators, show_progress = NoopAdapterFactory(), {}, False
+            resume = None if resume is None else (resume[0], None)
+    try:
+        yield from _fit_loop(algo, source, sampler, n_steps, n_steps_per_epoch, experiment_name, with_timestamp,
+                             logger_adapter, show_progress, save_interval, evaluators, callback, epoch_callback,
+                             logging_steps, resume, prioritized)
+    except BaseException as error:
+        if ddp is not None and not isinstance(error, GeneratorExit):
+            ddp.failed(error)
+        raise
+
+
+def _fit_loop(algo, dataset, sampler, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
+              show_progress, save_interval, evaluators, callback, epoch_callback, logging_steps, resume, prioritized):
 
     tracker = LossTracker()
     window = LossTracker() if logging_steps is not None else None
@@ -359,7 +384,7 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
             sample_time = update_time = 0.0
             epoch_start = time.perf_counter()
             for i in range(steps):
-                result, t_sample, t_update = train_step(algo, dataset, batch_size, prioritized)
+                result, t_sample, t_update = train_step(algo, sampler, batch_size, prioritized)
                 sample_time += t_sample
                 update_time += t_update
                 total_step += 1

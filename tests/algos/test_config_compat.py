@@ -50,14 +50,11 @@ def test_every_config_has_compile_graph(name):
         cls(compile_graph="yes")
 
 
-def test_compile_graph_warns_once_and_trains_eagerly(monkeypatch):
-    monkeypatch.setattr(offrl.algos.config, "_COMPILE_GRAPH_WARNED", False)
-    with pytest.warns(UserWarning, match="compile_graph=True is accepted .* not used yet"):
-        algo = DQNConfig(compile_graph=True).create()
+def test_compile_graph_is_not_warned_about_at_create():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        DQNConfig(compile_graph=True).create()  # once per process
-    assert algo.compiled is False
+        algo = DQNConfig(compile_graph=True).create()
+    assert algo.compiled is False  # compiled at the first training step (tests/algos/test_compile_graph.py)
 
 
 # ----------------------------------------------------------------- enable_ddp
@@ -67,8 +64,10 @@ def test_create_signature_matches_d3rlpy():
     assert parameters["device"].default is False and parameters["enable_ddp"].default is False
 
 
-def test_enable_ddp_without_a_process_group_says_how_to_launch():
-    with pytest.raises(ValueError, match="enable_ddp=True needs an initialised torch.distributed process group.*torchrun"):
+def test_enable_ddp_without_a_process_group_says_how_to_launch(monkeypatch):
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(ValueError, match="enable_ddp=True needs a torch.distributed process group.*torchrun"):
         DQNConfig().create(enable_ddp=True)
     with pytest.raises(ValueError, match="torchrun"):
         offrl.algos.DQN(DQNConfig(), "cpu:0", True)  # d3rlpy's positional (config, device, enable_ddp)
@@ -77,15 +76,12 @@ def test_enable_ddp_without_a_process_group_says_how_to_launch():
     assert isinstance(DQNConfig().create(enable_ddp=False), offrl.algos.DQN)
 
 
-def test_enable_ddp_inside_a_process_group_is_not_implemented_yet(tmp_path):
+def test_enable_ddp_inside_a_process_group_creates_a_data_parallel_algorithm(tmp_path):
     import torch.distributed as dist
 
-    if not dist.is_available():
-        pytest.skip("this torch build has no torch.distributed")
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
-        with pytest.raises(NotImplementedError, match="issue 21"):
-            DQNConfig().create(enable_ddp=True)
+        assert DQNConfig().create(enable_ddp=True).enable_ddp is True  # training: tests/algos/test_ddp.py
     finally:
         dist.destroy_process_group()
 
