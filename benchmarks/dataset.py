@@ -9,6 +9,7 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
     python benchmarks/dataset.py --steps 300000
     python benchmarks/dataset.py --d3rlpy-python /path/to/venv/bin/python
     python benchmarks/dataset.py --no-d3rlpy     # offrl only
+    python benchmarks/dataset.py --dict-observations [--quick]   # dict vs tuple
 
 The dataset is synthetic and seeded: 17-dim float32 observations, 6-dim
 float32 actions, float32 rewards, episodes of 1,000 steps whose last step is
@@ -29,6 +30,16 @@ Per-call timings: warm-up, then the number of calls per round is calibrated
 so a round lasts about 0.3 s (0.1 s with ``--quick``); the median over 5
 rounds (3 with ``--quick``) of the mean time per call is reported, with the
 garbage collector paused during a round.
+
+``--dict-observations`` measures instead (offrl only; d3rlpy has no dict
+observations) dict observations against the equivalent tuple observations,
+side by side in interleaved rounds: the locomotion data split into a
+``"joints"`` (11,) and a ``"velocity"`` (6,) key, and a small ``"camera"``
+(3, 8, 8) uint8 key; ``sample_transition_batch(256)``, one SAC ``update``
+on a sampled batch and ``predict`` on 256 rows (the same networks for both:
+``DictEncoderFactory`` with a vector encoder per element), torch on one
+thread; each figure is the median over interleaved rounds, and the ratio the
+median of the per-round ratios.
 
 d3rlpy is measured in a worker process: the interpreter given by
 ``--d3rlpy-python`` or ``$D3RLPY_PYTHON`` (skipped with a note when neither
@@ -393,6 +404,57 @@ def report(o: dict, d: Optional[dict], d_source: str, quick: bool) -> str:
     return "\n".join(lines)
 
 
+def measure_dict(steps: int, quick: bool) -> str:
+    """Dict vs equivalent tuple observations (see the module docstring)."""
+    import torch
+
+    import offrl
+    from _harness import FULL, QUICK, loop, paired_ratio, run_rounds
+
+    torch.set_num_threads(1)  # one thread: stable figures on a shared machine
+    settings = QUICK if quick else FULL
+    data = make_data(steps)
+    rng = np.random.default_rng(SEED)
+    obs = data["observations"]
+    by_key = {
+        "joints": np.ascontiguousarray(obs[:, :11]),
+        "velocity": np.ascontiguousarray(obs[:, 11:]),
+        "camera": rng.integers(0, 256, size=(steps, 3, 8, 8), dtype=np.uint8),
+    }
+    as_tuple = [by_key[k] for k in sorted(by_key)]
+    flags = (data["actions"], data["rewards"], data["terminals"])
+    datasets = {
+        "dict": offrl.dataset.MDPDataset(by_key, *flags),
+        "tuple": offrl.dataset.MDPDataset(as_tuple, *flags),
+    }
+    # the same networks for both (one vector encoder per element; the camera
+    # is too small for the pixel encoder): only the observation form differs
+    vector = offrl.models.VectorEncoderFactory(hidden_units=[64, 64])
+    factory = offrl.models.DictEncoderFactory({"camera": vector, "joints": vector, "velocity": vector})
+    algos = {}
+    for name, dataset in datasets.items():
+        offrl.seed(0)
+        algo = offrl.algos.SACConfig(batch_size=BATCH_SIZE, actor_encoder_factory=factory,
+                                     critic_encoder_factory=factory).create()
+        algo.build_with_dataset(dataset)
+        algos[name] = algo
+    batches = {n: d.sample_transition_batch(BATCH_SIZE) for n, d in datasets.items()}
+    x_dict = {k: v[:BATCH_SIZE] for k, v in by_key.items()}
+    inputs = {"dict": x_dict, "tuple": [x_dict[k] for k in sorted(x_dict)]}
+
+    results = {}
+    for label, make in (
+        ("sample_transition_batch(256)", lambda n: loop(lambda: datasets[n].sample_transition_batch(BATCH_SIZE))),
+        ("SAC update (sampled batch)", lambda n: loop(lambda: algos[n].update(batches[n]))),
+        ("SAC predict (256 rows)", lambda n: loop(lambda: algos[n].predict(inputs[n]))),
+    ):
+        timed = run_rounds({n: make(n) for n in ("dict", "tuple")}, settings.call_round_s * 4, settings.call_rounds,
+                           warmup=settings.warmup)
+        results[label] = (timed["dict"]["ms"], timed["tuple"]["ms"], paired_ratio(timed["dict"], timed["tuple"]))
+    rows = [[label, f"{d:.3f}", f"{t:.3f}", f"{r:.2f}x"] for label, (d, t, r) in results.items()]
+    return format_table(["dict vs tuple observations", "dict ms", "tuple ms", "dict/tuple"], rows)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(parser, quick_help="100,000 steps and fewer repeats", threads=False)  # no torch here
@@ -400,11 +462,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--backend", choices=("offrl", "d3rlpy"), default=None,
                         help="measure one backend only")
     parser.add_argument("--json", action="store_true", help="print the results of --backend as JSON")
+    parser.add_argument("--dict-observations", action="store_true",
+                        help="dict vs equivalent tuple observations: sampling, one SAC update, predict (offrl only)")
     args = parser.parse_args(argv)
     if args.steps is None:
         args.steps = 100_000 if args.quick else 1_000_000
     if args.steps < 2 * EPISODE_LENGTH:
         parser.error(f"--steps must be at least {2 * EPISODE_LENGTH}, got {args.steps}")
+    if args.dict_observations:
+        print_load("start")
+        print(measure_dict(args.steps, args.quick))
+        print_load("end")
+        return 0
 
     started = time.perf_counter()
     if args.backend is not None:
