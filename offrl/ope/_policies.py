@@ -188,7 +188,8 @@ def policy_probabilities(
 
     if not callable(policy):
         raise TypeError(
-            f"the {role} policy must be an offrl algorithm, a SequencePolicy or a callable, got {type(policy).__name__}"
+            f"the {role} policy must be an offrl algorithm or a callable (or an offrl.ope.SequencePolicy), "
+            f"got {type(policy).__name__}"
         )
     if discrete:
         parts = []
