@@ -10,7 +10,7 @@ uses that path whenever the picker has it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -205,6 +205,12 @@ class MultiStepTransitionPicker:
         return f"MultiStepTransitionPicker(n_steps={self.n_steps}, gamma={self.gamma})"
 
 
+def stacks_frames(keys: Optional[Sequence[str]], step_ndim: int) -> bool:
+    """Whether frame stacking applies to an observation element: every
+    element of array/tuple observations; a dict's image keys (3-D per step)."""
+    return keys is None or step_ndim == 3
+
+
 def stack_frames(frames: Sequence[np.ndarray]) -> np.ndarray:
     """Concatenate frames along their first (channel) axis."""
     return np.concatenate([np.asarray(f) for f in frames], axis=0)
@@ -218,6 +224,10 @@ class FrameStackTransitionPicker:
 
     Use with :class:`~offrl.dataset.LastFrameWriterPreprocess` to store each
     frame once instead of ``n_frames`` times.
+
+    Dict observations stack per key where the key is an image (3-D per
+    step); other keys are the current step's value. Tuple observations stack
+    every element.
     """
 
     def __init__(self, n_frames: int) -> None:
@@ -231,8 +241,12 @@ class FrameStackTransitionPicker:
         """Stack frames ``index - n + 1 .. index``; with ``next_frame``, the
         window shifted by one step whose newest frame is ``next_frame``."""
         columns = episode.observations if isinstance(episode.observations, (list, tuple)) else [episode.observations]
+        keys = getattr(episode, "observation_keys", None)
         stacked = []
         for k, column in enumerate(columns):
+            if not stacks_frames(keys, np.ndim(column) - 1):
+                stacked.append(np.asarray(column[index] if next_frame is None else next_frame[k]))
+                continue
             frames = []
             lo = index - self.n_frames + 1 + (1 if next_frame is not None else 0)
             hi = index + 1
@@ -279,8 +293,16 @@ class FrameStackTransitionPicker:
         any_padding = bool(before_start.any())
         any_terminal = bool(is_terminal.any())
         batch = rows.shape[0]
+        keys = store.observation_signature.keys
         observations, next_observations = [], []
         for column in store.observations:
+            if not stacks_frames(keys, column.ndim - 1):  # a dict's non-image key: the step itself
+                observations.append(column[rows])
+                nxt = column[window[:, -1]]
+                if any_terminal:
+                    nxt[is_terminal] = 0
+                next_observations.append(nxt)
+                continue
             frames = column[window]  # (B, n + 1, C, ...)
             if any_padding:
                 frames[before_start] = 0

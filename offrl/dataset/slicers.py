@@ -8,12 +8,13 @@ batch at once from the columnar store (``slice_batch``).
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .batch import TrajectoryMiniBatch
 from .episode import EpisodeBase, PartialTrajectory
+from .pickers import stacks_frames
 from .storage import ColumnStore
 
 __all__ = [
@@ -50,6 +51,11 @@ class BasicTrajectorySlicer:
     def _observation_window(self, column: np.ndarray, start: int, end: int) -> np.ndarray:
         return column[start:end]
 
+    def _transforms(self, keys: Any, column: np.ndarray) -> bool:
+        """Whether this slicer's observation transform applies to ``column``
+        (the frame-stack slicer stacks only a dict's image keys)."""
+        return True
+
     def __call__(self, episode: EpisodeBase, end_index: int, size: int) -> PartialTrajectory:
         n = episode.size()
         if not 0 <= end_index < n:
@@ -66,8 +72,9 @@ class BasicTrajectorySlicer:
         terminals = np.zeros((actual, 1), dtype=np.float32)
         if episode.terminated and end_index == n - 1:
             terminals[-1, 0] = 1.0
+        keys = getattr(episode, "observation_keys", None)
         observations = [
-            _front_pad(self._observation_window(c, start, end), pad)
+            _front_pad(self._observation_window(c, start, end) if self._transforms(keys, c) else c[start:end], pad)
             for c in _columns(episode.observations)
         ]
         return PartialTrajectory(
@@ -102,8 +109,9 @@ class BasicTrajectorySlicer:
             return out
 
         observations = []
+        keys = store.observation_signature.keys
         for column in store.observations:
-            obs = self._gather_observations(column, window, starts)
+            obs = self._gather_observations(column, window, starts) if self._transforms(keys, column) else column[window]
             if any_padding:
                 obs[padding] = 0
             observations.append(obs)
@@ -131,7 +139,12 @@ class BasicTrajectorySlicer:
 
 class FrameStackTrajectorySlicer(BasicTrajectorySlicer):
     """Windows whose observations stack the ``n_frames`` most recent frames
-    of each step along the channel axis (zeros before the episode start)."""
+    of each step along the channel axis (zeros before the episode start).
+    Dict observations stack per key where the key is an image (3-D per
+    step); tuple observations stack every element."""
+
+    def _transforms(self, keys: Any, column: np.ndarray) -> bool:
+        return stacks_frames(keys, np.ndim(column) - 1)
 
     def __init__(self, n_frames: int) -> None:
         if isinstance(n_frames, bool) or not isinstance(n_frames, (int, np.integer)):

@@ -88,22 +88,61 @@ SLICERS = [lambda: BasicTrajectorySlicer(), lambda: FrameStackTrajectorySlicer(n
     length=st.integers(1, 6),
 )
 def test_pickers_and_slicers_match_the_tuple_path(seed, n, n_episodes, picker, slicer, timeouts, length):
+    """The tuple path is the reference; frame stacking stacks only a dict's
+    image key ("camera"), its other keys are what the basic picker/slicer
+    gives for the same sampled rows."""
     as_dict, as_tuple, _ = _pair(seed, n, n_episodes, PICKERS[picker](), SLICERS[slicer](), timeouts=timeouts)
+    basic, _, _ = _pair(seed, n, n_episodes, timeouts=timeouts)
     assert as_dict.dataset_info.observation_signature.keys == ("camera", "goal", "state")
     assert as_tuple.dataset_info.observation_signature.keys is None
+    frame_stacked_picker = isinstance(as_dict.transition_picker, FrameStackTransitionPicker)
+    frame_stacked_slicer = isinstance(as_dict.trajectory_slicer, FrameStackTrajectorySlicer)
+
+    def draw(dataset, method, *args):
+        offrl.seed(seed)
+        return getattr(dataset, method)(*args)
+
     if as_dict.transition_count:
-        offrl.seed(seed)
-        a = as_dict.sample_transition_batch(7)
-        offrl.seed(seed)
-        b = as_tuple.sample_transition_batch(7)
-        for field in ("observations", "next_observations", "actions", "rewards", "terminals", "intervals"):
+        a, b = draw(as_dict, "sample_transition_batch", 7), draw(as_tuple, "sample_transition_batch", 7)
+        plain = draw(basic, "sample_transition_batch", 7)
+        for field in ("observations", "next_observations"):
+            got, want = getattr(a, field), getattr(b, field)
+            if frame_stacked_picker:
+                want = [want[0]] + getattr(plain, field)[1:]
+            _assert_same(got, want)
+        for field in ("actions", "rewards", "terminals", "intervals"):
             _assert_same(getattr(a, field), getattr(b, field))
-    offrl.seed(seed)
-    a = as_dict.sample_trajectory_batch(3, length)
-    offrl.seed(seed)
-    b = as_tuple.sample_trajectory_batch(3, length)
-    for field in ("observations", "actions", "rewards", "returns_to_go", "timesteps", "masks"):
+    a, b = draw(as_dict, "sample_trajectory_batch", 3, length), draw(as_tuple, "sample_trajectory_batch", 3, length)
+    want = b.observations
+    if frame_stacked_slicer:
+        want = [want[0]] + draw(basic, "sample_trajectory_batch", 3, length).observations[1:]
+    _assert_same(a.observations, want)
+    for field in ("actions", "rewards", "returns_to_go", "timesteps", "masks"):
         _assert_same(getattr(a, field), getattr(b, field))
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 30), n_episodes=st.integers(1, 4), timeouts=st.booleans())
+def test_frame_stacking_per_item_matches_a_naive_loop(seed, n, n_episodes, timeouts):
+    """The per-item picker and slicer against frames gathered one by one:
+    the image key stacks its last 2 frames (zeros before the start), the
+    vector keys are the step's own values."""
+    as_dict, _, _ = _pair(seed, n, n_episodes, timeouts=timeouts)
+    picker, slicer = FrameStackTransitionPicker(2), FrameStackTrajectorySlicer(2)
+    for episode in as_dict.episodes:
+        camera, goal, state = episode.observations
+        for i in range(episode.transition_count):
+            t = picker(episode, i)
+            previous = camera[i - 1] if i > 0 else np.zeros_like(camera[0])
+            np.testing.assert_array_equal(t.observation[0], np.concatenate([previous, camera[i]]))
+            np.testing.assert_array_equal(t.observation[1], goal[i])
+            np.testing.assert_array_equal(t.observation[2], state[i])
+            if not t.terminal and i + 1 < episode.size():
+                np.testing.assert_array_equal(t.next_observation[0], np.concatenate([camera[i], camera[i + 1]]))
+                np.testing.assert_array_equal(t.next_observation[2], state[i + 1])
+        window = slicer(episode, episode.size() - 1, 3)
+        np.testing.assert_array_equal(window.observations[2][-1], state[-1])
+        assert window.observations[0].shape == (3, 2, 4, 4)
 
 
 @settings(max_examples=15, deadline=None)
