@@ -54,6 +54,7 @@ import torch.nn.functional as F
 
 from ._common import freeze, hard_update, td_target
 from .base import DeviceArg, QLearningAlgoBase, normalise_shape
+from .training import prepare_algorithm
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL, LearnableConfig, check_positive_int, instance_of, param
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
@@ -197,7 +198,8 @@ class ConvergenceDiagnostic:
 
     Attributes:
         initial_values: ``V(s0) = Q(s0, pi(s0))`` averaged over the first
-            observations of all the dataset's episodes, one per epoch.
+            observations of all the dataset's episodes: before training,
+            then one per epoch.
         heldout_residuals: the Bellman residual of the current Q on the
             held-out episodes, one per epoch: the mean over their
             transitions of ``(Q(s, a) - r - gamma^k (1 - d) Q(s', pi(s')))^2``
@@ -205,12 +207,13 @@ class ConvergenceDiagnostic:
             out, see ``n_heldout_episodes``).
         value_change: the relative change of ``V(s0)`` over the last
             ``window`` epochs, ``(max - min) / |mean|`` of the last
-            ``window + 1`` values; NaN until ``window + 1`` epochs ran.
+            ``window + 1`` values (of all of them while there are fewer).
         heldout_residual: the last epoch's residual.
         n_heldout_episodes: episodes left out of training for the residual.
         window, tolerance: the settling rule: ``value_change <= tolerance``.
         steps: gradient steps when last measured.
-        converged: ``value_change <= tolerance`` (False while NaN).
+        converged: ``value_change <= tolerance`` over a full window
+            (``window`` epochs measured).
     """
 
     initial_values: Tuple[float, ...]
@@ -285,10 +288,11 @@ def _check_convergence_args(early_stopping: Any, holdout_fraction: Any, window: 
 
 
 def relative_change(values: Any, window: int) -> float:
-    """``(max - min) / |mean|`` of the last ``window + 1`` of ``values``;
-    NaN when there are fewer (or the mean is 0)."""
+    """``(max - min) / |mean|`` of the last ``window + 1`` of ``values``
+    (all of them when there are fewer); NaN for fewer than 2 values or a
+    zero mean."""
     values = np.asarray(values, dtype=np.float64)
-    if values.shape[0] < window + 1:
+    if values.shape[0] < 2:
         return float("nan")
     last = values[-(window + 1):]
     scale = abs(float(last.mean()))
@@ -315,17 +319,26 @@ class _ConvergenceMonitor:
         self.values: List[float] = []
         self.residuals: List[float] = []
 
-    def measure(self) -> ConvergenceDiagnostic:
+    def initial_value(self) -> float:
         fqe = self.fqe
         count = int(self.initial[0].shape[0] if isinstance(self.initial, list) else self.initial.shape[0])
         values = np.concatenate([fqe.predict_state_value(_slice_observations(self.initial, s, s + 4096))
                                  for s in range(0, count, 4096)])
-        self.values.append(float(values.mean()))
+        return float(values.mean())
+
+    def start(self) -> None:
+        """Record ``V(s0)`` before the first update (the change's baseline)."""
+        self.values = [self.initial_value()]
+
+    def measure(self) -> ConvergenceDiagnostic:
+        fqe = self.fqe
+        self.values.append(self.initial_value())
         self.residuals.append(float(self.residual(fqe)))
         change = relative_change(self.values, self.window)
+        full = len(self.values) >= self.window + 1
         diagnostic = ConvergenceDiagnostic(
             tuple(self.values), tuple(self.residuals), change, self.residuals[-1], self.n_heldout, self.window,
-            self.tolerance, int(fqe.grad_step), bool(np.isfinite(change) and change <= self.tolerance),
+            self.tolerance, int(fqe.grad_step), bool(full and np.isfinite(change) and change <= self.tolerance),
         )
         fqe._convergence = diagnostic
         return diagnostic
@@ -430,8 +443,8 @@ def _not_settled_message(name: str, diagnostic: Optional[ConvergenceDiagnostic])
     if diagnostic is None:
         return (f"{name} has no convergence record (it was not fitted in this session): the estimate may not "
                 f"have settled; {advice}")
-    if not np.isfinite(diagnostic.value_change):
-        return (f"{name}'s estimate may not have settled: {len(diagnostic.initial_values)} epoch(s) measured, "
+    if len(diagnostic.initial_values) < diagnostic.window + 1 or not np.isfinite(diagnostic.value_change):
+        return (f"{name}'s estimate may not have settled: {len(diagnostic.initial_values) - 1} epoch(s) measured, "
                 f"the check needs {diagnostic.window + 1} (use shorter epochs); {advice}")
     return (f"{name}'s estimate has not settled: V(s0) changed by {100 * diagnostic.value_change:.1f}% over the "
             f"last {diagnostic.window} epochs (tolerance {100 * diagnostic.tolerance:.1f}%); {advice}")
@@ -635,7 +648,8 @@ class FQE(QLearningAlgoBase):
           first observations of all the dataset's episodes;
         * ``fqe_value_change``: its relative change over the last
           ``convergence_window`` epochs, ``(max - min) / |mean|`` of the last
-          ``convergence_window + 1`` values (NaN before that many epochs);
+          ``convergence_window + 1`` values, counting the value before the
+          first update (over all of them in the first epochs);
         * ``fqe_heldout_residual``: the mean squared Bellman residual of the
           current Q on held-out episodes. Every ``1/holdout_fraction``-th
           episode (0.1: episodes 9, 19, 29, ...; see :func:`heldout_split`)
@@ -645,7 +659,7 @@ class FQE(QLearningAlgoBase):
           episode, and the residual is then in-sample.
 
         The run has settled (``converged``) when ``fqe_value_change <=
-        convergence_tolerance``. The check happens at epoch ends, so the
+        convergence_tolerance`` over a full window. The check happens at epoch ends, so the
         epoch length sets its granularity: with ``early_stopping`` use
         epochs of about 1,000 steps.
 
@@ -685,11 +699,14 @@ class FQE(QLearningAlgoBase):
         inner = super().fitter(train, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
                                with_timestamp, logger_adapter, show_progress, save_interval,
                                {**(evaluators or {}), **monitor.evaluators()}, callback, epoch_callback)
-        return self._until_settled(inner, bool(early_stopping))
+        return self._until_settled(inner, train, monitor, bool(early_stopping))
 
-    def _until_settled(self, inner: Generator[Tuple[int, Dict[str, float]], None, None],
+    def _until_settled(self, inner: Generator[Tuple[int, Dict[str, float]], None, None], train: Any,
+                       monitor: _ConvergenceMonitor,
                        early_stopping: bool) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         try:
+            prepare_algorithm(self, train)  # as fit does first: builds FQE to measure V(s0) before the first update
+            monitor.start()
             for epoch, metrics in inner:
                 yield epoch, metrics
                 if early_stopping and self._convergence is not None and self._convergence.converged:

@@ -100,7 +100,8 @@ def test_heldout_split_takes_every_kth_episode():
 def test_relative_change_of_the_last_window():
     assert relative_change([10.0, 20.0, 30.0], 2) == pytest.approx((30 - 10) / 20)
     assert relative_change([1.0, 50.0, 49.0, 51.0], 2) == pytest.approx(2.0 / 50.0)  # only the last 3 count
-    assert np.isnan(relative_change([5.0, 6.0], 2))  # too few epochs
+    assert relative_change([5.0, 6.0], 2) == pytest.approx(1.0 / 5.5)  # fewer than window + 1: all of them
+    assert np.isnan(relative_change([5.0], 2))
     assert np.isnan(relative_change([1.0, -1.0], 1))  # mean 0
     assert relative_change([-100.0, -98.0], 1) == pytest.approx(2.0 / 99.0)
 
@@ -116,11 +117,14 @@ def test_diagnostic_matches_a_hand_computation_from_the_same_weights():
     results = _fit(fqe, dataset, steps=8, per_epoch=2, convergence_window=2)
     diagnostic = fqe.convergence
     assert isinstance(diagnostic, ConvergenceDiagnostic)
-    assert [m["fqe_initial_value"] for _, m in results] == list(diagnostic.initial_values)
+    assert [m["fqe_initial_value"] for _, m in results] == list(diagnostic.initial_values[1:])  # [0]: before training
     assert [m["fqe_heldout_residual"] for _, m in results] == list(diagnostic.heldout_residuals)
-    assert len(diagnostic.initial_values) == 4 and diagnostic.steps == 8 and diagnostic.n_heldout_episodes == 2
-    assert np.isnan(results[1][1]["fqe_value_change"])
-    assert results[3][1]["fqe_value_change"] == pytest.approx(relative_change(diagnostic.initial_values, 2))
+    assert len(diagnostic.initial_values) == 5 and diagnostic.steps == 8 and diagnostic.n_heldout_episodes == 2
+    assert all(np.isfinite(v) for _, m in results for v in m.values())  # every logged figure is finite
+    values = diagnostic.initial_values
+    assert results[0][1]["fqe_value_change"] == pytest.approx(abs(values[1] - values[0]) / abs(np.mean(values[:2])))
+    assert results[3][1]["fqe_value_change"] == pytest.approx(relative_change(values[2:], 2))
+    assert diagnostic.value_change == results[3][1]["fqe_value_change"]
 
     arrays = dataset.to_arrays()
     obs, actions, rewards = arrays["observations"], arrays["actions"].reshape(-1), arrays["rewards"].reshape(-1)
@@ -219,9 +223,9 @@ def test_early_stopping_stops_before_the_cap_on_a_tabular_mdp():
     offrl.seed(0)
     fqe = DiscreteFQE(algo=policy, config=config)
     results = _fit(fqe, dataset, steps=6000, per_epoch=200, early_stopping=True)
-    assert len(results) < 30 and fqe.grad_step == 200 * len(results)
+    assert len(results) < 30 and fqe.grad_step == 200 * len(results) and len(results) >= 3
     assert fqe.convergence.converged and results[-1][1]["fqe_value_change"] <= 0.02
-    assert not any(d.converged for d in [_prefix(fqe.convergence, k) for k in range(4, len(results))])
+    assert not any(d.converged for d in [_prefix(fqe.convergence, k) for k in range(4, len(results) + 1)])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         estimate = fqe.estimate_policy_value(dataset, seed=0)
