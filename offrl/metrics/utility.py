@@ -18,9 +18,10 @@ __all__ = [
 
 
 def _batched(observation: Any) -> Any:
-    """One observation with a batch axis of 1 (tuple observations: a list)."""
+    """One observation with a batch axis of 1 (tuple observations: a list;
+    dict observations: a dict, which ``predict`` takes by key)."""
     if isinstance(observation, dict):
-        observation = tuple(observation[k] for k in sorted(observation))
+        return {k: np.asarray(v)[None] for k, v in observation.items()}
     if isinstance(observation, (list, tuple)):
         return [np.asarray(o)[None] for o in observation]
     return np.asarray(observation)[None]
@@ -28,6 +29,7 @@ def _batched(observation: Any) -> Any:
 
 def _check_finite(observation: Any, episode: int, step: int) -> None:
     parts = observation if isinstance(observation, list) else [observation]
+    parts = list(observation.values()) if isinstance(observation, dict) else parts
     for part in parts:
         if np.issubdtype(part.dtype, np.floating) and not np.isfinite(part).all():
             raise ValueError(f"the environment returned a non-finite observation at episode {episode}, step {step}")

@@ -131,3 +131,18 @@ def test_online_collect_into_a_dict_buffer():
     assert buffer.dataset_info.observation_signature.keys == ("position", "velocity")
     batch = buffer.sample_transition_batch(4)
     assert [o.shape for o in batch.observations] == [(4, 3), (4, 2)]
+
+
+def test_rollout_passes_dicts_to_predict_by_key():
+    from offrl.metrics import rollout_returns
+
+    seen = []
+
+    class ByKey:
+        def predict(self, x):
+            seen.append(sorted(x))  # a dict reaches predict
+            return np.array([int(x["velocity"][0, 0] > 0)])
+
+    returns = rollout_returns(ByKey(), _DictEnv(), n_trials=1)
+    assert returns == [10.0]  # the policy reads the right key: every step rewarded
+    assert seen[0] == ["position", "velocity"]
