@@ -201,7 +201,7 @@ class _Rollout:
         self.reset_explorer = getattr(explorer, "reset", None) if explorer is not None else None
         self.random_steps = random_steps
         spaces = getattr(env.observation_space, "spaces", None)
-        self.keys = list(spaces) if isinstance(spaces, dict) else None
+        self.keys = sorted(spaces) if isinstance(spaces, dict) else None  # the stored (sorted) key order
         self.act = algo.predict if deterministic else algo.sample_action
         self.episode = 0
         self.episode_step = 0
@@ -327,7 +327,7 @@ class _VectorRollout:
         self.explorer = explorer
         self.random_steps = random_steps
         sub_spaces = getattr(spaces.observation_space, "spaces", None)
-        self.keys = list(sub_spaces) if isinstance(sub_spaces, dict) else None
+        self.keys = sorted(sub_spaces) if isinstance(sub_spaces, dict) else None  # the stored (sorted) key order
         self.envs = _VectorEnv(env, self.keys)
         self.n = self.envs.n
         self.act = algo.predict if deterministic else algo.sample_action

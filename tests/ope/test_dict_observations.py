@@ -146,3 +146,37 @@ def test_rollout_passes_dicts_to_predict_by_key():
     returns = rollout_returns(ByKey(), _DictEnv(), n_trials=1)
     assert returns == [10.0]  # the policy reads the right key: every step rewarded
     assert seen[0] == ["position", "velocity"]
+
+
+def test_collect_stores_an_unsorted_dict_space_by_key():
+    from collections import OrderedDict
+
+    class Unsorted(gymnasium.Env):
+        observation_space = spaces.Dict(OrderedDict([("z", spaces.Box(-1, 1, (3,), np.float32)),
+                                                     ("a", spaces.Box(-1, 1, (2,), np.float32))]))
+        action_space = spaces.Discrete(2)
+
+        def __init__(self):
+            self.seen = []
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return self._observation(), {}
+
+        def _observation(self):
+            obs = {"z": np.full(3, len(self.seen), np.float32), "a": -np.full(2, len(self.seen), np.float32)}
+            self.seen.append(obs)
+            return obs
+
+        def step(self, action):
+            return self._observation(), 0.0, False, len(self.seen) > 4, {}
+
+    env = Unsorted()
+    assert list(env.observation_space.spaces) == ["z", "a"]
+    algo = DQNConfig(batch_size=4).create()
+    algo.build_with_env(env)
+    buffer = offrl.dataset.create_infinite_replay_buffer(env=env)
+    algo.collect(env, buffer, n_steps=4, show_progress=False)
+    a, z = buffer.to_arrays()["observations"]
+    np.testing.assert_array_equal(a, np.stack([o["a"] for o in env.seen[:4]]))
+    np.testing.assert_array_equal(z, np.stack([o["z"] for o in env.seen[:4]]))
