@@ -199,6 +199,27 @@ def _greedy_values(algo: Any, observations: Any) -> np.ndarray:
     return algo.predict_value(observations, algo.predict(observations)).astype(np.float64)
 
 
+def _greedy_value_batches(algo: Any, transitions: TransitionSet, first: bool = False) -> Iterator[tuple]:
+    """``(batch, Q(s, pi(s)))`` for every chunk of the transitions (each
+    episode's first one with ``first``). For an FQE of a sequence policy
+    ``pi(s_t)`` is the action replayed at the step's logged history."""
+    batches = transitions.first_batches() if first else transitions.batches()
+    policy = getattr(algo, "algo", None)  # what an FQE evaluates
+    if not isinstance(policy, SequencePolicy):
+        for batch in batches:
+            yield batch, _greedy_values(algo, batch.observations)
+        return
+    actions = _replayed_actions(policy, transitions)
+    if first:
+        counts = transitions.counts
+        actions = actions[(np.cumsum(counts) - counts)[counts > 0]]
+    offset = 0
+    for batch in batches:
+        chunk = actions[offset:offset + len(batch.actions)]
+        offset += len(batch.actions)
+        yield batch, algo.predict_value(batch.observations, chunk).astype(np.float64)
+
+
 class TDErrorEvaluator(_EpisodesEvaluator):
     r"""Mean squared TD error of the Q-function on the episodes' transitions:
 
@@ -254,9 +275,8 @@ class DiscountedSumOfAdvantageEvaluator(_EpisodesEvaluator):
     def __call__(self, algo: Any, dataset: Any = None) -> float:
         transitions = self._transitions(algo, dataset)
         advantages = np.concatenate([
-            algo.predict_value(batch.observations, batch.actions).astype(np.float64)
-            - _greedy_values(algo, batch.observations)
-            for batch in transitions.batches()
+            algo.predict_value(batch.observations, batch.actions).astype(np.float64) - greedy
+            for batch, greedy in _greedy_value_batches(algo, transitions)
         ])
         sums = discounted_suffix_sums(advantages, float(algo.gamma), transitions.episode_last())
         return float(np.mean(sums))
@@ -270,7 +290,7 @@ class AverageValueEstimationEvaluator(_EpisodesEvaluator):
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
         transitions = self._transitions(algo, dataset)
-        total = sum(float(np.sum(_greedy_values(algo, b.observations))) for b in transitions.batches())
+        total = sum(float(np.sum(values)) for _, values in _greedy_value_batches(algo, transitions))
         return total / transitions.total
 
 
@@ -284,7 +304,7 @@ class InitialStateValueEstimationEvaluator(_EpisodesEvaluator):
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
         transitions = self._transitions(algo, dataset)
-        values = np.concatenate([_greedy_values(algo, b.observations) for b in transitions.first_batches()])
+        values = np.concatenate([values for _, values in _greedy_value_batches(algo, transitions, first=True)])
         return float(np.mean(values))
 
 

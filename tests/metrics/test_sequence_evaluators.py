@@ -201,3 +201,30 @@ def test_the_evaluators_target_return_is_ignored_for_other_algorithms():
     cql = DiscreteCQLConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8])).create()
     cql.build_with_dataset(data)
     assert DiscreteActionMatchEvaluator(target_return=4.0)(cql, data) == DiscreteActionMatchEvaluator()(cql, data)
+
+
+def test_value_evaluators_of_an_fqe_of_a_sequence_policy_use_the_replayed_actions():
+    from offrl.metrics import (AverageValueEstimationEvaluator, DiscountedSumOfAdvantageEvaluator,
+                               InitialStateValueEstimationEvaluator)
+    from offrl.ope import DiscreteFQE, DiscreteFQEConfig
+
+    data = dataset(True)
+    algo = tiny(True)
+    fqe = DiscreteFQE(algo=SequencePolicy(algo, 4.0),
+                      config=DiscreteFQEConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), batch_size=8))
+    fqe.fit(data, n_steps=2, n_steps_per_epoch=2, **QUIET)
+    observations = np.concatenate([e.observations for e in data.episodes])
+    logged = np.concatenate([np.asarray(e.actions).reshape(-1) for e in data.episodes])
+    greedy = np.array(stepped_greedy(algo, data, 4.0))
+    values = fqe.predict_value(observations, greedy).astype(np.float64)
+    assert AverageValueEstimationEvaluator()(fqe, data) == pytest.approx(values.mean(), rel=1e-5, abs=1e-6)
+    firsts = np.cumsum(LENGTHS) - LENGTHS
+    assert InitialStateValueEstimationEvaluator()(fqe, data) == pytest.approx(values[firsts].mean(), rel=1e-5, abs=1e-6)
+    with pytest.warns(UserWarning, match="settled"):
+        assert fqe.estimate_policy_value(data, n_bootstrap=10).value == pytest.approx(values[firsts].mean(), rel=1e-5, abs=1e-6)
+    advantages = fqe.predict_value(observations, logged).astype(np.float64) - values
+    expected = []  # the discounted sum of advantages to each episode's end, per step
+    for s, n in zip(firsts, LENGTHS):
+        for t in range(n):
+            expected.append(sum(algo.gamma ** (k - t) * advantages[s + k] for k in range(t, n)))
+    assert DiscountedSumOfAdvantageEvaluator()(fqe, data) == pytest.approx(float(np.mean(expected)), rel=1e-5, abs=1e-6)
