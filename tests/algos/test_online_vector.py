@@ -263,6 +263,25 @@ def test_async_vector_env_collects_like_sync():
             np.testing.assert_array_equal(x.observations, y.observations)
 
 
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_dict_observations_in_a_vector_env(mode):
+    from envs import ScriptedEnv, scripted_episodes
+
+    script = [(3, "terminated"), (2, "truncated")]
+    env = SyncVectorEnv([lambda: ScriptedEnv(script, dict_obs=True) for _ in range(2)], autoreset_mode=mode)
+    buffer = collect_fn(DiscreteRandomPolicyConfig().create(), env, n_steps=10, show_progress=False)
+    want = scripted_episodes(script, 5)  # each environment's 5 transitions
+    assert buffer.size() == 4
+    for k, episode in enumerate(buffer.episodes):  # env 0 and env 1 end their episodes at the same vector steps
+        position, time_ = episode.observations  # the Dict space's (sorted) key order: "position", "time"
+        np.testing.assert_array_equal(position, want[k // 2]["observations"])
+        np.testing.assert_array_equal(time_[:, 0], want[k // 2]["observations"][:, 1])
+        assert episode.terminated == want[k // 2]["terminated"]
+        if not episode.terminated:
+            np.testing.assert_array_equal(episode.final_observation[0], want[k // 2]["final_observation"])
+            np.testing.assert_array_equal(episode.final_observation[1], want[k // 2]["final_observation"][1:])
+
+
 # ------------------------------------------------------------- fit_online
 @pytest.mark.parametrize("kind", ["list", "sync-next"])
 def test_fit_online_trains_dqn_and_logs_per_environment_returns(kind):
