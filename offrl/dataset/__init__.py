@@ -60,6 +60,7 @@ from .utils import (
     stack_recent_observations,
 )
 from .writer import BasicWriterPreprocess, ExperienceWriter, LastFrameWriterPreprocess, WriterPreprocessProtocol
+from .disk import DiskDatasetChangedError, DiskDatasetWriter, DiskStore, dump_disk_dataset, open_disk_dataset
 
 __all__ = [
     "Signature",
@@ -86,6 +87,11 @@ __all__ = [
     "BasicWriterPreprocess",
     "LastFrameWriterPreprocess",
     "ExperienceWriter",
+    "DiskDatasetWriter",
+    "DiskDatasetChangedError",
+    "DiskStore",
+    "dump_disk_dataset",
+    "open_disk_dataset",
     "EpisodeGenerator",
     "EpisodeGeneratorProtocol",
     "DATASET_VERSION",

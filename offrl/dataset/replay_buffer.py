@@ -719,12 +719,21 @@ class ReplayBuffer(ReplayBufferBase):
         transition_picker: Optional[TransitionPickerProtocol] = None,
         trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
         writer_preprocessor: Optional[WriterPreprocessProtocol] = None,
+        in_memory: bool = True,
     ) -> "ReplayBuffer":
         """Read a buffer written by :meth:`dump` into ``buffer``
-        (a new :class:`InfiniteBuffer` by default)."""
+        (a new :class:`InfiniteBuffer` by default). ``f`` may also be a disk
+        dataset directory (``offrl.dataset.DiskDatasetWriter``); with
+        ``in_memory=False`` it is sampled in place, never loaded whole."""
+        from .disk import is_disk_dataset, load_disk_buffer, read_disk_dataset
         from .io import read_dataset_file
 
-        data = read_dataset_file(f)
+        if not in_memory:
+            return load_disk_buffer(cls, f, buffer, dict(
+                transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
+                writer_preprocessor=writer_preprocessor,
+            ))
+        data = read_disk_dataset(f) if is_disk_dataset(f) else read_dataset_file(f)
         buffer = InfiniteBuffer() if buffer is None else buffer
         out = ReplayBuffer.__new__(cls)
         components = dict(

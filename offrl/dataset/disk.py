@@ -1,0 +1,701 @@
+"""Datasets that live on disk: sampled without being loaded into memory.
+
+A *disk dataset* is a directory::
+
+    manifest.json            format, schema version, signatures, sizes
+    observations_<k>.bin     one raw little-endian column per field,
+    actions.bin              steps on the first axis (C order), exactly
+    rewards.bin              the rows of an in-memory ColumnStore
+    behaviour_probabilities.bin   (optional, float64)
+    episode_starts.bin  episode_ends.bin  episode_terminated.bin
+    episode_has_final.bin    the small episode table (read into memory)
+
+Why this layout (measured in ``benchmarks/scale.py disk``): a random
+mini-batch touches one row of every column; with one contiguous row-major
+file per column a row is one small read, and ``np.memmap`` turns a batch of
+rows into page-cache hits with no per-call library overhead. HDF5 fancy
+indexing (``h5py``) costs a library call per selection and needs sorted
+unique indices; it was an order of magnitude slower per batch, so the
+columns are raw files mapped with ``np.memmap`` (no chunking, no
+compression: both would make a row a whole-chunk decode).
+
+Safety: the manifest is JSON read with a size cap and checked field by field
+(dtypes from a fixed list, shapes of non-negative ints, byte sizes that
+must equal the files' sizes) before anything is mapped; column file names
+are fixed, never taken from the manifest; nothing is unpickled, imported or
+called. Values are checked when written (the same checks as an in-memory
+buffer's ``append_episode``), not rescanned at open.
+
+:class:`DiskStore` is a read-only :class:`~offrl.dataset.InfiniteBuffer`
+whose columns are memory maps, so pickers, slicers, evaluators, OPE and
+splits work on it unchanged; the episode table (and returns-to-go, computed
+on demand) stay in memory. :meth:`DiskStore.check` raises
+:class:`DiskDatasetChangedError` when another process replaced, truncated or
+rewrote a file after it was opened; training calls it before every epoch.
+
+:class:`DiskDatasetWriter` streams episodes into a new dataset (written in a
+hidden sibling directory, renamed into place on success) so a dataset larger
+than memory can be built episode by episode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import mmap
+import os
+import shutil
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+from .. import _safety
+from .._version import __version__
+from ..constants import ActionSpace
+from .episode import Episode, EpisodeBase
+from .signature import Signature
+from .storage import ColumnStore, FIFOBuffer, InfiniteBuffer
+
+__all__ = [
+    "DISK_FORMAT",
+    "DISK_SCHEMA_VERSION",
+    "DiskDatasetChangedError",
+    "DiskDatasetWriter",
+    "DiskStore",
+    "check_free_space",
+    "dump_disk_dataset",
+    "open_disk_dataset",
+    "is_disk_dataset",
+]
+
+DISK_FORMAT = "offrl.disk_dataset"
+DISK_SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+_MAX_MANIFEST_BYTES = 1 << 20
+_MAX_OBSERVATION_COLUMNS = 1024
+#: dtypes a column may have (little-endian or single-byte): no objects, no strings
+_ALLOWED_DTYPES = {
+    "|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8",
+}
+_TABLE = (("episode_starts", "<i8"), ("episode_ends", "<i8"), ("episode_terminated", "|b1"), ("episode_has_final", "|b1"))
+#: bytes kept free on the target file system beyond the data itself
+SPACE_MARGIN = 16 << 20
+_COPY_ROWS = 1 << 18  # rows copied per chunk when dumping a buffer
+
+
+class DiskDatasetChangedError(RuntimeError):
+    """A disk dataset's files changed after it was opened."""
+
+
+def _dtype_str(dtype: Any) -> str:
+    return np.dtype(dtype).newbyteorder("<").str if np.dtype(dtype).itemsize > 1 else np.dtype(dtype).str
+
+
+# ------------------------------------------------------------- disk space
+def check_free_space(path: Any, needed: int, what: str = "the dataset") -> None:
+    """Raise ``OSError(ENOSPC)`` naming the bytes needed and free when the
+    file system holding ``path`` (or its nearest existing parent) has less
+    than ``needed`` + a 16 MB margin free. Called before writing starts."""
+    probe = os.path.abspath(os.fspath(path))
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    free = int(shutil.disk_usage(probe).free)
+    if int(needed) + SPACE_MARGIN > free:
+        raise OSError(
+            errno.ENOSPC,
+            f"writing {what} to {os.fspath(path)} needs {int(needed)} bytes "
+            f"({_safety.format_bytes(int(needed))}) plus a {_safety.format_bytes(SPACE_MARGIN)} margin; "
+            f"{free} bytes ({_safety.format_bytes(free)}) are free there",
+        )
+
+
+# --------------------------------------------------------------- the store
+class DiskStore(InfiniteBuffer):
+    """Read-only columnar store whose columns are memory-mapped files.
+
+    Built by :func:`open_disk_dataset`. Writing to it raises ``TypeError``;
+    copy what you need into an in-memory buffer (``ReplayBuffer.load(path)``
+    with the default ``in_memory=True``) to append.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.path: str = ""
+        self._stats: dict[str, tuple[int, int, int]] = {}
+        self._manifest_text: str = ""
+
+    # read-only: every write path of ColumnStore goes through one of these
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            f"the dataset at {self.path} is read-only on disk: load it with in_memory=True to "
+            "append, or write a new one with DiskDatasetWriter"
+        )
+
+    append_step = close_episode = add_episode = append = _read_only  # type: ignore[assignment]
+
+    def initialize(self, observation_signature: Signature, action_signature: Signature,
+                   reward_signature: Signature) -> None:
+        if not self.is_initialized:
+            self._read_only()
+        super().initialize(observation_signature, action_signature, reward_signature)
+
+    def check(self) -> None:
+        """Raise :class:`DiskDatasetChangedError` when any file of the dataset
+        (manifest or column) has a different size, modification time or
+        inode than when it was opened, or the manifest's text changed:
+        another process rewrote it, and its rows must not be read silently."""
+        for name, expected in self._stats.items():
+            file = os.path.join(self.path, name)
+            try:
+                st = os.stat(file)
+            except OSError as e:
+                raise DiskDatasetChangedError(
+                    f"{file}: the disk dataset's file is gone since it was opened ({e.strerror})"
+                ) from None
+            found = (st.st_size, st.st_mtime_ns, st.st_ino)
+            if found != expected:
+                raise DiskDatasetChangedError(
+                    f"{file} changed since the dataset was opened (size {expected[0]} -> {found[0]} bytes, "
+                    f"mtime_ns {expected[1]} -> {found[1]}, inode {expected[2]} -> {found[2]}): another "
+                    "process modified it; reopen the dataset to use the new data"
+                )
+
+    def release_pages(self) -> None:
+        """Drop this process's mappings of column pages it has read (they
+        stay in the page cache): keeps resident memory from growing with the
+        pages random sampling has touched. Safe at any time: a later read
+        maps the page again."""
+        for column in self._mapped_columns():
+            mm = getattr(column, "_mmap", None)
+            if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                with contextlib.suppress(OSError, ValueError):
+                    mm.madvise(mmap.MADV_DONTNEED)
+
+    def _mapped_columns(self) -> list[np.ndarray]:
+        columns = list(self._observations or []) + [self._actions, self._rewards]
+        if self._behaviour is not None:
+            columns.append(self._behaviour)
+        return [c for c in columns if isinstance(c, np.memmap)]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the mapped columns on disk."""
+        return sum(int(c.nbytes) for c in self._mapped_columns())
+
+    def __repr__(self) -> str:
+        return f"DiskStore({self.path!r}, episodes={self.episode_count}, transitions={self.transition_count})"
+
+
+def is_disk_dataset(path: Any) -> bool:
+    """Whether ``path`` is a directory holding a disk dataset's manifest."""
+    try:
+        return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
+    except TypeError:
+        return False
+
+
+def _corrupt(path: str, message: str) -> ValueError:
+    return ValueError(f"{path} is not a valid offrl disk dataset: {message}")
+
+
+def _read_manifest(path: str) -> tuple[dict, str]:
+    file = os.path.join(path, MANIFEST)
+    if not os.path.isfile(file):
+        raise _corrupt(path, f"it has no {MANIFEST} (not a directory written by DiskDatasetWriter?)")
+    size = os.path.getsize(file)
+    if size > _MAX_MANIFEST_BYTES:
+        raise _corrupt(path, f"{MANIFEST} is {size} bytes, more than the {_MAX_MANIFEST_BYTES} a manifest may have")
+    with open(file, "rb") as f:
+        raw = f.read(_MAX_MANIFEST_BYTES + 1)
+    try:
+        text = raw.decode("utf-8")
+        manifest = json.loads(text)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _corrupt(path, f"{MANIFEST} is not valid JSON ({e}); it may be truncated") from None
+    if not isinstance(manifest, dict):
+        raise _corrupt(path, f"{MANIFEST} holds a {type(manifest).__name__}, expected a JSON object")
+    if manifest.get("format") != DISK_FORMAT:
+        raise _corrupt(path, f"{MANIFEST} 'format' is {manifest.get('format')!r}, expected {DISK_FORMAT!r}")
+    if manifest.get("schema_version") != DISK_SCHEMA_VERSION:
+        raise ValueError(
+            f"{path}: disk dataset schema version {manifest.get('schema_version')!r}; this offrl "
+            f"({__version__}) reads version {DISK_SCHEMA_VERSION}"
+        )
+    return manifest, text
+
+
+def _int_field(path: str, manifest: dict, key: str, low: int, high: Optional[int] = None) -> int:
+    value = manifest.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bound = f"an int >= {low}" + ("" if high is None else f" and <= {high}")
+        raise _corrupt(path, f"{MANIFEST} field {key!r} is {value!r}, expected {bound}")
+    return value
+
+
+def _column_spec(path: str, manifest: dict, key: str, rows: int) -> tuple[np.dtype, tuple[int, ...], int]:
+    """A column's declared dtype and shape, checked, and its byte size."""
+    columns = manifest.get("columns")
+    if not isinstance(columns, dict) or not isinstance(columns.get(key), dict):
+        raise _corrupt(path, f"{MANIFEST} has no entry for column {key!r} under 'columns'")
+    spec = columns[key]
+    dtype_str = spec.get("dtype")
+    if dtype_str not in _ALLOWED_DTYPES:
+        raise _corrupt(path, f"column {key!r} has dtype {dtype_str!r}, expected one of {sorted(_ALLOWED_DTYPES)}")
+    shape = spec.get("shape")
+    if (
+        not isinstance(shape, list) or not 1 <= len(shape) <= 8
+        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape)
+    ):
+        raise _corrupt(path, f"column {key!r} has shape {shape!r}, expected a list of 1 to 8 non-negative ints")
+    if shape[0] != rows:
+        raise _corrupt(path, f"column {key!r} declares {shape[0]} rows, the manifest {rows}")
+    dtype = np.dtype(dtype_str)
+    count = 1
+    for s in shape:
+        count *= s
+    nbytes = count * dtype.itemsize
+    declared = spec.get("bytes")
+    if declared != nbytes:
+        raise _corrupt(path, f"column {key!r} declares {declared!r} bytes, its dtype and shape make {nbytes}")
+    file = os.path.join(path, f"{key}.bin")
+    try:
+        st = os.stat(file)
+    except OSError:
+        raise _corrupt(path, f"the column file {key}.bin is missing") from None
+    if not os.path.isfile(file):
+        raise _corrupt(path, f"{key}.bin is not a regular file")
+    if st.st_size != nbytes:
+        raise _corrupt(
+            path, f"{key}.bin holds {st.st_size} bytes, the manifest declares {nbytes} "
+            f"({'truncated' if st.st_size < nbytes else 'extra data'})"
+        )
+    return dtype, tuple(shape), nbytes
+
+
+def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
+    """Open the disk dataset at ``path``: ``(store, action_space, action_size)``.
+
+    Every declared size is checked against the files before the first one is
+    mapped; the episode table is read into memory (its declared size checked
+    against available memory first) and checked against the rows.
+    """
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.isdir(path):
+        raise ValueError(f"{path} is not a directory: a disk dataset is a directory written by DiskDatasetWriter")
+    manifest, text = _read_manifest(path)
+    rows = _int_field(path, manifest, "rows", 1)
+    episodes = _int_field(path, manifest, "episodes", 1)
+    n_columns = _int_field(path, manifest, "n_observation_columns", 1, _MAX_OBSERVATION_COLUMNS)
+    space_name = manifest.get("action_space")
+    if space_name not in ("continuous", "discrete"):
+        raise _corrupt(path, f"'action_space' is {space_name!r}, expected 'continuous' or 'discrete'")
+    action_space = ActionSpace.DISCRETE if space_name == "discrete" else ActionSpace.CONTINUOUS
+    action_size = _int_field(path, manifest, "action_size", 1, 2**24 if space_name == "discrete" else None)
+    keys = manifest.get("observation_keys")
+    if keys is not None:
+        if (
+            not isinstance(keys, list) or len(keys) != n_columns
+            or not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys)
+        ):
+            raise _corrupt(path, f"'observation_keys' is {keys!r}, expected {n_columns} distinct strings")
+        keys = tuple(keys)
+
+    names = [f"observations_{k}" for k in range(n_columns)] + ["actions", "rewards"]
+    if isinstance(manifest.get("columns"), dict) and "behaviour_probabilities" in manifest["columns"]:
+        names.append("behaviour_probabilities")
+    specs = {name: _column_spec(path, manifest, name, rows) for name in names}
+    table_specs = {}
+    committed = 0
+    for name, dtype_str in _TABLE:
+        dtype, shape, _ = _column_spec(path, manifest, name, episodes)
+        if dtype.str != dtype_str or len(shape) != 1:
+            raise _corrupt(path, f"column {name!r} is {dtype.str} {list(shape)}, expected {dtype_str} [{episodes}]")
+        committed += _safety.check_declared_size(path, name, shape, dtype, committed)
+        table_specs[name] = (dtype, shape)
+    # schema: the dtypes an in-memory store would hold
+    for name in ("rewards",):
+        dtype, shape, _ = specs[name]
+        if dtype != np.float32 or shape[1:] != (1,):
+            raise _corrupt(path, f"rewards is {dtype} {list(shape)}, expected float32 [{rows}, 1]")
+    dtype, shape, _ = specs["actions"]
+    if action_space == ActionSpace.DISCRETE:
+        if dtype != np.int64 or shape[1:] != (1,):
+            raise _corrupt(path, f"discrete actions are {dtype} {list(shape)}, expected int64 [{rows}, 1]")
+    elif dtype != np.float32 or shape[1:] != (action_size,):
+        raise _corrupt(path, f"continuous actions are {dtype} {list(shape)}, expected float32 [{rows}, {action_size}]")
+    for k in range(n_columns):
+        dtype = specs[f"observations_{k}"][0]
+        if dtype.kind == "f" and dtype != np.float32:
+            raise _corrupt(path, f"observations_{k} is {dtype}, expected float32 (or an integer type)")
+    if "behaviour_probabilities" in specs:
+        dtype, shape, _ = specs["behaviour_probabilities"]
+        if dtype != np.float64 or len(shape) != 1:
+            raise _corrupt(path, f"behaviour_probabilities is {dtype} {list(shape)}, expected float64 [{rows}]")
+
+    table = {
+        name: np.fromfile(os.path.join(path, f"{name}.bin"), dtype=dtype, count=shape[0])
+        for name, (dtype, shape) in table_specs.items()
+    }
+    starts, ends = table["episode_starts"], table["episode_ends"]
+    terminated, has_final = table["episode_terminated"], table["episode_has_final"]
+    spans_end = ends + has_final
+    if (
+        starts[0] != 0 or np.any(ends <= starts) or np.any(starts[1:] != spans_end[:-1])
+        or spans_end[-1] != rows or np.any(terminated & has_final)
+    ):
+        raise _corrupt(path, f"its episode table does not match its {rows} rows")
+
+    def mapped(name: str) -> np.ndarray:
+        dtype, shape, _ = specs[name]
+        return np.memmap(os.path.join(path, f"{name}.bin"), dtype=dtype, mode="r", shape=shape)
+
+    store = DiskStore()
+    store.path = path
+    store.set_columns(
+        [mapped(f"observations_{k}") for k in range(n_columns)], mapped("actions"), mapped("rewards"),
+        starts, ends, terminated, has_final,
+        mapped("behaviour_probabilities") if "behaviour_probabilities" in specs else None,
+        observation_keys=keys,
+    )
+    if store._behaviour is not None and not isinstance(store._behaviour, np.memmap):
+        store._behaviour = mapped("behaviour_probabilities")  # keep it mapped, not copied
+    for column in store._mapped_columns():
+        mm = getattr(column, "_mmap", None)
+        if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+            with contextlib.suppress(OSError, ValueError):
+                mm.madvise(mmap.MADV_RANDOM)  # random rows: no read-ahead
+    for name in [MANIFEST] + [f"{n}.bin" for n in names] + [f"{n}.bin" for n, _ in _TABLE]:
+        st = os.stat(os.path.join(path, name))
+        store._stats[name] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    store._manifest_text = text
+    return store, action_space, action_size
+
+
+def before_epoch(dataset: Any) -> None:
+    """Training's per-epoch hook: when ``dataset`` samples from a
+    :class:`DiskStore`, check its files are unchanged (raising
+    :class:`DiskDatasetChangedError` otherwise) and release mapped pages."""
+    store = getattr(dataset, "buffer", None)
+    if isinstance(store, DiskStore):
+        store.check()
+        store.release_pages()
+
+
+# --------------------------------------------------------------- writing
+class DiskDatasetWriter:
+    """Stream episodes into a new disk dataset at ``path``.
+
+    ::
+
+        with DiskDatasetWriter("data/") as writer:
+            for episode in episodes:
+                writer.add_episode(episode)
+
+    Episodes are validated and converted exactly as
+    ``ReplayBuffer.append_episode`` does (the first one sets the
+    signatures), then appended to the column files of a hidden sibling
+    directory; :meth:`close` (leaving the ``with`` block normally) writes
+    the episode table and manifest and renames the directory to ``path``.
+    An exception inside the block removes the partial directory.
+
+    Args:
+        path: the directory to create (must not exist unless ``overwrite``).
+        action_space: as for ``append_episode``; by default integer actions
+            are discrete.
+        action_size: for discrete actions, the number of actions (default:
+            the largest action written + 1).
+        expected_bytes: bytes the data will take, when known: checked
+            against the free disk space before anything is written.
+        overwrite: replace an existing disk dataset at ``path`` on close.
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        action_space: Optional[ActionSpace] = None,
+        action_size: Optional[int] = None,
+        expected_bytes: Optional[int] = None,
+        overwrite: bool = False,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        if os.path.exists(self.path) and not (overwrite and is_disk_dataset(self.path)):
+            raise ValueError(
+                f"path {self.path} already exists; choose a new directory"
+                + ("" if overwrite else " or pass overwrite=True to replace a disk dataset")
+            )
+        parent = os.path.dirname(self.path)
+        if not os.path.isdir(parent):
+            raise ValueError(f"path {self.path}: its parent directory {parent} does not exist")
+        if expected_bytes is not None:
+            check_free_space(parent, int(expected_bytes))
+        self._action_space = None if action_space is None else ActionSpace.parse(action_space)
+        self._action_size = None if action_size is None else int(action_size)
+        self._tmp = _safety.sibling_temporary_name(self.path, "writing")
+        os.mkdir(self._tmp)
+        self._files: dict[str, Any] = {}
+        self._shapes: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        self._rows = 0
+        self._table: dict[str, list] = {name: [] for name, _ in _TABLE}
+        self._info: Any = None
+        self._max_action = -1
+        self._closed = False
+        self._written_since_check = 0
+
+    # ------------------------------------------------------------ helpers
+    def _open_column(self, name: str, dtype: np.dtype, row_shape: tuple[int, ...]) -> Any:
+        self._shapes[name] = (np.dtype(dtype), tuple(row_shape))
+        f = open(os.path.join(self._tmp, f"{name}.bin"), "wb")
+        self._files[name] = f
+        return f
+
+    def _validate(self, episode: EpisodeBase) -> ColumnStore:
+        """The episode in a one-episode in-memory store, converted to the
+        dataset's dtypes (its signatures set by the first episode)."""
+        from .replay_buffer import ReplayBuffer
+
+        if self._info is None:
+            size = self._action_size
+            if size is None and self._action_space == ActionSpace.DISCRETE:
+                size = 2**24
+            buffer = ReplayBuffer(InfiniteBuffer(), action_space=self._action_space, action_size=size)
+            buffer.append_episode(episode, action_space=self._action_space, action_size=size)
+            self._info = buffer.dataset_info
+        else:
+            info = self._info
+            buffer = ReplayBuffer(
+                InfiniteBuffer(), observation_signature=info.observation_signature,
+                action_signature=info.action_signature, reward_signature=info.reward_signature,
+                action_space=info.action_space, action_size=info.action_size,
+            )
+            buffer.append_episode(episode)
+        return buffer.buffer  # type: ignore[return-value]
+
+    def add_episode(self, episode: EpisodeBase) -> None:
+        """Validate ``episode`` and append it to the files."""
+        if self._closed:
+            raise ValueError("this DiskDatasetWriter is closed")
+        try:
+            store = self._validate(episode)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"episode {len(self._table['episode_starts'])}: {e}") from None
+        head, tail = store.head, store.tail
+        columns = {f"observations_{k}": o[head:tail] for k, o in enumerate(store.observations)}
+        columns["actions"] = store.actions[head:tail]
+        columns["rewards"] = store.rewards[head:tail]
+        behaviour = store.behaviour_probabilities
+        if behaviour is not None:
+            columns["behaviour_probabilities"] = behaviour[head:tail]
+        n = tail - head
+        nbytes = sum(int(c.nbytes) for c in columns.values())
+        self._written_since_check += nbytes
+        if self._written_since_check >= (64 << 20) or not self._files:
+            check_free_space(self._tmp, nbytes, "the next episode")
+            self._written_since_check = 0
+        if not self._files:
+            for name, column in columns.items():
+                self._open_column(name, column.dtype, column.shape[1:])
+        if "behaviour_probabilities" in columns and "behaviour_probabilities" not in self._files:
+            f = self._open_column("behaviour_probabilities", np.dtype(np.float64), ())
+            nan = np.full(min(self._rows, _COPY_ROWS), np.nan)
+            for start in range(0, self._rows, _COPY_ROWS):
+                nan[: min(_COPY_ROWS, self._rows - start)].tofile(f)
+        if "behaviour_probabilities" in self._files and "behaviour_probabilities" not in columns:
+            column = np.full(n, np.nan)
+            if store.episode_table()[3][0]:
+                column[-1] = 1.0  # a final-observation row
+            columns["behaviour_probabilities"] = column
+        for name, column in columns.items():
+            np.ascontiguousarray(column).tofile(self._files[name])
+        starts, ends, terminated, has_final = store.episode_table()
+        self._table["episode_starts"].append(self._rows + int(starts[0]) - head)
+        self._table["episode_ends"].append(self._rows + int(ends[0]) - head)
+        self._table["episode_terminated"].append(bool(terminated[0]))
+        self._table["episode_has_final"].append(bool(has_final[0]))
+        if self._info.action_space == ActionSpace.DISCRETE:
+            rows = slice(head, int(ends[0]))
+            self._max_action = max(self._max_action, int(store.actions[rows].max()))
+        self._rows += n
+
+    def add_episodes(self, episodes: Iterable[EpisodeBase]) -> None:
+        """:meth:`add_episode` for each of ``episodes``."""
+        for episode in episodes:
+            self.add_episode(episode)
+
+    def close(self) -> str:
+        """Finish the dataset and move it into place; returns its path."""
+        if self._closed:
+            return self.path
+        if not self._table["episode_starts"]:
+            self.abort()
+            raise ValueError(f"no episodes were written to {self.path}: nothing to save")
+        for f in self._files.values():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        info = self._info
+        if info.action_space == ActionSpace.DISCRETE:
+            size = self._action_size if self._action_size is not None else self._max_action + 1
+        else:
+            size = int(info.action_size)
+        episodes = len(self._table["episode_starts"])
+        columns = {}
+        for name, (dtype, row_shape) in self._shapes.items():
+            shape = [self._rows, *row_shape]
+            columns[name] = {"dtype": _dtype_str(dtype), "shape": shape,
+                             "bytes": int(np.prod(shape, dtype=np.int64)) * dtype.itemsize}
+        for name, dtype_str in _TABLE:
+            array = np.asarray(self._table[name], dtype=np.dtype(dtype_str))
+            array.tofile(os.path.join(self._tmp, f"{name}.bin"))
+            columns[name] = {"dtype": dtype_str, "shape": [episodes], "bytes": int(array.nbytes)}
+        keys = info.observation_signature.keys
+        manifest = {
+            "format": DISK_FORMAT,
+            "schema_version": DISK_SCHEMA_VERSION,
+            "offrl_version": __version__,
+            "action_space": info.action_space.name.lower(),
+            "action_size": int(size),
+            "rows": self._rows,
+            "episodes": episodes,
+            "n_observation_columns": len(info.observation_signature.dtype),
+            "observation_keys": None if keys is None else list(keys),
+            "columns": columns,
+        }
+        with open(os.path.join(self._tmp, MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        old = None
+        if os.path.exists(self.path):
+            old = _safety.sibling_temporary_name(self.path, "replaced")
+            os.rename(self.path, old)
+        os.rename(self._tmp, self.path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        self._closed = True
+        return self.path
+
+    def abort(self) -> None:
+        """Discard everything written; ``path`` is left untouched."""
+        for f in self._files.values():
+            with contextlib.suppress(OSError):
+                f.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._closed = True
+
+    def __enter__(self) -> "DiskDatasetWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        return f"DiskDatasetWriter({self.path!r}, episodes={len(self._table['episode_starts'])}, rows={self._rows})"
+
+
+def _store_of(dataset: Any) -> ColumnStore:
+    store = getattr(dataset, "buffer", dataset)
+    if not isinstance(store, ColumnStore):
+        raise TypeError(
+            f"dump_disk_dataset needs a buffer with columnar storage (InfiniteBuffer or FIFOBuffer), "
+            f"got {type(store).__name__}"
+        )
+    return store
+
+
+def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False) -> str:
+    """Write a ``ReplayBuffer``'s live episodes as a disk dataset at
+    ``path``, copying columns in chunks (a disk-backed source is never
+    loaded whole). The bytes needed are checked against the free space
+    before anything is written. Returns the path."""
+    store = _store_of(dataset)
+    info = dataset.dataset_info
+    head, tail = store.head, store.tail
+    starts, ends, terminated, has_final = store.episode_table()
+    if starts.size == 0:
+        raise ValueError("cannot dump a buffer with no episodes")
+    if store.has_open_episode:
+        raise ValueError("an episode is being written with append(); call clip_episode() before dumping")
+    sources = {f"observations_{k}": o for k, o in enumerate(store.observations)}
+    sources["actions"] = store.actions
+    sources["rewards"] = store.rewards
+    if store.behaviour_probabilities is not None:
+        sources["behaviour_probabilities"] = store.behaviour_probabilities
+    row_bytes = sum(int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize for c in sources.values())
+    needed = row_bytes * (tail - head) + 18 * int(starts.size)
+    writer = DiskDatasetWriter(path, expected_bytes=needed, overwrite=overwrite)
+    try:
+        for name, column in sources.items():
+            f = writer._open_column(name, column.dtype, column.shape[1:])
+            for a in range(head, tail, _COPY_ROWS):
+                np.ascontiguousarray(column[a : min(a + _COPY_ROWS, tail)]).tofile(f)
+        writer._info = info
+        writer._rows = tail - head
+        writer._table = {
+            "episode_starts": list(starts - head), "episode_ends": list(ends - head),
+            "episode_terminated": list(terminated), "episode_has_final": list(has_final),
+        }
+        writer._action_size = int(info.action_size)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.close()
+
+
+def load_disk_buffer(cls: type, path: Any, buffer: Any, components: dict) -> Any:
+    """``ReplayBuffer.load(path, buffer, in_memory=False)``: a buffer of
+    class ``cls`` sampling from the disk dataset at ``path`` in place."""
+    from .replay_buffer import ReplayBuffer
+
+    if buffer is not None and (type(buffer) is not InfiniteBuffer or buffer.episode_count):
+        raise ValueError(
+            "in_memory=False keeps the data on disk in a read-only store: pass buffer=None or an empty "
+            f"InfiniteBuffer(), got {type(buffer).__name__}"
+            + (" (a FIFO buffer cannot drop rows from a file)" if isinstance(buffer, FIFOBuffer) else "")
+        )
+    if not is_disk_dataset(path):
+        raise ValueError(
+            f"{os.fspath(path)} is not a disk dataset directory; in_memory=False reads a directory written by "
+            "DiskDatasetWriter or dump_disk_dataset (convert an HDF5 file with "
+            "dump_disk_dataset(ReplayBuffer.load(file), directory))"
+        )
+    store, space, size = open_disk_dataset(path)
+    out = ReplayBuffer.__new__(cls)
+    components = dict(components)
+    components.update(action_space=space, action_size=size)
+    ReplayBuffer.__init__(out, store, **components)
+    return out
+
+
+def _as_episode(observations: Any, actions: Any, rewards: Any, terminated: bool,
+                final_observation: Any = None, behaviour_probabilities: Any = None) -> Episode:
+    """An :class:`Episode` from arrays (for importers that stream)."""
+    return Episode(observations=observations, actions=actions, rewards=rewards, terminated=bool(terminated),
+                   final_observation=final_observation, behaviour_probabilities=behaviour_probabilities)
+
+
+def read_disk_dataset(path: Any) -> dict:
+    """A disk dataset's columns copied into memory, in the layout
+    ``offrl.dataset.io.read_dataset_file`` returns (for ``in_memory=True``)."""
+    store, space, size = open_disk_dataset(path)
+    for name, column in (("observations", None), ("actions", store.actions), ("rewards", store.rewards)):
+        if column is not None:
+            _safety.check_declared_size(store.path, name, column.shape, column.dtype)
+    starts, ends, terminated, has_final = store.episode_table()
+    behaviour = store.behaviour_probabilities
+    return {
+        "observations": [np.array(o) for o in store.observations],
+        "actions": np.array(store.actions),
+        "rewards": np.array(store.rewards),
+        "behaviour_probabilities": None if behaviour is None else np.array(behaviour),
+        "episode_starts": starts.copy(), "episode_ends": ends.copy(),
+        "episode_terminated": terminated.copy(), "episode_has_final": has_final.copy(),
+        "observation_keys": store.observation_signature.keys,
+        "action_space": space, "action_size": size,
+    }
