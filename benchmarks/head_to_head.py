@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""Updates per second and ``predict`` latency, offrl against d3rlpy 2.8.1
+in truly interleaved rounds.
+
+Run from the repository root:
+
+    python benchmarks/head_to_head.py --only CQL,CalQL --d3rlpy-python /path/to/venv/bin/python
+    python benchmarks/head_to_head.py --only BCQ --rounds 9 --round-s 2 --predict
+
+``benchmarks/algos.py`` measures offrl first and d3rlpy afterwards in one
+worker run, so a change of machine load between the two moves the ratio.
+Here each library lives in its own long-lived worker process (offrl in this
+interpreter, d3rlpy in ``--d3rlpy-python``), both built at the documented
+defaults on the same synthetic data as ``benchmarks/algos.py`` (its
+``SPECS``), and the parent alternates short rounds between them (offrl,
+d3rlpy, offrl, ...; the first library of each pair alternates too). The
+ratio is the median of the per-round ratios; the per-round figures and the
+load average are printed so the noise can be judged. Each round runs
+``dataset.sample_transition_batch(batch_size)`` + ``algo.update(batch)``
+(the public API, sampling included) for ``--round-s`` seconds; with
+``--predict`` it also times ``predict`` on one observation the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from _harness import (Worker, add_common_args, check_threads, d3rlpy_interpreter, gc_paused, load_average, log,
+                      parse_only, print_load, serve, set_threads)
+
+
+def _names() -> List[str]:
+    import algos
+
+    return [s.name for s in algos.ALGOS]
+
+
+def build(backend: str, name: str) -> Dict[str, Any]:
+    """The algorithm of ``backend`` at its default config, built on the
+    same synthetic dataset as ``benchmarks/algos.py``, with its step and
+    predict functions."""
+    import algos
+    from _data import SEED, make_data
+
+    spec = algos.SPECS[name]
+    data = make_data(spec.data)
+    if backend == "d3rlpy":
+        import d3rlpy
+
+        from _harness import quiet_d3rlpy
+
+        quiet_d3rlpy()
+        d3rlpy.seed(SEED)
+        dataset = d3rlpy.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
+                                            timeouts=data["timeouts"])
+        algo = getattr(d3rlpy.algos, spec.config)().create(device="cpu:0")
+        algo.build_with_dataset(dataset)
+        algos.prepare_d3rlpy(name, algo, data)
+        batch_size = algo.config.batch_size
+    else:
+        import warnings
+
+        import offrl
+        from offrl.dataset import MDPDataset
+
+        offrl.seed(SEED)
+        dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
+                             data["timeouts"])
+        config_class, why = algos.offrl_config_class(spec)
+        if config_class is None:
+            raise RuntimeError(why)
+        algo = config_class().create(device="cpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            algo.build_with_dataset(dataset)
+        algos.prepare_offrl(name, algo, dataset)
+        batch_size = algo.batch_size
+    x1 = np.ascontiguousarray(data["observations"][:1])
+    return {
+        "step": lambda: algo.update(dataset.sample_transition_batch(batch_size)),
+        "predict": lambda: algo.predict(x1),
+    }
+
+
+def _timed(fn: Any, seconds: float, min_calls: int) -> Dict[str, float]:
+    """Call ``fn`` for about ``seconds`` (at least ``min_calls`` times)."""
+    with gc_paused():
+        calls, start = 0, time.perf_counter()
+        while True:
+            fn()
+            calls += 1
+            elapsed = time.perf_counter() - start
+            if calls >= min_calls and elapsed >= seconds:
+                return {"calls": calls, "s": elapsed}
+
+
+def worker(backend: str, threads: int) -> int:
+    set_threads(threads)
+    built: Dict[str, Dict[str, Any]] = {}
+
+    def handle(request: Dict[str, Any]) -> Dict[str, Any]:
+        name = request["name"]
+        if name not in built:
+            built[name] = build(backend, name)
+            for _ in range(int(request.get("warmup", 10))):
+                built[name]["step"]()
+            built[name]["predict"]()
+        what = request["what"]
+        return _timed(built[name][what], float(request["seconds"]), 2 if what == "step" else 20)
+
+    return serve({"backend": backend}, handle)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(parser, only=_names())
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per library (default 7)")
+    parser.add_argument("--round-s", type=float, default=1.5, help="seconds per round (default 1.5)")
+    parser.add_argument("--predict", action="store_true", help="also time predict on one observation")
+    parser.add_argument("--worker", choices=("offrl", "d3rlpy"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    check_threads(args, parser)
+    threads = args.threads or 1
+    if args.worker:
+        return worker(args.worker, threads)
+    names = parse_only(args.only, _names(), parser) or _names()
+    python, note = d3rlpy_interpreter(args)
+    if python is None:
+        print(f"d3rlpy skipped: {note}")
+        return 1
+    print_load("at start")
+    workers = {
+        "offrl": Worker(sys.executable, __file__, ["--worker", "offrl", "--threads", str(threads)], name="offrl"),
+        "d3rlpy": Worker(python, __file__, ["--worker", "d3rlpy", "--threads", str(threads)], name="d3rlpy"),
+    }
+    try:
+        whats = ["step"] + (["predict"] if args.predict else [])
+        for name in names:
+            for what in whats:
+                seconds = args.round_s if what == "step" else min(args.round_s, 0.5)
+                per: Dict[str, List[float]] = {"offrl": [], "d3rlpy": []}  # seconds per call
+                for r in range(args.rounds):
+                    order = ("offrl", "d3rlpy") if r % 2 == 0 else ("d3rlpy", "offrl")
+                    for backend in order:
+                        res = workers[backend].call({"name": name, "what": what, "seconds": seconds})
+                        per[backend].append(res["s"] / res["calls"])
+                ratios = [d / o for o, d in zip(per["offrl"], per["d3rlpy"])]
+                if what == "step":
+                    fo = [f"{1 / t:.1f}" for t in per["offrl"]]
+                    fd = [f"{1 / t:.1f}" for t in per["d3rlpy"]]
+                    print(f"{name} updates/s  offrl {1 / statistics.median(per['offrl']):.2f}  d3rlpy "
+                          f"{1 / statistics.median(per['d3rlpy']):.2f}  offrl/d3rlpy median of per-round ratios "
+                          f"{statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})")
+                    print(f"    rounds offrl {' '.join(fo)} | d3rlpy {' '.join(fd)}")
+                else:
+                    print(f"{name} predict(1 obs)  offrl {statistics.median(per['offrl']) * 1e6:.1f} us  d3rlpy "
+                          f"{statistics.median(per['d3rlpy']) * 1e6:.1f} us  d3rlpy/offrl {statistics.median(ratios):.2f}x")
+                print(f"    load average now {load_average()[0]:.2f}", flush=True)
+    finally:
+        for w in workers.values():
+            w.close()
+    print_load("at end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""EnsembleLinear: the oneDNN product path against a naive per-member loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from offrl.models import layers
+from offrl.models.layers import EnsembleLinear
+
+
+@pytest.fixture
+def onednn_state():
+    before = layers._ONEDNN["enabled"]
+    yield
+    layers.onednn_linear_enabled(before)
+
+
+def _naive(layer: EnsembleLinear, x: torch.Tensor) -> torch.Tensor:
+    """Member by member, ``x[e] @ W[e] + b[e]`` in float64."""
+    w, b = layer.weight.double(), layer.bias.double()
+    xs = [x.double()] * layer.ensemble_size if x.dim() == 2 else [x[e].double() for e in range(layer.ensemble_size)]
+    return torch.stack([xs[e] @ w[e] + b[e, 0] for e in range(layer.ensemble_size)])
+
+
+def _grads(layer: EnsembleLinear, x: torch.Tensor, upstream: torch.Tensor, onednn: bool):
+    layers.onednn_linear_enabled(onednn)
+    layer.zero_grad(set_to_none=True)
+    x = x.detach().clone().requires_grad_(True)
+    out = layer(x)
+    out.backward(upstream)
+    return out.detach(), x.grad, layer.weight.grad, layer.bias.grad
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # the fixture only restores a flag each example sets
+@given(
+    e=st.integers(1, 3), b=st.integers(1, 40), i=st.integers(1, 40), o=st.integers(1, 40),
+    shared=st.booleans(), seed=st.integers(0, 2**16),
+)
+def test_onednn_path_matches_naive_loop_and_baddbmm(onednn_state, e, b, i, o, shared, seed):
+    torch.manual_seed(seed)
+    layer = EnsembleLinear(e, i, o)
+    x = torch.randn(b, i) if shared else torch.randn(e, b, i)
+    upstream = torch.randn(e, b, o)
+    fast = _grads(layer, x, upstream, True)
+    plain = _grads(layer, x, upstream, False)
+    # forward against float64 member-by-member maths
+    torch.testing.assert_close(fast[0].double(), _naive(layer, x), rtol=1e-5, atol=1e-5)
+    # outputs and all gradients against the baddbmm path (float32, other summation order)
+    for got, want in zip(fast, plain):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_broadcast_upstream_gradient(onednn_state):
+    """A gradient from ``.sum()`` arrives as a stride-0 view: same result."""
+    torch.manual_seed(0)
+    layer = EnsembleLinear(2, 16, 8)
+    x = torch.randn(2, 5, 16)
+    results = []
+    for flag in (True, False):
+        layers.onednn_linear_enabled(flag)
+        layer.zero_grad(set_to_none=True)
+        layer(x).sum().backward()
+        results.append((layer.weight.grad.clone(), layer.bias.grad.clone()))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(results[0][1], torch.full((2, 1, 8), 5.0))
+
+
+def test_no_grad_input_skips_input_gradient(onednn_state):
+    layers.onednn_linear_enabled(True)
+    layer = EnsembleLinear(2, 8, 4)
+    x = torch.randn(3, 8)
+    layer(x).sum().backward()
+    assert layer.weight.grad is not None and x.grad is None
+
+
+def test_float64_and_scripting_take_the_plain_path(onednn_state):
+    layers.onednn_linear_enabled(True)
+    layer = EnsembleLinear(2, 8, 4).double()
+    x = torch.randn(3, 8, dtype=torch.float64)
+    out = layer(x)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, _naive(layer, x))
+    traced = torch.jit.trace(EnsembleLinear(2, 8, 4), torch.randn(3, 8))
+    assert traced(torch.randn(3, 8)).shape == (2, 3, 4)
+
+
+def test_switch_reports_state(onednn_state):
+    assert layers.onednn_linear_enabled(False) is False
+    available = layers._onednn_op() is not None
+    assert layers.onednn_linear_enabled(True) is available
