@@ -44,6 +44,7 @@ from torch import nn
 from .._random import get_rng
 from ..constants import ActionSpace, PositionEncodingType
 from ..dataset.batch import TrajectoryMiniBatch
+from ..dataset.signature import observation_from_dict
 from ..metrics.utility import evaluate_transformer_with_environment
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.optimizers import AdamFactory, OptimizerFactory
@@ -97,6 +98,11 @@ class TransformerInput:
     rewards: np.ndarray
     returns_to_go: np.ndarray
     timesteps: np.ndarray
+
+    def __post_init__(self) -> None:
+        if isinstance(self.observations, dict):  # dict observations: their values in sorted key order
+            values = observation_from_dict(self.observations, None, "TransformerInput.observations")
+            self.observations = values[0] if len(values) == 1 else values
 
     @property
     def length(self) -> int:
@@ -612,6 +618,9 @@ class StatefulTransformerWrapper:
         if self._timesteps:
             self._return_to_go -= reward
             self._rewards[-1] = reward
+        if isinstance(x, dict):  # dict observations: their values in the stored (sorted) key order
+            x = observation_from_dict(x, self._algo.observation_keys, "x")
+            x = x[0] if len(x) == 1 else x
         self._observations.append([np.asarray(o) for o in x] if isinstance(x, (list, tuple)) else np.asarray(x))
         placeholder = np.zeros((), dtype=np.int64) if self._discrete else np.zeros(self._algo.action_size, np.float32)
         self._actions.append(placeholder)

@@ -97,8 +97,20 @@ def test_dict_observations_train_like_the_equivalent_tuple(name, discrete):
     assert isinstance(algo.config.observation_scaler, DictObservationScaler)
     x_dict = {k: v[:5] for k, v in observations.items()}
     x_tuple = [x_dict["joints"], x_dict["state"]]
-    if algo.predicts_from_sequences:
-        return  # a context's observations are the tuple form; training equality is checked below
+    if algo.predicts_from_sequences:  # a context of dicts, and the stateful wrapper fed dicts
+        n = 5
+        acts = np.zeros(n, np.int64) if discrete else np.zeros((n, 2), np.float32)
+        context = dict(actions=acts, rewards=np.zeros((n, 1), np.float32),
+                       returns_to_go=np.ones((n, 1), np.float32), timesteps=np.arange(n))
+        np.testing.assert_array_equal(algo.predict(offrl.algos.TransformerInput(observations=x_dict, **context)),
+                                      reference.predict(offrl.algos.TransformerInput(observations=x_tuple, **context)))
+        sampler = offrl.algos.GreedyTransformerActionSampler() if discrete else None
+        wrapper = algo.as_stateful_wrapper(1.0, action_sampler=sampler)
+        reference_wrapper = reference.as_stateful_wrapper(1.0, action_sampler=sampler)
+        for i in range(3):
+            a = wrapper.predict({k: v[i] for k, v in x_dict.items()}, 0.5)
+            np.testing.assert_array_equal(a, reference_wrapper.predict([v[i] for v in x_tuple], 0.5))
+        return
     actions = algo.predict(x_dict)
     if "random" not in name:  # random policies draw fresh actions per call
         np.testing.assert_array_equal(actions, reference.predict(x_tuple))
