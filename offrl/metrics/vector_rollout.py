@@ -38,7 +38,7 @@ def vector_rollout_returns(algo: Any, env: Any, n_trials: int, epsilon: float = 
     Arguments are checked by :func:`~offrl.metrics.utility.rollout_returns`."""
     spaces = vector_spaces(env)
     sub_spaces = getattr(spaces.observation_space, "spaces", None)
-    envs = VectorEnv(env, list(sub_spaces) if isinstance(sub_spaces, dict) else None)
+    envs = VectorEnv(env, sorted(sub_spaces) if isinstance(sub_spaces, dict) else None)  # the stored key order
     n = envs.n
     quota = np.array([n_trials // n + (1 if i < n_trials % n else 0) for i in range(n)])
     rng = np.random.default_rng(seed)
