@@ -168,15 +168,24 @@ class Episode:
     def serialize(self) -> dict[str, Any]:
         """The episode's fields as a dict of arrays and flags (d3rlpy's
         ``Episode.serialize``; offrl also keeps ``final_observation`` and
-        ``behaviour_probabilities`` when present)."""
+        ``behaviour_probabilities`` when present; dict observations are
+        given back as dicts)."""
+        keys = self.observation_keys
+
+        def by_key(observation: Any) -> Any:
+            if keys is None or observation is None:
+                return observation
+            values = observation if isinstance(observation, (list, tuple)) else [observation]
+            return dict(zip(keys, values))
+
         data: dict[str, Any] = {
-            "observations": self.observations,
+            "observations": by_key(self.observations),
             "actions": self.actions,
             "rewards": self.rewards,
             "terminated": self.terminated,
         }
         if self.final_observation is not None:
-            data["final_observation"] = self.final_observation
+            data["final_observation"] = by_key(self.final_observation)
         if self.behaviour_probabilities is not None:
             data["behaviour_probabilities"] = self.behaviour_probabilities
         return data

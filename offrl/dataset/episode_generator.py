@@ -29,7 +29,8 @@ class EpisodeGenerator:
     views of the given arrays, not copies.
 
     Args:
-        observations: ``(N, *obs_shape)``, or a list of such arrays.
+        observations: ``(N, *obs_shape)``, a list of such arrays, or a dict
+            of them by key (episodes keep the keys).
         actions: ``(N, action_dim)`` or ``(N,)``.
         rewards: ``(N,)`` or ``(N, 1)``.
         terminals, timeouts: ``(N,)`` 0/1 flags.
@@ -43,6 +44,7 @@ class EpisodeGenerator:
         terminals: Any,
         timeouts: Optional[Any] = None,
     ) -> None:
+        self._keys = _checks.observation_keys(observations)
         self._observations = _checks.as_observation_columns(observations)
         n = self._observations[0].shape[0]
         actions = np.asarray(actions)
@@ -72,6 +74,7 @@ class EpisodeGenerator:
                 actions=self._actions[s:e],
                 rewards=self._rewards[s:e],
                 terminated=bool(self._terminals[e - 1]),
+                observation_keys=self._keys,
             )
             for s, e in zip(starts.tolist(), ends.tolist())
             if e > s

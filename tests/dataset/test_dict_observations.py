@@ -356,3 +356,21 @@ def test_signature_keys_round_trip_and_compare():
         Signature(dtype=[np.float32], shape=[(3,)], keys=["a", "b"])
     with pytest.raises(ValueError, match="repeat"):
         Signature(dtype=[np.float32, np.float32], shape=[(3,), (2,)], keys=["a", "a"])
+
+
+def test_episode_generator_and_serialize_keep_keys():
+    from offrl.dataset import EpisodeGenerator
+
+    rng = np.random.default_rng(7)
+    obs = {"b": rng.normal(size=(6, 2)).astype(np.float32), "a": rng.normal(size=(6, 1)).astype(np.float32)}
+    episodes = EpisodeGenerator(obs, np.zeros((6, 2), np.float32), np.zeros(6), np.r_[0, 0, 1, 0, 0, 1])()
+    assert [e.observation_keys for e in episodes] == [("a", "b"), ("a", "b")]
+    np.testing.assert_array_equal(episodes[1].observations[1], obs["b"][3:])
+    final = {"a": np.ones(1, np.float32), "b": np.ones(2, np.float32)}
+    episode = Episode(obs, np.zeros((6, 2), np.float32), np.zeros((6, 1), np.float32), False, final_observation=final)
+    data = episode.serialize()
+    assert set(data["observations"]) == {"a", "b"} and set(data["final_observation"]) == {"a", "b"}
+    again = Episode.deserialize(data)
+    assert again.observation_keys == ("a", "b")
+    np.testing.assert_array_equal(again.observations[1], obs["b"])
+    np.testing.assert_array_equal(again.final_observation[0], final["a"])
