@@ -437,6 +437,17 @@ class _FixedSplit:
         yield self.train, self.test
 
 
+def _on_dataset(evaluator: Any, dataset: Any) -> Any:
+    """``evaluator`` called with ``dataset`` whatever ``fit`` trains on."""
+    if not callable(evaluator):
+        return evaluator  # fit's own check names it
+
+    def score(algo: Any, _train: Any) -> float:
+        return evaluator(algo, dataset)
+
+    return score
+
+
 def _not_settled_message(name: str, diagnostic: Optional[ConvergenceDiagnostic]) -> str:
     advice = (f"train longer (a larger n_steps with fit(..., early_stopping=True, n_steps_per_epoch=1000)) "
               f"or use {name}Config.recommended(), whose settings converge")
@@ -633,7 +644,7 @@ class FQE(QLearningAlgoBase):
             epoch_callback: Optional[Callable[..., None]] = None,
             scorers: Optional[Dict[str, Any]] = None, *, early_stopping: bool = False,
             holdout_fraction: float = 0.1, convergence_window: int = 3,
-            convergence_tolerance: float = 0.02) -> List[Tuple[int, Dict[str, float]]]:
+            convergence_tolerance: float = 0.03) -> List[Tuple[int, Dict[str, float]]]:
         """Train FQE on ``dataset`` (see :meth:`QLearningAlgoBase.fit`);
         ``scorers`` is accepted as d3rlpy's older name of ``evaluators``.
         Evaluators see FQE: ``predict`` is the evaluated policy and
@@ -684,7 +695,7 @@ class FQE(QLearningAlgoBase):
                epoch_callback: Optional[Callable[..., None]] = None,
                scorers: Optional[Dict[str, Any]] = None, *, early_stopping: bool = False,
                holdout_fraction: float = 0.1, convergence_window: int = 3,
-               convergence_tolerance: float = 0.02) -> Generator[Tuple[int, Dict[str, float]], None, None]:
+               convergence_tolerance: float = 0.03) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
         _check_convergence_args(early_stopping, holdout_fraction, convergence_window, convergence_tolerance)
         evaluators = _merge_scorers(evaluators, scorers)
@@ -696,9 +707,11 @@ class FQE(QLearningAlgoBase):
         if isinstance(self._algo, SequencePolicy):  # next actions replayed from each episode's history
             train = self._algo.replay_next_actions(train)
         self._convergence = None
+        # the user's evaluators score the dataset they gave, held-out episodes included
+        given = {name: _on_dataset(evaluator, dataset) for name, evaluator in (evaluators or {}).items()}
         inner = super().fitter(train, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
                                with_timestamp, logger_adapter, show_progress, save_interval,
-                               {**(evaluators or {}), **monitor.evaluators()}, callback, epoch_callback)
+                               {**given, **monitor.evaluators()}, callback, epoch_callback)
         return self._until_settled(inner, train, monitor, bool(early_stopping))
 
     def _until_settled(self, inner: Generator[Tuple[int, Dict[str, float]], None, None], train: Any,
