@@ -410,6 +410,29 @@ def test_explorer_reset_env_at_every_episode_start(kind):
         assert starts[0] == (i, 0)
 
 
+def test_normal_noise_and_boltzmann_draw_per_environment_generator():
+    algo = StubAlgo()
+    x = np.zeros((2, 4), dtype=np.float32)
+    got = NormalNoise(mean=0.0, std=0.3, low=-5.0, high=5.0).sample_envs(
+        algo, x, 1, [0, 1], [np.random.default_rng(s) for s in (1, 2)])
+    want = [np.random.default_rng(s).normal(0.0, 0.3, size=(1,))[0] for s in (1, 2)]
+    np.testing.assert_allclose(got[:, 0], want, rtol=1e-5)
+
+    class Valued:
+        action_size = 3
+
+        def predict_value(self, x, action):
+            return np.asarray(action, dtype=np.float64)  # Q(s, a) = a
+
+    from offrl.algos import Boltzmann
+
+    explorer = Boltzmann(temperature=1.0)
+    got = explorer.sample_envs(Valued(), x, 1, [0, 1], [np.random.default_rng(s) for s in (3, 4)])
+    cdf = np.cumsum(explorer.probabilities(np.arange(3.0)))
+    want = [int(np.searchsorted(cdf, np.random.default_rng(s).random(), side="right")) for s in (3, 4)]
+    np.testing.assert_array_equal(got, want)
+
+
 # ------------------------------------------------------------- evaluation
 @pytest.mark.parametrize("kind", ["list", "sync-next", "sync-same", "sync-disabled"])
 def test_rollout_returns_split_trials_across_environments(kind):
