@@ -1,0 +1,359 @@
+"""Disk-backed datasets (offrl.dataset.disk): the same data sampled in memory
+and from memory-mapped files gives exactly the same results; writers are
+atomic; faults (files changed under a reader, a full disk, corrupt
+manifests or columns) raise clear errors."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import offrl
+from offrl.algos import DiscreteBCConfig, DQNConfig
+from offrl.dataset import (
+    BasicTrajectorySlicer,
+    BasicTransitionPicker,
+    DiskDatasetChangedError,
+    DiskDatasetWriter,
+    DiskStore,
+    Episode,
+    FIFOBuffer,
+    FrameStackTransitionPicker,
+    InfiniteBuffer,
+    MultiStepTransitionPicker,
+    ReplayBuffer,
+    dump_disk_dataset,
+    train_test_split,
+)
+from offrl.dataset import disk as disk_module
+from offrl.logging import NoopAdapterFactory
+from offrl.metrics import (
+    AverageValueEstimationEvaluator,
+    DiscountedSumOfAdvantageEvaluator,
+    DiscreteActionMatchEvaluator,
+    InitialStateValueEstimationEvaluator,
+    TDErrorEvaluator,
+)
+from offrl.ope import DiscreteFQE, DiscreteFQEConfig, estimate_policy_value
+
+
+def _episodes(discrete: bool = True, seed: int = 0, n_episodes: int = 6) -> list[Episode]:
+    """Terminated, truncated-with-final-observation and truncated episodes,
+    behaviour probabilities on every step (discrete) or none (continuous)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n_episodes):
+        n = int(rng.integers(3, 9))
+        obs = rng.normal(size=(n, 3)).astype(np.float32)
+        if discrete:
+            actions = rng.integers(0, 3, size=(n, 1))
+            behaviour = rng.uniform(0.2, 1.0, size=n)
+        else:
+            actions = rng.uniform(-1, 1, size=(n, 2)).astype(np.float32)
+            behaviour = None
+        kind = i % 3
+        out.append(Episode(
+            observations=obs, actions=actions, rewards=rng.normal(size=(n, 1)).astype(np.float32),
+            terminated=kind == 0,
+            final_observation=rng.normal(size=3).astype(np.float32) if kind == 1 else None,
+            behaviour_probabilities=behaviour,
+        ))
+    return out
+
+
+Pair = namedtuple("Pair", "memory disk path")
+
+
+def _pair(tmp_path, discrete: bool = True, **components) -> Pair:
+    episodes = _episodes(discrete)
+    space = offrl.ActionSpace.DISCRETE if discrete else offrl.ActionSpace.CONTINUOUS
+    size = 3 if discrete else None
+    memory = ReplayBuffer(InfiniteBuffer(), episodes=episodes, action_space=space, action_size=size, **components)
+    path = tmp_path / "data"
+    with DiskDatasetWriter(path, action_size=size) as writer:
+        writer.add_episodes(episodes)
+    disk = ReplayBuffer.load(path, in_memory=False, **components)
+    return Pair(memory, disk, path)
+
+
+def _assert_batches_equal(a, b) -> None:
+    for field in ("observations", "actions", "rewards", "next_observations", "terminals", "intervals"):
+        if hasattr(a, field):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+
+
+# ------------------------------------------------------------------ layout
+def test_disk_store_holds_the_same_columns_and_table_as_memory(tmp_path):
+    pair = _pair(tmp_path)
+    m, d = pair.memory.buffer, pair.disk.buffer
+    assert isinstance(d, DiskStore) and isinstance(d.actions, np.memmap)
+    assert d.transition_count == m.transition_count and d.episode_count == m.episode_count
+    for a, b in zip(m.episode_table(), d.episode_table()):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(m.observations[0][m.head:m.tail], d.observations[0])
+    np.testing.assert_array_equal(m.actions[m.head:m.tail], d.actions)
+    np.testing.assert_array_equal(m.behaviour_probabilities[m.head:m.tail], d.behaviour_probabilities)
+    assert pair.disk.dataset_info == pair.memory.dataset_info
+    np.testing.assert_array_equal(pair.memory.compute_returns(), pair.disk.compute_returns())
+    for key, value in pair.memory.to_arrays().items():
+        np.testing.assert_array_equal(value, pair.disk.to_arrays()[key], err_msg=key)
+    manifest = json.loads((pair.path / "manifest.json").read_text())
+    assert manifest["rows"] == m.tail - m.head and manifest["columns"]["actions"]["dtype"] == "<i8"
+
+
+@pytest.mark.parametrize("picker", [BasicTransitionPicker(), MultiStepTransitionPicker(3, 0.9),
+                                    FrameStackTransitionPicker(2)], ids=["basic", "multistep", "framestack"])
+def test_transition_batches_from_disk_equal_memory(tmp_path, picker):
+    pair = _pair(tmp_path, transition_picker=picker)
+    for seed in (0, 1):
+        offrl.seed(seed)
+        a = pair.memory.sample_transition_batch(64)
+        offrl.seed(seed)
+        b = pair.disk.sample_transition_batch(64)
+        _assert_batches_equal(a, b)
+    offrl.seed(3)
+    t = pair.memory.sample_transition()
+    offrl.seed(3)
+    u = pair.disk.sample_transition()
+    np.testing.assert_array_equal(t.observation, u.observation)
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_trajectory_batches_from_disk_equal_memory(tmp_path, discrete):
+    pair = _pair(tmp_path, discrete=discrete, trajectory_slicer=BasicTrajectorySlicer())
+    offrl.seed(5)
+    a = pair.memory.sample_trajectory_batch(16, 4)
+    offrl.seed(5)
+    b = pair.disk.sample_trajectory_batch(16, 4)
+    for field in ("observations", "actions", "rewards", "returns_to_go", "terminals", "timesteps", "masks"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+
+
+def test_user_picker_sees_the_same_episodes_from_disk(tmp_path):
+    class Picker:  # a d3rlpy-style picker: called per (episode, index)
+        def __call__(self, episode, index):
+            return BasicTransitionPicker()(episode, index)
+
+    pair = _pair(tmp_path, transition_picker=Picker())
+    offrl.seed(2)
+    a = pair.memory.sample_transition_batch(16)
+    offrl.seed(2)
+    b = pair.disk.sample_transition_batch(16)
+    _assert_batches_equal(a, b)
+
+
+def test_splits_of_a_disk_dataset_equal_the_memory_splits(tmp_path):
+    pair = _pair(tmp_path)
+    train_m, test_m = train_test_split(pair.memory, test_size=0.5, random_state=3)
+    train_d, test_d = train_test_split(pair.disk, test_size=0.5, random_state=3)
+    for a, b in ((train_m, train_d), (test_m, test_d)):
+        assert a.size() == b.size()
+        for x, y in zip(a.episodes, b.episodes):
+            np.testing.assert_array_equal(x.observations, y.observations)
+            np.testing.assert_array_equal(x.rewards, y.rewards)
+
+
+def _policy(dataset):
+    policy = DiscreteBCConfig(batch_size=8).create()
+    offrl.seed(1)
+    policy.build_with_dataset(dataset)
+    return policy
+
+
+def test_evaluators_and_importance_sampling_on_disk_equal_memory(tmp_path):
+    pair = _pair(tmp_path)
+    policy = _policy(pair.memory)
+    q_algo = DQNConfig(batch_size=8).create()
+    offrl.seed(1)
+    q_algo.build_with_dataset(pair.memory)
+    for evaluator in (TDErrorEvaluator(), DiscountedSumOfAdvantageEvaluator(),
+                      AverageValueEstimationEvaluator(), InitialStateValueEstimationEvaluator(),
+                      DiscreteActionMatchEvaluator()):
+        assert evaluator(q_algo, pair.memory) == evaluator(q_algo, pair.disk)
+    for estimator in ("is", "wis", "pdis", "wpdis"):
+        a = estimate_policy_value(policy, pair.memory, estimator, n_bootstrap=30)
+        b = estimate_policy_value(policy, pair.disk, estimator, n_bootstrap=30)
+        assert a.value == b.value and a.lower == b.lower and a.upper == b.upper
+
+
+def test_fqe_trained_on_disk_equals_fqe_trained_in_memory(tmp_path):
+    pair = _pair(tmp_path)
+    values = []
+    for dataset in (pair.memory, pair.disk):
+        policy = _policy(pair.memory)
+        fqe = DiscreteFQE(algo=policy, config=DiscreteFQEConfig(batch_size=8))
+        offrl.seed(2)
+        fqe.fit(dataset, n_steps=4, n_steps_per_epoch=2, logger_adapter=NoopAdapterFactory(), show_progress=False)
+        x = pair.memory.to_arrays()["observations"]
+        values.append(fqe.predict_value(x, policy.predict(x)))
+    np.testing.assert_array_equal(values[0], values[1])
+
+
+# ------------------------------------------------------------ round trips
+def test_dump_disk_dataset_round_trips_a_fifo_buffer_and_loads_in_memory(tmp_path):
+    episodes = _episodes(discrete=False, n_episodes=8)
+    fifo = ReplayBuffer(FIFOBuffer(20), episodes=episodes)  # its head has moved
+    assert fifo.buffer.head > 0
+    path = dump_disk_dataset(fifo, tmp_path / "fifo")
+    back = ReplayBuffer.load(path, in_memory=False)
+    loaded = ReplayBuffer.load(path)  # in_memory=True copies the columns
+    assert type(loaded.buffer) is InfiniteBuffer and not isinstance(loaded.buffer.actions, np.memmap)
+    for other in (back, loaded):
+        assert other.transition_count == fifo.transition_count == 20
+        for x, y in zip(fifo.episodes, other.episodes):
+            np.testing.assert_array_equal(x.observations, y.observations)
+            np.testing.assert_array_equal(x.actions, y.actions)
+            assert x.terminated == y.terminated
+    # a disk source dumps again in chunks, byte for byte
+    again = dump_disk_dataset(back, tmp_path / "again")
+    for name in os.listdir(path):
+        if name.endswith(".bin"):
+            assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "fifo" / name).read_bytes()
+    assert os.path.isdir(again)
+
+
+def test_streaming_writer_backfills_behaviour_and_infers_discrete_action_size(tmp_path):
+    eps = _episodes(discrete=True, n_episodes=4)
+    first = Episode(observations=eps[0].observations, actions=eps[0].actions, rewards=eps[0].rewards,
+                    terminated=True)  # no behaviour probabilities
+    with DiskDatasetWriter(tmp_path / "d") as writer:
+        writer.add_episode(first)
+        writer.add_episodes(eps[1:])
+    disk = ReplayBuffer.load(tmp_path / "d", in_memory=False)
+    memory = ReplayBuffer(InfiniteBuffer(), episodes=[first, *eps[1:]], action_space=offrl.ActionSpace.DISCRETE)
+    np.testing.assert_array_equal(disk.behaviour_probabilities, memory.behaviour_probabilities)
+    assert np.isnan(disk.behaviour_probabilities[: first.size()]).all()
+    largest = max(int(e.actions.max()) for e in eps)
+    assert disk.dataset_info.action_size == largest + 1
+
+
+def test_writer_is_atomic_and_refuses_bad_episodes_naming_them(tmp_path):
+    target = tmp_path / "d"
+    with pytest.raises(RuntimeError, match="boom"):
+        with DiskDatasetWriter(target) as writer:
+            writer.add_episode(_episodes()[0])
+            raise RuntimeError("boom")
+    assert os.listdir(tmp_path) == []  # no partial directory, no target
+    writer = DiskDatasetWriter(target)
+    writer.add_episode(_episodes()[0])
+    bad = Episode(observations=np.zeros((3, 4), np.float32), actions=np.zeros((3, 1), np.int64),
+                  rewards=np.zeros((3, 1), np.float32), terminated=True)
+    with pytest.raises(ValueError, match="episode 1"):
+        writer.add_episode(bad)
+    assert not target.exists()  # nothing visible before close
+    writer.close()
+    assert ReplayBuffer.load(target, in_memory=False).size() == 1
+    with pytest.raises(ValueError, match="already exists"):
+        DiskDatasetWriter(target)
+    with pytest.raises(ValueError, match="no episodes"):
+        DiskDatasetWriter(tmp_path / "empty").close()
+    assert not (tmp_path / "empty").exists()
+
+
+def test_disk_store_is_read_only(tmp_path):
+    pair = _pair(tmp_path)
+    with pytest.raises(TypeError, match="read-only on disk"):
+        pair.disk.append_episode(_episodes()[0])
+    with pytest.raises(TypeError, match="read-only on disk"):
+        pair.disk.append(np.zeros(3, np.float32), 0, 0.0)
+    with pytest.raises(ValueError, match="FIFO"):
+        ReplayBuffer.load(pair.path, FIFOBuffer(10), in_memory=False)
+
+
+# ----------------------------------------------------------------- faults
+def test_a_file_modified_after_opening_is_detected_before_the_next_epoch(tmp_path):
+    pair = _pair(tmp_path)
+    pair.disk.buffer.check()  # unchanged: no error
+    column = pair.path / "rewards.bin"
+    data = bytearray(column.read_bytes())
+    data[:4] = np.float32(123.0).tobytes()
+    st = os.stat(column)
+    column.write_bytes(bytes(data))
+    os.utime(column, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    with pytest.raises(DiskDatasetChangedError, match="rewards.bin changed"):
+        pair.disk.buffer.check()
+    policy = _policy(pair.memory)
+    fqe = DiscreteFQE(algo=policy, config=DiscreteFQEConfig(batch_size=8))
+    with pytest.raises(DiskDatasetChangedError, match="another process"):
+        fqe.fit(pair.disk, n_steps=2, n_steps_per_epoch=1, logger_adapter=NoopAdapterFactory(), show_progress=False)
+
+
+def test_a_replaced_or_removed_file_is_detected(tmp_path):
+    pair = _pair(tmp_path)
+    (pair.path / "manifest.json").rename(pair.path / "m")
+    (pair.path / "m").rename(pair.path / "manifest.json")  # same bytes, same inode: unchanged
+    pair.disk.buffer.check()
+    shutil.copy(pair.path / "actions.bin", tmp_path / "copy")
+    os.replace(tmp_path / "copy", pair.path / "actions.bin")  # same size, new inode
+    with pytest.raises(DiskDatasetChangedError, match="actions.bin"):
+        pair.disk.buffer.check()
+    os.remove(pair.path / "actions.bin")
+    with pytest.raises(DiskDatasetChangedError, match="gone"):
+        pair.disk.buffer.check()
+
+
+def test_disk_full_is_refused_before_writing_naming_bytes(tmp_path, monkeypatch):
+    pair = _pair(tmp_path)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(disk_module.shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
+    with pytest.raises(OSError, match=r"needs \d+ bytes .* 1000 bytes .* free") as info:
+        dump_disk_dataset(pair.memory, tmp_path / "full")
+    assert info.value.errno == errno.ENOSPC
+    assert not (tmp_path / "full").exists() and [p.name for p in tmp_path.iterdir()] == ["data"]
+    with pytest.raises(OSError, match="needs 5000000000 bytes"):
+        DiskDatasetWriter(tmp_path / "declared", expected_bytes=5 * 10**9)
+    with pytest.raises(OSError, match="the next episode"):  # undeclared size: checked as it grows
+        with DiskDatasetWriter(tmp_path / "streamed") as writer:
+            writer.add_episode(_episodes()[0])
+    assert [p.name for p in tmp_path.iterdir()] == ["data"]
+
+
+def _corrupt_manifest(path, edit):
+    manifest = json.loads((path / "manifest.json").read_text())
+    edit(manifest)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.update(format="other"), "'format' is 'other'"),
+    (lambda m: m.update(schema_version=9), "schema version 9"),
+    (lambda m: m.update(rows=10**12), "declares .* rows"),
+    (lambda m: m["columns"]["actions"].update(dtype="|O"), "dtype '|O'"),
+    (lambda m: m["columns"]["actions"].update(shape=[-1, 1]), "non-negative ints"),
+    (lambda m: m["columns"]["rewards"].update(bytes=4), "declares 4 bytes"),
+    (lambda m: m["columns"].pop("observations_0"), "no entry for column 'observations_0'"),
+    (lambda m: m.update(action_space="both"), "'action_space' is 'both'"),
+    (lambda m: m.update(observation_keys=["a", "a"]), "distinct strings"),
+], ids=["format", "version", "rows", "object-dtype", "shape", "bytes", "missing", "space", "keys"])
+def test_corrupt_manifest_is_refused_naming_the_field(tmp_path, edit, message):
+    pair = _pair(tmp_path)
+    _corrupt_manifest(pair.path, edit)
+    with pytest.raises(ValueError, match=message):
+        ReplayBuffer.load(pair.path, in_memory=False)
+
+
+def test_truncated_manifest_or_column_or_table_is_refused(tmp_path):
+    pair = _pair(tmp_path)
+    text = (pair.path / "manifest.json").read_bytes()
+    (pair.path / "manifest.json").write_bytes(text[: len(text) // 2])
+    with pytest.raises(ValueError, match="not valid JSON.*truncated"):
+        ReplayBuffer.load(pair.path, in_memory=False)
+    (pair.path / "manifest.json").write_bytes(text)
+    data = (pair.path / "observations_0.bin").read_bytes()
+    (pair.path / "observations_0.bin").write_bytes(data[:-4])
+    with pytest.raises(ValueError, match=rf"observations_0.bin holds {len(data) - 4} bytes.*{len(data)}.*truncated"):
+        ReplayBuffer.load(pair.path, in_memory=False)
+    (pair.path / "observations_0.bin").write_bytes(data)
+    ends = np.fromfile(pair.path / "episode_ends.bin", dtype="<i8")
+    ends[0] += 1
+    ends.tofile(pair.path / "episode_ends.bin")
+    with pytest.raises(ValueError, match="episode table does not match"):
+        ReplayBuffer.load(pair.path, in_memory=False)
+    with pytest.raises(ValueError, match="not a disk dataset directory"):
+        ReplayBuffer.load(tmp_path / "nowhere", in_memory=False)
