@@ -6,12 +6,15 @@ with the algorithms in :mod:`offrl.algos.fqe`; this module keeps the
 """
 
 from ..algos.fqe import (
+    ConvergenceDiagnostic,
     DiscreteFQE,
     DiscreteFQEConfig,
     FQE,
     FQEConfig,
     PolicyValueEstimate,
+    heldout_split,
     initial_observations,
 )
 
-__all__ = ["FQEConfig", "DiscreteFQEConfig", "FQE", "DiscreteFQE", "PolicyValueEstimate", "initial_observations"]
+__all__ = ["FQEConfig", "DiscreteFQEConfig", "FQE", "DiscreteFQE", "PolicyValueEstimate", "ConvergenceDiagnostic",
+           "heldout_split", "initial_observations"]
