@@ -127,6 +127,7 @@ class DiskStore(InfiniteBuffer):
         self.path: str = ""
         self._stats: dict[str, tuple[int, int, int]] = {}
         self._manifest_text: str = ""
+        self._maps: list[np.memmap] = []
 
     # read-only: every write path of ColumnStore goes through one of these
     def _read_only(self, *args: Any, **kwargs: Any) -> None:
@@ -175,11 +176,8 @@ class DiskStore(InfiniteBuffer):
                 with contextlib.suppress(OSError, ValueError):
                     mm.madvise(mmap.MADV_DONTNEED)
 
-    def _mapped_columns(self) -> list[np.ndarray]:
-        columns = list(self._observations or []) + [self._actions, self._rewards]
-        if self._behaviour is not None:
-            columns.append(self._behaviour)
-        return [c for c in columns if isinstance(c, np.memmap)]
+    def _mapped_columns(self) -> list[np.memmap]:
+        return list(self._maps)
 
     @property
     def nbytes(self) -> int:
@@ -349,11 +347,18 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     ):
         raise _corrupt(path, f"its episode table does not match its {rows} rows")
 
+    maps: list[np.memmap] = []
+
     def mapped(name: str) -> np.ndarray:
         dtype, shape, _ = specs[name]
-        return np.memmap(os.path.join(path, f"{name}.bin"), dtype=dtype, mode="r", shape=shape)
+        column = np.memmap(os.path.join(path, f"{name}.bin"), dtype=dtype, mode="r", shape=shape)
+        maps.append(column)
+        # a plain ndarray view of the map: indexing it skips np.memmap's
+        # subclass bookkeeping (measurable per batch); the map stays alive as its base
+        return column.view(np.ndarray)
 
     store = DiskStore()
+    store._maps = maps
     store.path = path
     store.set_columns(
         [mapped(f"observations_{k}") for k in range(n_columns)], mapped("actions"), mapped("rewards"),
@@ -361,9 +366,7 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
         mapped("behaviour_probabilities") if "behaviour_probabilities" in specs else None,
         observation_keys=keys,
     )
-    if store._behaviour is not None and not isinstance(store._behaviour, np.memmap):
-        store._behaviour = mapped("behaviour_probabilities")  # keep it mapped, not copied
-    for column in store._mapped_columns():
+    for column in store._maps:
         mm = getattr(column, "_mmap", None)
         if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
             with contextlib.suppress(OSError, ValueError):

@@ -92,7 +92,9 @@ def _assert_batches_equal(a, b) -> None:
 def test_disk_store_holds_the_same_columns_and_table_as_memory(tmp_path):
     pair = _pair(tmp_path)
     m, d = pair.memory.buffer, pair.disk.buffer
-    assert isinstance(d, DiskStore) and isinstance(d.actions, np.memmap)
+    assert isinstance(d, DiskStore) and isinstance(d.actions.base, np.memmap)
+    assert d.nbytes == sum(os.path.getsize(pair.path / n) for n in os.listdir(pair.path)
+                           if n.endswith(".bin") and not n.startswith("episode_"))
     assert d.transition_count == m.transition_count and d.episode_count == m.episode_count
     for a, b in zip(m.episode_table(), d.episode_table()):
         np.testing.assert_array_equal(a, b)
@@ -203,7 +205,7 @@ def test_dump_disk_dataset_round_trips_a_fifo_buffer_and_loads_in_memory(tmp_pat
     path = dump_disk_dataset(fifo, tmp_path / "fifo")
     back = ReplayBuffer.load(path, in_memory=False)
     loaded = ReplayBuffer.load(path)  # in_memory=True copies the columns
-    assert type(loaded.buffer) is InfiniteBuffer and not isinstance(loaded.buffer.actions, np.memmap)
+    assert type(loaded.buffer) is InfiniteBuffer and loaded.buffer.actions.base is None
     for other in (back, loaded):
         assert other.transition_count == fifo.transition_count == 20
         for x, y in zip(fifo.episodes, other.episodes):

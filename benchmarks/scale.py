@@ -1,0 +1,332 @@
+"""Beyond one machine and beyond memory (issue 21): one subcommand per topic.
+
+    python benchmarks/scale.py disk [--steps N] [--dir DIR] [--keep]
+
+``disk``: a dataset larger than comfortable in memory, built by streaming
+(``offrl.dataset.DiskDatasetWriter``) and sampled from memory-mapped column
+files. Reports, each phase in its own process (so peak memory is that
+phase's own):
+
+* build: peak resident memory while streaming ``--steps`` steps (17-dim
+  float32 observations, 6-dim float32 actions, episodes of 1000 steps) to
+  disk, against the files' size;
+* sample: ``sample_transition_batch(256)`` from disk with a warm page cache
+  against the same data loaded in memory (interleaved rounds), from a cold
+  cache (``posix_fadvise(DONTNEED)`` on every column file first), and the
+  same random-row reads through ``h5py`` from offrl's HDF5 file (the
+  alternative layout, measured to choose between them);
+* train: peak resident memory while training IQL for 1,000 steps from disk.
+
+Peak memory is reported as ``VmHWM`` (everything resident, including clean
+file pages the process has mapped) and split into anonymous memory (the
+process's own) and file-backed pages (page cache mapped by the memory maps,
+which the kernel can drop at any time), sampled every 20 ms.
+The free disk space is checked first; with less than 2.5x the dataset's
+size free, the largest size that fits is used and said. The big files are
+deleted at the end unless ``--keep``.
+
+Other subcommands (data-parallel training, compiled steps) are added to
+``SUBCOMMANDS`` by their owners.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+OBS_DIM, ACT_DIM, EPISODE = 17, 6, 1000
+ROW_BYTES = OBS_DIM * 4 + ACT_DIM * 4 + 4
+MARKER = "@@scale-json@@"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------- memory
+def _status() -> Dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+class PeakMemory:
+    """Samples this process's resident memory every 20 ms; keeps the peaks."""
+
+    def __init__(self) -> None:
+        self.peak = {"VmRSS": 0, "RssAnon": 0, "RssFile": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(0.02)
+
+    def sample(self) -> None:
+        s = _status()
+        for key in self.peak:
+            self.peak[key] = max(self.peak[key], s.get(key, 0))
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        self.peak["VmHWM"] = _status().get("VmHWM", 0)
+
+
+def _emit(result: dict) -> None:
+    print(MARKER + json.dumps(result), flush=True)
+
+
+def _run_phase(args: List[str]) -> dict:
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), *args], stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"phase {args[:2]} failed with exit status {out.returncode}")
+    for line in out.stdout.splitlines():
+        if line.startswith(MARKER):
+            return json.loads(line[len(MARKER):])
+    raise SystemExit(f"phase {args[:2]} printed no result")
+
+
+def _dir_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+
+
+def _drop_cache(paths: List[str]) -> bool:
+    """Ask the kernel to drop the files' clean pages from the page cache."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return True
+
+
+def _warm(paths: List[str]) -> None:
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(64 << 20):
+                pass
+
+
+# ------------------------------------------------------------- phases
+def phase_build(path: str, steps: int) -> None:
+    import offrl
+    from offrl.dataset import DiskDatasetWriter, Episode
+
+    base = _status()["VmRSS"]
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    with PeakMemory() as mem:
+        with DiskDatasetWriter(path, expected_bytes=steps * ROW_BYTES) as writer:
+            written = 0
+            i = 0
+            while written < steps:
+                n = min(EPISODE, steps - written)
+                writer.add_episode(Episode(
+                    observations=rng.standard_normal((n, OBS_DIM), dtype=np.float32),
+                    actions=rng.uniform(-1, 1, (n, ACT_DIM)).astype(np.float32),
+                    rewards=rng.standard_normal((n, 1), dtype=np.float32),
+                    terminated=i % 2 == 0,
+                ))
+                written += n
+                i += 1
+    _emit({"seconds": time.perf_counter() - start, "bytes": _dir_bytes(path), "base_rss": base,
+           "offrl": offrl.__version__, **mem.peak})
+
+
+def _h5_batch(h5_columns: list, rows: np.ndarray, next_rows: np.ndarray) -> list:
+    """One random mini-batch read through h5py: sorted unique rows per
+    selection (what h5py's fancy indexing needs), then put back in order."""
+    out = []
+    for column, r in ((h5_columns[0], rows), (h5_columns[0], next_rows), (h5_columns[1], rows), (h5_columns[2], rows)):
+        unique, inverse = np.unique(r, return_inverse=True)
+        out.append(column[unique][inverse])
+    return out
+
+
+def _per_call(fn: Callable[[], Any], n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n
+
+
+def phase_sample(path: str, h5_path: str, batch: int, calls: int) -> None:
+    import h5py
+
+    import offrl
+    from offrl.dataset import ReplayBuffer
+
+    disk = ReplayBuffer.load(path, in_memory=False)
+    columns = [os.path.join(path, n) for n in os.listdir(path) if n.endswith(".bin")]
+    memory = ReplayBuffer.load(path)  # the same data, in memory
+    offrl.seed(0)
+    result: Dict[str, Any] = {"batch": batch}
+    # warm cache: every column read once, then interleaved rounds
+    _warm(columns)
+    d_times, m_times = [], []
+    for _ in range(5):
+        d_times.append(_per_call(lambda: disk.sample_transition_batch(batch), calls))
+        m_times.append(_per_call(lambda: memory.sample_transition_batch(batch), calls))
+    result["disk_warm_s"] = float(np.median(d_times))
+    result["memory_s"] = float(np.median(m_times))
+    result["ratio_warm"] = float(np.median(np.array(d_times) / np.array(m_times)))
+    # cold cache: the first batches after dropping the files' pages
+    result["fadvise"] = _drop_cache(columns)
+    disk.buffer.release_pages()
+    result["disk_cold_first_s"] = _per_call(lambda: disk.sample_transition_batch(batch), 1)
+    result["disk_cold_s"] = _per_call(lambda: disk.sample_transition_batch(batch), 20)
+    # the HDF5 alternative: offrl's file, h5py fancy-index reads
+    memory.dump(h5_path)
+    del memory
+    store = disk.buffer
+    total = store.transition_count
+    rng = np.random.default_rng(0)
+
+    def h5_sample(h5_columns: list) -> list:
+        _, rows = store.locate_transitions(rng.integers(total, size=batch))
+        return _h5_batch(h5_columns, rows, rows + 1)
+
+    with h5py.File(h5_path, "r") as h5:
+        h5_columns = [h5["observations_0"], h5["actions"], h5["rewards"]]
+        result["h5_layout"] = str(h5["observations_0"].chunks or "contiguous")
+        _warm([h5_path])
+        result["h5_warm_s"] = float(np.median([_per_call(lambda: h5_sample(h5_columns), max(calls // 10, 5))
+                                               for _ in range(3)]))
+    _drop_cache([h5_path])
+    with h5py.File(h5_path, "r") as h5:
+        h5_columns = [h5["observations_0"], h5["actions"], h5["rewards"]]
+        result["h5_cold_s"] = _per_call(lambda: h5_sample(h5_columns), 5)
+    os.remove(h5_path)
+    _emit(result)
+
+
+def phase_train(path: str, steps: int, steps_per_epoch: int) -> None:
+    import torch
+
+    import offrl
+    from offrl.dataset import ReplayBuffer
+    from offrl.logging import NoopAdapterFactory
+
+    torch.set_num_threads(1)
+    base = _status()
+    with PeakMemory() as mem:
+        dataset = ReplayBuffer.load(path, in_memory=False)
+        algo = offrl.algos.IQLConfig(batch_size=256).create()
+        start = time.perf_counter()
+        algo.fit(dataset, n_steps=steps, n_steps_per_epoch=steps_per_epoch,
+                 logger_adapter=NoopAdapterFactory(), show_progress=False)
+        seconds = time.perf_counter() - start
+    _emit({"seconds": seconds, "updates_per_s": steps / seconds, "base_rss": base["VmRSS"],
+           "base_anon": base["RssAnon"], **mem.peak})
+
+
+# ------------------------------------------------------------- driver
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.3f} GB"
+
+
+def _pct(n: float, of: float) -> str:
+    return f"{100 * n / of:.1f} %"
+
+
+def run_disk(argv: List[str]) -> None:
+    parser = argparse.ArgumentParser(prog="scale.py disk")
+    parser.add_argument("--steps", type=int, default=25_000_000)
+    parser.add_argument("--dir", default="/tmp/offrl-scale-disk")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--calls", type=int, default=200, help="calls per timing round")
+    parser.add_argument("--train-steps", type=int, default=1000)
+    parser.add_argument("--steps-per-epoch", type=int, default=1000)
+    parser.add_argument("--keep", action="store_true", help="keep the files (deleted by default)")
+    args = parser.parse_args(argv)
+
+    os.makedirs(args.dir, exist_ok=True)
+    path = os.path.join(args.dir, "dataset")
+    h5_path = os.path.join(args.dir, "dataset.h5")
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    free = shutil.disk_usage(args.dir).free
+    steps = args.steps
+    # the directory + the HDF5 copy for the comparison + a margin
+    if 2.5 * steps * ROW_BYTES > free:
+        steps = int(free / 2.5 / ROW_BYTES)
+        log(f"only {_gb(free)} free under {args.dir}: using {steps} steps instead of {args.steps}")
+    print(f"load average before: {os.getloadavg()}; {os.cpu_count()} CPUs; free disk {_gb(free)}")
+    try:
+        log(f"building {steps} steps in {path} ...")
+        build = _run_phase(["_disk-build", path, str(steps)])
+        size = build["bytes"]
+        print(f"build: {steps} steps, {_gb(size)} on disk in {build['seconds']:.1f} s "
+              f"({size / build['seconds'] / 1e6:.0f} MB/s)")
+        for key in ("VmHWM", "RssAnon", "RssFile"):
+            print(f"  peak {key}: {_gb(build[key])} = {_pct(build[key], size)} of the file size")
+        print(f"  (interpreter + offrl import before writing: {_gb(build['base_rss'])})")
+        log("sampling ...")
+        sample = _run_phase(["_disk-sample", path, h5_path, str(args.batch), str(args.calls)])
+        b = sample["batch"]
+        print(f"sample_transition_batch({b}): memory {sample['memory_s'] * 1e6:.0f} us, "
+              f"disk warm {sample['disk_warm_s'] * 1e6:.0f} us (ratio {sample['ratio_warm']:.2f}x, median of "
+              f"5 interleaved rounds), disk cold {sample['disk_cold_s'] * 1e6:.0f} us "
+              f"(first call {sample['disk_cold_first_s'] * 1e3:.1f} ms; fadvise DONTNEED applied: {sample['fadvise']})")
+        print(f"h5py fancy-index reads of the same rows ({sample['h5_layout']} layout): warm "
+              f"{sample['h5_warm_s'] * 1e6:.0f} us, cold {sample['h5_cold_s'] * 1e6:.0f} us per batch")
+        log("training IQL from disk ...")
+        train = _run_phase(["_disk-train", path, str(args.train_steps), str(args.steps_per_epoch)])
+        print(f"IQL {args.train_steps} steps from disk: {train['updates_per_s']:.0f} updates/s "
+              f"(n_steps_per_epoch={args.steps_per_epoch})")
+        for key in ("VmHWM", "RssAnon", "RssFile"):
+            print(f"  peak {key}: {_gb(train[key])} = {_pct(train[key], size)} of the file size")
+        print(f"  (after importing torch and offrl, before loading: VmRSS {_gb(train['base_rss'])}, "
+              f"anonymous {_gb(train['base_anon'])})")
+    finally:
+        if not args.keep:
+            shutil.rmtree(path, ignore_errors=True)
+            if os.path.exists(h5_path):
+                os.remove(h5_path)
+            log(f"deleted {path}")
+        print(f"load average after: {os.getloadavg()}")
+
+
+SUBCOMMANDS: Dict[str, Callable[[List[str]], None]] = {"disk": run_disk}
+_PHASES = {
+    "_disk-build": lambda a: phase_build(a[0], int(a[1])),
+    "_disk-sample": lambda a: phase_sample(a[0], a[1], int(a[2]), int(a[3])),
+    "_disk-train": lambda a: phase_train(a[0], int(a[1]), int(a[2])),
+}
+
+
+def main(argv: List[str]) -> None:
+    if argv and argv[0] in _PHASES:
+        _PHASES[argv[0]](argv[1:])
+        return
+    if not argv or argv[0] not in SUBCOMMANDS:
+        raise SystemExit(f"usage: python benchmarks/scale.py {{{','.join(SUBCOMMANDS)}}} [options]")
+    SUBCOMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
