@@ -18,7 +18,9 @@ from offrl.algos import (
     DiscreteCQLConfig,
     DiscreteDecisionTransformerConfig,
     GreedyTransformerActionSampler,
+    IQLConfig,
     SoftmaxTransformerActionSampler,
+    TACRConfig,
 )
 from offrl.constants import PositionEncodingType
 from offrl.dataset import MDPDataset
@@ -84,6 +86,17 @@ def test_replay_equals_the_stateful_wrapper_step_by_step(discrete, position):
     np.testing.assert_allclose(replayed, stepped, rtol=1e-5, atol=1e-6)
     if discrete:
         np.testing.assert_array_equal(replayed.argmax(axis=1), stepped.argmax(axis=1))
+
+
+def test_tacr_replay_equals_its_stateful_wrapper():
+    offrl.seed(0)
+    algo = TACRConfig(actor_encoder_factory=VectorEncoderFactory(hidden_units=[8]),
+                      critic_encoder_factory=VectorEncoderFactory(hidden_units=[8]), num_layers=2, num_heads=2,
+                      context_size=3, max_timestep=30, attn_dropout=0.0, resid_dropout=0.0, embed_dropout=0.0).create()
+    algo.create_impl((3,), 2)
+    data = logged_data(episodes([2, 6], False))
+    replayed = replay_outputs(algo, data.observations, data.actions, data.rewards, data.lengths, -1.5)
+    np.testing.assert_allclose(replayed, stepped_outputs(algo, data, -1.5), rtol=1e-5, atol=1e-6)
 
 
 @settings(max_examples=8, deadline=None)
@@ -156,19 +169,25 @@ def test_the_importance_sampling_family_takes_a_fitted_sequence_policy(discrete)
         assert "target_return=3" in result.target
 
 
-def test_select_policies_ranks_a_decision_transformer_against_discrete_cql():
-    dataset = episodes([5, 6, 4, 7], True)
-    dt = tiny(True)
+@pytest.mark.parametrize("discrete", [True, False], ids=["discrete_cql", "iql"])
+def test_select_policies_ranks_a_decision_transformer_against_cql_or_iql(discrete):
+    dataset = episodes([5, 6, 4, 7], discrete)
+    dt = tiny(discrete)
     dt.fit(dataset, n_steps=2, n_steps_per_epoch=2, **QUIET)
-    cql = DiscreteCQLConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), batch_size=4).create()
-    cql.fit(dataset, n_steps=2, n_steps_per_epoch=2, **QUIET)
-    selection = select_policies({"dt": SequencePolicy(dt, target_return=3.0), "cql": cql}, dataset,
-                                behaviour_probabilities=np.full(22, 0.5), n_bootstrap=50)
+    config = DiscreteCQLConfig if discrete else IQLConfig
+    encoder = VectorEncoderFactory(hidden_units=[8])
+    other = (config(encoder_factory=encoder, batch_size=4) if discrete else
+             config(actor_encoder_factory=encoder, critic_encoder_factory=encoder, value_encoder_factory=encoder,
+                    batch_size=4)).create()
+    other.fit(dataset, n_steps=2, n_steps_per_epoch=2, **QUIET)
+    selection = select_policies({"dt": SequencePolicy(dt, target_return=3.0), "other": other}, dataset,
+                                behaviour_probabilities=np.full(22, 0.5 if discrete else 0.25), n_bootstrap=50,
+                                bandwidth=3.0, greedy=not discrete)
     for label in selection.estimators:
         assert sorted(selection.ranks[label].values())[0] == 1
-        assert set(selection.ranks[label]) == {"dt", "cql"}
-        assert all(math.isfinite(float(selection.results[label][name].value)) for name in ("dt", "cql"))
-    assert selection.top() in ("dt", "cql")
+        assert set(selection.ranks[label]) == {"dt", "other"}
+        assert all(math.isfinite(float(selection.results[label][name].value)) for name in ("dt", "other"))
+    assert selection.top() in ("dt", "other")
 
 
 @pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), "3", True])
