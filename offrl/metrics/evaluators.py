@@ -504,7 +504,7 @@ class EnvironmentEvaluator(EvaluatorProtocol):
         self._env = env
         self._n_trials = int(n_trials)
         self._epsilon = float(epsilon)
-        self._target_return = target_return
+        self._target_return = None if target_return is None else check_target_return(target_return)
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
         if getattr(algo, "predicts_from_sequences", False):

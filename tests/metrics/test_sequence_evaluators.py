@@ -183,6 +183,10 @@ def test_a_missing_or_bad_target_return_is_refused_naming_it():
     with pytest.raises(ValueError, match="target_return"):
         DiscreteActionMatchEvaluator(target_return=float("nan"))
     with pytest.raises(ValueError, match="target_return"):
+        EnvironmentEvaluator(CountEnv(), target_return=float("nan"))
+    with pytest.raises(ValueError, match="target_return"):
+        EnvironmentEvaluator(CountEnv())(algo)
+    with pytest.raises(ValueError, match="target_return"):
         rollout_returns(algo, CountEnv(), n_trials=1)
     with pytest.raises(ValueError, match="target_return"):
         rollout_returns(algo, CountEnv(), n_trials=1, target_return=float("inf"))
