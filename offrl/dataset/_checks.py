@@ -332,8 +332,6 @@ def as_single_observation(observation: Any, signature, name: str = "observation"
 
 def _check_same_keys(keys: Optional[tuple], expected: Optional[tuple], name: str) -> None:
     """Raise naming the first key that differs between ``keys`` and ``expected``."""
-    if keys is None:
-        raise TypeError(f"{name} must be a dict with keys {list(expected)}")
     if expected is None:
         raise TypeError(f"{name} is a dict, but the data holds array or tuple observations")
     extra = [k for k in keys if k not in expected]
@@ -352,8 +350,11 @@ def episode_columns(
     ``(observations, actions, rewards, final_observation, behaviour_probabilities)``."""
     keys = getattr(episode, "observation_keys", None) or observation_keys(episode.observations, "episode.observations")
     store_signature = store.observation_signature
-    if store_signature is not None and keys != store_signature.keys:
+    # a list in the stored key order is a dict observation's internal form
+    if store_signature is not None and keys is not None and keys != store_signature.keys:
         _check_same_keys(keys, store_signature.keys, "episode.observations")
+    if store_signature is not None and keys is None:
+        keys = store_signature.keys
     observations = as_observation_columns(episode.observations, "episode.observations", keys)
     n = observations[0].shape[0]
     if n == 0:
