@@ -294,7 +294,7 @@ def test_fqe_batches_carry_the_next_action_replayed_at_the_next_history(discrete
 
 
 @pytest.mark.parametrize("discrete", [False, True], ids=["continuous", "discrete"])
-def test_fqe_evaluates_a_sequence_policy_and_feeds_doubly_robust(discrete):
+def test_fqe_evaluates_a_sequence_policy_and_feeds_doubly_robust(discrete, tmp_path):
     from offrl.metrics import TDErrorEvaluator
     from offrl.ope import FQE, DiscreteFQE, DiscreteFQEConfig, FQEConfig
 
@@ -335,3 +335,6 @@ def test_fqe_evaluates_a_sequence_policy_and_feeds_doubly_robust(discrete):
     assert math.isfinite(result.value)
     with pytest.raises(ValueError, match="replay_next_actions"):
         fqe.update(dataset.sample_transition_batch(4))
+    fqe.save(tmp_path / "fqe.d3")  # saved and loaded back with the same SequencePolicy
+    loaded = fqe_cls.load(tmp_path / "fqe.d3", algo=policy)
+    np.testing.assert_array_equal(loaded.predict_value(first, np.stack(actions)), fqe.predict_value(first, np.stack(actions)))
