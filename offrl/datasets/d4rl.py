@@ -117,6 +117,8 @@ def load_d4rl_hdf5(
     action_space: Optional[ActionSpace] = None,
     action_size: Optional[int] = None,
     return_extras: bool = False,
+    to: Optional[PathLike] = None,
+    chunk_rows: int = 1 << 20,
 ) -> Union[MDPDataset, tuple[MDPDataset, dict]]:
     """Read a D4RL-format HDF5 file into an :class:`MDPDataset`.
 
@@ -134,6 +136,11 @@ def load_d4rl_hdf5(
         action_space, action_size: override the inferred ones.
         return_extras: also return ``{"infos": {...}, "metadata": {...}}``
             (every dataset under ``infos/`` and ``metadata/`` by name).
+        to: a new directory: stream the file there as a disk dataset
+            (:class:`offrl.dataset.DiskDatasetWriter`), reading about
+            ``chunk_rows`` rows at a time, and return it opened with
+            ``in_memory=False``: a file larger than memory imports in
+            bounded memory (only the per-step flags are read whole).
 
     Raises:
         ValueError naming the file and the key: not HDF5, a required key
@@ -157,6 +164,15 @@ def load_d4rl_hdf5(
             )
         keys = list(D4RL_REQUIRED_KEYS) + [k for k in ("next_observations", _LOG_PROBS) if k in f]
         nodes = {k: _safety.checked_h5_dataset(f, k, name) for k in keys}
+        if to is not None:
+            dataset = _stream(name, nodes, to, int(chunk_rows), action_space, action_size,
+                              transition_picker, trajectory_slicer)
+            if return_extras:
+                try:
+                    return dataset, {"infos": _collect(f, "infos"), "metadata": _collect(f, "metadata")}
+                except (OSError, TypeError) as e:
+                    raise ValueError(f"{name}: infos/ or metadata/ cannot be read ({e})") from None
+            return dataset
         committed = 0
         for key in keys:  # every declared size checked before the first read
             committed += _safety.check_declared_size(name, key, nodes[key].shape, nodes[key].dtype, committed)
@@ -216,3 +232,108 @@ def load_d4rl_hdf5(
     if return_extras:
         return dataset, extras
     return dataset
+
+
+def _read_rows(node: Any, name: str, key: str, a: int, b: int) -> np.ndarray:
+    try:
+        return node[a:b]
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"{name}: {key} cannot be read, the file is corrupt or truncated ({e})") from None
+
+
+def _flags(node: Any, name: str, key: str, n: int) -> np.ndarray:
+    """A 0/1 flag per step as bool, read whole (one byte a step)."""
+    if node.shape not in ((n,), (n, 1)):
+        raise ValueError(f"{name}: {key} has shape {node.shape}, expected ({n},): one 0/1 flag per step")
+    flags = _safety.read_h5_dataset(node.parent, key, name).reshape(n)
+    if flags.dtype != np.bool_:
+        bad = (flags != 0) & (flags != 1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{name}: {key}[{i}] is {flags[i].item()!r}, expected 0 or 1")
+    return flags.astype(bool)
+
+
+def _stream(
+    name: str, nodes: dict, to: PathLike, chunk_rows: int, action_space: Any, action_size: Optional[int],
+    transition_picker: Any, trajectory_slicer: Any,
+) -> MDPDataset:
+    """``load_d4rl_hdf5(..., to=...)``: episodes written to a disk dataset a
+    chunk of rows at a time, with the in-memory import's checks."""
+    from ..dataset.disk import DiskDatasetWriter, load_disk_buffer
+    from ..dataset.episode import Episode
+
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    obs_node = nodes["observations"]
+    if len(obs_node.shape) < 1 or obs_node.shape[0] == 0:
+        raise ValueError(f"{name}: the file holds no steps")
+    n = int(obs_node.shape[0])
+    for key in ("actions", "rewards"):
+        rows = nodes[key].shape[0] if len(nodes[key].shape) else 0
+        if rows != n:
+            raise ValueError(f"{name}: {key} has {rows} rows, observations has {n}")
+    next_node = nodes.get("next_observations")
+    if next_node is not None and next_node.shape != obs_node.shape:
+        raise ValueError(f"{name}: next_observations has shape {next_node.shape}, observations has {obs_node.shape}")
+    terminals = _flags(nodes["terminals"], name, "terminals", n)
+    timeouts = _flags(nodes["timeouts"], name, "timeouts", n) & ~terminals
+    log_node = nodes.get(_LOG_PROBS)
+    keep_behaviour = log_node is not None
+    if log_node is not None:
+        if log_node.shape not in ((n,), (n, 1)):
+            raise ValueError(f"{name}: {_LOG_PROBS} has shape {log_node.shape}, expected ({n},)")
+        for a in range(0, n, chunk_rows):  # decided over the whole column first, as in memory
+            with np.errstate(over="ignore", under="ignore"):
+                values = np.exp(np.asarray(_read_rows(log_node, name, _LOG_PROBS, a, a + chunk_rows), np.float64))
+            if not (np.isfinite(values).all() and (values > 0).all()):
+                warnings.warn(
+                    f"{name}: {_LOG_PROBS} has values whose exp is 0, inf or nan; behaviour probabilities are not kept"
+                )
+                keep_behaviour = False
+                break
+    ends = np.flatnonzero(terminals | timeouts) + 1
+    if ends.size == 0 or ends[-1] != n:
+        ends = np.append(ends, n)
+    starts = np.concatenate(([0], ends[:-1]))
+    if action_space is None:
+        dtype = nodes["actions"].dtype
+        action_space = ActionSpace.DISCRETE if np.issubdtype(dtype, np.integer) else ActionSpace.CONTINUOUS
+    writer = DiskDatasetWriter(to, action_space=action_space, action_size=action_size)
+    try:
+        first = 0
+        while first < starts.shape[0]:
+            a = int(starts[first])
+            last = int(np.searchsorted(ends, a + chunk_rows, side="right"))  # episodes that fit the chunk
+            last = max(last, first + 1)
+            b = int(ends[last - 1])
+            chunk = {k: _read_rows(nodes[k], name, k, a, b) for k in ("observations", "actions", "rewards")}
+            nxt = None if next_node is None else _read_rows(next_node, name, "next_observations", a, b)
+            logp = None if not keep_behaviour else np.asarray(_read_rows(log_node, name, _LOG_PROBS, a, b), np.float64)
+            for e in range(first, last):
+                s, t = int(starts[e]) - a, int(ends[e]) - a
+                terminated = bool(terminals[a + t - 1])
+                obs = chunk["observations"][s:t]
+                final = None if nxt is None or terminated else nxt[t - 1]
+                if obs.ndim == 1:
+                    obs = obs[:, None]
+                    final = None if final is None else np.atleast_1d(final)
+                behaviour = None
+                if logp is not None:
+                    with np.errstate(over="ignore", under="ignore"):
+                        behaviour = np.exp(logp[s:t].reshape(-1))
+                try:
+                    writer.add_episode(Episode(
+                        observations=obs, actions=chunk["actions"][s:t], rewards=chunk["rewards"][s:t],
+                        terminated=terminated, final_observation=final, behaviour_probabilities=behaviour,
+                    ))
+                except (ValueError, TypeError) as err:
+                    raise type(err)(f"{name}: steps {a + s}..{a + t - 1}: {err}") from None
+            first = last
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return load_disk_buffer(MDPDataset, to, None, dict(
+        transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
+    ))

@@ -359,3 +359,59 @@ def test_truncated_manifest_or_column_or_table_is_refused(tmp_path):
         ReplayBuffer.load(pair.path, in_memory=False)
     with pytest.raises(ValueError, match="not a disk dataset directory"):
         ReplayBuffer.load(tmp_path / "nowhere", in_memory=False)
+
+
+# ------------------------------------------------------------- importers
+def _d4rl_file(path, discrete: bool, n: int = 50):
+    import h5py
+
+    rng = np.random.default_rng(7)
+    arrays = {
+        "observations": rng.standard_normal((n, 3)).astype(np.float32),
+        "actions": rng.integers(0, 4, n) if discrete else rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+        "rewards": rng.standard_normal(n).astype(np.float32),
+        "terminals": np.zeros(n, bool), "timeouts": np.zeros(n, bool),
+    }
+    arrays["terminals"][[4, 20]] = True
+    arrays["timeouts"][[9, 33]] = True  # and the file ends mid-episode
+    arrays["next_observations"] = arrays["observations"] + 1
+    with h5py.File(path, "w") as f:
+        for key, value in arrays.items():
+            f.create_dataset(key, data=value)
+        f.create_dataset("infos/action_log_probs", data=np.log(rng.uniform(0.1, 1, n)))
+    return arrays
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
+def test_d4rl_import_streamed_to_disk_equals_the_in_memory_import(tmp_path, discrete, chunk_rows):
+    from offrl.datasets import load_d4rl_hdf5
+
+    _d4rl_file(tmp_path / "f.hdf5", discrete)
+    memory = load_d4rl_hdf5(tmp_path / "f.hdf5")
+    disk, extras = load_d4rl_hdf5(tmp_path / "f.hdf5", to=tmp_path / "out", chunk_rows=chunk_rows,
+                                  return_extras=True)
+    assert isinstance(disk.buffer, DiskStore) and type(disk) is type(memory)
+    assert disk.dataset_info == memory.dataset_info and "action_log_probs" in extras["infos"]
+    expected, found = memory.to_arrays(), disk.to_arrays()
+    for key in expected:
+        np.testing.assert_array_equal(expected[key], found[key], err_msg=key)
+    assert [e.final_observation is None for e in disk.episodes] == [e.final_observation is None
+                                                                    for e in memory.episodes]
+    offrl.seed(0)
+    a = memory.sample_transition_batch(32)
+    offrl.seed(0)
+    _assert_batches_equal(a, disk.sample_transition_batch(32))
+
+
+def test_d4rl_streamed_import_refuses_bad_values_naming_steps_and_leaves_nothing(tmp_path):
+    import h5py
+
+    from offrl.datasets import load_d4rl_hdf5
+
+    _d4rl_file(tmp_path / "f.hdf5", False)
+    with h5py.File(tmp_path / "f.hdf5", "r+") as f:
+        f["rewards"][25] = np.nan
+    with pytest.raises(ValueError, match=r"f.hdf5: steps 21\.\.33: .*rewards"):
+        load_d4rl_hdf5(tmp_path / "f.hdf5", to=tmp_path / "out", chunk_rows=5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.hdf5"]
