@@ -6,7 +6,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .signature import Observation, Signature
+from .signature import Observation, Signature, observation_from_dict
 
 __all__ = ["WriterPreprocessProtocol", "BasicWriterPreprocess", "LastFrameWriterPreprocess", "ExperienceWriter"]
 
@@ -102,8 +102,10 @@ class ExperienceWriter:
         sample = observation_signature.sample()
         processed = preprocessor.process_observation(sample[0] if len(sample) == 1 else sample)
         processed = [np.asarray(p) for p in processed] if isinstance(processed, (list, tuple)) else [np.asarray(processed)]
+        keys = observation_signature.keys
         self._observation_signature = Signature(
-            dtype=[p.dtype for p in processed], shape=[p.shape for p in processed]
+            dtype=[p.dtype for p in processed], shape=[p.shape for p in processed],
+            keys=keys if keys is not None and len(keys) == len(processed) else None,
         )
         action = np.asarray(preprocessor.process_action(action_signature.sample()[0]))
         self._action_signature = Signature(dtype=[action.dtype], shape=[action.shape if action.ndim else (1,)])
@@ -126,7 +128,14 @@ class ExperienceWriter:
         return out
 
     def write(self, observation: Observation, action: Any, reward: Any) -> None:
-        """Write one step of the current episode."""
+        """Write one step of the current episode (a dict observation must
+        have the signature's keys)."""
+        if isinstance(observation, dict):
+            keys = self._observation_signature.keys
+            if keys is None:
+                raise TypeError("observation is a dict, but the writer's signature has no keys")
+            observation = observation_from_dict(observation, keys, "observation")
+            observation = observation[0] if len(observation) == 1 else observation
         observation = self._preprocessor.process_observation(observation)
         action = self._preprocessor.process_action(action)
         reward = self._preprocessor.process_reward(reward)
@@ -156,6 +165,7 @@ class ExperienceWriter:
             actions=np.stack([s[1] for s in steps]),
             rewards=np.stack([s[2] for s in steps]),
             terminated=bool(terminated),
+            observation_keys=self._observation_signature.keys,
         )
         for index in range(episode.transition_count):
             self._buffer.append(episode, index)

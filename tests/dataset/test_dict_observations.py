@@ -374,3 +374,27 @@ def test_episode_generator_and_serialize_keep_keys():
     assert again.observation_keys == ("a", "b")
     np.testing.assert_array_equal(again.observations[1], obs["b"])
     np.testing.assert_array_equal(again.final_observation[0], final["a"])
+
+
+@pytest.mark.parametrize("write_at_termination", [False, True])
+def test_experience_writer_takes_dicts(write_at_termination):
+    from offrl.dataset import ExperienceWriter, InfiniteBuffer
+
+    signature = Signature(dtype=[np.float32, np.float32], shape=[(1,), (2,)], keys=["a", "b"])
+    buffer = InfiniteBuffer()
+    writer = ExperienceWriter(buffer, _identity(), signature, Signature(np.float32, (2,)), Signature(np.float32, (1,)),
+                              write_at_termination=write_at_termination)
+    for t in range(3):
+        writer.write({"b": np.full(2, t), "a": np.full(1, -t)}, np.zeros(2), 1.0)
+    writer.clip_episode(True)
+    episode = buffer.episodes[0]
+    np.testing.assert_array_equal(episode.observations[0][:, 0], [0, -1, -2])
+    np.testing.assert_array_equal(episode.observations[1][:, 1], [0, 1, 2])
+    with pytest.raises(ValueError, match="no key 'a'"):
+        writer.write({"b": np.zeros(2)}, np.zeros(2), 1.0)
+
+
+def _identity():
+    from offrl.dataset import BasicWriterPreprocess
+
+    return BasicWriterPreprocess()
