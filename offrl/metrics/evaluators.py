@@ -498,8 +498,9 @@ class EnvironmentEvaluator(EvaluatorProtocol):
 
     def __init__(self, env: Any, n_trials: int = 10, epsilon: float = 0.0,
                  target_return: Optional[float] = None) -> None:
-        if not (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))):
-            raise TypeError(f"env must be a gymnasium environment (reset and step), got {type(env).__name__}")
+        if not (isinstance(env, (list, tuple)) or (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None)))):
+            raise TypeError(f"env must be a gymnasium environment (reset and step), a gymnasium.vector env or a list "
+                            f"of environments, got {type(env).__name__}")
         check_rollout_args(n_trials, epsilon)
         self._env = env
         self._n_trials = int(n_trials)

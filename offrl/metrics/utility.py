@@ -127,6 +127,8 @@ def evaluate_transformer_with_environment(algo: Any, env: Any, n_trials: int = 1
     for method in ("reset", "predict"):
         if not callable(getattr(algo, method, None)):
             raise TypeError(f"algo must have reset() and predict(observation, reward), got {type(algo).__name__}")
+    if is_vector_env(env):
+        raise ValueError("a sequence model is evaluated in one environment at a time; give a single env")
     returns = []
     for _ in range(int(n_trials)):
         algo.reset()

@@ -444,8 +444,7 @@ def test_rollout_returns_split_trials_across_environments(kind):
     r = lambda i, e: sum(100 * i + 10 * e + t + 1 for t in range(SCRIPTS[i][e % len(SCRIPTS[i])][0]))  # noqa: E731
     want = [r(k % 3, k // 3) for k in range(7)]
     assert returns == want
-    if kind != "list":  # EnvironmentEvaluator takes gymnasium vector envs (a plain list: rollout_returns)
-        assert EnvironmentEvaluator(vector_env(kind, 3), n_trials=7)(algo) == pytest.approx(np.mean(want))
+    assert EnvironmentEvaluator(vector_env(kind, 3), n_trials=7)(algo) == pytest.approx(np.mean(want))
 
 
 def test_rollout_returns_vector_discount_and_epsilon():
@@ -505,6 +504,22 @@ def test_bad_reward_names_the_environment_and_keeps_the_earlier_steps():
     per_env = episodes_by_env(buffer)
     np.testing.assert_array_equal(per_env[0][0].final_observation[:3], [0, 0, 2])  # env 0 cut after its 2nd step
     assert [len(e.rewards) for e in per_env[1]] == [1, 1]
+
+
+def test_sequence_models_are_evaluated_in_one_environment():
+    from offrl.metrics.utility import evaluate_transformer_with_environment
+
+    class Actor:
+        def reset(self):
+            pass
+
+        def predict(self, observation, reward):
+            return 0
+
+    with pytest.raises(ValueError, match="one environment at a time"):
+        evaluate_transformer_with_environment(Actor(), vector_env("list", 2), n_trials=2)
+    with pytest.raises(TypeError, match="a gymnasium.vector env or a list"):
+        EnvironmentEvaluator(object())
 
 
 def test_epoch_smaller_than_the_vector_and_bad_seed():
