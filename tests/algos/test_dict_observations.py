@@ -155,3 +155,48 @@ def test_image_and_state_by_key(name, tmp_path):
     assert isinstance(loaded.config.observation_scaler, DictObservationScaler)
     assert loaded.config.observation_scaler.keys == ("camera", "state")
     assert loaded.config.to_dict() == algo.config.to_dict()
+
+
+class _DictEnv:
+    """A gymnasium env with a Dict observation space (made lazily so the
+    module imports without gymnasium)."""
+
+    @staticmethod
+    def make(continuous: bool):
+        import gymnasium
+        from gymnasium import spaces
+
+        class Env(gymnasium.Env):
+            observation_space = spaces.Dict({"velocity": spaces.Box(-1, 1, (2,), np.float32),
+                                             "position": spaces.Box(-1, 1, (3,), np.float32)})
+            action_space = spaces.Box(-1, 1, (2,), np.float32) if continuous else spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                self._t = 0
+                return self.observation_space.sample(), {}
+
+            def step(self, action):
+                self._t += 1
+                return self.observation_space.sample(), 1.0, False, self._t >= 6, {}
+
+        return Env()
+
+
+@pytest.mark.parametrize("name", ["dqn", "sac"])
+def test_fit_online_on_a_dict_env(name):
+    continuous = name == "sac"
+    env, eval_env = _DictEnv.make(continuous), _DictEnv.make(continuous)
+    env.observation_space.seed(0)
+    algo = CONFIGS[name](batch_size=4, observation_scaler={"velocity": MinMaxObservationScaler(),
+                                                           "position": MinMaxObservationScaler()}).create()
+    buffer = offrl.dataset.create_infinite_replay_buffer(env=env)
+    offrl.seed(0)
+    results = algo.fit_online(env, buffer, n_steps=12, n_steps_per_epoch=6, update_start_step=4, eval_env=eval_env,
+                              eval_n_trials=1, logger_adapter=NoopAdapterFactory(), show_progress=False)
+    assert [epoch for epoch, _ in results] == [1, 2]
+    assert results[-1][1]["evaluation"] == 6.0
+    assert buffer.dataset_info.observation_signature.keys == ("position", "velocity")
+    assert buffer.transition_count == 12
+    # MinMax fitted from the Dict space by key
+    np.testing.assert_array_equal(algo.observation_scaler.observation_scalers[0].minimum, [-1, -1, -1])
