@@ -15,7 +15,9 @@ defaults on the same synthetic data as ``benchmarks/algos.py`` (its
 ``SPECS``), and the parent alternates short rounds between them (offrl,
 d3rlpy, offrl, ...; the first library of each pair alternates too). The
 ratio is the median of the per-round ratios; the per-round figures and the
-load average are printed so the noise can be judged. Each round runs
+load average are printed so the noise can be judged, and the process CPU
+time per call beside the wall-clock figures (one torch thread: a job that
+takes the core away stretches wall time, not CPU time). Each round runs
 ``dataset.sample_transition_batch(batch_size)`` + ``algo.update(batch)``
 (the public API, sampling included) for ``--round-s`` seconds; with
 ``--predict`` it also times ``predict`` on one observation the same way.
@@ -91,13 +93,13 @@ def build(backend: str, name: str) -> Dict[str, Any]:
 def _timed(fn: Any, seconds: float, min_calls: int) -> Dict[str, float]:
     """Call ``fn`` for about ``seconds`` (at least ``min_calls`` times)."""
     with gc_paused():
-        calls, start = 0, time.perf_counter()
+        calls, start, cpu_start = 0, time.perf_counter(), time.process_time()
         while True:
             fn()
             calls += 1
             elapsed = time.perf_counter() - start
             if calls >= min_calls and elapsed >= seconds:
-                return {"calls": calls, "s": elapsed}
+                return {"calls": calls, "s": elapsed, "cpu_s": time.process_time() - cpu_start}
 
 
 def worker(backend: str, threads: int) -> int:
@@ -145,12 +147,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             for what in whats:
                 seconds = args.round_s if what == "step" else min(args.round_s, 0.5)
                 per: Dict[str, List[float]] = {"offrl": [], "d3rlpy": []}  # seconds per call
+                cpu: Dict[str, List[float]] = {"offrl": [], "d3rlpy": []}  # process CPU seconds per call
                 for r in range(args.rounds):
                     order = ("offrl", "d3rlpy") if r % 2 == 0 else ("d3rlpy", "offrl")
                     for backend in order:
                         res = workers[backend].call({"name": name, "what": what, "seconds": seconds})
                         per[backend].append(res["s"] / res["calls"])
+                        cpu[backend].append(res["cpu_s"] / res["calls"])
                 ratios = [d / o for o, d in zip(per["offrl"], per["d3rlpy"])]
+                cpu_ratios = [d / o for o, d in zip(cpu["offrl"], cpu["d3rlpy"])]
                 if what == "step":
                     fo = [f"{1 / t:.1f}" for t in per["offrl"]]
                     fd = [f"{1 / t:.1f}" for t in per["d3rlpy"]]
@@ -158,9 +163,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                           f"{1 / statistics.median(per['d3rlpy']):.2f}  offrl/d3rlpy median of per-round ratios "
                           f"{statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})")
                     print(f"    rounds offrl {' '.join(fo)} | d3rlpy {' '.join(fd)}")
+                    print(f"    process CPU time: offrl {statistics.median(cpu['offrl']) * 1e3:.1f} ms/update, d3rlpy "
+                          f"{statistics.median(cpu['d3rlpy']) * 1e3:.1f}, ratio {statistics.median(cpu_ratios):.2f}x "
+                          "(less sensitive to other jobs taking the cores)")
                 else:
                     print(f"{name} predict(1 obs)  offrl {statistics.median(per['offrl']) * 1e6:.1f} us  d3rlpy "
-                          f"{statistics.median(per['d3rlpy']) * 1e6:.1f} us  d3rlpy/offrl {statistics.median(ratios):.2f}x")
+                          f"{statistics.median(per['d3rlpy']) * 1e6:.1f} us  d3rlpy/offrl {statistics.median(ratios):.2f}x"
+                          f"  (CPU time: offrl {statistics.median(cpu['offrl']) * 1e6:.1f} us, d3rlpy "
+                          f"{statistics.median(cpu['d3rlpy']) * 1e6:.1f} us)")
                 print(f"    load average now {load_average()[0]:.2f}", flush=True)
     finally:
         for w in workers.values():

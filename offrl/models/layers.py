@@ -49,6 +49,7 @@ def get_activation(name: str) -> nn.Module:
 # when the op exists, checked once against ``F.linear``; otherwise, and for
 # TorchScript / tracing / ONNX export, the plain ``baddbmm`` path runs.
 
+_NARROW = 32  # features below which a backward product goes to MKL
 _ONEDNN: dict = {"checked": False, "op": None, "enabled": True}
 
 
@@ -98,10 +99,21 @@ class _OneDnnEnsembleLinear(torch.autograd.Function):
         grad = grad.contiguous()  # a broadcast gradient (from a sum) would take oneDNN's slow strided path
         members = range(weight.shape[0])
         grad_x = grad_w = grad_b = None
+        # oneDNN wins on wide products; for a narrow side (a value head's one
+        # output, the first layer's few inputs) MKL's gemm/gemv is faster
+        narrow = min(weight.shape[1], weight.shape[2]) < _NARROW
         if ctx.needs_input_grad[0]:  # grad[e] @ weight[e].T
-            grad_x = torch.stack([op(grad[e], weight[e], None, "none", [], "") for e in members])
+            if weight.shape[2] == 1:  # an outer product: no sum, exactly the product's value
+                grad_x = grad * weight.transpose(1, 2)
+            elif weight.shape[2] < _NARROW:
+                grad_x = torch.bmm(grad, weight.transpose(1, 2))
+            else:
+                grad_x = torch.stack([op(grad[e], weight[e], None, "none", [], "") for e in members])
         if ctx.needs_input_grad[1]:  # x[e].T @ grad[e]
-            grad_w = torch.stack([op(x[e].t(), grad[e].t(), None, "none", [], "") for e in members])
+            if narrow:
+                grad_w = torch.stack([torch.mm(x[e].t(), grad[e]) for e in members])
+            else:
+                grad_w = torch.stack([op(x[e].t(), grad[e].t(), None, "none", [], "") for e in members])
         if ctx.needs_input_grad[2]:
             grad_b = grad.sum(dim=1, keepdim=True)
         return grad_x, grad_w, grad_b
