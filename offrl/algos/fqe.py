@@ -210,10 +210,13 @@ class ConvergenceDiagnostic:
             ``window + 1`` values (of all of them while there are fewer).
         heldout_residual: the last epoch's residual.
         n_heldout_episodes: episodes left out of training for the residual.
-        window, tolerance: the settling rule: ``value_change <= tolerance``.
+        window, tolerance: the settling rule (``converged``).
         steps: gradient steps when last measured.
-        converged: ``value_change <= tolerance`` over a full window
-            (``window`` epochs measured).
+        converged: ``window`` epochs measured, ``value_change <=
+            tolerance``, and the residual not climbing: the last one at most
+            ``RESIDUAL_GROWTH`` times the smallest of the last ``window + 1``
+            (a climbing residual means the Q-function drifts, e.g. off the
+            data at the policy's actions, even while ``V(s0)`` stands still).
     """
 
     initial_values: Tuple[float, ...]
@@ -301,6 +304,10 @@ def relative_change(values: Any, window: int) -> float:
     return float((last.max() - last.min()) / scale)
 
 
+#: the largest ratio of the last held-out residual to the smallest of the window that counts as settled
+RESIDUAL_GROWTH = 1.25
+
+
 class _ConvergenceMonitor:
     """Measures the diagnostic once per epoch through ``fit``'s evaluator
     path (the first of its evaluator entries measures, the others report),
@@ -336,9 +343,11 @@ class _ConvergenceMonitor:
         self.residuals.append(float(self.residual(fqe)))
         change = relative_change(self.values, self.window)
         full = len(self.values) >= self.window + 1
+        steady = self.residuals[-1] <= RESIDUAL_GROWTH * min(self.residuals[-(self.window + 1):])
         diagnostic = ConvergenceDiagnostic(
             tuple(self.values), tuple(self.residuals), change, self.residuals[-1], self.n_heldout, self.window,
-            self.tolerance, int(fqe.grad_step), bool(full and np.isfinite(change) and change <= self.tolerance),
+            self.tolerance, int(fqe.grad_step),
+            bool(full and steady and np.isfinite(change) and change <= self.tolerance),
         )
         fqe._convergence = diagnostic
         return diagnostic
@@ -670,7 +679,8 @@ class FQE(QLearningAlgoBase):
           episode, and the residual is then in-sample.
 
         The run has settled (``converged``) when ``fqe_value_change <=
-        convergence_tolerance`` over a full window. The check happens at epoch ends, so the
+        convergence_tolerance`` over a full window and the held-out
+        residual is not climbing (see :class:`ConvergenceDiagnostic`). The check happens at epoch ends, so the
         epoch length sets its granularity: with ``early_stopping`` use
         epochs of about 1,000 steps.
 

@@ -20,7 +20,7 @@ from torch import nn
 
 import offrl
 from offrl.algos.base import LearnableConfig, QLearningAlgoBase
-from offrl.algos.fqe import ConvergenceDiagnostic, heldout_split, relative_change
+from offrl.algos.fqe import RESIDUAL_GROWTH, ConvergenceDiagnostic, heldout_split, relative_change
 from offrl.constants import ActionSpace
 from offrl.dataset import MDPDataset
 from offrl.logging import NoopAdapterFactory
@@ -165,6 +165,29 @@ def test_holdout_fraction_zero_trains_on_everything_and_residual_is_in_sample():
     assert fqe.convergence.heldout_residual == pytest.approx(td, rel=1e-6)
 
 
+def test_a_climbing_heldout_residual_blocks_convergence():
+    """V(s0) steady but the residual up by more than RESIDUAL_GROWTH over the
+    window: not settled; the same values with a steady residual: settled."""
+    from offrl.algos.fqe import _ConvergenceMonitor
+
+    dataset = _episodes_dataset()
+    fqe = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config())
+    fqe.build_with_dataset(dataset)
+    for residuals, settled in (([1.0, 1.1, 1.2, 1.3], False), ([1.0, 1.1, 1.0, 1.2], True)):
+        feed = iter(residuals)
+        monitor = _ConvergenceMonitor(fqe, initial_observations_of(dataset), lambda algo: next(feed), 2, 3, 0.03)
+        monitor.start()
+        for _ in residuals:
+            diagnostic = monitor.measure()  # V(s0) is the same every time: the weights do not change
+        assert diagnostic.value_change == 0.0
+        assert diagnostic.converged is settled
+        assert fqe.convergence is diagnostic
+
+
+def initial_observations_of(dataset):
+    return offrl.ope.initial_observations(dataset)
+
+
 def test_run_that_has_not_settled_warns_and_says_what_to_change():
     """d3rlpy's defaults after a few hundred updates on a long-horizon
     problem: V(s0) still climbs, converged is False, the warning names
@@ -239,11 +262,13 @@ def dataset_first_rows(dataset: MDPDataset) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths)[:-1]])
 
 
-def _prefix(diagnostic: ConvergenceDiagnostic, epochs: int) -> ConvergenceDiagnostic:
-    """The diagnostic as it stood after ``epochs`` epochs."""
-    change = relative_change(diagnostic.initial_values[:epochs], diagnostic.window)
-    return dataclasses.replace(diagnostic, initial_values=diagnostic.initial_values[:epochs], value_change=change,
-                               converged=bool(np.isfinite(change) and change <= diagnostic.tolerance))
+def _prefix(diagnostic: ConvergenceDiagnostic, values: int) -> ConvergenceDiagnostic:
+    """The diagnostic as it stood with its first ``values`` values (``values - 1`` epochs)."""
+    change = relative_change(diagnostic.initial_values[:values], diagnostic.window)
+    residuals = diagnostic.heldout_residuals[:values - 1]
+    steady = residuals[-1] <= RESIDUAL_GROWTH * min(residuals[-(diagnostic.window + 1):])
+    return dataclasses.replace(diagnostic, initial_values=diagnostic.initial_values[:values], value_change=change,
+                               converged=bool(steady and np.isfinite(change) and change <= diagnostic.tolerance))
 
 
 # -------------------------------------------------------------- configs
