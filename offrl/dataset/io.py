@@ -133,6 +133,11 @@ def dump_store(store: Any, info: Any, f: PathOrFile, compression: Optional[str] 
     head, tail = store.head, store.tail
     starts, ends, terminated, has_final = store.episode_table()
     behaviour = store.behaviour_probabilities
+    if isinstance(f, (str, os.PathLike)) and compression is None:  # the size is known: refuse a full disk up front
+        from .disk import check_free_space
+
+        columns = [*store.observations, store.actions, store.rewards] + ([] if behaviour is None else [behaviour])
+        check_free_space(f, sum(c[0].nbytes for c in columns) * (tail - head) + 18 * len(starts))
     _write(
         f,
         [o[head:tail] for o in store.observations],

@@ -415,3 +415,15 @@ def test_d4rl_streamed_import_refuses_bad_values_naming_steps_and_leaves_nothing
     with pytest.raises(ValueError, match=r"f.hdf5: steps 21\.\.33: .*rewards"):
         load_d4rl_hdf5(tmp_path / "f.hdf5", to=tmp_path / "out", chunk_rows=5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.hdf5"]
+
+
+def test_hdf5_dump_refuses_a_full_disk_before_writing(tmp_path, monkeypatch):
+    memory = _pair(tmp_path).memory
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(disk_module.shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
+    with pytest.raises(OSError, match=r"needs \d+ bytes .* 1000 bytes .* free"):
+        memory.dump(tmp_path / "x.h5")
+    assert not (tmp_path / "x.h5").exists() and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    monkeypatch.undo()
+    memory.dump(tmp_path / "x.h5")
+    assert ReplayBuffer.load(tmp_path / "x.h5").transition_count == memory.transition_count
