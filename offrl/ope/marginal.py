@@ -51,8 +51,10 @@ descent-ascent, ``zeta`` on the faster timescale), and the ratio is
 ``zeta``'s weights averaged over the last half of training. The target's action probabilities at every logged step
 (discrete) or ``n_action_samples`` of its actions per step (continuous) are
 computed once before training and kept on the device with the data, so an
-update is three network forward passes and one backward pass with no
-host transfer. Negative ``zeta`` outputs are clipped to 0 (a ratio of
+update makes no host transfer: ``nu`` on the batch's states, next states and
+(a quarter as many) initial states in one forward pass, ``zeta`` on the
+batch, one backward pass (``zeta``'s gradients reversed), one Adam step per
+player. Negative ``zeta`` outputs are clipped to 0 (a ratio of
 densities is non-negative); the result reports how many.
 
 **Intervals** come from :func:`offrl.ope.bounds.confidence_interval` on
@@ -137,6 +139,11 @@ class DensityRatioConfig:
             the last iterate does not (on the tabular MDP of the tests the
             last iterate's MIS error wandered by +-0.2 while the average's
             stayed within 0.03). 0 uses the last iterate.
+        initial_batch_size: initial states per update (default
+            ``max(1, batch_size // 4)``): the initial-state term enters ``J``
+            with weight ``1 - gamma``, so its sampling noise matters little
+            and a quarter of the rows keeps most of the update's cost for
+            the Bellman term (the estimate stays unbiased).
     """
 
     encoder_factory: EncoderFactory = dataclasses.field(default_factory=DefaultEncoderFactory)
@@ -148,6 +155,7 @@ class DensityRatioConfig:
     log_interval: int = 500
     n_action_samples: int = 10
     average_fraction: float = 0.5
+    initial_batch_size: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.encoder_factory, EncoderFactory):
@@ -160,7 +168,9 @@ class DensityRatioConfig:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         if isinstance(self.average_fraction, bool) or not 0.0 <= self.average_fraction < 1.0:
             raise ValueError(f"average_fraction must be in [0, 1), got {self.average_fraction!r}")
-        for name in ("batch_size", "n_steps", "log_interval", "n_action_samples"):
+        if self.initial_batch_size is None and isinstance(self.batch_size, (int, np.integer)):
+            self.initial_batch_size = max(1, int(self.batch_size) // 4)
+        for name in ("batch_size", "n_steps", "log_interval", "n_action_samples", "initial_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -176,6 +186,19 @@ def dualdice_loss(nu: torch.Tensor, nu_next: torch.Tensor, zeta: torch.Tensor, n
     ``nu_initial``: ``(B0,)`` ``E_{a ~ pi} nu(s_0, a)``. ``nu`` minimises it,
     ``zeta`` maximises it."""
     return ((nu - gamma * nu_next) * zeta - 0.5 * zeta**2).mean() - (1.0 - gamma) * nu_initial.mean()
+
+
+class _ReverseGradient(torch.autograd.Function):
+    """Identity forward, negated gradient backward: ``zeta`` ascends ``J``
+    in the same backward pass in which ``nu`` descends it."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return -grad
 
 
 class _Head(nn.Module):
@@ -239,33 +262,36 @@ class DensityRatioModel:
     # ---------------------------------------------------------------- training
     def loss(self, observations: torch.Tensor, actions: torch.Tensor, next_observations: torch.Tensor,
              next_policy: torch.Tensor, not_last: torch.Tensor, initial_observations: torch.Tensor,
-             initial_policy: torch.Tensor) -> torch.Tensor:
-        """``J`` on one mini-batch (a 0-dim tensor, differentiable in both networks).
+             initial_policy: torch.Tensor, reverse_zeta: bool = False) -> torch.Tensor:
+        """``J`` on one mini-batch (a 0-dim tensor, differentiable in both networks;
+        with ``reverse_zeta`` the gradients reaching ``zeta`` are negated, so
+        one backward pass gives descent directions for both players).
 
         ``next_policy`` / ``initial_policy``: discrete: ``(B, A)`` target
         probabilities at ``s'`` / ``s_0``; continuous: ``(B, action_size)``
-        actions drawn from the target there. ``not_last``: ``(B,)`` 0 where
-        the step is its episode's last."""
-        nu = _value_at(self.nu, observations, actions)
-        zeta = _value_at(self.zeta, observations, actions)
+        actions drawn from the target there (``B0`` rows for the initial
+        states). ``not_last``: ``(B,)`` 0 where the step is its episode's last."""
+        b, b_next = observations.shape[0], next_observations.shape[0]
+        x = torch.cat([observations, next_observations, initial_observations])  # one pass of nu over every row
         if self.discrete:
-            nu_next = (self.nu(next_observations) * next_policy).sum(dim=1)
-            nu_initial = (self.nu(initial_observations) * initial_policy).sum(dim=1)
+            values = self.nu(x)
+            nu = values[:b].gather(1, actions.view(-1, 1))[:, 0]
+            nu_next = (values[b:b + b_next] * next_policy).sum(dim=1)
+            nu_initial = (values[b + b_next:] * initial_policy).sum(dim=1)
         else:
-            nu_next = self.nu(next_observations, next_policy)
-            nu_initial = self.nu(initial_observations, initial_policy)
+            values = self.nu(x, torch.cat([actions, next_policy, initial_policy]))
+            nu, nu_next, nu_initial = values[:b], values[b:b + b_next], values[b + b_next:]
+        zeta = _value_at(self.zeta, observations, actions)
+        if reverse_zeta:
+            zeta = _ReverseGradient.apply(zeta)
         return dualdice_loss(nu, nu_next * not_last, zeta, nu_initial, self.gamma)
 
     def _step(self, batch: Tuple[torch.Tensor, ...]) -> torch.Tensor:
         """One simultaneous descent (nu) / ascent (zeta) step; returns ``J`` (detached)."""
-        j = self.loss(*batch)
-        nu_params = self._nu_optim.params
-        zeta_params = self._zeta_optim.params
-        grads = torch.autograd.grad(j, nu_params + zeta_params)
-        for p, g in zip(nu_params, grads[: len(nu_params)]):
-            p.grad = g
-        for p, g in zip(zeta_params, grads[len(nu_params):]):
-            p.grad = -g  # ascent
+        j = self.loss(*batch, reverse_zeta=True)
+        self._nu_optim.zero_grad()
+        self._zeta_optim.zero_grad()
+        j.backward()
         self._nu_optim.step()
         self._zeta_optim.step()
         return j.detach()
@@ -357,9 +383,70 @@ def fit_density_ratio(
     return _fit(target, data, gamma, config, seed, parse_device(device), greedy, epsilon, bandwidth, batch_size)
 
 
-def _fit(target: Any, data: LoggedData, gamma: float, config: DensityRatioConfig, seed: Any, device: torch.device,
-         greedy: bool, epsilon: float, bandwidth: float, batch_size: int,
-         target_actions: Optional[np.ndarray] = None) -> DensityRatioModel:
+class _TrainingData:
+    """The logged steps on the device, and mini-batches drawn from them
+    (uniform steps, uniform episode starts) with a seeded generator."""
+
+    def __init__(self, data: LoggedData, target_actions: np.ndarray, batch_size: int, initial_batch_size: int,
+                 device: torch.device, seed: int) -> None:
+        self.n = data.n_steps
+        self.discrete = data.discrete
+        self.batch_size = int(batch_size)
+        self.initial_batch_size = int(initial_batch_size)
+        self.observations = torch.as_tensor(np.asarray(_array_observations(data)), dtype=torch.float32, device=device)
+        actions = torch.as_tensor(data.actions, device=device)
+        self.actions = actions.long() if data.discrete else actions.float()
+        self.policy = torch.as_tensor(target_actions, dtype=torch.float32, device=device)
+        not_last = np.ones(self.n, dtype=np.float32)
+        not_last[np.cumsum(data.lengths) - 1] = 0.0
+        self.not_last = torch.as_tensor(not_last, device=device)
+        self.starts = torch.as_tensor(data.starts, dtype=torch.long, device=device)
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+        self.device = device
+
+    def sample(self) -> Tuple[torch.Tensor, ...]:
+        """The arguments of :meth:`DensityRatioModel.loss` for one mini-batch."""
+        b, g, device = self.batch_size, self.generator, self.device
+        rows = torch.randint(0, self.n, (b,), device=device, generator=g)
+        nxt = torch.clamp(rows + 1, max=self.n - 1)  # a last step's "next" row is masked by not_last
+        b0 = self.initial_batch_size
+        first = self.starts[torch.randint(0, self.starts.shape[0], (b0,), device=device, generator=g)]
+        if self.discrete:
+            next_policy, initial_policy = self.policy[nxt], self.policy[first]
+        else:
+            k = torch.randint(0, self.policy.shape[1], (b + b0,), device=device, generator=g)
+            next_policy, initial_policy = self.policy[nxt, k[:b]], self.policy[first, k[b:]]
+        obs = self.observations
+        return obs[rows], self.actions[rows], obs[nxt], next_policy, self.not_last[rows], obs[first], initial_policy
+
+
+def _train(model: DensityRatioModel, batches: _TrainingData, first_step: int, n_steps: int) -> None:
+    """Updates ``first_step .. first_step + n_steps - 1`` (1-based) of a run of
+    ``model.config.n_steps``: averaging in the last ``average_fraction`` of
+    them, losses read and checked once per ``log_interval``."""
+    config = model.config
+    average_from = config.n_steps - int(config.n_steps * config.average_fraction)
+    pending: List[Tuple[int, torch.Tensor]] = []
+    last = first_step + n_steps - 1
+    for step in range(first_step, last + 1):
+        pending.append((step, model._step(batches.sample())))
+        if step > average_from:
+            model._average()
+        if step % config.log_interval == 0 or step == last:
+            values = torch.stack([v for _, v in pending]).cpu().numpy()  # one host sync per interval
+            bad = ~np.isfinite(values)
+            if bad.any():
+                raise _diverged(f"loss {values[int(np.argmax(bad))]}", pending[int(np.argmax(bad))][0], config)
+            if step % config.log_interval == 0 or step == config.n_steps:
+                model.losses.append((step, float(values[-1])))
+            pending = []
+
+
+def _prepare_training(target: Any, data: LoggedData, gamma: float, config: DensityRatioConfig, seed: Any,
+                      device: torch.device, greedy: bool, epsilon: float, bandwidth: float, batch_size: int,
+                      target_actions: Optional[np.ndarray] = None) -> Tuple[DensityRatioModel, _TrainingData]:
+    """A freshly initialised model and its device-resident data (seeded)."""
     observations = _array_observations(data)
     check_built(target, "target policy")
     if target_actions is None:
@@ -371,42 +458,16 @@ def _fit(target: Any, data: LoggedData, gamma: float, config: DensityRatioConfig
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed_int)
         model = DensityRatioModel(config, tuple(observations.shape[1:]), data.action_size, data.discrete, gamma, device)
-    n = data.n_steps
-    obs = torch.as_tensor(np.asarray(observations), dtype=torch.float32, device=device)
-    acts = torch.as_tensor(data.actions, device=device)
-    acts = acts.long() if data.discrete else acts.float()
-    policy = torch.as_tensor(target_actions, dtype=torch.float32, device=device)
-    ends = np.cumsum(data.lengths)
-    not_last = np.ones(n, dtype=np.float32)
-    not_last[ends - 1] = 0.0
-    not_last_t = torch.as_tensor(not_last, device=device)
-    starts = torch.as_tensor(data.starts, dtype=torch.long, device=device)
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed_int)
-    b = config.batch_size
-    n_samples = policy.shape[1] if not data.discrete else 1
-    pending: List[Tuple[int, torch.Tensor]] = []
-    average_from = config.n_steps - int(config.n_steps * config.average_fraction)
-    for step in range(1, config.n_steps + 1):
-        rows = torch.randint(0, n, (b,), device=device, generator=generator)
-        nxt = torch.clamp(rows + 1, max=n - 1)  # a last step's "next" row is masked by not_last
-        first = starts[torch.randint(0, starts.shape[0], (b,), device=device, generator=generator)]
-        if data.discrete:
-            next_policy, initial_policy = policy[nxt], policy[first]
-        else:
-            k = torch.randint(0, n_samples, (2, b), device=device, generator=generator)
-            next_policy, initial_policy = policy[nxt, k[0]], policy[first, k[1]]
-        j = model._step((obs[rows], acts[rows], obs[nxt], next_policy, not_last_t[rows], obs[first], initial_policy))
-        pending.append((step, j))
-        if step > average_from:
-            model._average()
-        if step % config.log_interval == 0 or step == config.n_steps:
-            values = torch.stack([v for _, v in pending]).cpu().numpy()  # one host sync per interval
-            bad = ~np.isfinite(values)
-            if bad.any():
-                raise _diverged(f"loss {values[int(np.argmax(bad))]}", pending[int(np.argmax(bad))][0], config)
-            model.losses.append((step, float(values[-1])))
-            pending = []
+    return model, _TrainingData(data, target_actions, config.batch_size, config.initial_batch_size, device,
+                                seed_int)
+
+
+def _fit(target: Any, data: LoggedData, gamma: float, config: DensityRatioConfig, seed: Any, device: torch.device,
+         greedy: bool, epsilon: float, bandwidth: float, batch_size: int,
+         target_actions: Optional[np.ndarray] = None) -> DensityRatioModel:
+    model, batches = _prepare_training(target, data, gamma, config, seed, device, greedy, epsilon, bandwidth,
+                                       batch_size, target_actions)
+    _train(model, batches, 1, config.n_steps)
     return model
 
 

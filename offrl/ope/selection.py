@@ -300,6 +300,7 @@ def select_policies(
     threshold: Optional[float] = None,
     behaviour_value: Optional[float] = None,
     metrics: Optional[Sequence[str]] = None,
+    ratio_model: Any = None,
     gamma: Optional[float] = None,
     behaviour_probabilities: Any = None,
     behaviour_policy: Any = None,
@@ -336,6 +337,11 @@ def select_policies(
         behaviour_value: the behaviour policy's true value (SharpeRatio@k).
         metrics: the selection metrics to compute (default: every one the
             arguments allow; see the module docstring).
+        ratio_model: the marginal estimators' density ratios: None (a
+            default DualDICE model per policy), a
+            :class:`~offrl.ope.marginal.DensityRatioConfig` (one model per
+            policy with it), or a mapping name -> fitted model or callable
+            (as ``ratio_model`` of :func:`~offrl.ope.estimate_policy_value`).
         gamma: discount (default: the algorithms' shared ``gamma``, else 0.99).
         The other arguments are those of :func:`~offrl.ope.estimate_policy_value`.
     """
@@ -370,11 +376,16 @@ def select_policies(
                    n_action_samples)
 
     results: Dict[str, Dict[str, Any]] = {label: {} for label, _ in specs}
+    if isinstance(ratio_model, Mapping):
+        missing = [name for name in policies if name not in ratio_model]
+        if missing and any(isinstance(spec, str) and spec in MARGINAL_ESTIMATORS for _, spec in specs):
+            raise ValueError(f"ratio_model has no ratio model for {missing}")
     for label, spec in specs:
         if isinstance(spec, str) and spec in MARGINAL_ESTIMATORS:  # learned density ratios, no behaviour policy
             for name, policy in policies.items():
                 results[label][name] = estimate_marginal_value(
                     policy, dataset, spec, q_models[name] if ESTIMATORS[spec][1] else None, gamma=gamma, clip=clip,
+                    ratio_model=ratio_model[name] if isinstance(ratio_model, Mapping) else ratio_model,
                     confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
                     min_effective_sample_size=min_effective_sample_size, greedy=greedy, epsilon=epsilon,
                     bandwidth=bandwidth, n_action_samples=n_action_samples, batch_size=batch_size,
