@@ -41,6 +41,7 @@ than memory can be built episode by episode.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import mmap
@@ -466,7 +467,11 @@ class DiskDatasetWriter:
                 size = 2**24
             buffer = ReplayBuffer(InfiniteBuffer(), action_space=self._action_space, action_size=size)
             buffer.append_episode(episode, action_space=self._action_space, action_size=size)
-            self._info = buffer.dataset_info
+            info = buffer.dataset_info
+            if info.action_space == ActionSpace.DISCRETE and self._action_size is None:
+                # the size is the largest action of all episodes + 1, set on close
+                info = dataclasses.replace(info, action_size=2**24)
+            self._info = info
         else:
             info = self._info
             buffer = ReplayBuffer(

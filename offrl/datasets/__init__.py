@@ -6,6 +6,7 @@ from .builtin import dataset_names, get_cartpole, get_dataset, get_pendulum
 from .d4rl import load_d4rl_hdf5
 from .minari import get_minari, to_minari
 from .tabular import from_dataframe
+from .streaming import from_dataframe_chunks
 
 __all__ = [
     "get_dataset",
@@ -16,4 +17,5 @@ __all__ = [
     "to_minari",
     "load_d4rl_hdf5",
     "from_dataframe",
+    "from_dataframe_chunks",
 ]
