@@ -348,14 +348,41 @@ class DictObservationScaler(TupleObservationScaler):
     def get_type() -> str:
         return "dict"
 
+    def _single(self, x: Any) -> bool:
+        """A one-key dict observation is stored as a plain array."""
+        return len(self.keys) == 1 and not isinstance(x, list)
+
     def _fit(self, data: FitData) -> None:
         observations = data.observations
+        if self._single(observations):
+            self.observation_scalers[0]._fit(data)
+            return
         if not isinstance(observations, list) or len(observations) != len(self.observation_scalers):
             raise ValueError(
                 f"DictObservationScaler has scalers for keys {list(self.keys)}; the data's observations have "
                 f"{len(observations) if isinstance(observations, list) else 'not several'} elements"
             )
         super()._fit(data)
+
+    def transform(self, x: Any) -> Any:
+        return self.observation_scalers[0].transform(x) if self._single(x) else super().transform(x)
+
+    def reverse_transform(self, x: Any) -> Any:
+        return self.observation_scalers[0].reverse_transform(x) if self._single(x) else super().reverse_transform(x)
+
+    def transform_numpy(self, x: Any) -> Any:
+        return self.observation_scalers[0].transform_numpy(x) if self._single(x) else super().transform_numpy(x)
+
+    def reverse_transform_numpy(self, x: Any) -> Any:
+        if self._single(x):
+            return self.observation_scalers[0].reverse_transform_numpy(x)
+        return super().reverse_transform_numpy(x)
+
+    def check_observation_shape(self, shape) -> None:
+        if len(self.keys) == 1 and (len(shape) == 0 or not isinstance(shape[0], (list, tuple))):
+            self.observation_scalers[0].check_observation_shape(shape)
+            return
+        super().check_observation_shape(shape)
 
     def fit_with_env(self, env: Any) -> "DictObservationScaler":
         """Fit each key's scaler from the matching part of a Dict observation space."""

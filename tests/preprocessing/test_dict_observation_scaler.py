@@ -89,3 +89,19 @@ def test_bad_input():
     dataset, _ = _dataset()
     with pytest.raises(ValueError, match=r"keys \['a', 'b'\]"):
         DictObservationScaler({"a": StandardObservationScaler(), "b": StandardObservationScaler()}).fit(dataset)
+
+
+def test_a_one_key_dict_is_scaled_like_its_array():
+    rng = np.random.default_rng(3)
+    obs = {"state": (rng.normal(size=(40, 3)) * 3 + 5).astype(np.float32)}
+    data = MDPDataset(obs, rng.integers(0, 2, 40), rng.normal(size=40), np.r_[np.zeros(39), 1], action_size=2)
+    algo = DQNConfig(batch_size=8, observation_scaler={"state": StandardObservationScaler()}).create()
+    algo.build_with_dataset(data)
+    np.testing.assert_allclose(algo.observation_scaler.observation_scalers[0].mean, obs["state"].mean(0), rtol=1e-5)
+    reference = DQNConfig(batch_size=8, observation_scaler=StandardObservationScaler()).create()
+    reference.build_with_dataset(MDPDataset(obs["state"], data.to_arrays()["actions"][:, 0], rng.normal(size=40),
+                                            np.r_[np.zeros(39), 1], action_size=2))
+    x = obs["state"][:4]
+    np.testing.assert_allclose(algo.observation_scaler.transform_numpy(x), reference.observation_scaler.transform_numpy(x),
+                               rtol=1e-5)
+    assert algo.predict({"state": x}).shape == (4,)
