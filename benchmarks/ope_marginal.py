@@ -5,7 +5,7 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
 
     python benchmarks/ope_marginal.py              # both cases (about a minute)
     python benchmarks/ope_marginal.py --quick      # short rounds, a smoke run
-    python benchmarks/ope_marginal.py --d3rlpy-python /opt/d3venv/bin/python
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/ope_marginal.py
 
 Issue 19's target: the ratio model of ``offrl.ope.marginal`` trains at
 >= 1.5x the updates per second of an FQE of the same size in d3rlpy 2.8.1.
