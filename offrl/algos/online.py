@@ -64,10 +64,13 @@ from .._vector_env import SpaceView as _SpaceView
 from .._vector_env import copy_observation as _copy
 from .._vector_env import row as _row
 from .._vector_env import rows as _rows
+from .._vector_env import stack_observations as _stack
 from ..constants import ActionSpace
 from .explorers import check_explorer
 from ..dataset.replay_buffer import create_fifo_replay_buffer, create_infinite_replay_buffer
 from ..dataset.signature import signatures_from_env
+from ..dataset.episode import Episode
+from ..dataset.replay_buffer import ReplayBuffer
 from ..dataset.writer import BasicWriterPreprocess
 from ..logging import FileAdapterFactory, create_logger_adapter
 from ..metrics.utility import rollout_returns
@@ -348,6 +351,9 @@ class _VectorRollout:
         self.reset_env = getattr(explorer, "reset_env", None) if explorer is not None else None
         self.reset_all = getattr(explorer, "reset", None) if explorer is not None else None
         self.episodes = np.zeros(self.n, dtype=np.int64)
+        self.whole: Optional[bool] = None  # episodes written with append_episode (decided at the first one)
+        self.discrete = False
+        self.action_size = 0
         self.open: List[Dict[str, list]] = [self._new_episode() for _ in range(self.n)]
         self.finished: List[Tuple[float, int, int]] = []  # (return, length, environment) since last read
         self.time_inference = 0.0
@@ -445,9 +451,7 @@ class _VectorRollout:
         self.open[i] = self._new_episode()
         if not episode["rewards"]:
             return
-        for observation, action, reward in zip(episode["observations"], episode["actions"], episode["rewards"]):
-            self.buffer.append(observation, action, reward)
-        self.buffer.clip_episode(terminated, final_observation)
+        self._append(episode, terminated, final_observation)
         self.finished.append((float(sum(episode["rewards"])), len(episode["rewards"]), i))
         self.episodes[i] += 1
 
@@ -457,9 +461,47 @@ class _VectorRollout:
         if not episode["rewards"]:
             return
         self.open[i] = self._new_episode()
-        for observation, action, reward in zip(episode["observations"], episode["actions"], episode["rewards"]):
-            self.buffer.append(observation, action, reward)
-        self.buffer.clip_episode(False, _copy(_row(self.observations, i)))
+        self._append(episode, False, _copy(_row(self.observations, i)))
+
+    def _whole_episodes(self) -> bool:
+        """Whether the buffer can take an episode whole (``append_episode``):
+        an offrl ReplayBuffer that already has signatures and writes
+        observations as they come (a frame-stacking writer needs ``append``)."""
+        if not isinstance(self.buffer, ReplayBuffer) or type(self.buffer.writer_preprocessor) is not BasicWriterPreprocess:
+            return False
+        try:
+            info = self.buffer.dataset_info
+        except ValueError:
+            return False
+        self.discrete = info.action_space == ActionSpace.DISCRETE
+        self.action_size = int(info.action_size)
+        return True
+
+    def _append(self, episode: Dict[str, list], terminated: bool, final_observation: Any) -> None:
+        """Write one environment's finished (or cut) episode into the buffer."""
+        if self.whole is None:
+            self.whole = self._whole_episodes()
+        if self.whole:
+            actions = np.stack(episode["actions"])
+            if self.discrete:
+                if not (np.issubdtype(actions.dtype, np.integer) or (actions == np.round(actions)).all()) \
+                        or actions.min() < 0 or actions.max() >= self.action_size:
+                    self.whole = False  # let append name the bad action
+            elif not np.isfinite(actions).all():
+                self.whole = False
+        if not self.whole:
+            for observation, action, reward in zip(episode["observations"], episode["actions"], episode["rewards"]):
+                self.buffer.append(observation, action, reward)
+            self.buffer.clip_episode(terminated, final_observation)
+            return
+        observations = _stack(episode["observations"])
+        self.buffer.append_episode(Episode(
+            observations=observations,
+            actions=actions.reshape(len(actions), -1).astype(np.int64 if self.discrete else np.float32),
+            rewards=np.asarray(episode["rewards"], dtype=np.float32).reshape(-1, 1),
+            terminated=bool(terminated),
+            final_observation=None if terminated else final_observation,
+        ))
 
     def close(self) -> None:
         """Write every open episode, truncated at its current observation."""

@@ -489,6 +489,16 @@ def test_action_batch_of_the_wrong_size_names_the_environment():
                    show_progress=False)
 
 
+def test_out_of_range_action_is_reported_by_the_buffer():
+    class Wild:
+        def sample(self, algo, x, step):
+            return np.full(len(x), 5, dtype=np.int64)
+
+    with pytest.raises(ValueError, match=r"action is 5, expected an index in \[0, 3\)"):
+        collect_fn(DiscreteRandomPolicyConfig().create(), vector_env("list", 2), explorer=Wild(), n_steps=10,
+                   show_progress=False)
+
+
 def test_non_finite_observation_names_the_environment():
     envs = [KnownEnds(0, SCRIPTS[0]), KnownEnds(1, SCRIPTS[1], nan_at=3)]
     with pytest.raises(ValueError, match="environment 1 returned a non-finite observation"):
