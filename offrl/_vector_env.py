@@ -16,6 +16,7 @@ __all__ = ["is_vector_env", "vector_spaces", "VectorEnv", "SpaceView", "check_en
 
 
 def check_env(env: Any, name: str = "env") -> None:
+    """Raise ``TypeError`` unless ``env`` looks like a gymnasium environment."""
     missing = [a for a in ("reset", "step", "observation_space", "action_space") if not hasattr(env, a)]
     if missing:
         raise TypeError(f"{name} must be a gymnasium environment; {type(env).__name__} has no {', '.join(missing)}")
@@ -23,8 +24,8 @@ def check_env(env: Any, name: str = "env") -> None:
 
 def as_observation(raw: Any, keys: Optional[List[Any]] = None) -> Any:
     """An environment observation as offrl takes it: an array, or a list of
-    arrays for tuple / dict observations (dict values in ``keys`` order, the
-    observation space's)."""
+    arrays for tuple / dict observations (dict values in ``keys`` order: the
+    callers pass the stored, sorted key order)."""
     if type(raw) is np.ndarray:
         return raw
     if isinstance(raw, dict):

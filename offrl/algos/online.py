@@ -49,6 +49,7 @@ returns are logged as ``rollout_return_env_<i>``.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -314,7 +315,8 @@ class _VectorRollout:
 
     Each environment's open episode is kept here and written when it ends
     (or when the run stops), so the buffer only ever holds whole episodes
-    and the episodes of different environments never interleave.
+    and the episodes of different environments never interleave (an offrl
+    ReplayBuffer takes it with one ``append_episode``).
     Environment ``i`` is reset first with ``seed + i``, its random-step
     action space is a copy of the single action space seeded ``seed + i``
     and an explorer with ``sample_envs`` draws its randomness from
@@ -323,8 +325,6 @@ class _VectorRollout:
 
     def __init__(self, algo: Any, env: Any, spaces: _SpaceView, buffer: Any, explorer: Any, deterministic: bool,
                  random_steps: int, seed: Optional[int]) -> None:
-        import copy
-
         self.algo = algo
         self.buffer = buffer
         self.explorer = explorer
