@@ -15,7 +15,10 @@ phase's own):
   cache (``posix_fadvise(DONTNEED)`` on every column file first), and the
   same random-row reads through ``h5py`` from offrl's HDF5 file (the
   alternative layout, measured to choose between them);
-* train: peak resident memory while training IQL for 1,000 steps from disk.
+* train: peak resident memory while training IQL for 1,000 steps from disk,
+  with the default ``DiskStore.resident_limit`` (None) and with a limit
+  (``--resident-limit-mb``, 64 MB by default: mapped pages released as
+  sampling goes, bounding the resident set at a cost in speed).
 
 Peak memory is reported as ``VmHWM`` (everything resident, including clean
 file pages the process has mapped) and split into anonymous memory (the
@@ -42,6 +45,8 @@ import time
 from typing import Any, Callable, Dict, List
 
 import numpy as np
+
+import _scale_parallel as _parallel  # the ddp and compile subcommands
 
 OBS_DIM, ACT_DIM, EPISODE = 17, 6, 1000
 ROW_BYTES = OBS_DIM * 4 + ACT_DIM * 4 + 4
@@ -224,7 +229,7 @@ def phase_sample(path: str, h5_path: str, batch: int, calls: int) -> None:
     _emit(result)
 
 
-def phase_train(path: str, steps: int, steps_per_epoch: int) -> None:
+def phase_train(path: str, steps: int, steps_per_epoch: int, resident_limit: int) -> None:
     import torch
 
     import offrl
@@ -235,13 +240,14 @@ def phase_train(path: str, steps: int, steps_per_epoch: int) -> None:
     base = _status()
     with PeakMemory() as mem:
         dataset = ReplayBuffer.load(path, in_memory=False)
+        dataset.buffer.resident_limit = resident_limit or None
         algo = offrl.algos.IQLConfig(batch_size=256).create()
         start = time.perf_counter()
         algo.fit(dataset, n_steps=steps, n_steps_per_epoch=steps_per_epoch,
                  logger_adapter=NoopAdapterFactory(), show_progress=False)
         seconds = time.perf_counter() - start
     _emit({"seconds": seconds, "updates_per_s": steps / seconds, "base_rss": base["VmRSS"],
-           "base_anon": base["RssAnon"], **mem.peak})
+           "base_anon": base["RssAnon"], "base_file": base["RssFile"], **mem.peak})
 
 
 # ------------------------------------------------------------- driver
@@ -262,6 +268,8 @@ def run_disk(argv: List[str]) -> None:
     parser.add_argument("--train-steps", type=int, default=1000)
     parser.add_argument("--steps-per-epoch", type=int, default=1000)
     parser.add_argument("--keep", action="store_true", help="keep the files (deleted by default)")
+    parser.add_argument("--resident-limit-mb", type=int, nargs="*", default=[64],
+                        help="also train with DiskStore.resident_limit set to these sizes (MB)")
     args = parser.parse_args(argv)
 
     os.makedirs(args.dir, exist_ok=True)
@@ -294,14 +302,16 @@ def run_disk(argv: List[str]) -> None:
               f"(first call {sample['disk_cold_first_s'] * 1e3:.1f} ms; fadvise DONTNEED applied: {sample['fadvise']})")
         print(f"h5py fancy-index reads of the same rows ({sample['h5_layout']} layout): warm "
               f"{sample['h5_warm_s'] * 1e6:.0f} us, cold {sample['h5_cold_s'] * 1e6:.0f} us per batch")
-        log("training IQL from disk ...")
-        train = _run_phase(["_disk-train", path, str(args.train_steps), str(args.steps_per_epoch)])
-        print(f"IQL {args.train_steps} steps from disk: {train['updates_per_s']:.0f} updates/s "
-              f"(n_steps_per_epoch={args.steps_per_epoch})")
-        for key in ("VmHWM", "RssAnon", "RssFile"):
-            print(f"  peak {key}: {_gb(train[key])} = {_pct(train[key], size)} of the file size")
-        print(f"  (after importing torch and offrl, before loading: VmRSS {_gb(train['base_rss'])}, "
-              f"anonymous {_gb(train['base_anon'])})")
+        for limit in (0, *args.resident_limit_mb):
+            log(f"training IQL from disk (resident_limit {limit or None} MB) ...")
+            train = _run_phase(["_disk-train", path, str(args.train_steps), str(args.steps_per_epoch),
+                                str(limit << 20)])
+            print(f"IQL {args.train_steps} steps from disk, resident_limit={f'{limit} MB' if limit else None}: "
+                  f"{train['updates_per_s']:.1f} updates/s (n_steps_per_epoch={args.steps_per_epoch})")
+            for key in ("VmHWM", "RssAnon", "RssFile"):
+                print(f"  peak {key}: {_gb(train[key])} = {_pct(train[key], size)} of the file size")
+            print(f"  (after importing torch and offrl, before loading: VmRSS {_gb(train['base_rss'])}, "
+                  f"anonymous {_gb(train['base_anon'])}, file-backed (shared libraries) {_gb(train['base_file'])})")
     finally:
         if not args.keep:
             shutil.rmtree(path, ignore_errors=True)
@@ -311,11 +321,12 @@ def run_disk(argv: List[str]) -> None:
         print(f"load average after: {os.getloadavg()}")
 
 
-SUBCOMMANDS: Dict[str, Callable[[List[str]], None]] = {"disk": run_disk}
+SUBCOMMANDS: Dict[str, Callable[[List[str]], None]] = {"disk": run_disk, **_parallel.SUBCOMMANDS}
 _PHASES = {
     "_disk-build": lambda a: phase_build(a[0], int(a[1])),
     "_disk-sample": lambda a: phase_sample(a[0], a[1], int(a[2]), int(a[3])),
-    "_disk-train": lambda a: phase_train(a[0], int(a[1]), int(a[2])),
+    "_disk-train": lambda a: phase_train(a[0], int(a[1]), int(a[2]), int(a[3])),
+    **_parallel.PHASES,
 }
 
 

@@ -145,6 +145,33 @@ class DiskStore(InfiniteBuffer):
             self._read_only()
         super().initialize(observation_signature, action_signature, reward_signature)
 
+    #: bytes of mapped column pages this process may keep resident between
+    #: calls of :meth:`release_pages` (None, the default: released only
+    #: before each training epoch). Random rows touch a page per column
+    #: each, so over a long epoch the process's resident set grows towards
+    #: the whole file: clean page-cache pages the kernel may drop at any
+    #: time, but counted in its RSS. A limit bounds that at a price:
+    #: every page is then faulted in again (measured in
+    #: ``benchmarks/scale.py disk``: several times slower sampling).
+    resident_limit: Optional[int] = None
+
+    def _touched(self, rows: int) -> None:
+        """Count ``rows`` about to be read; release pages when over the limit."""
+        limit = self.resident_limit
+        if limit is None:
+            return
+        self._touched_bytes = getattr(self, "_touched_bytes", 0) + rows * (len(self._maps) + 1) * mmap.PAGESIZE
+        if self._touched_bytes > limit:
+            self.release_pages()
+
+    def locate_transitions(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self._touched(int(np.size(indices)))
+        return super().locate_transitions(indices)
+
+    def locate_steps(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self._touched(int(np.size(indices)))
+        return super().locate_steps(indices)
+
     def check(self) -> None:
         """Raise :class:`DiskDatasetChangedError` when any file of the dataset
         (manifest or column) has a different size, modification time or
@@ -171,6 +198,7 @@ class DiskStore(InfiniteBuffer):
         stay in the page cache): keeps resident memory from growing with the
         pages random sampling has touched. Safe at any time: a later read
         maps the page again."""
+        self._touched_bytes = 0
         for column in self._mapped_columns():
             mm = getattr(column, "_mmap", None)
             if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):

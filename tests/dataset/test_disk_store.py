@@ -474,3 +474,25 @@ def test_from_dataframe_chunks_refuses_scattered_episodes_and_bad_rows(tmp_path)
                               "episode", ["x0", "x1"], "a", "r")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_resident_limit_releases_mapped_pages_and_sampling_is_unchanged(tmp_path, monkeypatch):
+    pair = _pair(tmp_path)
+    store = pair.disk.buffer
+    released = []
+    real = store.release_pages
+    monkeypatch.setattr(store, "release_pages", lambda: (released.append(1), real()))
+    offrl.seed(4)
+    pair.disk.sample_transition_batch(64)
+    assert released == []  # no limit by default
+    store.resident_limit = 64 * 5 * 4096  # 5 mapped columns + 1: one batch of 64 rows passes it
+    offrl.seed(4)
+    a = pair.disk.sample_transition_batch(64)
+    assert released == [] and store._touched_bytes == 64 * 5 * 4096
+    b = pair.disk.sample_transition_batch(64)
+    assert released == [1] and store._touched_bytes == 0
+    offrl.seed(4)
+    _assert_batches_equal(a, pair.memory.sample_transition_batch(64))
+    _assert_batches_equal(b, pair.memory.sample_transition_batch(64))
+    pair.disk.sample_trajectory_batch(4, 3)  # counted too
+    assert store._touched_bytes == 4 * 5 * 4096
