@@ -73,14 +73,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from ..algos.device import DeviceArg, parse_device
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size, is_tuple_shape
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.optimizers import AdamFactory, OptimizerFactory
 from . import importance
 from ._logged import LoggedData, logged_data
