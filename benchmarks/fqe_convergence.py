@@ -11,14 +11,22 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
 Cases: the built-in ``replay`` datasets (``offrl.datasets.get_cartpole`` /
 ``get_pendulum``), each with a behaviour-cloning policy and a conservative
 one (DiscreteBC / DiscreteCQL on CartPole-v1, BC / IQL on Pendulum-v1),
-trained here with fixed seeds. The truth is the environment's discounted
-return of the policy's greedy actions (``rollout_returns(algo, env,
-n_trials, gamma=0.99)``). FQE bootstraps through time-limit truncations (a
-timeout is not a terminal), so it estimates the value of the untruncated
-task: the truth is therefore measured with the time limit lifted to 1,000
-steps (``0.99^1000 < 1e-4``); the return under the dataset's own time limit
-is printed beside it (CartPole's 500 steps leave under 1 % of the value
-out; Pendulum's 200 leave 13 % of the discount mass).
+trained here with fixed seeds.
+
+The truth is the policy's discounted return (gamma 0.99) in the
+environment, measured from the same initial states FQE's ``V(s0)``
+averages over: each of the dataset's first observations is set as the
+environment's state (both environments are deterministic) and the policy
+runs from it. Random resets would add the spread of returns across
+initial states to the comparison (on Pendulum a standard deviation near
+180 over 30 episodes: about 9 % of the value, the whole error budget).
+FQE bootstraps through time-limit truncations (a timeout is not a
+terminal), so it estimates the value of the untruncated task: the truth is
+measured with the time limit lifted to 1,000 steps (``0.99^1000 < 1e-4``).
+``rollout_returns(algo, env, n_trials, gamma=0.99)`` under the
+environment's own resets and time limit is printed beside it (CartPole's
+500 steps leave under 1 % of the discount mass out; Pendulum's 200 leave
+13 %).
 
 For each case, FQE with
 
@@ -59,26 +67,63 @@ CASES: Dict[str, Tuple[str, str, int]] = {
 def _policy(case: str, dataset: Any) -> Any:
     import offrl
     from offrl.logging import NoopAdapterFactory
-    from offrl.preprocessing import StandardObservationScaler
+    from offrl.preprocessing import MinMaxActionScaler, StandardObservationScaler
 
     _, config_name, steps = CASES[case]
-    kwargs = {"observation_scaler": StandardObservationScaler()} if config_name == "DiscreteCQLConfig" else {}
+    kwargs: dict = {}
+    if config_name == "DiscreteCQLConfig":
+        kwargs["observation_scaler"] = StandardObservationScaler()
+    if config_name == "IQLConfig":  # Pendulum's torques lie in [-2, 2]; a tanh policy without the scaler acts in [-1, 1]
+        kwargs["action_scaler"] = MinMaxActionScaler(minimum=np.array([-2.0]), maximum=np.array([2.0]))
     offrl.seed(SEED)
     algo = getattr(offrl.algos, config_name)(**kwargs).create(device="cpu")
     algo.fit(dataset, n_steps=steps, n_steps_per_epoch=steps, logger_adapter=NoopAdapterFactory(), show_progress=False)
     return algo
 
 
-def _truth(algo: Any, env: Any, n_trials: int) -> Tuple[float, float]:
-    """(discounted return with the time limit lifted to 1,000 steps, with the dataset's own limit)."""
+def _matched_truth(algo: Any, env_id: str, starts: np.ndarray, horizon: int) -> float:
+    """Mean discounted return of ``algo`` started from each of ``starts``
+    (the dataset's first observations; the environments are deterministic),
+    all episodes stepped together, the time limit lifted to ``horizon``."""
     import gymnasium
 
+    envs = [gymnasium.make(env_id, max_episode_steps=horizon) for _ in range(starts.shape[0])]
+    observations = np.empty_like(starts, dtype=np.float32)
+    for i, (env, start) in enumerate(zip(envs, starts)):
+        env.reset(seed=i)
+        inner = env.unwrapped
+        if env_id.startswith("Pendulum"):  # observation (cos, sin, angular velocity) -> state (angle, velocity)
+            inner.state = np.array([np.arctan2(start[1], start[0]), start[2]], dtype=np.float64)
+        else:  # CartPole's observation is its state
+            inner.state = np.array(start, dtype=np.float64)
+        observations[i] = start
+    returns = np.zeros(len(envs))
+    alive = np.ones(len(envs), dtype=bool)
+    discount = 1.0
+    for _ in range(horizon):
+        actions = algo.predict(observations)
+        for i in np.flatnonzero(alive):
+            observation, reward, terminated, truncated, _ = envs[i].step(actions[i])
+            returns[i] += discount * float(reward)
+            observations[i] = observation
+            alive[i] = not (terminated or truncated)
+        discount *= GAMMA
+        if not alive.any():
+            break
+    return float(returns.mean())
+
+
+def _truth(algo: Any, env: Any, dataset: Any, n_trials: int) -> Tuple[float, float]:
+    """(discounted return from the dataset's initial states with the time
+    limit lifted to 1,000 steps, ``rollout_returns`` from the environment's
+    own resets under its time limit)."""
+    import offrl
     from offrl.metrics.utility import rollout_returns
 
-    long_env = gymnasium.make(env.spec.id, max_episode_steps=1000)
-    untruncated = float(np.mean(rollout_returns(algo, long_env, n_trials, seed=1, gamma=GAMMA)))
+    starts = np.asarray(offrl.ope.initial_observations(dataset), dtype=np.float32)
+    matched = _matched_truth(algo, env.spec.id, starts, 1000)
     truncated = float(np.mean(rollout_returns(algo, env, n_trials, seed=1, gamma=GAMMA)))
-    return untruncated, truncated
+    return matched, truncated
 
 
 def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int) -> Dict[str, Any]:
@@ -111,7 +156,7 @@ def run_case(case: str, cap: int, n_trials: int) -> Dict[str, Any]:
     env_name = CASES[case][0]
     dataset, env = (offrl.datasets.get_cartpole if env_name == "cartpole" else offrl.datasets.get_pendulum)("replay")
     algo = _policy(case, dataset)
-    truth, truncated = _truth(algo, env, n_trials)
+    truth, truncated = _truth(algo, env, dataset, n_trials)
     discrete = env_name == "cartpole"
     out = {"case": case, "truth": truth, "truth_time_limit": truncated}
     for name, recommended in (("default", False), ("recommended", True)):
@@ -125,7 +170,7 @@ def _at(curve: List[Tuple[int, float]], step: int) -> float:
 
 def report(rows: List[Dict[str, Any]]) -> None:
     print(f"{'case':<14} {'config':<12} {'estimate':>9} {'truth':>9} {'rel.err':>8} {'updates':>8} "
-          f"{'converged':>9} {'@4000':>8}  (truth under the data's time limit)")
+          f"{'converged':>9} {'@4000':>8}  (rollout_returns, own resets and time limit)")
     for row in rows:
         for name in ("default", "recommended"):
             r = row[name]

@@ -26,7 +26,7 @@ from offrl.dataset import MDPDataset
 from offrl.logging import NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
 from offrl.ope import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig, PolicyValueEstimate
-from offrl.preprocessing import StandardObservationScaler
+from offrl.preprocessing import MinMaxActionScaler, StandardObservationScaler
 from tabular_mdp import action_values, make_mdp, sample_dataset
 
 
@@ -332,7 +332,11 @@ ENV_CASES = {
 
 def _env_policy(case: str, dataset):
     _, config_name, steps = ENV_CASES[case]
-    kwargs = {"observation_scaler": StandardObservationScaler()} if config_name == "DiscreteCQLConfig" else {}
+    kwargs: dict = {}
+    if config_name == "DiscreteCQLConfig":
+        kwargs["observation_scaler"] = StandardObservationScaler()
+    if config_name == "IQLConfig":  # Pendulum's torques lie in [-2, 2]; a tanh policy without the scaler acts in [-1, 1]
+        kwargs["action_scaler"] = MinMaxActionScaler(minimum=np.array([-2.0]), maximum=np.array([2.0]))
     offrl.seed(0)
     algo = getattr(offrl.algos, config_name)(**kwargs).create(device="cpu")
     algo.fit(dataset, n_steps=steps, n_steps_per_epoch=steps, logger_adapter=NoopAdapterFactory(), show_progress=False)
