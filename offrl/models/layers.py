@@ -119,16 +119,34 @@ class _OneDnnEnsembleLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+def _onnx_exporting() -> bool:
+    """``torch.onnx.is_in_onnx_export()`` without its per-call imports (8 us)."""
+    flags = _ONEDNN.get("onnx_flags")
+    if flags is None:
+        try:
+            from torch.onnx._internal.exporter import _flags
+            from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+
+            flags = _ONEDNN["onnx_flags"] = (_flags, GLOBALS)
+        except Exception:  # another torch layout: ask the public function
+            return torch.onnx.is_in_onnx_export()
+    return bool(flags[1].in_onnx_export or flags[0]._is_onnx_exporting)
+
+
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """The oneDNN path: float32 on the CPU, eager mode (not scripted, traced,
+    compiled, exported)."""
     return (
-        x.device.type == "cpu"
+        x.is_cpu
         and x.dtype == torch.float32
         and weight.dtype == torch.float32
         and _ONEDNN["enabled"]
         and _onednn_op() is not None
         and not torch.jit.is_scripting()
-        and not torch.jit.is_tracing()
-        and not torch.onnx.is_in_onnx_export()
+        and torch._C._get_tracing_state() is None
+        and not torch.compiler.is_compiling()
+        and not torch.compiler.is_exporting()
+        and not _onnx_exporting()
     )
 
 
@@ -158,7 +176,10 @@ class EnsembleLinear(nn.Module):
         if _use_onednn(x, self.weight):
             if x.dim() == 2:
                 x = x.unsqueeze(0).expand(self.ensemble_size, x.shape[0], x.shape[1])
-            return _OneDnnEnsembleLinear.apply(x, self.weight, self.bias)
+            if torch.is_grad_enabled():
+                return _OneDnnEnsembleLinear.apply(x, self.weight, self.bias)
+            op = _ONEDNN["op"]  # inference (targets, acting): no autograd node to record
+            return torch.stack([op(x[e], self.weight[e].t(), self.bias[e, 0], "none", [], "") for e in range(self.ensemble_size)])
         if self.ensemble_size == 1:  # one member: a plain fused addmm (views, whose backward is free)
             flat = x if x.dim() == 2 else x.view(x.shape[1], x.shape[2])
             weight = self.weight.view(self.in_features, self.out_features)
