@@ -20,7 +20,7 @@ from .importance import (
     weighted_per_decision_importance_sampling,
 )
 from .marginal import DensityRatioConfig, DensityRatioModel, estimate_marginal_value, fit_density_ratio
-from .selection import PolicySelection, select_policies
+from .selection import PolicySelection, select_policies, selection_metrics
 from .distributional import ReturnDistribution, estimate_return_distribution
 from ._sequence import SequencePolicy
 
@@ -51,6 +51,7 @@ __all__ = [
     "fit_density_ratio",
     "PolicySelection",
     "select_policies",
+    "selection_metrics",
     "ReturnDistribution",
     "estimate_return_distribution",
     "SequencePolicy",
