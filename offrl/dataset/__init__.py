@@ -60,7 +60,7 @@ from .utils import (
     stack_recent_observations,
 )
 from .writer import BasicWriterPreprocess, ExperienceWriter, LastFrameWriterPreprocess, WriterPreprocessProtocol
-from .disk import DiskDatasetChangedError, DiskDatasetWriter, DiskStore, dump_disk_dataset, open_disk_dataset
+from .disk import DiskDatasetChangedError, DiskDatasetWriter, DiskFIFOBuffer, DiskStore, dump_disk_dataset, open_disk_dataset
 
 __all__ = [
     "Signature",
@@ -88,6 +88,7 @@ __all__ = [
     "LastFrameWriterPreprocess",
     "ExperienceWriter",
     "DiskDatasetWriter",
+    "DiskFIFOBuffer",
     "DiskDatasetChangedError",
     "DiskStore",
     "dump_disk_dataset",

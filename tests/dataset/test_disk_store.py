@@ -496,3 +496,68 @@ def test_resident_limit_releases_mapped_pages_and_sampling_is_unchanged(tmp_path
     _assert_batches_equal(b, pair.memory.sample_transition_batch(64))
     pair.disk.sample_trajectory_batch(4, 3)  # counted too
     assert store._touched_bytes == 4 * 5 * 4096
+
+
+# ------------------------------------------------------------ disk FIFO
+def _fill(buffer, seed: int) -> None:
+    """Steps with append/clip_episode and whole episodes, in one random order."""
+    rng = np.random.default_rng(seed)
+    for i in range(25):
+        n = int(rng.integers(1, 9))
+        obs = rng.normal(size=(n, 3)).astype(np.float32)
+        actions = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
+        rewards = rng.normal(size=(n, 1)).astype(np.float32)
+        if i % 2:
+            buffer.append_episode(Episode(observations=obs, actions=actions, rewards=rewards, terminated=i % 3 == 0,
+                                          final_observation=None if i % 3 == 0 else obs[-1] + 1))
+        else:
+            for t in range(n):
+                buffer.append(obs[t], actions[t], rewards[t, 0])
+            buffer.clip_episode(terminated=bool(i % 4 == 0))
+
+
+def test_disk_fifo_keeps_exactly_what_the_memory_fifo_keeps(tmp_path):
+    from offrl.dataset import DiskFIFOBuffer
+
+    memory = ReplayBuffer(FIFOBuffer(30))
+    fifo = DiskFIFOBuffer(30, tmp_path, capacity=45)  # small: the ring is compacted many times
+    disk = ReplayBuffer(fifo)
+    _fill(memory, 0)
+    _fill(disk, 0)
+    (scratch,) = list(tmp_path.iterdir())
+    sizes = {p.name: p.stat().st_size for p in scratch.iterdir()}
+    assert sizes["actions.bin"] == 45 * 2 * 4  # fixed-size files
+    assert isinstance(fifo.actions.base, np.memmap)
+    assert disk.transition_count == memory.transition_count == 30
+    for a, b in zip(memory.episodes, disk.episodes, strict=True):
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+        assert a.terminated == b.terminated
+        assert (a.final_observation is None) == (b.final_observation is None)
+    offrl.seed(9)
+    x = memory.sample_transition_batch(32)
+    offrl.seed(9)
+    _assert_batches_equal(x, disk.sample_transition_batch(32))
+    saved = dump_disk_dataset(disk, tmp_path / "saved")
+    assert ReplayBuffer.load(saved, in_memory=False).transition_count == 30
+    fifo.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["saved"]
+
+
+def test_disk_fifo_errors(tmp_path, monkeypatch):
+    from offrl.dataset import DiskFIFOBuffer
+
+    with pytest.raises(ValueError, match="capacity must be an int > limit=10"):
+        DiskFIFOBuffer(10, tmp_path, capacity=10)
+    with pytest.raises(ValueError, match="does not exist"):
+        DiskFIFOBuffer(10, tmp_path / "nowhere")
+    buffer = ReplayBuffer(DiskFIFOBuffer(4, tmp_path, capacity=6))
+    long = Episode(observations=np.zeros((7, 3), np.float32), actions=np.zeros((7, 2), np.float32),
+                   rewards=np.zeros((7, 1), np.float32), terminated=True)
+    with pytest.raises(ValueError, match="needs 7 rows .* capacity=6"):
+        buffer.append_episode(long)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(disk_module.shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
+    with pytest.raises(OSError, match=r"disk FIFO buffer of 2000 rows to .* needs 48000 bytes"):
+        ReplayBuffer(DiskFIFOBuffer(10, tmp_path, capacity=2000)).append_episode(long)
