@@ -286,8 +286,9 @@ class DensityRatioModel:
             zeta = _ReverseGradient.apply(zeta)
         return dualdice_loss(nu, nu_next * not_last, zeta, nu_initial, self.gamma)
 
-    def _step(self, batch: Tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """One simultaneous descent (nu) / ascent (zeta) step; returns ``J`` (detached)."""
+    def update(self, batch: Tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """One simultaneous descent (nu) / ascent (zeta) step on a batch of
+        :meth:`loss`'s arguments; returns ``J`` (detached)."""
         j = self.loss(*batch, reverse_zeta=True)
         self._nu_optim.zero_grad()
         self._zeta_optim.zero_grad()
@@ -296,7 +297,8 @@ class DensityRatioModel:
         self._zeta_optim.step()
         return j.detach()
 
-    def _average(self) -> None:
+    def update_average(self) -> None:
+        """Add the current ``zeta`` to the average :meth:`ratios` uses."""
         self.zeta_average.update_parameters(self.zeta)
         self._n_averaged += 1
 
@@ -430,9 +432,9 @@ def _train(model: DensityRatioModel, batches: _TrainingData, first_step: int, n_
     pending: List[Tuple[int, torch.Tensor]] = []
     last = first_step + n_steps - 1
     for step in range(first_step, last + 1):
-        pending.append((step, model._step(batches.sample())))
+        pending.append((step, model.update(batches.sample())))
         if step > average_from:
-            model._average()
+            model.update_average()
         if step % config.log_interval == 0 or step == last:
             values = torch.stack([v for _, v in pending]).cpu().numpy()  # one host sync per interval
             bad = ~np.isfinite(values)

@@ -198,7 +198,7 @@ def test_the_update_descends_in_nu_and_ascends_in_zeta():
     j = model.loss(*batch)
     nu_grads = torch.autograd.grad(j, list(model.nu.parameters()), retain_graph=True)
     zeta_grads = torch.autograd.grad(j, list(model.zeta.parameters()))
-    model._step(batch)
+    model.update(batch)
     for before, p, g in zip(nu_before, model.nu.parameters(), nu_grads):
         assert torch.allclose(p, before - 1e-3 * g, rtol=1e-5, atol=1e-8)
     for before, p, g in zip(zeta_before, model.zeta.parameters(), zeta_grads):
