@@ -18,7 +18,9 @@ after an episode's last step:
     WMIS  (sum_i w_i r_i / sum_i w_i) * (1 / E) sum_n sum_{t < T_n} gamma^t
     MDR   1/E sum_n V(s_0^n) + 1 / ((1 - gamma) N) sum_i w_i (r_i + gamma V(s'_i) - Q(s_i, a_i))
 
-MIS is unbiased given the exact ratio (``E_D[w r] = E_{d_pi}[r]``). WMIS
+MIS is consistent given the exact ratio (``E_D[w r] = E_{d_pi}[r]``; exact
+on the tabular MDP of the tests when ``d_D`` is the data's own step
+distribution and rewards are noise-free). WMIS
 normalises the weights to mean 1 and rescales by the data's mean
 discounted episode length, i.e. it assumes the target's discounted
 occupancy has the logged one's total mass, which holds exactly when the
@@ -27,7 +29,7 @@ termination probability that does not depend on the actions); it trades
 that bias for less variance. MDR (the state-action marginal doubly robust
 estimator of Kallus and Uehara, 2020, "Double Reinforcement Learning for
 Efficient Off-Policy Evaluation in Markov Decision Processes") is
-unbiased when either the ratio or the model ``Q`` is exact.
+consistent when either the ratio or the model ``Q`` is exact.
 
 As in :mod:`offrl.ope.importance`, an episode's last step leads to an
 absorbing state with value 0: exact for terminal steps; an episode cut
@@ -48,8 +50,8 @@ step, and ``s_0`` the episodes' first observations. At the saddle point
 squared Bellman residual, so no double sampling of ``s'`` is needed).
 Both players take one Adam step per mini-batch (simultaneous gradient
 descent-ascent, ``zeta`` on the faster timescale), and the ratio is
-``zeta``'s weights averaged over the last half of training. The target's action probabilities at every logged step
-(discrete) or ``n_action_samples`` of its actions per step (continuous) are
+``zeta``'s weights averaged over the last half of training. The target's
+action probabilities at every logged step (discrete) or ``n_action_samples`` of its actions per step (continuous) are
 computed once before training and kept on the device with the data, so an
 update makes no host transfer: ``nu`` on the batch's states, next states and
 (a quarter as many) initial states in one forward pass, ``zeta`` on the
