@@ -14,10 +14,15 @@ compiler, an operation the compiler does not support, a shape it cannot
 handle), the state from before the step is restored (weights, optimizer
 states, counters, torch's random state), the algorithm continues eagerly
 and ONE warning per process says why: compiling never stops training.
+
+Inductor's ``fallback_random`` is switched on (process-wide) so that random
+draws inside compiled code (policy sampling, noise) are torch's eager ones:
+a compiled run gives the eager results within float tolerance.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any, Callable
 
@@ -57,11 +62,14 @@ def compiled_step(algo: Any, update: Callable[..., Any], run: Callable[[Callable
     where ``fn_to_keep`` is the compiled function, or ``update`` itself
     after a failure (then the step was rerun eagerly from the restored
     state)."""
-    saved = algo.get_state()
+    saved = copy.deepcopy(algo.get_state())  # state_dict()s hold references to the live tensors
     rng = torch.random.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     try:
         _eager_optimizer_steps(algo)
+        import torch._inductor.config as inductor_config
+
+        inductor_config.fallback_random = True  # random draws as in eager mode, so results match it
         fn = torch.compile(update, mode=compile_mode(algo.device))
         return fn, run(fn)
     except Exception as error:  # noqa: BLE001 - any compiler failure falls back to eager
