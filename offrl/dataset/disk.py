@@ -130,6 +130,8 @@ class DiskStore(InfiniteBuffer):
         self._stats: dict[str, tuple[int, int, int]] = {}
         self._manifest_text: str = ""
         self._maps: list[np.memmap] = []
+        #: True for a split's view: its episodes are a subset of the files' rows
+        self.is_view = False
 
     # read-only: every write path of ColumnStore goes through one of these
     def _read_only(self, *args: Any, **kwargs: Any) -> None:
@@ -408,6 +410,43 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     return store, action_space, action_size
 
 
+def disk_subset(dataset: Any, out: Any, episode_indices: np.ndarray) -> Any:
+    """``out`` (a fresh ``ReplayBuffer`` instance) initialised over a view
+    of ``dataset``'s :class:`DiskStore` holding the given live episodes in
+    that order: the same mapped files, a new in-memory episode table."""
+    from .replay_buffer import ReplayBuffer
+
+    store = dataset.buffer
+    starts, ends, terminated, has_final = store.episode_table()
+    idx = np.asarray(episode_indices, dtype=np.int64)
+    view = DiskStore()
+    view.path, view._stats, view._maps = store.path, dict(store._stats), list(store._maps)
+    view._manifest_text, view.resident_limit = store._manifest_text, store.resident_limit
+    view.is_view = True
+    view.set_columns(
+        list(store.observations), store.actions, store.rewards, starts[idx], ends[idx], terminated[idx],
+        has_final[idx], store.behaviour_probabilities, observation_keys=store.observation_signature.keys,
+    )
+    view._tail = store.tail
+    ReplayBuffer.__init__(
+        out, view, dataset.transition_picker, dataset.trajectory_slicer, dataset.writer_preprocessor,
+        action_space=dataset.action_space, action_size=dataset.action_size,
+    )
+    return out
+
+
+def _row_spans(store: ColumnStore) -> list[tuple[int, int]]:
+    """Row ranges holding the live episodes in table order, adjacent ones merged."""
+    starts, ends, _, has_final = store.episode_table()
+    spans: list[tuple[int, int]] = []
+    for a, b in zip(starts.tolist(), (ends + has_final).tolist()):
+        if spans and spans[-1][1] == a:
+            spans[-1] = (spans[-1][0], b)
+        else:
+            spans.append((a, b))
+    return spans
+
+
 def before_epoch(dataset: Any) -> None:
     """Training's per-epoch hook: when ``dataset`` samples from a
     :class:`DiskStore`, check its files are unchanged (raising
@@ -665,17 +704,22 @@ def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False) -> str:
     if store.behaviour_probabilities is not None:
         sources["behaviour_probabilities"] = store.behaviour_probabilities
     row_bytes = sum(int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize for c in sources.values())
-    needed = row_bytes * (tail - head) + 18 * int(starts.size)
+    spans = _row_spans(store)  # one span [head, tail) unless the store is a view (a split)
+    rows = sum(b - a for a, b in spans)
+    needed = row_bytes * rows + 18 * int(starts.size)
     writer = DiskDatasetWriter(path, expected_bytes=needed, overwrite=overwrite)
     try:
         for name, column in sources.items():
             f = writer._open_column(name, column.dtype, column.shape[1:])
-            for a in range(head, tail, _COPY_ROWS):
-                np.ascontiguousarray(column[a : min(a + _COPY_ROWS, tail)]).tofile(f)
+            for first, last in spans:
+                for a in range(first, last, _COPY_ROWS):
+                    np.ascontiguousarray(column[a : min(a + _COPY_ROWS, last)]).tofile(f)
+        sizes = ends + has_final - starts
+        new_starts = np.cumsum(sizes) - sizes
         writer._info = info
-        writer._rows = tail - head
+        writer._rows = rows
         writer._table = {
-            "episode_starts": list(starts - head), "episode_ends": list(ends - head),
+            "episode_starts": list(new_starts), "episode_ends": list(new_starts + ends - starts),
             "episode_terminated": list(terminated), "episode_has_final": list(has_final),
         }
         writer._action_size = int(info.action_size)

@@ -130,6 +130,8 @@ def _write(
 
 def dump_store(store: Any, info: Any, f: PathOrFile, compression: Optional[str] = None) -> None:
     """Write the live rows and episodes of a columnar store."""
+    if getattr(store, "is_view", False):  # a split of a disk dataset: its episodes are not one row range
+        return dump_episodes(store.episodes, info, f, compression)
     head, tail = store.head, store.tail
     starts, ends, terminated, has_final = store.episode_table()
     behaviour = store.behaviour_probabilities

@@ -783,6 +783,11 @@ class ReplayBuffer(ReplayBufferBase):
                 action_space=self.action_space, action_size=self.action_size,
             )
         store = self._store
+        from .disk import DiskStore, disk_subset
+
+        if isinstance(store, DiskStore):  # a view of the same files: nothing is loaded
+            return disk_subset(self, ReplayBuffer.__new__(type(self) if isinstance(self, MDPDataset) else ReplayBuffer),
+                               episode_indices)
         starts, ends, terminated, has_final = store.episode_table()
         idx = np.asarray(episode_indices, dtype=np.int64)
         spans = (ends - starts + has_final)[idx]

@@ -154,11 +154,26 @@ def test_splits_of_a_disk_dataset_equal_the_memory_splits(tmp_path):
     pair = _pair(tmp_path)
     train_m, test_m = train_test_split(pair.memory, test_size=0.5, random_state=3)
     train_d, test_d = train_test_split(pair.disk, test_size=0.5, random_state=3)
-    for a, b in ((train_m, train_d), (test_m, test_d)):
-        assert a.size() == b.size()
-        for x, y in zip(a.episodes, b.episodes):
+    for k, (a, b) in enumerate(((train_m, train_d), (test_m, test_d))):
+        assert isinstance(b.buffer, DiskStore) and b.buffer.is_view  # a view: nothing loaded
+        assert b.buffer.actions.base is pair.disk.buffer.actions.base
+        assert a.size() == b.size() and a.transition_count == b.transition_count
+        for x, y in zip(a.episodes, b.episodes, strict=True):
             np.testing.assert_array_equal(x.observations, y.observations)
             np.testing.assert_array_equal(x.rewards, y.rewards)
+        offrl.seed(k)
+        u = a.sample_transition_batch(32)
+        offrl.seed(k)
+        _assert_batches_equal(u, b.sample_transition_batch(32))
+        np.testing.assert_array_equal(a.compute_returns(), b.compute_returns())
+        for key, value in a.to_arrays().items():
+            np.testing.assert_array_equal(value, b.to_arrays()[key], err_msg=key)
+        # dumped (disk and HDF5), the view is a dataset of its own episodes only
+        back = ReplayBuffer.load(dump_disk_dataset(b, tmp_path / f"split{k}"), in_memory=False)
+        b.dump(tmp_path / f"split{k}.h5")
+        for other in (back, ReplayBuffer.load(tmp_path / f"split{k}.h5")):
+            for key, value in a.to_arrays().items():
+                np.testing.assert_array_equal(value, other.to_arrays()[key], err_msg=key)
 
 
 def _policy(dataset):
