@@ -135,7 +135,13 @@ class FQEConfig(LearnableConfig):
         estimate's jitter, which the convergence check sees) low, and a
         standardised observation scaler conditions the inputs (FQE's
         reward units are unchanged: no reward scaler). Measured in
-        ``benchmarks/fqe_convergence.py``.
+        ``benchmarks/fqe_convergence.py`` (with early stopping, 1,000-step
+        epochs): CartPole DiscreteBC within 2 % of the environment's value
+        after 10,000 updates (d3rlpy's defaults: -66 % after 4,000),
+        DiscreteCQL -5.8 % after 14,000, Pendulum BC +6.4 % after 16,000; a
+        learning rate of 3e-4 stalled 20 % short on Pendulum. Not a cure for
+        extrapolation: a Pendulum IQL policy acting at the torque limits
+        reads 60 % too high, steadily.
         """
         from ..preprocessing import StandardObservationScaler
 
