@@ -17,7 +17,7 @@ phase's own):
   alternative layout, measured to choose between them);
 * train: peak resident memory while training IQL for 1,000 steps from disk,
   with the default ``DiskStore.resident_limit`` (None) and with a limit
-  (``--resident-limit-mb``, 64 MB by default: mapped pages released as
+  (``--resident-limit-mb``, 32 MB by default: mapped pages released as
   sampling goes, bounding the resident set at a cost in speed).
 
 Peak memory is reported as ``VmHWM`` (everything resident, including clean
@@ -268,7 +268,7 @@ def run_disk(argv: List[str]) -> None:
     parser.add_argument("--train-steps", type=int, default=1000)
     parser.add_argument("--steps-per-epoch", type=int, default=1000)
     parser.add_argument("--keep", action="store_true", help="keep the files (deleted by default)")
-    parser.add_argument("--resident-limit-mb", type=int, nargs="*", default=[64],
+    parser.add_argument("--resident-limit-mb", type=int, nargs="*", default=[32],
                         help="also train with DiskStore.resident_limit set to these sizes (MB)")
     args = parser.parse_args(argv)
 

@@ -500,17 +500,17 @@ def test_resident_limit_releases_mapped_pages_and_sampling_is_unchanged(tmp_path
     offrl.seed(4)
     pair.disk.sample_transition_batch(64)
     assert released == []  # no limit by default
-    store.resident_limit = 64 * 5 * 4096  # 5 mapped columns + 1: one batch of 64 rows passes it
+    store.resident_limit = 64 * 5 * disk_module.TOUCH_BYTES  # 4 mapped columns + 1: one batch of 64 rows reaches it
     offrl.seed(4)
     a = pair.disk.sample_transition_batch(64)
-    assert released == [] and store._touched_bytes == 64 * 5 * 4096
+    assert released == [] and store._touched_bytes == 64 * 5 * disk_module.TOUCH_BYTES
     b = pair.disk.sample_transition_batch(64)
     assert released == [1] and store._touched_bytes == 0
     offrl.seed(4)
     _assert_batches_equal(a, pair.memory.sample_transition_batch(64))
     _assert_batches_equal(b, pair.memory.sample_transition_batch(64))
     pair.disk.sample_trajectory_batch(4, 3)  # counted too
-    assert store._touched_bytes == 4 * 5 * 4096
+    assert store._touched_bytes == 4 * 5 * disk_module.TOUCH_BYTES
 
 
 # ------------------------------------------------------------ disk FIFO
