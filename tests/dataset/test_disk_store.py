@@ -576,3 +576,51 @@ def test_disk_fifo_errors(tmp_path, monkeypatch):
     monkeypatch.setattr(disk_module.shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
     with pytest.raises(OSError, match=r"disk FIFO buffer of 2000 rows to .* needs 48000 bytes"):
         ReplayBuffer(DiskFIFOBuffer(10, tmp_path, capacity=2000)).append_episode(long)
+
+
+class _Walk:
+    """A gymnasium environment: 3-dim observations, 2 actions, episodes of
+    5 steps (terminated) or cut at 4 by a time limit, alternately."""
+
+    def __new__(cls):
+        gymnasium = pytest.importorskip("gymnasium", reason="fit_online needs gymnasium")
+        from gymnasium import spaces
+
+        class Walk(gymnasium.Env):
+            observation_space = spaces.Box(-10, 10, (3,), np.float32)
+            action_space = spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                self._t, self._n = 0, getattr(self, "_n", -1) + 1
+                return np.full(3, self._n % 7, np.float32), {}
+
+            def step(self, action):
+                self._t += 1
+                obs = np.full(3, self._t + int(action), np.float32)
+                terminated = self._n % 2 == 0 and self._t == 5
+                truncated = self._n % 2 == 1 and self._t == 4
+                return obs, float(action), terminated, truncated, {}
+
+        return Walk()
+
+
+def test_fit_online_appends_to_a_disk_fifo_exactly_as_to_the_memory_fifo(tmp_path):
+    from offrl.dataset import DiskFIFOBuffer
+    from offrl.models import VectorEncoderFactory
+
+    buffers = []
+    for buffer in (FIFOBuffer(20), DiskFIFOBuffer(20, tmp_path, capacity=30)):
+        replay = ReplayBuffer(buffer, env=_Walk())
+        offrl.seed(3)
+        algo = DQNConfig(batch_size=8, encoder_factory=VectorEncoderFactory(hidden_units=[8])).create()
+        algo.fit_online(_Walk(), replay, n_steps=60, n_steps_per_epoch=60, update_start_step=10, random_steps=60,
+                        logger_adapter=NoopAdapterFactory(), show_progress=False)
+        buffers.append(replay)
+    memory, disk = buffers
+    assert disk.transition_count == memory.transition_count == 20
+    for a, b in zip(memory.episodes, disk.episodes, strict=True):
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+        assert a.terminated == b.terminated
