@@ -37,16 +37,36 @@ from _harness import (Worker, add_common_args, check_threads, d3rlpy_interpreter
                       parse_only, print_load, serve, set_threads)
 
 
+#: the Decision Transformer family, built as in ``benchmarks/transformers.py``
+SEQUENCE = ("DecisionTransformer", "DiscreteDecisionTransformer", "TACR")
+
+
 def _names() -> List[str]:
     import algos
 
-    return [s.name for s in algos.ALGOS]
+    return [s.name for s in algos.ALGOS] + list(SEQUENCE)
+
+
+def _build_sequence(backend: str, name: str) -> Dict[str, Any]:
+    import transformers as bench
+
+    algo, dataset = bench.build(backend, name)
+    batch_size = int(algo.config.batch_size)
+    return {"step": lambda: algo.update(dataset.sample_trajectory_batch(batch_size, bench.CONTEXT_SIZE)),
+            "predict": None}
 
 
 def build(backend: str, name: str) -> Dict[str, Any]:
     """The algorithm of ``backend`` at its default config, built on the
     same synthetic dataset as ``benchmarks/algos.py``, with its step and
     predict functions."""
+    if backend == "offrl-mkl":  # offrl with EnsembleLinear / Linear on torch's own (MKL) products
+        from offrl.models.layers import onednn_linear_enabled
+
+        onednn_linear_enabled(False)
+        backend = "offrl"
+    if name in SEQUENCE:
+        return _build_sequence(backend, name)
     import algos
     from _data import SEED, make_data
 
@@ -112,8 +132,11 @@ def worker(backend: str, threads: int) -> int:
             built[name] = build(backend, name)
             for _ in range(int(request.get("warmup", 10))):
                 built[name]["step"]()
-            built[name]["predict"]()
+            if built[name]["predict"] is not None:
+                built[name]["predict"]()
         what = request["what"]
+        if built[name][what] is None:
+            return {"calls": 1, "s": float("nan"), "cpu_s": float("nan")}
         return _timed(built[name][what], float(request["seconds"]), 2 if what == "step" else 20)
 
     return serve({"backend": backend}, handle)
@@ -125,26 +148,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per library (default 7)")
     parser.add_argument("--round-s", type=float, default=1.5, help="seconds per round (default 1.5)")
     parser.add_argument("--predict", action="store_true", help="also time predict on one observation")
-    parser.add_argument("--worker", choices=("offrl", "d3rlpy"), help=argparse.SUPPRESS)
+    parser.add_argument("--against-mkl", action="store_true",
+                        help="compare offrl with itself on torch's plain (MKL) products instead of d3rlpy "
+                             "(the 'd3rlpy' columns then show offrl-mkl)")
+    parser.add_argument("--worker", choices=("offrl", "d3rlpy", "offrl-mkl"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     check_threads(args, parser)
     threads = args.threads or 1
     if args.worker:
         return worker(args.worker, threads)
     names = parse_only(args.only, _names(), parser) or _names()
-    python, note = d3rlpy_interpreter(args)
+    python, note = (sys.executable, "") if args.against_mkl else d3rlpy_interpreter(args)
     if python is None:
         print(f"d3rlpy skipped: {note}")
         return 1
     print_load("at start")
     workers = {
         "offrl": Worker(sys.executable, __file__, ["--worker", "offrl", "--threads", str(threads)], name="offrl"),
-        "d3rlpy": Worker(python, __file__, ["--worker", "d3rlpy", "--threads", str(threads)], name="d3rlpy"),
+        "d3rlpy": Worker(python, __file__, ["--worker", "offrl-mkl" if args.against_mkl else "d3rlpy", "--threads",
+                                            str(threads)], name="d3rlpy"),
     }
+    if args.against_mkl:
+        print("baseline: offrl with onednn_linear_enabled(False), shown in the d3rlpy columns")
     try:
         whats = ["step"] + (["predict"] if args.predict else [])
         for name in names:
-            for what in whats:
+            for what in whats if name not in SEQUENCE else ["step"]:
                 seconds = args.round_s if what == "step" else min(args.round_s, 0.5)
                 per: Dict[str, List[float]] = {"offrl": [], "d3rlpy": []}  # seconds per call
                 cpu: Dict[str, List[float]] = {"offrl": [], "d3rlpy": []}  # process CPU seconds per call

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-__all__ = ["EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled"]
+__all__ = ["Linear", "EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled"]
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -148,6 +148,48 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and not torch.compiler.is_exporting()
         and not _onnx_exporting()
     )
+
+
+class _OneDnnLinear(torch.autograd.Function):
+    """``x @ weight.T + bias`` (``nn.Linear``'s layout) with oneDNN products;
+    ``x`` ``(N, in)``."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _ONEDNN["op"](x, weight, bias, "none", [], "")
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        op = _ONEDNN["op"]
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        narrow = min(weight.shape) < _NARROW
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:  # grad @ weight
+            grad_x = torch.mm(grad, weight) if narrow else op(grad, weight.t(), None, "none", [], "")
+        if ctx.needs_input_grad[1]:  # grad.T @ x
+            grad_w = torch.mm(grad.t(), x) if narrow else op(grad.t(), x.t(), None, "none", [], "")
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = grad.sum(dim=0)
+        return grad_x, grad_w, grad_b
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters, same state-dict keys) whose float32
+    CPU products go through oneDNN in eager mode (see the note above
+    :func:`onednn_linear_enabled`); inputs ``(..., in)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        if not _use_onednn(x, self.weight):
+            return F.linear(x, self.weight, self.bias)
+        flat = x.reshape(-1, x.shape[-1])
+        if torch.is_grad_enabled():
+            out = _OneDnnLinear.apply(flat, self.weight, self.bias)
+        else:
+            out = _ONEDNN["op"](flat, self.weight, self.bias, "none", [], "")
+        return out.view(*x.shape[:-1], self.out_features)
 
 
 class EnsembleLinear(nn.Module):

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..constants import PositionEncodingType
+from .layers import Linear
 
 __all__ = [
     "ACTIVATIONS",
@@ -89,8 +90,8 @@ class CausalSelfAttention(nn.Module):
             raise ValueError(f"the embedding size {hidden_size} is not divisible by num_heads={num_heads}")
         self.num_heads = num_heads
         self.attn_dropout = attn_dropout
-        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
-        self.proj = nn.Linear(hidden_size, hidden_size)
+        self.qkv = Linear(hidden_size, 3 * hidden_size)
+        self.proj = Linear(hidden_size, hidden_size)
         self.resid_dropout = nn.Dropout(resid_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -129,8 +130,8 @@ class GPTBlock(nn.Module):
         self.ln1 = nn.LayerNorm(hidden_size, eps=BLOCK_LAYER_NORM_EPS)
         self.attention = CausalSelfAttention(hidden_size, num_heads, attn_dropout, resid_dropout)
         self.ln2 = nn.LayerNorm(hidden_size, eps=BLOCK_LAYER_NORM_EPS)
-        self.mlp = nn.Sequential(nn.Linear(hidden_size, 4 * hidden_size), activation(activation_type),
-                                 nn.Linear(4 * hidden_size, hidden_size), nn.Dropout(resid_dropout))
+        self.mlp = nn.Sequential(Linear(hidden_size, 4 * hidden_size), activation(activation_type),
+                                 Linear(4 * hidden_size, hidden_size), nn.Dropout(resid_dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.ln1(x))

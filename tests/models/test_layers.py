@@ -91,3 +91,36 @@ def test_switch_reports_state(onednn_state):
     assert layers.onednn_linear_enabled(False) is False
     available = layers._onednn_op() is not None
     assert layers.onednn_linear_enabled(True) is available
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lead=st.lists(st.integers(1, 5), min_size=1, max_size=2), i=st.integers(1, 48), o=st.integers(1, 48),
+    bias=st.booleans(), seed=st.integers(0, 2**16),
+)
+def test_linear_onednn_path_matches_f_linear(onednn_state, lead, i, o, bias, seed):
+    """layers.Linear (oneDNN) against F.linear: outputs and all gradients."""
+    torch.manual_seed(seed)
+    layer = layers.Linear(i, o, bias=bias)
+    x = torch.randn(*lead, i)
+    upstream = torch.randn(*lead, o)
+    results = []
+    for flag in (True, False):
+        layers.onednn_linear_enabled(flag)
+        layer.zero_grad(set_to_none=True)
+        xx = x.clone().requires_grad_(True)
+        out = layer(xx)
+        out.backward(upstream)
+        results.append((out.detach(), xx.grad, layer.weight.grad) + ((layer.bias.grad,) if bias else ()))
+    want = x.double() @ layer.weight.double().t() + (layer.bias.double() if bias else 0.0)
+    torch.testing.assert_close(results[0][0].double(), want, rtol=1e-5, atol=1e-5)
+    for got, ref in zip(*results):
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        layers.onednn_linear_enabled(True)
+        torch.testing.assert_close(layer(x), results[1][0], rtol=1e-5, atol=1e-5)
+
+
+def test_linear_keeps_nn_linear_state_dict_keys():
+    assert isinstance(layers.Linear(3, 2), torch.nn.Linear)
+    assert set(layers.Linear(3, 2).state_dict()) == set(torch.nn.Linear(3, 2).state_dict()) == {"weight", "bias"}
