@@ -69,6 +69,12 @@ Hoeffding / Bernstein bounds are MIS's (the unnormalised counterpart, as in
 :mod:`offrl.ope.importance`). The ratio model is held fixed across
 resamples, so no interval includes its own estimation error: with a poorly
 trained ratio the interval is too narrow.
+
+With :class:`DensityRatioConfig`'s defaults, on the tabular MDP of
+``tests/ope/tabular_mdp.py`` (800 episodes, gamma 0.9, 2 datasets) MIS was
+off by -0.005 and -0.021 (WIS with the logged probabilities: -0.026 and
++0.078); 10,000 updates took 3-4 minutes on the shared 2-CPU machine at
+load 9-10 (one thread).
 """
 
 from __future__ import annotations
