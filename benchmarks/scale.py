@@ -206,7 +206,7 @@ def phase_sample(path: str, h5_path: str, batch: int, calls: int) -> None:
     result["disk_cold_s"] = _per_call(lambda: disk.sample_transition_batch(batch), 20)
     # the HDF5 alternative: offrl's file, h5py fancy-index reads
     memory.dump(h5_path)
-    del memory
+    memory = None  # freed before the HDF5 reads
     store = disk.buffer
     total = store.transition_count
     rng = np.random.default_rng(0)

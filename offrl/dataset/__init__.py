@@ -60,7 +60,8 @@ from .utils import (
     stack_recent_observations,
 )
 from .writer import BasicWriterPreprocess, ExperienceWriter, LastFrameWriterPreprocess, WriterPreprocessProtocol
-from .disk import DiskDatasetChangedError, DiskDatasetWriter, DiskFIFOBuffer, DiskStore, dump_disk_dataset, open_disk_dataset
+from .disk import DiskDatasetChangedError, DiskFIFOBuffer, DiskStore, open_disk_dataset
+from .disk_writer import DiskDatasetWriter, dump_disk_dataset
 
 __all__ = [
     "Signature",

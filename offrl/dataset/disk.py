@@ -44,34 +44,32 @@ than memory can be built episode by episode.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import json
 import mmap
 import os
 import shutil
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
 from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
-from .episode import Episode, EpisodeBase
 from .signature import Signature
-from .storage import ColumnStore, FIFOBuffer, InfiniteBuffer
+from .storage import FIFOBuffer, InfiniteBuffer
 
 __all__ = [
     "DISK_FORMAT",
     "DISK_SCHEMA_VERSION",
     "DiskDatasetChangedError",
-    "DiskDatasetWriter",
     "DiskFIFOBuffer",
     "DiskStore",
     "check_free_space",
-    "dump_disk_dataset",
     "open_disk_dataset",
     "is_disk_dataset",
+    "read_disk_dataset",
+    "subset_view",
 ]
 
 DISK_FORMAT = "offrl.disk_dataset"
@@ -83,7 +81,7 @@ _MAX_OBSERVATION_COLUMNS = 1024
 _ALLOWED_DTYPES = {
     "|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8",
 }
-_TABLE = (("episode_starts", "<i8"), ("episode_ends", "<i8"), ("episode_terminated", "|b1"), ("episode_has_final", "|b1"))
+TABLE_COLUMNS = (("episode_starts", "<i8"), ("episode_ends", "<i8"), ("episode_terminated", "|b1"), ("episode_has_final", "|b1"))
 #: bytes kept free on the target file system beyond the data itself
 SPACE_MARGIN = 16 << 20
 _COPY_ROWS = 1 << 18  # rows copied per chunk when dumping a buffer
@@ -98,7 +96,7 @@ class DiskDatasetChangedError(RuntimeError):
     """A disk dataset's files changed after it was opened."""
 
 
-def _dtype_str(dtype: Any) -> str:
+def dtype_string(dtype: Any) -> str:
     return np.dtype(dtype).newbyteorder("<").str if np.dtype(dtype).itemsize > 1 else np.dtype(dtype).str
 
 
@@ -348,7 +346,7 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     specs = {name: _column_spec(path, manifest, name, rows) for name in names}
     table_specs = {}
     committed = 0
-    for name, dtype_str in _TABLE:
+    for name, dtype_str in TABLE_COLUMNS:
         dtype, shape, _ = _column_spec(path, manifest, name, episodes)
         if dtype.str != dtype_str or len(shape) != 1:
             raise _corrupt(path, f"column {name!r} is {dtype.str} {list(shape)}, expected {dtype_str} [{episodes}]")
@@ -411,20 +409,17 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
         if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
             with contextlib.suppress(OSError, ValueError):
                 mm.madvise(mmap.MADV_RANDOM)  # random rows: no read-ahead
-    for name in [MANIFEST] + [f"{n}.bin" for n in names] + [f"{n}.bin" for n, _ in _TABLE]:
+    for name in [MANIFEST] + [f"{n}.bin" for n in names] + [f"{n}.bin" for n, _ in TABLE_COLUMNS]:
         st = os.stat(os.path.join(path, name))
         store._stats[name] = (st.st_size, st.st_mtime_ns, st.st_ino)
     store._manifest_text = text
     return store, action_space, action_size
 
 
-def disk_subset(dataset: Any, out: Any, episode_indices: np.ndarray) -> Any:
-    """``out`` (a fresh ``ReplayBuffer`` instance) initialised over a view
-    of ``dataset``'s :class:`DiskStore` holding the given live episodes in
-    that order: the same mapped files, a new in-memory episode table."""
-    from .replay_buffer import ReplayBuffer
-
-    store = dataset.buffer
+def subset_view(store: DiskStore, episode_indices: np.ndarray) -> DiskStore:
+    """A :class:`DiskStore` over the same mapped files holding the given
+    live episodes of ``store`` in that order (a split): nothing is read, only
+    the in-memory episode table is new."""
     starts, ends, terminated, has_final = store.episode_table()
     idx = np.asarray(episode_indices, dtype=np.int64)
     view = DiskStore()
@@ -436,23 +431,7 @@ def disk_subset(dataset: Any, out: Any, episode_indices: np.ndarray) -> Any:
         has_final[idx], store.behaviour_probabilities, observation_keys=store.observation_signature.keys,
     )
     view._tail = store.tail
-    ReplayBuffer.__init__(
-        out, view, dataset.transition_picker, dataset.trajectory_slicer, dataset.writer_preprocessor,
-        action_space=dataset.action_space, action_size=dataset.action_size,
-    )
-    return out
-
-
-def _row_spans(store: ColumnStore) -> list[tuple[int, int]]:
-    """Row ranges holding the live episodes in table order, adjacent ones merged."""
-    starts, ends, _, has_final = store.episode_table()
-    spans: list[tuple[int, int]] = []
-    for a, b in zip(starts.tolist(), (ends + has_final).tolist()):
-        if spans and spans[-1][1] == a:
-            spans[-1] = (spans[-1][0], b)
-        else:
-            spans.append((a, b))
-    return spans
+    return view
 
 
 def before_epoch(dataset: Any) -> None:
@@ -463,310 +442,6 @@ def before_epoch(dataset: Any) -> None:
     if isinstance(store, DiskStore):
         store.check()
         store.release_pages()
-
-
-# --------------------------------------------------------------- writing
-class DiskDatasetWriter:
-    """Stream episodes into a new disk dataset at ``path``.
-
-    ::
-
-        with DiskDatasetWriter("data/") as writer:
-            for episode in episodes:
-                writer.add_episode(episode)
-
-    Episodes are validated and converted exactly as
-    ``ReplayBuffer.append_episode`` does (the first one sets the
-    signatures), then appended to the column files of a hidden sibling
-    directory; :meth:`close` (leaving the ``with`` block normally) writes
-    the episode table and manifest and renames the directory to ``path``.
-    An exception inside the block removes the partial directory.
-
-    Args:
-        path: the directory to create (must not exist unless ``overwrite``).
-        action_space: as for ``append_episode``; by default integer actions
-            are discrete.
-        action_size: for discrete actions, the number of actions (default:
-            the largest action written + 1).
-        expected_bytes: bytes the data will take, when known: checked
-            against the free disk space before anything is written.
-        overwrite: replace an existing disk dataset at ``path`` on close.
-    """
-
-    def __init__(
-        self,
-        path: Any,
-        action_space: Optional[ActionSpace] = None,
-        action_size: Optional[int] = None,
-        expected_bytes: Optional[int] = None,
-        overwrite: bool = False,
-    ) -> None:
-        self.path = os.path.abspath(os.fspath(path))
-        if os.path.exists(self.path) and not (overwrite and is_disk_dataset(self.path)):
-            raise ValueError(
-                f"path {self.path} already exists; choose a new directory"
-                + ("" if overwrite else " or pass overwrite=True to replace a disk dataset")
-            )
-        parent = os.path.dirname(self.path)
-        if not os.path.isdir(parent):
-            raise ValueError(f"path {self.path}: its parent directory {parent} does not exist")
-        if expected_bytes is not None:
-            check_free_space(parent, int(expected_bytes))
-        self._action_space = None if action_space is None else ActionSpace.parse(action_space)
-        self._action_size = None if action_size is None else int(action_size)
-        self._tmp = _safety.sibling_temporary_name(self.path, "writing")
-        os.mkdir(self._tmp)
-        self._files: dict[str, Any] = {}
-        self._shapes: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-        self._rows = 0
-        self._table: dict[str, list] = {name: [] for name, _ in _TABLE}
-        self._info: Any = None
-        self._max_action = -1
-        self._closed = False
-        self._written_since_check = 0
-
-    # ------------------------------------------------------------ helpers
-    def _open_column(self, name: str, dtype: np.dtype, row_shape: tuple[int, ...]) -> Any:
-        self._shapes[name] = (np.dtype(dtype), tuple(row_shape))
-        f = open(os.path.join(self._tmp, f"{name}.bin"), "wb")
-        self._files[name] = f
-        return f
-
-    def _validate(self, episode: EpisodeBase) -> ColumnStore:
-        """The episode in a one-episode in-memory store, converted to the
-        dataset's dtypes (its signatures set by the first episode)."""
-        from .replay_buffer import ReplayBuffer
-
-        if self._info is None:
-            size = self._action_size
-            if size is None and self._action_space == ActionSpace.DISCRETE:
-                size = 2**24
-            buffer = ReplayBuffer(InfiniteBuffer(), action_space=self._action_space, action_size=size)
-            buffer.append_episode(episode, action_space=self._action_space, action_size=size)
-            info = buffer.dataset_info
-            if info.action_space == ActionSpace.DISCRETE and self._action_size is None:
-                # the size is the largest action of all episodes + 1, set on close
-                info = dataclasses.replace(info, action_size=2**24)
-            self._info = info
-        else:
-            info = self._info
-            buffer = ReplayBuffer(
-                InfiniteBuffer(), observation_signature=info.observation_signature,
-                action_signature=info.action_signature, reward_signature=info.reward_signature,
-                action_space=info.action_space, action_size=info.action_size,
-            )
-            buffer.append_episode(episode)
-        return buffer.buffer  # type: ignore[return-value]
-
-    def add_episode(self, episode: EpisodeBase) -> None:
-        """Validate ``episode`` and append it to the files."""
-        if self._closed:
-            raise ValueError("this DiskDatasetWriter is closed")
-        try:
-            store = self._validate(episode)
-        except (ValueError, TypeError) as e:
-            raise type(e)(f"episode {len(self._table['episode_starts'])}: {e}") from None
-        head, tail = store.head, store.tail
-        columns = {f"observations_{k}": o[head:tail] for k, o in enumerate(store.observations)}
-        columns["actions"] = store.actions[head:tail]
-        columns["rewards"] = store.rewards[head:tail]
-        behaviour = store.behaviour_probabilities
-        if behaviour is not None:
-            columns["behaviour_probabilities"] = behaviour[head:tail]
-        n = tail - head
-        nbytes = sum(int(c.nbytes) for c in columns.values())
-        self._written_since_check += nbytes
-        if self._written_since_check >= (64 << 20) or not self._files:
-            check_free_space(self._tmp, nbytes, "the next episode")
-            self._written_since_check = 0
-        if not self._files:
-            for name, column in columns.items():
-                self._open_column(name, column.dtype, column.shape[1:])
-        if "behaviour_probabilities" in columns and "behaviour_probabilities" not in self._files:
-            f = self._open_column("behaviour_probabilities", np.dtype(np.float64), ())
-            nan = np.full(min(self._rows, _COPY_ROWS), np.nan)
-            for start in range(0, self._rows, _COPY_ROWS):
-                nan[: min(_COPY_ROWS, self._rows - start)].tofile(f)
-        if "behaviour_probabilities" in self._files and "behaviour_probabilities" not in columns:
-            column = np.full(n, np.nan)
-            if store.episode_table()[3][0]:
-                column[-1] = 1.0  # a final-observation row
-            columns["behaviour_probabilities"] = column
-        for name, column in columns.items():
-            np.ascontiguousarray(column).tofile(self._files[name])
-        starts, ends, terminated, has_final = store.episode_table()
-        self._table["episode_starts"].append(self._rows + int(starts[0]) - head)
-        self._table["episode_ends"].append(self._rows + int(ends[0]) - head)
-        self._table["episode_terminated"].append(bool(terminated[0]))
-        self._table["episode_has_final"].append(bool(has_final[0]))
-        if self._info.action_space == ActionSpace.DISCRETE:
-            rows = slice(head, int(ends[0]))
-            self._max_action = max(self._max_action, int(store.actions[rows].max()))
-        self._rows += n
-
-    def add_episodes(self, episodes: Iterable[EpisodeBase]) -> None:
-        """:meth:`add_episode` for each of ``episodes``."""
-        for episode in episodes:
-            self.add_episode(episode)
-
-    def close(self) -> str:
-        """Finish the dataset and move it into place; returns its path."""
-        if self._closed:
-            return self.path
-        if not self._table["episode_starts"]:
-            self.abort()
-            raise ValueError(f"no episodes were written to {self.path}: nothing to save")
-        for f in self._files.values():
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
-        info = self._info
-        if info.action_space == ActionSpace.DISCRETE:
-            size = self._action_size if self._action_size is not None else self._max_action + 1
-        else:
-            size = int(info.action_size)
-        episodes = len(self._table["episode_starts"])
-        columns = {}
-        for name, (dtype, row_shape) in self._shapes.items():
-            shape = [self._rows, *row_shape]
-            columns[name] = {"dtype": _dtype_str(dtype), "shape": shape,
-                             "bytes": int(np.prod(shape, dtype=np.int64)) * dtype.itemsize}
-        for name, dtype_str in _TABLE:
-            array = np.asarray(self._table[name], dtype=np.dtype(dtype_str))
-            array.tofile(os.path.join(self._tmp, f"{name}.bin"))
-            columns[name] = {"dtype": dtype_str, "shape": [episodes], "bytes": int(array.nbytes)}
-        keys = info.observation_signature.keys
-        manifest = {
-            "format": DISK_FORMAT,
-            "schema_version": DISK_SCHEMA_VERSION,
-            "offrl_version": __version__,
-            "action_space": info.action_space.name.lower(),
-            "action_size": int(size),
-            "rows": self._rows,
-            "episodes": episodes,
-            "n_observation_columns": len(info.observation_signature.dtype),
-            "observation_keys": None if keys is None else list(keys),
-            "columns": columns,
-        }
-        with open(os.path.join(self._tmp, MANIFEST), "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        old = None
-        if os.path.exists(self.path):
-            old = _safety.sibling_temporary_name(self.path, "replaced")
-            os.rename(self.path, old)
-        os.rename(self._tmp, self.path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        self._closed = True
-        return self.path
-
-    def abort(self) -> None:
-        """Discard everything written; ``path`` is left untouched."""
-        for f in self._files.values():
-            with contextlib.suppress(OSError):
-                f.close()
-        shutil.rmtree(self._tmp, ignore_errors=True)
-        self._closed = True
-
-    def __enter__(self) -> "DiskDatasetWriter":
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
-    def __repr__(self) -> str:
-        return f"DiskDatasetWriter({self.path!r}, episodes={len(self._table['episode_starts'])}, rows={self._rows})"
-
-
-def _store_of(dataset: Any) -> ColumnStore:
-    store = getattr(dataset, "buffer", dataset)
-    if not isinstance(store, ColumnStore):
-        raise TypeError(
-            f"dump_disk_dataset needs a buffer with columnar storage (InfiniteBuffer or FIFOBuffer), "
-            f"got {type(store).__name__}"
-        )
-    return store
-
-
-def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False) -> str:
-    """Write a ``ReplayBuffer``'s live episodes as a disk dataset at
-    ``path``, copying columns in chunks (a disk-backed source is never
-    loaded whole). The bytes needed are checked against the free space
-    before anything is written. Returns the path."""
-    store = _store_of(dataset)
-    info = dataset.dataset_info
-    head, tail = store.head, store.tail
-    starts, ends, terminated, has_final = store.episode_table()
-    if starts.size == 0:
-        raise ValueError("cannot dump a buffer with no episodes")
-    if store.has_open_episode:
-        raise ValueError("an episode is being written with append(); call clip_episode() before dumping")
-    sources = {f"observations_{k}": o for k, o in enumerate(store.observations)}
-    sources["actions"] = store.actions
-    sources["rewards"] = store.rewards
-    if store.behaviour_probabilities is not None:
-        sources["behaviour_probabilities"] = store.behaviour_probabilities
-    row_bytes = sum(int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize for c in sources.values())
-    spans = _row_spans(store)  # one span [head, tail) unless the store is a view (a split)
-    rows = sum(b - a for a, b in spans)
-    needed = row_bytes * rows + 18 * int(starts.size)
-    writer = DiskDatasetWriter(path, expected_bytes=needed, overwrite=overwrite)
-    try:
-        for name, column in sources.items():
-            f = writer._open_column(name, column.dtype, column.shape[1:])
-            for first, last in spans:
-                for a in range(first, last, _COPY_ROWS):
-                    np.ascontiguousarray(column[a : min(a + _COPY_ROWS, last)]).tofile(f)
-        sizes = ends + has_final - starts
-        new_starts = np.cumsum(sizes) - sizes
-        writer._info = info
-        writer._rows = rows
-        writer._table = {
-            "episode_starts": list(new_starts), "episode_ends": list(new_starts + ends - starts),
-            "episode_terminated": list(terminated), "episode_has_final": list(has_final),
-        }
-        writer._action_size = int(info.action_size)
-    except BaseException:
-        writer.abort()
-        raise
-    return writer.close()
-
-
-def load_disk_buffer(cls: type, path: Any, buffer: Any, components: dict) -> Any:
-    """``ReplayBuffer.load(path, buffer, in_memory=False)``: a buffer of
-    class ``cls`` sampling from the disk dataset at ``path`` in place."""
-    from .replay_buffer import ReplayBuffer
-
-    if buffer is not None and (type(buffer) is not InfiniteBuffer or buffer.episode_count):
-        raise ValueError(
-            "in_memory=False keeps the data on disk in a read-only store: pass buffer=None or an empty "
-            f"InfiniteBuffer(), got {type(buffer).__name__}"
-            + (" (a FIFO buffer cannot drop rows from a file)" if isinstance(buffer, FIFOBuffer) else "")
-        )
-    if not is_disk_dataset(path):
-        raise ValueError(
-            f"{os.fspath(path)} is not a disk dataset directory; in_memory=False reads a directory written by "
-            "DiskDatasetWriter or dump_disk_dataset (convert an HDF5 file with "
-            "dump_disk_dataset(ReplayBuffer.load(file), directory))"
-        )
-    store, space, size = open_disk_dataset(path)
-    out = ReplayBuffer.__new__(cls)
-    components = dict(components)
-    components.update(action_space=space, action_size=size)
-    ReplayBuffer.__init__(out, store, **components)
-    return out
-
-
-def _as_episode(observations: Any, actions: Any, rewards: Any, terminated: bool,
-                final_observation: Any = None, behaviour_probabilities: Any = None) -> Episode:
-    """An :class:`Episode` from arrays (for importers that stream)."""
-    return Episode(observations=observations, actions=actions, rewards=rewards, terminated=bool(terminated),
-                   final_observation=final_observation, behaviour_probabilities=behaviour_probabilities)
 
 
 def read_disk_dataset(path: Any) -> dict:

@@ -725,14 +725,26 @@ class ReplayBuffer(ReplayBufferBase):
         (a new :class:`InfiniteBuffer` by default). ``f`` may also be a disk
         dataset directory (``offrl.dataset.DiskDatasetWriter``); with
         ``in_memory=False`` it is sampled in place, never loaded whole."""
-        from .disk import is_disk_dataset, load_disk_buffer, read_disk_dataset
+        from .disk import is_disk_dataset, open_disk_dataset, read_disk_dataset
         from .io import read_dataset_file
 
         if not in_memory:
-            return load_disk_buffer(cls, f, buffer, dict(
-                transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
-                writer_preprocessor=writer_preprocessor,
-            ))
+            if buffer is not None and (type(buffer) is not InfiniteBuffer or buffer.episode_count):
+                raise ValueError(
+                    "in_memory=False keeps the data on disk in a read-only store: pass buffer=None or an empty "
+                    f"InfiniteBuffer(), got {type(buffer).__name__} (a FIFO buffer cannot drop rows from a file)"
+                )
+            if not is_disk_dataset(f):
+                raise ValueError(
+                    f"{f} is not a disk dataset directory; in_memory=False reads a directory written by "
+                    "DiskDatasetWriter or dump_disk_dataset (convert an HDF5 file with "
+                    "dump_disk_dataset(ReplayBuffer.load(file), directory))"
+                )
+            store, space, size = open_disk_dataset(f)
+            out = ReplayBuffer.__new__(cls)
+            ReplayBuffer.__init__(out, store, transition_picker, trajectory_slicer, writer_preprocessor,
+                                  action_space=space, action_size=size)
+            return out
         data = read_disk_dataset(f) if is_disk_dataset(f) else read_dataset_file(f)
         buffer = InfiniteBuffer() if buffer is None else buffer
         out = ReplayBuffer.__new__(cls)
@@ -783,11 +795,15 @@ class ReplayBuffer(ReplayBufferBase):
                 action_space=self.action_space, action_size=self.action_size,
             )
         store = self._store
-        from .disk import DiskStore, disk_subset
+        from .disk import DiskStore, subset_view
 
         if isinstance(store, DiskStore):  # a view of the same files: nothing is loaded
-            return disk_subset(self, ReplayBuffer.__new__(type(self) if isinstance(self, MDPDataset) else ReplayBuffer),
-                               episode_indices)
+            out = ReplayBuffer.__new__(type(self) if isinstance(self, MDPDataset) else ReplayBuffer)
+            ReplayBuffer.__init__(
+                out, subset_view(store, episode_indices), self._transition_picker, self._trajectory_slicer,
+                self._writer_preprocessor, action_space=self.action_space, action_size=self.action_size,
+            )
+            return out
         starts, ends, terminated, has_final = store.episode_table()
         idx = np.asarray(episode_indices, dtype=np.int64)
         spans = (ends - starts + has_final)[idx]

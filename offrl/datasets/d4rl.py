@@ -260,7 +260,7 @@ def _stream(
 ) -> MDPDataset:
     """``load_d4rl_hdf5(..., to=...)``: episodes written to a disk dataset a
     chunk of rows at a time, with the in-memory import's checks."""
-    from ..dataset.disk import DiskDatasetWriter, load_disk_buffer
+    from ..dataset.disk_writer import DiskDatasetWriter
     from ..dataset.episode import Episode
 
     if chunk_rows < 1:
@@ -334,6 +334,5 @@ def _stream(
     except BaseException:
         writer.abort()
         raise
-    return load_disk_buffer(MDPDataset, to, None, dict(
-        transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
-    ))
+    return MDPDataset.load(to, transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
+                           in_memory=False)

@@ -60,7 +60,7 @@ def from_dataframe_chunks(
     """
     import pandas as pd
 
-    from ..dataset.disk import DiskDatasetWriter, load_disk_buffer
+    from ..dataset.disk_writer import DiskDatasetWriter
     from .tabular import from_dataframe
 
     if isinstance(chunks, (str, os.PathLike)) or hasattr(chunks, "columns"):
@@ -117,6 +117,5 @@ def from_dataframe_chunks(
     except BaseException:
         writer.abort()
         raise
-    return load_disk_buffer(MDPDataset, to, None, dict(
-        transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
-    ))
+    return MDPDataset.load(to, transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
+                           in_memory=False)

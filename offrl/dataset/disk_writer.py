@@ -1,0 +1,310 @@
+"""Writing disk datasets (see :mod:`offrl.dataset.disk` for the layout):
+:class:`DiskDatasetWriter` streams episodes into a new dataset directory,
+:func:`dump_disk_dataset` writes a buffer's episodes in column chunks.
+Both write into a hidden sibling directory renamed into place on success,
+and check the free disk space before writing (when the size is known) and
+as the data grows."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from .. import _safety
+from .._version import __version__
+from ..constants import ActionSpace
+from .disk import TABLE_COLUMNS, DISK_FORMAT, DISK_SCHEMA_VERSION, MANIFEST, dtype_string, check_free_space, is_disk_dataset
+from .episode import EpisodeBase
+from .storage import ColumnStore, InfiniteBuffer
+
+__all__ = ["DiskDatasetWriter", "dump_disk_dataset"]
+
+_COPY_ROWS = 1 << 18  # rows copied per chunk when dumping a buffer
+
+
+def _row_spans(store: ColumnStore) -> list[tuple[int, int]]:
+    """Row ranges holding the live episodes in table order, adjacent ones merged."""
+    starts, ends, _, has_final = store.episode_table()
+    spans: list[tuple[int, int]] = []
+    for a, b in zip(starts.tolist(), (ends + has_final).tolist()):
+        if spans and spans[-1][1] == a:
+            spans[-1] = (spans[-1][0], b)
+        else:
+            spans.append((a, b))
+    return spans
+
+
+class DiskDatasetWriter:
+    """Stream episodes into a new disk dataset at ``path``.
+
+    ::
+
+        with DiskDatasetWriter("data/") as writer:
+            for episode in episodes:
+                writer.add_episode(episode)
+
+    Episodes are validated and converted exactly as
+    ``ReplayBuffer.append_episode`` does (the first one sets the
+    signatures), then appended to the column files of a hidden sibling
+    directory; :meth:`close` (leaving the ``with`` block normally) writes
+    the episode table and manifest and renames the directory to ``path``.
+    An exception inside the block removes the partial directory.
+
+    Args:
+        path: the directory to create (must not exist unless ``overwrite``).
+        action_space: as for ``append_episode``; by default integer actions
+            are discrete.
+        action_size: for discrete actions, the number of actions (default:
+            the largest action written + 1).
+        expected_bytes: bytes the data will take, when known: checked
+            against the free disk space before anything is written.
+        overwrite: replace an existing disk dataset at ``path`` on close.
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        action_space: Optional[ActionSpace] = None,
+        action_size: Optional[int] = None,
+        expected_bytes: Optional[int] = None,
+        overwrite: bool = False,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        if os.path.exists(self.path) and not (overwrite and is_disk_dataset(self.path)):
+            raise ValueError(
+                f"path {self.path} already exists; choose a new directory"
+                + ("" if overwrite else " or pass overwrite=True to replace a disk dataset")
+            )
+        parent = os.path.dirname(self.path)
+        if not os.path.isdir(parent):
+            raise ValueError(f"path {self.path}: its parent directory {parent} does not exist")
+        if expected_bytes is not None:
+            check_free_space(parent, int(expected_bytes))
+        self._action_space = None if action_space is None else ActionSpace.parse(action_space)
+        self._declared_size = None if action_size is None else int(action_size)
+        self._tmp = _safety.sibling_temporary_name(self.path, "writing")
+        os.mkdir(self._tmp)
+        self._files: dict[str, Any] = {}
+        self._shapes: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        self._rows = 0
+        self._table: dict[str, list] = {name: [] for name, _ in TABLE_COLUMNS}
+        self._info: Any = None
+        self._max_action = -1
+        self._closed = False
+        self._written_since_check = 0
+
+    # ------------------------------------------------------------ helpers
+    def _open_column(self, name: str, dtype: np.dtype, row_shape: tuple[int, ...]) -> Any:
+        self._shapes[name] = (np.dtype(dtype), tuple(row_shape))
+        f = open(os.path.join(self._tmp, f"{name}.bin"), "wb")
+        self._files[name] = f
+        return f
+
+    def _validate(self, episode: EpisodeBase) -> ColumnStore:
+        """The episode in a one-episode in-memory store, converted to the
+        dataset's dtypes (its signatures set by the first episode)."""
+        from .replay_buffer import ReplayBuffer
+
+        if self._info is None:
+            size = self._declared_size
+            if size is None and self._action_space == ActionSpace.DISCRETE:
+                size = 2**24
+            buffer = ReplayBuffer(InfiniteBuffer(), action_space=self._action_space, action_size=size)
+            buffer.append_episode(episode, action_space=self._action_space, action_size=size)
+            info = buffer.dataset_info
+            if info.action_space == ActionSpace.DISCRETE and self._declared_size is None:
+                # the size is the largest action of all episodes + 1, set on close
+                info = dataclasses.replace(info, action_size=2**24)
+            self._info = info
+        else:
+            info = self._info
+            buffer = ReplayBuffer(
+                InfiniteBuffer(), observation_signature=info.observation_signature,
+                action_signature=info.action_signature, reward_signature=info.reward_signature,
+                action_space=info.action_space, action_size=info.action_size,
+            )
+            buffer.append_episode(episode)
+        return buffer.buffer  # type: ignore[return-value]
+
+    def add_episode(self, episode: EpisodeBase) -> None:
+        """Validate ``episode`` and append it to the files."""
+        if self._closed:
+            raise ValueError("this DiskDatasetWriter is closed")
+        try:
+            store = self._validate(episode)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"episode {len(self._table['episode_starts'])}: {e}") from None
+        head, tail = store.head, store.tail
+        columns = {f"observations_{k}": o[head:tail] for k, o in enumerate(store.observations)}
+        columns["actions"] = store.actions[head:tail]
+        columns["rewards"] = store.rewards[head:tail]
+        behaviour = store.behaviour_probabilities
+        if behaviour is not None:
+            columns["behaviour_probabilities"] = behaviour[head:tail]
+        n = tail - head
+        nbytes = sum(int(c.nbytes) for c in columns.values())
+        self._written_since_check += nbytes
+        if self._written_since_check >= (64 << 20) or not self._files:
+            check_free_space(self._tmp, nbytes, "the next episode")
+            self._written_since_check = 0
+        if not self._files:
+            for name, column in columns.items():
+                self._open_column(name, column.dtype, column.shape[1:])
+        if "behaviour_probabilities" in columns and "behaviour_probabilities" not in self._files:
+            f = self._open_column("behaviour_probabilities", np.dtype(np.float64), ())
+            nan = np.full(min(self._rows, _COPY_ROWS), np.nan)
+            for start in range(0, self._rows, _COPY_ROWS):
+                nan[: min(_COPY_ROWS, self._rows - start)].tofile(f)
+        if "behaviour_probabilities" in self._files and "behaviour_probabilities" not in columns:
+            column = np.full(n, np.nan)
+            if store.episode_table()[3][0]:
+                column[-1] = 1.0  # a final-observation row
+            columns["behaviour_probabilities"] = column
+        for name, column in columns.items():
+            np.ascontiguousarray(column).tofile(self._files[name])
+        starts, ends, terminated, has_final = store.episode_table()
+        self._table["episode_starts"].append(self._rows + int(starts[0]) - head)
+        self._table["episode_ends"].append(self._rows + int(ends[0]) - head)
+        self._table["episode_terminated"].append(bool(terminated[0]))
+        self._table["episode_has_final"].append(bool(has_final[0]))
+        if self._info.action_space == ActionSpace.DISCRETE:
+            rows = slice(head, int(ends[0]))
+            self._max_action = max(self._max_action, int(store.actions[rows].max()))
+        self._rows += n
+
+    def add_episodes(self, episodes: Iterable[EpisodeBase]) -> None:
+        """:meth:`add_episode` for each of ``episodes``."""
+        for episode in episodes:
+            self.add_episode(episode)
+
+    def close(self) -> str:
+        """Finish the dataset and move it into place; returns its path."""
+        if self._closed:
+            return self.path
+        if not self._table["episode_starts"]:
+            self.abort()
+            raise ValueError(f"no episodes were written to {self.path}: nothing to save")
+        for f in self._files.values():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        info = self._info
+        if info.action_space == ActionSpace.DISCRETE:
+            size = self._declared_size if self._declared_size is not None else self._max_action + 1
+        else:
+            size = int(info.action_size)
+        episodes = len(self._table["episode_starts"])
+        columns = {}
+        for name, (dtype, row_shape) in self._shapes.items():
+            shape = [self._rows, *row_shape]
+            columns[name] = {"dtype": dtype_string(dtype), "shape": shape,
+                             "bytes": int(np.prod(shape, dtype=np.int64)) * dtype.itemsize}
+        for name, dtype_str in TABLE_COLUMNS:
+            array = np.asarray(self._table[name], dtype=np.dtype(dtype_str))
+            array.tofile(os.path.join(self._tmp, f"{name}.bin"))
+            columns[name] = {"dtype": dtype_str, "shape": [episodes], "bytes": int(array.nbytes)}
+        keys = info.observation_signature.keys
+        manifest = {
+            "format": DISK_FORMAT,
+            "schema_version": DISK_SCHEMA_VERSION,
+            "offrl_version": __version__,
+            "action_space": info.action_space.name.lower(),
+            "action_size": int(size),
+            "rows": self._rows,
+            "episodes": episodes,
+            "n_observation_columns": len(info.observation_signature.dtype),
+            "observation_keys": None if keys is None else list(keys),
+            "columns": columns,
+        }
+        with open(os.path.join(self._tmp, MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        old = None
+        if os.path.exists(self.path):
+            old = _safety.sibling_temporary_name(self.path, "replaced")
+            os.rename(self.path, old)
+        os.rename(self._tmp, self.path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        self._closed = True
+        return self.path
+
+    def abort(self) -> None:
+        """Discard everything written; ``path`` is left untouched."""
+        for f in self._files.values():
+            with contextlib.suppress(OSError):
+                f.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._closed = True
+
+    def __enter__(self) -> "DiskDatasetWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        return f"DiskDatasetWriter({self.path!r}, episodes={len(self._table['episode_starts'])}, rows={self._rows})"
+
+
+def _store_of(dataset: Any) -> ColumnStore:
+    store = getattr(dataset, "buffer", dataset)
+    if not isinstance(store, ColumnStore):
+        raise TypeError(
+            f"dump_disk_dataset needs a buffer with columnar storage (InfiniteBuffer or FIFOBuffer), "
+            f"got {type(store).__name__}"
+        )
+    return store
+
+
+def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False) -> str:
+    """Write a ``ReplayBuffer``'s live episodes as a disk dataset at
+    ``path``, copying columns in chunks (a disk-backed source is never
+    loaded whole). The bytes needed are checked against the free space
+    before anything is written. Returns the path."""
+    store = _store_of(dataset)
+    info = dataset.dataset_info
+    starts, ends, terminated, has_final = store.episode_table()
+    if starts.size == 0:
+        raise ValueError("cannot dump a buffer with no episodes")
+    if store.has_open_episode:
+        raise ValueError("an episode is being written with append(); call clip_episode() before dumping")
+    sources = {f"observations_{k}": o for k, o in enumerate(store.observations)}
+    sources["actions"] = store.actions
+    sources["rewards"] = store.rewards
+    if store.behaviour_probabilities is not None:
+        sources["behaviour_probabilities"] = store.behaviour_probabilities
+    row_bytes = sum(int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize for c in sources.values())
+    spans = _row_spans(store)  # one span [head, tail) unless the store is a view (a split)
+    rows = sum(b - a for a, b in spans)
+    needed = row_bytes * rows + 18 * int(starts.size)
+    writer = DiskDatasetWriter(path, expected_bytes=needed, overwrite=overwrite)
+    try:
+        for name, column in sources.items():
+            f = writer._open_column(name, column.dtype, column.shape[1:])
+            for first, last in spans:
+                for a in range(first, last, _COPY_ROWS):
+                    np.ascontiguousarray(column[a : min(a + _COPY_ROWS, last)]).tofile(f)
+        sizes = ends + has_final - starts
+        new_starts = np.cumsum(sizes) - sizes
+        writer._info = info
+        writer._rows = rows
+        writer._table = {
+            "episode_starts": list(new_starts), "episode_ends": list(new_starts + ends - starts),
+            "episode_terminated": list(terminated), "episode_has_final": list(has_final),
+        }
+        writer._declared_size = int(info.action_size)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.close()
