@@ -15,9 +15,9 @@ mini-batch touches one row of every column; with one contiguous row-major
 file per column a row is one small read, and ``np.memmap`` turns a batch of
 rows into page-cache hits with no per-call library overhead. HDF5 fancy
 indexing (``h5py``) costs a library call per selection and needs sorted
-unique indices; on 25,000,000 steps it was 22x slower per batch of 256
-with a warm page cache (39.5 ms against 1.8 ms) and 15x slower from a
-cold one (253 ms against 17 ms), so the columns are raw files mapped with
+unique indices; on 25,000,000 steps it was 41x slower per batch of 256
+with a warm page cache (31.6 ms against 0.76 ms) and 45x slower from a
+cold one (339 ms against 7.5 ms), so the columns are raw files mapped with
 ``np.memmap`` (no chunking, no compression: both would make a row a
 whole-chunk decode). The maps are advised ``MADV_RANDOM`` (no read-ahead
 of neighbouring pages a random row does not need).
