@@ -20,7 +20,8 @@ with a warm page cache (31.6 ms against 0.76 ms) and 45x slower from a
 cold one (339 ms against 7.5 ms), so the columns are raw files mapped with
 ``np.memmap`` (no chunking, no compression: both would make a row a
 whole-chunk decode). The maps are advised ``MADV_RANDOM`` (no read-ahead
-of neighbouring pages a random row does not need).
+from disk around a random row; the kernel still maps the already cached
+pages around a faulting one, see :attr:`DiskStore.resident_limit`).
 
 Safety: the manifest is JSON read with a size cap and checked field by field
 (dtypes from a fixed list, shapes of non-negative ints, byte sizes that
@@ -31,14 +32,19 @@ buffer's ``append_episode``), not rescanned at open.
 
 :class:`DiskStore` is a read-only :class:`~offrl.dataset.InfiniteBuffer`
 whose columns are memory maps, so pickers, slicers, evaluators, OPE and
-splits work on it unchanged; the episode table (and returns-to-go, computed
-on demand) stay in memory. :meth:`DiskStore.check` raises
+splits work on it unchanged (a split is a view over the same files with its
+own episode table); the episode table (and returns-to-go, computed on
+demand) stay in memory. :meth:`DiskStore.check` raises
 :class:`DiskDatasetChangedError` when another process replaced, truncated or
-rewrote a file after it was opened; training calls it before every epoch.
+rewrote a file after it was opened (size, mtime and inode recorded at open;
+sizes checked against the manifest at open); training calls it before every
+epoch.
 
-:class:`DiskDatasetWriter` streams episodes into a new dataset (written in a
-hidden sibling directory, renamed into place on success) so a dataset larger
-than memory can be built episode by episode.
+Writing (:mod:`offrl.dataset.disk_writer`): ``DiskDatasetWriter`` streams
+episodes into a new dataset (a hidden sibling directory renamed into place
+on success), ``dump_disk_dataset`` writes a buffer in column chunks.
+:class:`DiskFIFOBuffer` is the online counterpart: a FIFO replay buffer in
+fixed-size memory-mapped files.
 """
 
 from __future__ import annotations
