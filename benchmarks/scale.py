@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
+import _harness
 import _scale_parallel as _parallel  # the ddp and compile subcommands
 
 OBS_DIM, ACT_DIM, EPISODE = 17, 6, 1000
@@ -53,8 +54,7 @@ ROW_BYTES = OBS_DIM * 4 + ACT_DIM * 4 + 4
 MARKER = "@@scale-json@@"
 
 
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+log = _harness.log
 
 
 # ------------------------------------------------------------- memory
@@ -283,7 +283,8 @@ def run_disk(argv: List[str]) -> None:
     if 2.5 * steps * ROW_BYTES > free:
         steps = int(free / 2.5 / ROW_BYTES)
         log(f"only {_gb(free)} free under {args.dir}: using {steps} steps instead of {args.steps}")
-    print(f"load average before: {os.getloadavg()}; {os.cpu_count()} CPUs; free disk {_gb(free)}")
+    _harness.print_load("start")
+    print(f"free disk under {args.dir}: {_gb(free)}")
     try:
         log(f"building {steps} steps in {path} ...")
         build = _run_phase(["_disk-build", path, str(steps)])
@@ -318,7 +319,7 @@ def run_disk(argv: List[str]) -> None:
             if os.path.exists(h5_path):
                 os.remove(h5_path)
             log(f"deleted {path}")
-        print(f"load average after: {os.getloadavg()}")
+        _harness.print_load("end")
 
 
 SUBCOMMANDS: Dict[str, Callable[[List[str]], None]] = {"disk": run_disk, **_parallel.SUBCOMMANDS}
