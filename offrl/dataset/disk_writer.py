@@ -150,7 +150,8 @@ class DiskDatasetWriter:
         n = tail - head
         nbytes = sum(int(c.nbytes) for c in columns.values())
         self._written_since_check += nbytes
-        if self._written_since_check >= (64 << 20) or not self._files:
+        # checked again after every 8 MB written: less than the 16 MB margin each check keeps free
+        if self._written_since_check >= (8 << 20) or not self._files:
             check_free_space(self._tmp, nbytes, "the next episode")
             self._written_since_check = 0
         if not self._files:
@@ -231,6 +232,12 @@ class DiskDatasetWriter:
             old = _safety.sibling_temporary_name(self.path, "replaced")
             os.rename(self.path, old)
         os.rename(self._tmp, self.path)
+        with contextlib.suppress(OSError):  # make the rename durable where the platform allows
+            fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         self._closed = True
