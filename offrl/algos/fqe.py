@@ -58,10 +58,14 @@ from .training import prepare_algorithm
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL, LearnableConfig, check_positive_int, instance_of, param
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
+from ..dataset.replay_buffer import ReplayBuffer
+from ..dataset.split import split_episodes
 from ..metrics._sequence import SequencePolicy
+from ..metrics.evaluators import TDErrorEvaluator
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..preprocessing import StandardObservationScaler
 from ..serialization import check_model_sizes, config_from_params, read_model_file, register
 
 __all__ = [
@@ -143,8 +147,6 @@ class FQEConfig(LearnableConfig):
         extrapolation: a Pendulum IQL policy acting at the torque limits
         reads 60 % too high, steadily.
         """
-        from ..preprocessing import StandardObservationScaler
-
         settings: Dict[str, Any] = {"learning_rate": 1e-3, "batch_size": 256, "target_update_interval": 20,
                                     "observation_scaler": StandardObservationScaler()}
         settings.update(changes)
@@ -746,10 +748,6 @@ class FQE(QLearningAlgoBase):
     def _convergence_monitor(self, dataset: Any, fraction: float, window: int,
                              tolerance: float) -> Tuple[Any, _ConvergenceMonitor]:
         """The dataset FQE trains on and the monitor of the diagnostic."""
-        from ..dataset.replay_buffer import ReplayBuffer
-        from ..dataset.split import split_episodes
-        from ..metrics.evaluators import TDErrorEvaluator
-
         if not hasattr(dataset, "sample_transition_batch") or not hasattr(dataset, "episodes"):
             raise TypeError(f"dataset must be a ReplayBuffer or MDPDataset, got {type(dataset).__name__}")
         initial = initial_observations(dataset)
