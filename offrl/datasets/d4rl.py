@@ -41,8 +41,8 @@ def _collect(group: Any, prefix: str) -> dict:
                 return
             _safety.check_declared_size(where, "the dataset", node.shape, node.dtype)
             value = node[()]
-            if isinstance(value, bytes):
-                value = value.decode()
+            if isinstance(value, bytes):  # metadata text; bytes that are not UTF-8 are kept readable
+                value = value.decode("utf-8", errors="replace")
             out[name] = value
 
     if prefix in group:
