@@ -3,12 +3,12 @@
 
 # name: (steps, SHA-256)
 REFERENCE_SHA256 = {
-    'cartpole-expert': (100000, '2d190444831cf126d25f10e772af0bd97bb6571ea31a20fbbc61fc5126c3f0fa'),
-    'cartpole-medium': (100000, '75d85cbe5fe4cf47a0bc27bb7a5a791c137844ac072c6de773f582dd9afcfe34'),
-    'cartpole-random': (100000, 'fb78bfca3b358d776a4581b829bdd2c54c2825013c8528e34c9c5d0bcada8fdd'),
+    'cartpole-expert': (100000, '95e739cd79d0e10e3f594ccb3cf3e9dc3ce3469737eadf240e9c26602ea958c6'),
+    'cartpole-medium': (100000, '06d3b0173f22c3ed1fce11dc3a0ca5654c384bcb7d9faa15e1f66669a4ef0ac9'),
+    'cartpole-random': (100000, '49b23ffa4b8409215608d0b3e4d14f94898775c6516ddb9275999eb174715e32'),
     'cartpole-replay': (50000, '354166c0aa244a704c92adcaa6f8c640346e09712b821772a54bf7ffeb0e9a1e'),
-    'pendulum-expert': (100000, '825e30e0d73ebb85357998e01a1fb825a8c96a945aa9006dee2a11faa65ba337'),
-    'pendulum-medium': (100000, '468a7ff89d34106421dc338bc4509177a1f0f5649e1bc754ec5d62f06b9d2752'),
-    'pendulum-random': (100000, '726fb8ab4f891748cbdcf7ed3bebe1ad60ef2a3b7aed600eb0c774effac909c9'),
+    'pendulum-expert': (100000, 'a2b1fa59192bef5bd8ec1e3685f5e431452d69d2cf54a7f755f44e589d1cd9bd'),
+    'pendulum-medium': (100000, '0b29a6e6142cdea9a4cd9b86f7ca7985f873b85a0649e6b8a135798f4afe4b5a'),
+    'pendulum-random': (100000, '599cff1e687832843de3fae35aa8650ea96b57332cdfdf05e59080b685125311'),
     'pendulum-replay': (20000, '9882f8d9bd541477ef7bde01ce4dbd5ee5cf24b7d7efe25f9687e96a635d9133'),
 }
