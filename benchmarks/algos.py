@@ -59,10 +59,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import gc
-import importlib
-import importlib.util
 import json
 import os
 import platform
@@ -78,65 +75,10 @@ from _harness import (FULL, QUICK, Settings, StepRunner, add_common_args, check_
                       format_table, fmt as _f, log, ok as _ok, loop, paired_ratio, parse_only, print_load,
                       quiet_d3rlpy, run_json, run_rounds, warm_up, worker_main)
 
+from _specs import ALGOS, PAST_WARMUP, SPECS, AlgoSpec, offrl_config_class, prepare_d3rlpy, prepare_offrl  # noqa: F401,E402
+
 FIT_EPOCH = 10**9  # n_steps_per_epoch for the fit runs: one epoch
 
-
-@dataclasses.dataclass(frozen=True)
-class AlgoSpec:
-    name: str
-    module: str  # offrl module holding the config
-    config: str  # config class name, in offrl and in d3rlpy.algos
-    data: str  # "pendulum" or "cartpole"
-    d3rlpy_earlier: float  # d3rlpy updates/s measured earlier on this machine (the issue's figure)
-    target_ratio: float  # offrl / d3rlpy updates per second
-
-
-ALGOS: Tuple[AlgoSpec, ...] = (
-    AlgoSpec("BC", "offrl.algos.bc", "BCConfig", "pendulum", 173.0, 2.0),
-    AlgoSpec("TD3PlusBC", "offrl.algos.td3_plus_bc", "TD3PlusBCConfig", "pendulum", 45.0, 1.6),
-    AlgoSpec("IQL", "offrl.algos.iql", "IQLConfig", "pendulum", 35.0, 1.6),
-    AlgoSpec("SAC", "offrl.algos.sac", "SACConfig", "pendulum", 35.0, 1.6),
-    AlgoSpec("CQL", "offrl.algos.cql", "CQLConfig", "pendulum", 6.2, 1.4),
-    AlgoSpec("DQN", "offrl.algos.dqn", "DQNConfig", "cartpole", 205.0, 2.0),
-    AlgoSpec("DiscreteCQL", "offrl.algos.cql", "DiscreteCQLConfig", "cartpole", 161.0, 2.0),
-    # d3rlpy_earlier: nan where no earlier figure exists (the run measures d3rlpy beside offrl)
-    AlgoSpec("DDPG", "offrl.algos.ddpg", "DDPGConfig", "pendulum", float("nan"), 1.5),
-    AlgoSpec("TD3", "offrl.algos.td3", "TD3Config", "pendulum", float("nan"), 1.5),
-    AlgoSpec("NFQ", "offrl.algos.nfq", "NFQConfig", "cartpole", float("nan"), 1.5),
-    AlgoSpec("DiscreteSAC", "offrl.algos.discrete_sac", "DiscreteSACConfig", "cartpole", float("nan"), 1.5),
-    AlgoSpec("CalQL", "offrl.algos.calql", "CalQLConfig", "pendulum", float("nan"), 1.3),
-    AlgoSpec("ReBRAC", "offrl.algos.rebrac", "ReBRACConfig", "pendulum", float("nan"), 1.5),
-    AlgoSpec("AWAC", "offrl.algos.awac", "AWACConfig", "pendulum", float("nan"), 1.5),
-    AlgoSpec("CRR", "offrl.algos.crr", "CRRConfig", "pendulum", float("nan"), 1.5),
-    AlgoSpec("PRDC", "offrl.algos.prdc", "PRDCConfig", "pendulum", float("nan"), 1.5),
-    AlgoSpec("PLAS", "offrl.algos.plas", "PLASConfig", "pendulum", float("nan"), 1.5),
-    AlgoSpec("PLASWithPerturbation", "offrl.algos.plas", "PLASWithPerturbationConfig", "pendulum", float("nan"), 1.5),
-    AlgoSpec("BCQ", "offrl.algos.bcq", "BCQConfig", "pendulum", float("nan"), 1.5),
-    AlgoSpec("DiscreteBCQ", "offrl.algos.bcq", "DiscreteBCQConfig", "cartpole", float("nan"), 1.5),
-    AlgoSpec("BEAR", "offrl.algos.bear", "BEARConfig", "pendulum", float("nan"), 1.5),
-)
-SPECS = {s.name: s for s in ALGOS}
-#: the PLAS family trains only its VAE for its first warmup_steps (500,000 at
-#: the defaults), BEAR only the MMD for its policy (40,000): both libraries
-#: are timed past it, on the full update
-PAST_WARMUP = ("PLAS", "PLASWithPerturbation", "BEAR")
-
-
-def prepare_offrl(name: str, algo: Any, dataset: Any) -> None:
-    """Set-up ``fit`` does besides building: PRDC's neighbour index."""
-    if name == "PRDC":
-        algo.fit_neighbor_index(dataset)
-    if name in PAST_WARMUP:
-        algo.set_grad_step(int(algo.config.warmup_steps))
-
-
-def prepare_d3rlpy(name: str, algo: Any, data: dict) -> None:
-    """d3rlpy's counterpart: its PRDC fits the neighbour search in ``fit``
-    (scikit-learn, on (beta * observation, action) of every step)."""
-    if name == "PRDC":
-        algo._nbsr.fit(np.concatenate([data["observations"] * algo.config.beta, data["actions"]], axis=1))
-    if name in PAST_WARMUP:
-        algo.set_grad_step(int(algo.config.warmup_steps))
 
 # the issue's targets
 TARGETS = {
@@ -166,20 +108,6 @@ def thread_settings(initial: int, requested: Optional[int]) -> Tuple[int, Option
     main = requested or initial
     alt = 1 if main != 1 else (initial if initial != 1 else None)
     return main, alt
-
-
-def offrl_config_class(spec: AlgoSpec) -> Tuple[Optional[type], Optional[str]]:
-    """The config class, or why it is not available yet."""
-    if importlib.util.find_spec(spec.module) is None:
-        return None, f"{spec.module} does not exist yet"
-    try:
-        module = importlib.import_module(spec.module)
-    except Exception as e:  # a file being written by someone else
-        return None, f"import {spec.module} failed: {type(e).__name__}: {e}"
-    cls = getattr(module, spec.config, None)
-    if cls is None:
-        return None, f"{spec.module} has no {spec.config} yet"
-    return cls, None
 
 
 def measure_offrl_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, Optional[int]],

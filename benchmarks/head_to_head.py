@@ -33,8 +33,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from _harness import (Worker, add_common_args, check_threads, d3rlpy_interpreter, gc_paused, load_average, log,
-                      parse_only, print_load, serve, set_threads)
+from _harness import (Worker, add_common_args, check_threads, d3rlpy_interpreter, gc_paused, load_average, parse_only, print_load, serve, set_threads)
 
 
 #: the Decision Transformer family, built as in ``benchmarks/transformers.py``
@@ -42,17 +41,17 @@ SEQUENCE = ("DecisionTransformer", "DiscreteDecisionTransformer", "TACR")
 
 
 def _names() -> List[str]:
-    import algos
+    from _specs import ALGOS
 
-    return [s.name for s in algos.ALGOS] + list(SEQUENCE)
+    return [s.name for s in ALGOS] + list(SEQUENCE)
 
 
 def _build_sequence(backend: str, name: str) -> Dict[str, Any]:
-    import transformers as bench
+    from _specs import CONTEXT_SIZE, build as build_sequence
 
-    algo, dataset = bench.build(backend, name)
+    algo, dataset = build_sequence(backend, name)
     batch_size = int(algo.config.batch_size)
-    return {"step": lambda: algo.update(dataset.sample_trajectory_batch(batch_size, bench.CONTEXT_SIZE)),
+    return {"step": lambda: algo.update(dataset.sample_trajectory_batch(batch_size, CONTEXT_SIZE)),
             "predict": None}
 
 
@@ -67,7 +66,7 @@ def build(backend: str, name: str) -> Dict[str, Any]:
         backend = "offrl"
     if name in SEQUENCE:
         return _build_sequence(backend, name)
-    import algos
+    import _specs as algos
     from _data import SEED, make_data
 
     spec = algos.SPECS[name]

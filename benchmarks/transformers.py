@@ -42,56 +42,16 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from _harness import (FULL, QUICK, SEED, add_common_args, check_threads, d3rlpy_interpreter, fmt, log, parse_only,
+from _harness import (FULL, QUICK, add_common_args, check_threads, d3rlpy_interpreter, fmt, log, parse_only,
                       print_load, print_table, quiet_d3rlpy, run_json, run_rounds, set_threads, time_per_call,
                       worker_main)
+
+from _specs import CONTEXT_SIZE, build, make_arrays  # noqa: F401,E402
 
 ALGOS = ("DecisionTransformer", "DiscreteDecisionTransformer", "TACR")
 #: issue 18's targets: offrl / d3rlpy updates per second, d3rlpy / offrl latency
 UPDATE_TARGET = 1.5
 LATENCY_TARGET = 2.0
-N_EPISODES, EPISODE_LENGTH, OBSERVATION_SIZE, ACTION_SIZE, N_DISCRETE = 50, 200, 17, 6, 4
-CONTEXT_SIZE = 20
-
-
-def make_arrays(discrete: bool) -> Dict[str, np.ndarray]:
-    """The synthetic dataset as arrays (the same on both sides)."""
-    rng = np.random.default_rng(SEED)
-    n = N_EPISODES * EPISODE_LENGTH
-    observations = rng.normal(size=(n, OBSERVATION_SIZE)).astype(np.float32)
-    if discrete:
-        actions = rng.integers(0, N_DISCRETE, size=(n, 1))
-    else:
-        actions = rng.uniform(-1.0, 1.0, size=(n, ACTION_SIZE)).astype(np.float32)
-    rewards = rng.normal(size=(n, 1)).astype(np.float32)
-    terminals = np.zeros(n, dtype=np.float32)
-    terminals[EPISODE_LENGTH - 1::EPISODE_LENGTH] = 1.0
-    return {"observations": observations, "actions": actions, "rewards": rewards, "terminals": terminals}
-
-
-def build(backend: str, name: str) -> tuple:
-    """``(algo, dataset)`` of ``backend`` ("offrl" or "d3rlpy"), built."""
-    discrete = name == "DiscreteDecisionTransformer"
-    arrays = make_arrays(discrete)
-    if backend == "offrl":
-        import offrl as lib
-
-        lib.seed(SEED)
-        dataset = lib.dataset.MDPDataset(arrays["observations"], arrays["actions"], arrays["rewards"],
-                                         arrays["terminals"], action_size=N_DISCRETE if discrete else None)
-    else:
-        import d3rlpy as lib
-
-        lib.seed(SEED)
-        kwargs = {"action_space": lib.ActionSpace.DISCRETE, "action_size": N_DISCRETE} if discrete else {}
-        dataset = lib.dataset.MDPDataset(arrays["observations"], arrays["actions"], arrays["rewards"],
-                                         arrays["terminals"], **kwargs)
-    config = getattr(lib.algos, f"{name}Config")()
-    algo = config.create(device="cpu:0")
-    algo.build_with_dataset(dataset)
-    return algo, dataset
-
-
 def measure_one(backend: str, name: str, quick: bool) -> dict:
     settings = QUICK if quick else FULL
     algo, dataset = build(backend, name)

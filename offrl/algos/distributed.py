@@ -55,7 +55,7 @@ import dataclasses
 import datetime
 import os
 import socket
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Iterator, List, Sequence
 
 import contextlib
 

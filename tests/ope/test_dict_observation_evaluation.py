@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gymnasium
 import numpy as np
-import pytest
 from gymnasium import spaces
 
 import offrl
