@@ -506,6 +506,21 @@ def _check_memory(planned: Dict[str, Any], name: str, params: Dict[str, Any]) ->
         )
 
 
+def saved_observation_keys(params: Any, shape: Any, source: str) -> Optional[tuple]:
+    """The dict observation keys a params record holds, checked against the
+    observation ``shape`` (one distinct string per part); None when it
+    records none (models saved before dict observations, array and tuple
+    observations)."""
+    keys = params.get("observation_keys") if isinstance(params, dict) else None
+    if keys is None:
+        return None
+    n = len(shape) if isinstance(shape, list) else 1
+    if not isinstance(keys, list) or len(keys) != n or not all(isinstance(k, str) for k in keys) or len(set(keys)) != n:
+        shown = repr(keys)
+        raise ValueError(f"{source}: observation_keys is {shown[:200]}; expected {n} distinct key names")
+    return tuple(keys)
+
+
 def _build_from_params(params: Dict[str, Any], device: Any, name: str, payload: Optional[Dict[str, Any]] = None) -> Any:
     config = config_from_params(params, name)
     cls = config.algorithm_class()
@@ -513,6 +528,7 @@ def _build_from_params(params: Dict[str, Any], device: Any, name: str, payload: 
         raise TypeError(f"{name} holds a {cls.__name__}, which needs the algorithm it evaluates: "
                         f"{cls.__name__}.load({name!r}, algo=trained)")
     shape, action_size = _declared_shapes(params, name)
+    keys = saved_observation_keys(params, shape, name)
     planned = _planned_state(config, shape, action_size, name, params)
     if payload is not None:
         _check_against_file(planned, payload, name, params)
@@ -523,6 +539,8 @@ def _build_from_params(params: Dict[str, Any], device: Any, name: str, payload: 
         algo.create_impl(shape, action_size)
     except (ValueError, TypeError) as e:  # e.g. a scaler's recorded statistics of another shape
         raise ValueError(f"{name}: {e}") from None
+    if keys is not None:
+        algo.observation_keys = keys
     return algo
 
 

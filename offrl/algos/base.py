@@ -55,7 +55,7 @@ from ..dataset.signature import observation_from_dict, signatures_from_env
 from ..dataset.writer import BasicWriterPreprocess
 from ..export import save_policy as export_policy
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
-from ..serialization import algo_from_params_json, load_state_into, save_learnable
+from ..serialization import algo_from_params_json, load_state_into, save_learnable, saved_observation_keys
 from . import distributed, graph, online, training
 from .config import LearnableConfig, check_enable_ddp, check_instance, check_positive_int, check_positive_number
 from .device import DeviceArg, parse_device
@@ -218,6 +218,18 @@ class QLearningAlgoBase:
         """The keys of dict observations in the order the networks take them
         (sorted); None for array and tuple observations."""
         return self._observation_keys
+
+    @observation_keys.setter
+    def observation_keys(self, keys: Optional[Sequence[str]]) -> None:
+        """Name the parts of a built algorithm's observations (one distinct
+        string per part, in the order the networks take them), so that dict
+        inputs are checked key by key; None accepts any keys, sorted."""
+        self.require_built()
+        if keys is not None:
+            if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
+                raise TypeError(f"observation_keys must be a list of strings, got {type(keys).__name__}")
+            keys = saved_observation_keys({"observation_keys": list(keys)}, self._observation_shape, "observation_keys")
+        self._observation_keys = keys
 
     @property
     def action_size(self) -> Optional[int]:
@@ -777,7 +789,7 @@ class QLearningAlgoBase:
         for key, optim in self._optims.items():
             _check_optimizer_state(optim, optimizers[key], f"{source}: optimizers[{key!r}]")
         new_scalers = self._checked_scalers(scalers, source)
-        keys = _saved_observation_keys(state.get("params"), self._observation_shape, source)
+        keys = saved_observation_keys(state.get("params"), self._observation_shape, source)
         # every check passed: load (nothing below depends on the file's content being valid)
         before = {key: copy.deepcopy(optim.state_dict()) for key, optim in self._optims.items()}
         try:
@@ -1087,17 +1099,6 @@ def _raise_bad_row(array: np.ndarray, name: str) -> None:
     else:
         what = f"{value:g}, beyond float32's range (+-{FLOAT32_MAX:.4g})"
     raise ValueError(f"{name}[{row}] holds {what}; expected finite numbers")
-
-
-def _saved_observation_keys(params: Any, shape: Any, source: str) -> Optional[Tuple[str, ...]]:
-    """The dict observation keys a model file's params record (None when it has none)."""
-    keys = params.get("observation_keys") if isinstance(params, dict) else None
-    if keys is None:
-        return None
-    n = len(shape) if isinstance(shape, list) else 1
-    if not isinstance(keys, list) or len(keys) != n or not all(isinstance(k, str) for k in keys) or len(set(keys)) != n:
-        raise ValueError(f"{source}: observation_keys is {keys!r}; expected {n} distinct key names")
-    return tuple(keys)
 
 
 def _stored_observation_shape(dataset: Any) -> Shape:
