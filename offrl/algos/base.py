@@ -728,19 +728,25 @@ class QLearningAlgoBase:
                    eval_n_trials: int = 10, save_interval: int = 1, experiment_name: Optional[str] = None,
                    with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
                    logger_adapter: Any = None, show_progress: bool = True, callback: Optional[Callable[..., None]] = None,
-                   epoch_callback: Optional[Callable[..., None]] = None) -> List[Tuple[int, Dict[str, float]]]:
-        """Train while acting in a gymnasium environment; returns
-        ``[(epoch, metrics), ...]``. See :func:`offrl.algos.online.fit_online`."""
+                   epoch_callback: Optional[Callable[..., None]] = None,
+                   seed: Optional[int] = None) -> List[Tuple[int, Dict[str, float]]]:
+        """Train while acting in a gymnasium environment, or a vectorised one
+        (``n_updates`` updates per vector step); returns ``[(epoch, metrics),
+        ...]``. ``seed`` seeds the first reset (environment ``i`` of a vector
+        env with ``seed + i``); None draws it from offrl's generator. See
+        :func:`offrl.algos.online.fit_online`."""
         return online.fit_online(self, env, buffer, explorer, n_steps, n_steps_per_epoch, update_interval,
                                  update_start_step, random_steps, eval_env, eval_epsilon, save_interval,
                                  experiment_name, with_timestamp, logger_adapter, show_progress, callback, n_updates,
-                                 eval_n_trials, epoch_callback)
+                                 eval_n_trials, epoch_callback, seed=seed)
 
     def collect(self, env: Any, buffer: Any = None, explorer: Any = None, deterministic: bool = False,
-                n_steps: int = 1000000, show_progress: bool = True) -> Any:
-        """Act in ``env`` for ``n_steps`` steps, writing them into ``buffer``;
-        returns the buffer. See :func:`offrl.algos.online.collect`."""
-        return online.collect(self, env, buffer, explorer, deterministic, n_steps, show_progress)
+                n_steps: int = 1000000, show_progress: bool = True, seed: Optional[int] = None) -> Any:
+        """Act in ``env`` (or a vectorised env) for ``n_steps`` steps, writing
+        them into ``buffer``; returns the buffer. ``seed`` seeds the first
+        reset (environment ``i`` of a vector env with ``seed + i``); None
+        draws it from offrl's generator. See :func:`offrl.algos.online.collect`."""
+        return online.collect(self, env, buffer, explorer, deterministic, n_steps, show_progress, seed=seed)
 
     # ---------------------------------------------------- saving / loading
     def get_state(self) -> Dict[str, Any]:
