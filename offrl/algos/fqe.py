@@ -77,6 +77,7 @@ __all__ = [
     "ConvergenceDiagnostic",
     "heldout_split",
     "initial_observations",
+    "off_support_fraction",
 ]
 
 
@@ -225,6 +226,14 @@ class ConvergenceDiagnostic:
             ``RESIDUAL_GROWTH`` times the smallest of the last ``window + 1``
             (a climbing residual means the Q-function drifts, e.g. off the
             data at the policy's actions, even while ``V(s0)`` stands still).
+        off_support: the share of checked states at which the policy's
+            action lies off the data (see :func:`off_support_fraction`;
+            about 0.05 for a policy that acts like the data); NaN where it
+            is not measured (discrete actions, tuple or image observations,
+            sequence policies). Above ``OFF_SUPPORT_WARN`` FQE extrapolates
+            at the policy's actions and a settled estimate can still be
+            wrong: ``estimate_policy_value`` warns. It does not change
+            ``converged``, which is about the regression settling.
     """
 
     initial_values: Tuple[float, ...]
@@ -236,6 +245,7 @@ class ConvergenceDiagnostic:
     tolerance: float
     steps: int
     converged: bool
+    off_support: float = float("nan")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +267,8 @@ class PolicyValueEstimate:
         heldout_residual: the diagnostic's last Bellman residual on
             held-out episodes (NaN without a record).
         diagnostic: the whole :class:`ConvergenceDiagnostic`, or None.
+        off_support: the diagnostic's share of held-out states at which
+            the policy acts off the data (NaN where not measured).
     """
 
     value: float
@@ -269,6 +281,7 @@ class PolicyValueEstimate:
     value_change: float = float("nan")
     heldout_residual: float = float("nan")
     diagnostic: Optional[ConvergenceDiagnostic] = dataclasses.field(default=None, repr=False)
+    off_support: float = float("nan")
 
     def __float__(self) -> float:
         return float(self.value)
@@ -315,6 +328,62 @@ def relative_change(values: Any, window: int) -> float:
 #: the largest ratio of the last held-out residual to the smallest of the window that counts as settled
 RESIDUAL_GROWTH = 1.25
 
+#: the off-support share above which ``estimate_policy_value`` warns (a policy acting like the data gives about 0.05)
+OFF_SUPPORT_WARN = 0.25
+
+
+def off_support_fraction(observations: np.ndarray, logged_actions: np.ndarray, policy_actions: np.ndarray,
+                         reference_observations: np.ndarray, reference_actions: np.ndarray,
+                         quantile: float = 0.95, chunk: int = 256) -> float:
+    """The share of the query states ``observations`` at which the policy's
+    action lies farther from the reference data than the logged action
+    usually does.
+
+    Every ``(s, a)`` pair is standardised with the reference pairs' mean and
+    standard deviation per column (a constant column is left unscaled), and
+    ``d(s, a)`` is its Euclidean distance to the nearest reference pair. The
+    threshold is the ``quantile`` of ``d(s_i, a_logged_i)`` over the query
+    rows (which must not be in the reference: held-out episodes), and the
+    result is the share of rows with ``d(s_i, pi(s_i)) > threshold``. A
+    policy whose actions are distributed like the logged ones gives about
+    ``1 - quantile``; one acting where the data never acts (e.g. at torque
+    limits the behaviour policy rarely used) gives much more: there FQE's
+    Q-function extrapolates and its estimate can be wrong however well the
+    regression has settled. Arrays are ``(n, dims)`` (actions may be
+    ``(n,)``); all float.
+    """
+    def pairs(obs: np.ndarray, act: np.ndarray, name: str) -> np.ndarray:
+        obs = np.asarray(obs, dtype=np.float64)
+        act = np.asarray(act, dtype=np.float64)
+        obs = obs.reshape(obs.shape[0], -1)
+        act = act.reshape(act.shape[0], -1)
+        if obs.shape[0] != act.shape[0]:
+            raise ValueError(f"{name}: {obs.shape[0]} observations but {act.shape[0]} actions")
+        return np.concatenate([obs, act], axis=1)
+
+    if not 0.0 < float(quantile) < 1.0:
+        raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
+    reference = pairs(reference_observations, reference_actions, "reference")
+    logged = pairs(observations, logged_actions, "logged_actions")
+    acting = pairs(observations, policy_actions, "policy_actions")
+    if reference.shape[0] == 0 or logged.shape[0] == 0:
+        raise ValueError("off_support_fraction needs at least one query row and one reference row")
+    if not reference.shape[1] == logged.shape[1] == acting.shape[1]:
+        raise ValueError(f"(observation, action) widths differ: reference {reference.shape[1]}, logged "
+                         f"{logged.shape[1]}, policy {acting.shape[1]}")
+    mean = reference.mean(axis=0)
+    scale = reference.std(axis=0)
+    scale[scale == 0.0] = 1.0
+    ref = torch.as_tensor((reference - mean) / scale)
+
+    def nearest(x: np.ndarray) -> np.ndarray:
+        z = torch.as_tensor((x - mean) / scale)
+        return np.concatenate([torch.cdist(z[i:i + chunk], ref).min(dim=1).values.numpy()
+                               for i in range(0, z.shape[0], chunk)])
+
+    threshold = np.quantile(nearest(logged), float(quantile))
+    return float(np.mean(nearest(acting) > threshold))
+
 
 class _ConvergenceMonitor:
     """Measures the diagnostic once per epoch through ``fit``'s evaluator
@@ -324,8 +393,10 @@ class _ConvergenceMonitor:
     names = ("fqe_initial_value", "fqe_value_change", "fqe_heldout_residual")
 
     def __init__(self, fqe: "FQE", initial: Any, residual: Callable[..., float], n_heldout: int, window: int,
-                 tolerance: float) -> None:
+                 tolerance: float, support: Optional[Callable[[], float]] = None) -> None:
         self.fqe = fqe
+        self.support = support
+        self.off_support = float("nan")
         self.initial = initial
         self.residual = residual
         self.n_heldout = n_heldout
@@ -344,6 +415,8 @@ class _ConvergenceMonitor:
     def start(self) -> None:
         """Record ``V(s0)`` before the first update (the change's baseline)."""
         self.values = [self.initial_value()]
+        if self.support is not None:  # the policy and the data are fixed: measured once
+            self.off_support = float(self.support())
 
     def measure(self) -> ConvergenceDiagnostic:
         fqe = self.fqe
@@ -355,7 +428,7 @@ class _ConvergenceMonitor:
         diagnostic = ConvergenceDiagnostic(
             tuple(self.values), tuple(self.residuals), change, self.residuals[-1], self.n_heldout, self.window,
             self.tolerance, int(fqe.grad_step),
-            bool(full and steady and np.isfinite(change) and change <= self.tolerance),
+            bool(full and steady and np.isfinite(change) and change <= self.tolerance), self.off_support,
         )
         fqe._convergence = diagnostic
         return diagnostic
@@ -761,7 +834,26 @@ class FQE(QLearningAlgoBase):
         evaluator = TDErrorEvaluator(episodes=heldout.episodes if heldout is not None else None)
         residual = (lambda algo: evaluator(algo)) if heldout is not None else (lambda algo: evaluator(algo, train))
         n_heldout = 0 if heldout is None else int(heldout.size())
-        return train, _ConvergenceMonitor(self, initial, residual, n_heldout, window, tolerance)
+        support = None
+        if heldout is not None and not self._discrete() and not isinstance(self._algo, SequencePolicy):
+            support = lambda: self._off_support(train, heldout)  # noqa: E731
+        return train, _ConvergenceMonitor(self, initial, residual, n_heldout, window, tolerance, support)
+
+    def _off_support(self, train: Any, heldout: Any, n_query: int = 2000, n_reference: int = 20000) -> float:
+        """:func:`off_support_fraction` of the evaluated policy on up to
+        ``n_query`` held-out steps against up to ``n_reference`` training
+        steps (drawn with a fixed seed); NaN for observations that are not
+        flat vectors."""
+        query, reference = heldout.to_arrays(), train.to_arrays()
+        obs, ref_obs = query["observations"], reference["observations"]
+        if isinstance(obs, list) or np.asarray(obs).ndim != 2:
+            return float("nan")
+        rng = np.random.default_rng(0)
+        rows = np.sort(rng.choice(obs.shape[0], min(n_query, obs.shape[0]), replace=False))
+        ref_rows = np.sort(rng.choice(ref_obs.shape[0], min(n_reference, ref_obs.shape[0]), replace=False))
+        policy = self._algo.predict(np.asarray(obs[rows], dtype=np.float32))
+        return off_support_fraction(obs[rows], query["actions"][rows], policy, ref_obs[ref_rows],
+                                    reference["actions"][ref_rows])
 
     @property
     def convergence(self) -> Optional[ConvergenceDiagnostic]:
@@ -834,11 +926,17 @@ class FQE(QLearningAlgoBase):
         diagnostic = self.convergence
         if diagnostic is None or not diagnostic.converged:
             warnings.warn(_not_settled_message(type(self).__name__, diagnostic), UserWarning, stacklevel=2)
+        if diagnostic is not None and diagnostic.off_support > OFF_SUPPORT_WARN:
+            warnings.warn(
+                f"the evaluated policy acts off the data at {100 * diagnostic.off_support:.0f}% of the held-out "
+                f"states (a policy acting like the data: about 5%): {type(self).__name__}'s Q-function "
+                f"extrapolates at its actions and the estimate can be wrong (usually optimistic) even when it "
+                f"has settled; evaluate on data that covers the policy's actions", UserWarning, stacklevel=2)
         if diagnostic is None:
             return PolicyValueEstimate(float(values.mean()), lower, upper, values, float(confidence), int(n_bootstrap))
         return PolicyValueEstimate(float(values.mean()), lower, upper, values, float(confidence), int(n_bootstrap),
                                    diagnostic.converged, diagnostic.value_change, diagnostic.heldout_residual,
-                                   diagnostic)
+                                   diagnostic, diagnostic.off_support)
 
     # ----------------------------------------------------- saving / loading
     def load_model(self, fname: str) -> None:

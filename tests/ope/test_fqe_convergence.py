@@ -20,7 +20,8 @@ from torch import nn
 
 import offrl
 from offrl.algos.base import LearnableConfig, QLearningAlgoBase
-from offrl.algos.fqe import RESIDUAL_GROWTH, ConvergenceDiagnostic, heldout_split, relative_change
+from offrl.algos.fqe import (OFF_SUPPORT_WARN, RESIDUAL_GROWTH, ConvergenceDiagnostic, heldout_split,
+                              off_support_fraction, relative_change)
 from offrl.constants import ActionSpace
 from offrl.dataset import MDPDataset
 from offrl.logging import NoopAdapterFactory
@@ -269,6 +270,125 @@ def _prefix(diagnostic: ConvergenceDiagnostic, values: int) -> ConvergenceDiagno
     steady = residuals[-1] <= RESIDUAL_GROWTH * min(residuals[-(diagnostic.window + 1):])
     return dataclasses.replace(diagnostic, initial_values=diagnostic.initial_values[:values], value_change=change,
                                converged=bool(steady and np.isfinite(change) and change <= diagnostic.tolerance))
+
+
+# ------------------------------------------------------ off-support check
+def _naive_off_support(obs, logged, acting, ref_obs, ref_act, quantile=0.95):
+    ref = np.concatenate([ref_obs, ref_act.reshape(len(ref_act), -1)], 1).astype(np.float64)
+    mean, scale = ref.mean(0), ref.std(0)
+    scale[scale == 0] = 1.0
+
+    def nearest(o, a):
+        out = []
+        for i in range(len(o)):
+            z = (np.concatenate([o[i], np.atleast_1d(a[i])]) - mean) / scale
+            out.append(min(np.sqrt(np.sum((z - (r - mean) / scale) ** 2)) for r in ref))
+        return np.array(out)
+
+    threshold = np.quantile(nearest(obs, logged), quantile)
+    return float(np.mean(nearest(obs, acting) > threshold))
+
+
+def test_off_support_fraction_exact_cases():
+    """Reference actions in [-1, 1] on a grid of states: logged query
+    actions give 1 - quantile (the threshold is their own quantile),
+    actions at 3 are all off, the logged actions moved by 0.01 none."""
+    grid = np.linspace(-1.0, 1.0, 21)
+    ref_obs, ref_act = np.repeat(grid, 21)[:, None], np.tile(grid, 21)[:, None]
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, size=(20, 1))
+    logged = rng.uniform(-1, 1, size=(20, 1))
+    assert off_support_fraction(obs, logged, logged, ref_obs, ref_act) == 0.05  # one of 20 above its 95 % quantile
+    assert off_support_fraction(obs, logged, np.full((20, 1), 3.0), ref_obs, ref_act) == 1.0
+    assert off_support_fraction(obs, logged, np.full(20, 3.0), ref_obs, ref_act.ravel()) == 1.0  # (n,) actions
+    assert off_support_fraction(obs, logged, np.clip(logged, -0.99, 0.99), ref_obs, ref_act, quantile=0.5) <= 0.5
+    half = np.where(np.arange(20)[:, None] < 10, logged, 3.0)
+    assert 0.5 <= off_support_fraction(obs, logged, half, ref_obs, ref_act) <= 0.55
+
+
+def test_off_support_fraction_matches_a_naive_loop():
+    rng = np.random.default_rng(1)
+    for trial in range(5):
+        ref_obs, ref_act = rng.normal(size=(60, 3)), rng.normal(size=(60, 2))
+        obs, logged = rng.normal(size=(15, 3)), rng.normal(size=(15, 2))
+        acting = logged + rng.normal(scale=trial, size=(15, 2))
+        fast = off_support_fraction(obs, logged, acting, ref_obs, ref_act, chunk=4)
+        assert fast == _naive_off_support(obs, logged, acting, ref_obs, ref_act)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"quantile": 1.0}, "quantile"),
+    ({"quantile": 0.0}, "quantile"),
+])
+def test_off_support_fraction_bad_arguments(kwargs, match):
+    x = np.zeros((4, 2))
+    with pytest.raises(ValueError, match=match):
+        off_support_fraction(x, x[:, :1], x[:, :1], x, x[:, :1], **kwargs)
+    with pytest.raises(ValueError, match="policy_actions"):
+        off_support_fraction(x, x[:, :1], x[:3, :1], x, x[:, :1])
+    with pytest.raises(ValueError, match="widths"):
+        off_support_fraction(x, x[:, :1], x, x, x[:, :1])
+
+
+class ContinuousFixedPolicy(QLearningAlgoBase):
+    """The continuous policy ``a = tanh(scale * x[:, 0]) + shift`` on raw observations."""
+
+    _action_type = ActionSpace.CONTINUOUS
+
+    def __init__(self, scale: float, shift: float) -> None:
+        super().__init__(_FixedPolicyConfig())
+        self._table = torch.tensor([scale, shift])
+        self.create_impl((2,), 1)
+
+    def _build(self, observation_shape, action_size: int) -> None:
+        self._add_module("table", _Weights(self._table))
+
+    def _predict(self, x) -> torch.Tensor:
+        scale, shift = self._nets["table"].table
+        return (torch.tanh(scale * x[:, :1]) + shift).float()
+
+
+def _continuous_dataset(n_episodes: int = 40, length: int = 10, seed: int = 0) -> MDPDataset:
+    """Logged actions tanh(x0) + noise 0.05: the policy ContinuousFixedPolicy(1, 0) acts like the data."""
+    rng = np.random.default_rng(seed)
+    n = n_episodes * length
+    obs = rng.normal(size=(n, 2)).astype(np.float32)
+    actions = (np.tanh(obs[:, :1]) + rng.normal(scale=0.05, size=(n, 1))).astype(np.float32)
+    terminals = np.zeros(n, dtype=np.float32)
+    terminals[length - 1::length] = 1.0
+    return MDPDataset(obs, actions, rng.normal(size=n).astype(np.float32), terminals)
+
+
+@pytest.mark.parametrize("shift,off", [(0.0, False), (2.0, True)])
+def test_fit_measures_off_support_and_the_estimate_warns(shift, off):
+    """A policy acting like the data: a small share, no support warning; the
+    same policy shifted by 2 (outside every logged action): nearly all
+    held-out states off the data, recorded and warned about."""
+    dataset = _continuous_dataset()
+    policy = ContinuousFixedPolicy(1.0, shift)
+    offrl.seed(0)
+    config = FQEConfig(encoder_factory=VectorEncoderFactory(hidden_units=[16]), batch_size=16)
+    fqe = FQE(algo=policy, config=config)
+    _fit(fqe, dataset, steps=4, per_epoch=2)
+    share = fqe.convergence.off_support
+    assert (share > 0.9) if off else (share <= 0.1), share
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        estimate = fqe.estimate_policy_value(dataset, n_bootstrap=10, seed=0)
+    assert estimate.off_support == share
+    support_warnings = [w for w in record if "acts off the data" in str(w.message)]
+    assert len(support_warnings) == (1 if share > OFF_SUPPORT_WARN else 0)
+    # nothing held out: not measured
+    unheld = FQE(algo=policy, config=config)
+    _fit(unheld, dataset, steps=2, per_epoch=2, holdout_fraction=0.0)
+    assert np.isnan(unheld.convergence.off_support)
+
+
+def test_discrete_fqe_does_not_measure_support():
+    dataset = _episodes_dataset(n_episodes=20)
+    fqe = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config())
+    _fit(fqe, dataset, steps=2, per_epoch=2)
+    assert fqe.convergence.n_heldout_episodes == 2 and np.isnan(fqe.convergence.off_support)
 
 
 # -------------------------------------------------------------- configs
