@@ -53,7 +53,7 @@ from ..algos.base import QLearningAlgoBase
 from ._logged import logged_data
 from ._policies import DEFAULT_BANDWIDTH, DEFAULT_EPSILON, check_built
 from ._sequence import SequencePolicy, as_sequence_policy
-from .importance import ESTIMATORS, _check_options, _prepare, _resolve_behaviour, _result
+from .importance import ESTIMATORS, _check_ci, _check_options, _prepare, _resolve_behaviour, _result
 from .marginal import MARGINAL_ESTIMATORS, estimate_marginal_value
 
 __all__ = ["PolicySelection", "select_policies", "selection_metrics", "SELECTION_METRICS"]
@@ -87,6 +87,8 @@ class PolicySelection:
         metrics: ``[estimator][metric]`` the selection metrics of the module
             docstring; empty without true values.
         k, threshold, behaviour_value: the settings of the metrics.
+        ci, value_range: the interval method the named estimators used
+            and its range (None for ``"bootstrap"`` / ``"ttest"``).
     """
 
     policies: Tuple[str, ...]
@@ -101,6 +103,8 @@ class PolicySelection:
     k: Optional[int] = None
     threshold: Optional[float] = None
     behaviour_value: Optional[float] = None
+    ci: str = "bootstrap"
+    value_range: Optional[Tuple[float, float]] = None
 
     def top(self, estimator: Optional[str] = None) -> str:
         """The policy ranked first by ``estimator`` (default: the first one)."""
@@ -130,8 +134,10 @@ class PolicySelection:
         return rows
 
     def table(self) -> str:
-        """A plain-text table of the rows, then one summary line per estimator."""
-        header = ["estimator", "rank", "policy", "value", "interval", "reliable"]
+        """A plain-text table of the rows, then one summary line per
+        estimator and, with true values, one line of its selection metrics
+        (those computed, in :data:`SELECTION_METRICS` order)."""
+        header = ["estimator", "rank", "policy", "value", f"interval ({self.ci})", "reliable"]
         if self.true_values is not None:
             header.append("true value")
         lines = [header]
@@ -154,6 +160,10 @@ class PolicySelection:
                     f"Kendall {self.kendall[estimator]:.3f}"
                 )
             text.append(summary)
+            computed = self.metrics.get(estimator, {})
+            shown = [f"{name} {computed[name]:.4g}" for name in SELECTION_METRICS if name in computed]
+            if shown:
+                text.append(f"  {estimator} metrics (k={self.k}): " + ", ".join(shown))
         return "\n".join(text)
 
     def __str__(self) -> str:
@@ -314,6 +324,8 @@ def select_policies(
     bandwidth: float = DEFAULT_BANDWIDTH,
     n_action_samples: int = 10,
     batch_size: int = 4096,
+    ci: str = "bootstrap",
+    value_range: Optional[Tuple[float, float]] = None,
 ) -> PolicySelection:
     """Rank ``policies`` on ``dataset`` with each estimator.
 
@@ -343,6 +355,20 @@ def select_policies(
             policy with it), or a mapping name -> fitted model or callable
             (as ``ratio_model`` of :func:`~offrl.ope.estimate_policy_value`).
         gamma: discount (default: the algorithms' shared ``gamma``, else 0.99).
+        ci: the interval of every named estimator: ``"bootstrap"``,
+            ``"hoeffding"``, ``"bernstein"`` or ``"ttest"`` (see
+            :mod:`offrl.ope.bounds` for their assumptions).
+        value_range: ``(low, high)`` for ``"hoeffding"`` / ``"bernstein"``:
+            one a-priori bound used for every named estimator, so it must
+            bound each estimator's per-episode terms (see ``value_range`` of
+            :func:`~offrl.ope.estimate_policy_value`); an episode outside it
+            is a ``ValueError``.
+        Callable estimators are called as ``spec(policy, dataset)`` and keep
+        their own interval: ``ci`` and ``value_range`` do not reach them. An
+        FQE's :meth:`~offrl.algos.FQE.estimate_policy_value` offers only a
+        percentile bootstrap over the initial states (its ``confidence``
+        and ``n_bootstrap``), so an FQE column is bootstrapped whatever
+        ``ci`` says.
         The other arguments are those of :func:`~offrl.ope.estimate_policy_value`.
     """
     if not isinstance(policies, Mapping) or not policies:
@@ -374,6 +400,15 @@ def select_policies(
     gamma = _shared_gamma(policies) if gamma is None else float(gamma)
     _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size,
                    n_action_samples)
+    _check_ci(ci, value_range)
+    if value_range is not None:
+        try:
+            low, high = (float(v) for v in value_range)
+        except (TypeError, ValueError):
+            raise TypeError(f"value_range must be a pair of numbers (low, high), got {value_range!r}") from None
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"value_range must be finite numbers with low < high, got {value_range!r}")
+        value_range = (low, high)
 
     results: Dict[str, Dict[str, Any]] = {label: {} for label, _ in specs}
     if isinstance(ratio_model, Mapping):
@@ -389,6 +424,7 @@ def select_policies(
                     confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
                     min_effective_sample_size=min_effective_sample_size, greedy=greedy, epsilon=epsilon,
                     bandwidth=bandwidth, n_action_samples=n_action_samples, batch_size=batch_size,
+                    ci=ci, value_range=value_range,
                 )
     if any(isinstance(spec, str) and spec not in MARGINAL_ESTIMATORS for _, spec in specs):
         data = logged_data(dataset)
@@ -403,7 +439,7 @@ def select_policies(
                 if isinstance(spec, str) and spec not in MARGINAL_ESTIMATORS:
                     results[label][name] = _result(
                         spec, prepared, clip=clip, confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
-                        min_effective_sample_size=min_effective_sample_size,
+                        min_effective_sample_size=min_effective_sample_size, ci=ci, value_range=value_range,
                     )
     for label, spec in specs:
         if not isinstance(spec, str):
@@ -430,4 +466,5 @@ def select_policies(
             selection[label] = selection_metrics(values, truth_array, k=k, threshold=threshold,
                                                  behaviour_value=behaviour_value, metrics=metrics)
     return PolicySelection(names, labels, results, ranks, truth, spearman, kendall, regret, selection,
-                           k if truth is not None else None, threshold, behaviour_value)
+                           k if truth is not None else None, threshold, behaviour_value, ci,
+                           None if ci in ("bootstrap", "ttest") else value_range)

@@ -140,12 +140,14 @@ def test_table_and_rows(logged, policies):
     assert rows[0]["lower"] < rows[0]["value"] < rows[0]["upper"]
     text = str(selection)
     lines = text.splitlines()
-    assert lines[0].split() == ["estimator", "rank", "policy", "value", "interval", "reliable", "true", "value"]
+    assert lines[0].split() == ["estimator", "rank", "policy", "value", "interval", "(bootstrap)", "reliable", "true",
+                                "value"]
     assert lines[1].split()[:3] == ["WIS", "1", "good"] and lines[2].split()[:3] == ["WIS", "2", "bad"]
-    assert lines[-1] == (
+    assert lines[-2] == (
         f"WIS: top pick 'good', regret 0, Spearman {selection.spearman['WIS']:.3f}, "
         f"Kendall {selection.kendall['WIS']:.3f}"
     )
+    assert lines[-1].startswith("  WIS metrics (k=2): mse ")
     assert isinstance(selection, PolicySelection)
     without_truth = select_policies({"x": "x", "y": "y"}, None, {"f": fixed({"x": 1.0, "y": 2.0})})
     assert without_truth.table().splitlines()[-1] == "f: top pick 'y'"
