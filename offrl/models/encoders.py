@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ..serialization import register
 from ._init_params import InitParamsSerializable
-from .layers import EnsembleBatchNorm, EnsembleLayerNorm, EnsembleLinear, get_activation
+from .layers import EnsembleBatchNorm, EnsembleLayerNorm, EnsembleLinear, Linear, get_activation
 
 __all__ = [
     "EncoderFactory",
@@ -157,7 +157,7 @@ class _MLP(nn.Module):
         for i, units in enumerate(hidden_units):
             last = i == len(hidden_units) - 1
             if ensemble_size is None:
-                layers.append(nn.Linear(size, units))
+                layers.append(Linear(size, units))  # nn.Linear with oneDNN products (same state-dict keys)
             else:
                 layers.append(EnsembleLinear(ensemble_size, size, units))
             if use_batch_norm:
@@ -310,7 +310,7 @@ class PixelEncoder(nn.Module):
             conv_size = int(self.convs(torch.zeros((1,) + tuple(int(s) for s in observation_shape))).shape[1])
         self.action_size = action_size
         self.discrete_action = discrete_action
-        head: List[nn.Module] = [nn.Linear(conv_size + action_size, feature_size)]
+        head: List[nn.Module] = [Linear(conv_size + action_size, feature_size)]
         if use_batch_norm:
             head.append(nn.BatchNorm1d(feature_size))
         if last_activation is not None:
@@ -382,7 +382,7 @@ class TupleEncoder(nn.Module):
         self.encoders = nn.ModuleList(encoders)
         self.action_size = action_size
         self.discrete_action = discrete_action
-        self.head = nn.Sequential(nn.Linear(sum(feature_sizes) + action_size, hidden), get_activation(activation))
+        self.head = nn.Sequential(Linear(sum(feature_sizes) + action_size, hidden), get_activation(activation))
 
     def forward(self, x: List[torch.Tensor], action: Optional[torch.Tensor] = None) -> torch.Tensor:
         features = [encoder(x[i]) for i, encoder in enumerate(self.encoders)]

@@ -50,7 +50,13 @@ def get_activation(name: str) -> nn.Module:
 # TorchScript / tracing / ONNX export, the plain ``baddbmm`` path runs.
 
 _NARROW = 32  # features below which a backward product goes to MKL
-_ONEDNN: dict = {"checked": False, "op": None, "enabled": True}
+#: multiply-adds per product below which the plain path runs: oneDNN's call
+#: costs ~12 us CPU before any arithmetic (its weights are not prepacked), so
+#: it wins only from about 2**20 (measured on a 1-thread AMD EPYC: a (16, 256)
+#: x (256, 256) product breaks even, (100, 256) x (256, 256) 1.8x faster,
+#: (1, 256) x (256, 256) 3x slower, (100, 3) x (3, 256) 3x slower)
+_MIN_PRODUCT = 1 << 20
+_ONEDNN: dict = {"checked": False, "op": None, "enabled": True, "min_product": _MIN_PRODUCT}
 
 
 def _onednn_op():
@@ -182,7 +188,8 @@ class Linear(nn.Linear):
     :func:`onednn_linear_enabled`); inputs ``(..., in)``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        if not _use_onednn(x, self.weight):
+        # _use_onednn first: under export the size test would guard on a symbolic batch size
+        if not _use_onednn(x, self.weight) or x.numel() * self.out_features < _ONEDNN["min_product"]:
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, x.shape[-1])
         if torch.is_grad_enabled():
@@ -215,7 +222,7 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _use_onednn(x, self.weight):
+        if _use_onednn(x, self.weight) and x.shape[-2] * self.in_features * self.out_features >= _ONEDNN["min_product"]:
             if x.dim() == 2:
                 x = x.unsqueeze(0).expand(self.ensemble_size, x.shape[0], x.shape[1])
             if torch.is_grad_enabled():

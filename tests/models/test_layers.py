@@ -13,9 +13,13 @@ from offrl.models.layers import EnsembleLinear
 
 @pytest.fixture
 def onednn_state():
-    before = layers._ONEDNN["enabled"]
+    """Restores the switch; small products take the oneDNN path too (the
+    size threshold off) so that the small hypothesis shapes exercise it."""
+    before, threshold = layers._ONEDNN["enabled"], layers._ONEDNN["min_product"]
+    layers._ONEDNN["min_product"] = 0
     yield
     layers.onednn_linear_enabled(before)
+    layers._ONEDNN["min_product"] = threshold
 
 
 def _naive(layer: EnsembleLinear, x: torch.Tensor) -> torch.Tensor:
@@ -124,3 +128,24 @@ def test_linear_onednn_path_matches_f_linear(onednn_state, lead, i, o, bias, see
 def test_linear_keeps_nn_linear_state_dict_keys():
     assert isinstance(layers.Linear(3, 2), torch.nn.Linear)
     assert set(layers.Linear(3, 2).state_dict()) == set(torch.nn.Linear(3, 2).state_dict()) == {"weight", "bias"}
+
+
+def test_small_products_take_the_plain_path(monkeypatch):
+    """Below ``min_product`` multiply-adds (per member) the oneDNN op is not
+    called (its fixed cost outweighs the arithmetic); at or above it is."""
+    if layers._onednn_op() is None:
+        pytest.skip("oneDNN's _linear_pointwise is not available in this torch build")
+    calls = []
+    real = layers._ONEDNN["op"]
+    monkeypatch.setitem(layers._ONEDNN, "op", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setitem(layers._ONEDNN, "enabled", True)
+    monkeypatch.setitem(layers._ONEDNN, "min_product", 8 * 4 * 3)
+    linear, ensemble = layers.Linear(4, 3), EnsembleLinear(2, 4, 3)
+    with torch.no_grad():
+        linear(torch.randn(7, 4))
+        ensemble(torch.randn(7, 4))
+        assert calls == []
+        linear(torch.randn(2, 4, 4))  # 8 rows
+        assert calls == [1]
+        ensemble(torch.randn(2, 8, 4))  # one call per member
+        assert calls == [1, 1, 1]
