@@ -117,11 +117,53 @@ def measure(backend: str, names: Sequence[str], quick: bool, threads: int) -> di
 
 # ------------------------------------------------------------------ quality
 QUALITY_ENVS = {"DecisionTransformer": "pendulum", "DiscreteDecisionTransformer": "cartpole", "TACR": "pendulum"}
+QUALITY_ENV_IDS = {"pendulum": "Pendulum-v1", "cartpole": "CartPole-v1"}
+QUALITY_DATA = ("heldout", "medium", "expert")
 QUALITY_UPDATES = (2_000, 300)  # full, --quick
 N_QUALITY_EPISODES = 5
+PENDULUM_BOUNDS = (-2.0, 2.0)  # Pendulum-v1's action space, mapped to [-1, 1] on both sides
 
 
-def quality_job(backend: str, name: str, data_path: str, env_id: str, updates: int, seed: int, target: float) -> dict:
+def builtin_arrays(name: str) -> Dict[str, np.ndarray]:
+    """The built-in dataset ``name`` (``"pendulum-medium"``, ...) as plain
+    arrays, episodes end to end, ``terminals`` / ``timeouts`` marking their
+    ends: both libraries build their dataset from these same arrays."""
+    from offrl.datasets import get_dataset
+
+    dataset, _ = get_dataset(name)
+    columns: Dict[str, list] = {"observations": [], "actions": [], "rewards": [], "terminals": [], "timeouts": []}
+    for episode in dataset.episodes:
+        n = int(episode.size())
+        last = np.zeros(n, np.float32)
+        last[-1] = 1.0
+        columns["observations"].append(np.asarray(episode.observations, np.float32))
+        columns["actions"].append(np.asarray(episode.actions))
+        columns["rewards"].append(np.asarray(episode.rewards, np.float32).reshape(n))
+        columns["terminals"].append(last if episode.terminated else np.zeros(n, np.float32))
+        columns["timeouts"].append(np.zeros(n, np.float32) if episode.terminated else last)
+    data = {k: np.concatenate(v) for k, v in columns.items()}
+    if name.startswith("cartpole"):
+        data["actions"] = data["actions"].reshape(-1).astype(np.int64)
+    return data
+
+
+def episode_returns(data: Dict[str, np.ndarray]) -> np.ndarray:
+    """Undiscounted return of every episode of the arrays."""
+    ends = np.flatnonzero((data["terminals"] > 0) | (data["timeouts"] > 0)) + 1
+    if len(ends) == 0 or ends[-1] != len(data["rewards"]):
+        ends = np.r_[ends, len(data["rewards"])]
+    return np.add.reduceat(data["rewards"].astype(np.float64), np.r_[0, ends[:-1]])
+
+
+def quality_target(kind: str, returns: np.ndarray) -> float:
+    """The return both libraries condition on: the best logged episode's
+    return for the built-in datasets, the 90th percentile for the held-out
+    data (whose best episode is a lucky outlier of a noisy behaviour)."""
+    return float(np.percentile(returns, 90)) if kind == "heldout" else float(np.max(returns))
+
+
+def quality_job(backend: str, name: str, data_path: str, env_id: str, updates: int, seed: int, target: float,
+                action_scaler: bool = True) -> dict:
     """Train on the saved arrays, roll out at ``target``; ``{"return", "seconds"}``."""
     import time
 
@@ -135,7 +177,6 @@ def quality_job(backend: str, name: str, data_path: str, env_id: str, updates: i
 
         dataset = lib.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
                                          data["timeouts"], action_size=2 if discrete else None)
-        noop = lib.logging.NoopAdapterFactory()
     else:
         import d3rlpy as lib
 
@@ -144,12 +185,15 @@ def quality_job(backend: str, name: str, data_path: str, env_id: str, updates: i
             data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"],
             action_space=lib.ActionSpace.DISCRETE if discrete else lib.ActionSpace.CONTINUOUS,
             action_size=2 if discrete else 1)
-        noop = lib.logging.NoopAdapterFactory()
+    noop = lib.logging.NoopAdapterFactory()
     lib.seed(seed)
     encoder = lib.models.VectorEncoderFactory(hidden_units=[64])
-    sizes = {"actor_encoder_factory" if name == "TACR" else "encoder_factory": encoder, "num_layers": 1}
+    sizes: Dict[str, Any] = {"actor_encoder_factory" if name == "TACR" else "encoder_factory": encoder, "num_layers": 1}
     if discrete:
         sizes["num_heads"] = 2
+    elif action_scaler:  # the tanh head reaches [-1, 1]; Pendulum's actions span [-2, 2]
+        sizes["action_scaler"] = lib.preprocessing.MinMaxActionScaler(minimum=PENDULUM_BOUNDS[0],
+                                                                      maximum=PENDULUM_BOUNDS[1])
     algo = getattr(lib.algos, f"{name}Config")(**sizes).create(device="cpu:0")
     start = time.perf_counter()
     algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, show_progress=False, logger_adapter=noop)
@@ -166,58 +210,82 @@ def quality_job(backend: str, name: str, data_path: str, env_id: str, updates: i
             total += float(reward)
             done = terminated or truncated
         returns.append(total)
-    return {"return": float(np.mean(returns)), "seconds": seconds}
+    return {"return": float(np.mean(returns)), "returns": returns, "seconds": seconds}
 
 
-def run_quality(args: argparse.Namespace, names: Sequence[str]) -> None:
-    import json
+def quality_arrays(env: str, kind: str, quick: bool) -> Dict[str, np.ndarray]:
+    """The arrays of one (environment, data kind): the built-in dataset, or
+    quality.py's held-out logged data (generated by that script's code)."""
+    if kind != "heldout":
+        return builtin_arrays(f"{env}-{kind}")
     import os
-    import shutil
-    import tempfile
 
     from _harness import load_module
 
     quality = load_module("offrl_quality_data", os.path.join(os.path.dirname(os.path.abspath(__file__)), "quality.py"))
-    updates = QUALITY_UPDATES[1] if args.quick else QUALITY_UPDATES[0]
-    n_steps = 10_000 if args.quick else 30_000
+    n_steps = 10_000 if quick else 30_000
+    return quality.make_cartpole(n_steps) if env == "cartpole" else quality.make_pendulum(n_steps)
+
+
+def run_quality(args: argparse.Namespace, names: Sequence[str], kinds: Sequence[str]) -> None:
+    import itertools
+    import os
+    import shutil
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    updates = args.updates or (QUALITY_UPDATES[1] if args.quick else QUALITY_UPDATES[0])
     tmp = tempfile.mkdtemp(prefix="offrl-dt-quality-")
     python, note = d3rlpy_interpreter(args)
     rows = []
     try:
         files, targets = {}, {}
-        for env in sorted({QUALITY_ENVS[n] for n in names}):
-            data = quality.make_cartpole(n_steps) if env == "cartpole" else quality.make_pendulum(n_steps)
-            files[env] = os.path.join(tmp, f"{env}.npz")
-            np.savez(files[env], **data)
-            ends = np.flatnonzero(data["terminals"] + data["timeouts"]) + 1
-            returns = [float(data["rewards"][s:e].sum()) for s, e in zip(np.r_[0, ends[:-1]], ends)]
-            targets[env] = float(np.percentile(returns, 90))
-            print(f"{quality.ENV_IDS[env]}: {n_steps} logged steps, {len(returns)} episodes, behaviour return "
-                  f"{np.mean(returns):.1f} ± {np.std(returns):.1f}, 90th percentile {targets[env]:.1f} (the target)")
-        print(f"d3rlpy: {note}; {args.seeds} seeds; {updates} updates; {N_QUALITY_EPISODES} evaluation episodes\n")
-        for name in names:
+        for env, kind in itertools.product(sorted({QUALITY_ENVS[n] for n in names}), kinds):
+            data = quality_arrays(env, kind, args.quick)
+            files[env, kind] = os.path.join(tmp, f"{env}-{kind}.npz")
+            np.savez(files[env, kind], **data)
+            returns = episode_returns(data)
+            targets[env, kind] = quality_target(kind, returns)
+            print(f"{QUALITY_ENV_IDS[env]} {kind}: {len(data['rewards'])} logged steps, {len(returns)} episodes, "
+                  f"behaviour return {returns.mean():.1f} ± {returns.std():.1f} (best {returns.max():.1f}), "
+                  f"target {targets[env, kind]:.1f}", flush=True)
+        print(f"d3rlpy: {note}; {args.seeds} seeds; {updates} updates; {N_QUALITY_EPISODES} evaluation episodes; "
+              f"Pendulum action scaler {'MinMax [-2, 2]' if args.action_scaler else 'none'}; {args.jobs} job(s) at "
+              f"a time\n", flush=True)
+
+        def job(backend: str, interpreter: str, name: str, kind: str, seed: int) -> dict:
             env = QUALITY_ENVS[name]
-            cells = []
-            for backend, interpreter in (("offrl", sys.executable), ("d3rlpy", python)):
-                if interpreter is None:
-                    cells += ["-", "-"]
-                    continue
-                results = []
-                for seed in range(args.seeds):
-                    spec = [backend, name, files[env], quality.ENV_IDS[env], updates, seed, targets[env], args.threads]
-                    result, why = run_json(interpreter, __file__, ["--quality-job", json.dumps(spec)])
-                    results.append(result if result is not None else {"error": why.strip().splitlines()[-1]})
-                ok = [r for r in results if "error" not in r]
-                if not ok:
-                    cells += ["error: " + results[0]["error"][:40], "-"]
-                    continue
-                values = np.array([r["return"] for r in ok])
-                cells += [f"{values.mean():.1f} ± {values.std():.1f}", f"{np.mean([r['seconds'] for r in ok]):.1f}"]
-            rows.append([name, quality.ENV_IDS[env], *cells])
+            spec = [backend, name, files[env, kind], QUALITY_ENV_IDS[env], updates, seed, targets[env, kind],
+                    args.threads, args.action_scaler]
+            result, why = run_json(interpreter, __file__, ["--quality-job", json.dumps(spec)])
+            return result if result is not None else {"error": why.strip().splitlines()[-1]}
+
+        sides = [("offrl", sys.executable)] + ([("d3rlpy", python)] if python is not None else [])
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for name, kind in itertools.product(names, kinds):
+                futures = {(backend, seed): pool.submit(job, backend, interpreter, name, kind, seed)
+                           for seed in range(args.seeds) for backend, interpreter in sides}
+                cells = []
+                for backend in ("offrl", "d3rlpy"):
+                    results = [futures[backend, s].result() for s in range(args.seeds) if (backend, s) in futures]
+                    ok = [r for r in results if "error" not in r]
+                    if not results:
+                        cells += ["-", "-"]
+                    elif not ok:
+                        cells += ["error: " + results[0]["error"][:40], "-"]
+                    else:
+                        values = np.array([r["return"] for r in ok])
+                        cells += [f"{values.mean():.1f} ± {values.std():.1f}",
+                                  f"{np.mean([r['seconds'] for r in ok]):.1f}"]
+                    log(f"{name} {kind} {backend}: " + ", ".join(
+                        f"{r['return']:.1f}" if "error" not in r else r["error"][:60] for r in results))
+                rows.append([name, f"{QUALITY_ENV_IDS[QUALITY_ENVS[name]]} {kind}",
+                             f"{targets[QUALITY_ENVS[name], kind]:.1f}", *cells])
+                print(" | ".join(rows[-1]), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print_table(("algorithm", "env", "offrl return", "offrl s", "d3rlpy return", "d3rlpy s"), rows,
-                title="return at the 90th-percentile logged return (mean ± std over seeds)")
+    print_table(("algorithm", "data", "target", "offrl return", "offrl s", "d3rlpy return", "d3rlpy s"), rows,
+                title="\nreturn at the target return (mean ± std over seeds of the 5-episode mean)")
 
 
 def report(o: dict, d: Optional[dict], note: str, names: Sequence[str]) -> None:
@@ -262,19 +330,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quality", action="store_true", help="learning quality instead of speed")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and library (--quality)")
+    parser.add_argument("--data", default="heldout",
+                        help="--quality: comma-separated subset of heldout (quality.py's logged data), medium, expert "
+                             "(the built-in datasets)")
+    parser.add_argument("--updates", type=int, default=None,
+                        help=f"--quality: updates per run (default {QUALITY_UPDATES[0]}, --quick {QUALITY_UPDATES[1]})")
+    parser.add_argument("--jobs", type=int, default=1, help="--quality: runs at a time (each its own process)")
+    parser.add_argument("--no-action-scaler", dest="action_scaler", action="store_false",
+                        help="--quality: no MinMaxActionScaler for Pendulum's [-2, 2] actions (on both sides)")
     parser.add_argument("--quality-job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     check_threads(args, parser)
     if args.quality_job is not None:  # a worker: one (library, algorithm, seed) of --quality
-        backend, name, data, env_id, updates, seed, target, threads = json.loads(args.quality_job)
+        backend, name, data, env_id, updates, seed, target, threads, scaler = json.loads(args.quality_job)
         set_threads(threads)
-        return worker_main(lambda: quality_job(backend, name, data, env_id, updates, seed, target))
+        return worker_main(lambda: quality_job(backend, name, data, env_id, updates, seed, target, scaler))
     names = parse_only(args.only, ALGOS, parser)
     if args.quality:
         if args.seeds < 1:
             parser.error(f"--seeds must be >= 1, got {args.seeds}")
+        if args.jobs < 1:
+            parser.error(f"--jobs must be >= 1, got {args.jobs}")
+        if args.updates is not None and args.updates < 1:
+            parser.error(f"--updates must be >= 1, got {args.updates}")
+        kinds = [k.strip() for k in args.data.split(",") if k.strip()]
+        unknown = [k for k in kinds if k not in QUALITY_DATA]
+        if not kinds or unknown:
+            parser.error(f"--data must be a comma-separated subset of {','.join(QUALITY_DATA)}, got {args.data!r}")
         print_load("start")
-        run_quality(args, names)
+        run_quality(args, names, kinds)
         print_load("end")
         return 0
     if args.backend is not None:  # a worker: measure one side, print JSON
