@@ -31,12 +31,19 @@ the whole dataset (every rank must call ``offrl.seed(n)`` with the same
 ``n``: checked) and train on its ``batch_size / N`` rows: the result then
 matches one process trained on the same data order.
 
-**Memory.** An in-memory dataset passed to ``fit`` was loaded by the user on
-every rank; ``fit`` samples from a copy of the rank's shard (``1/N`` of
-it) and does not touch the rest after fitting the scalers. To hold only a
-shard, pass :func:`shard` ``(dataset)`` (and ``del`` the full one): the
-scalers are then fitted on rank 0's shard and broadcast, so every rank
-scales identically (give fitted scalers for whole-dataset statistics).
+**Memory.** To never hold the whole dataset, write it once as a disk
+dataset (``offrl.dataset.dump_disk_dataset`` or ``DiskDatasetWriter``) and
+have every rank open it in place, ``ReplayBuffer.load(directory,
+in_memory=False)``: the rank's shard is then a view over the same
+memory-mapped files (only its episode table is new; nothing is copied) and
+a rank reads only the rows it samples, which the page cache shares between
+the ranks of a machine. An in-memory dataset passed to ``fit`` was loaded
+by the user on every rank; ``fit`` samples from a copy of the rank's shard
+(``1/N`` of it) and does not touch the rest after fitting the scalers. To
+hold only a shard in memory, pass :func:`shard` ``(dataset)`` (and ``del``
+the full one): the scalers are then fitted on rank 0's shard and broadcast,
+so every rank scales identically (give fitted scalers for whole-dataset
+statistics).
 
 **Logging and saving.** Rank 0 alone logs, evaluates and saves (the other
 ranks log nothing); evaluation must take less than the collective timeout.
@@ -51,6 +58,7 @@ model is left behind.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import datetime
 import os
@@ -118,6 +126,9 @@ def init_process_group(backend: str) -> int:
         if not in_torchrun():
             raise ValueError(f"no torch.distributed environment: {LAUNCH_HINT}")
         dist.init_process_group(backend, timeout=_timeout())
+        # a group left to interpreter teardown can abort the process ("terminate called without an active
+        # exception") after training finished: the group offrl created is destroyed at exit
+        atexit.register(destroy_process_group)
     _register()
     return dist.get_rank()
 
@@ -344,7 +355,8 @@ def _shard_indices(n_episodes: int, rank: int, world: int) -> np.ndarray:
 
 def shard(dataset: Any) -> Shard:
     """This rank's shard of ``dataset`` (episodes ``rank, rank + N, ...``) as
-    a new buffer, so the full dataset can be released before ``fit``."""
+    a new buffer, so the full dataset can be released before ``fit`` (of a
+    disk dataset opened with ``in_memory=False``: a view of its files)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):

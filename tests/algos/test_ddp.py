@@ -203,3 +203,74 @@ def test_cli_nproc_trains_under_torchrun(tmp_path):
     assert run.stdout.count("trained DQN for 6 steps") == 1  # rank 0 alone reports
     model = offrl.load_learnable(str(tmp_path / "run" / "model.d3"))
     assert model.predict(np.zeros((2, 3), np.float32)).shape == (2,)
+
+
+#: each rank opens the same disk dataset in place and trains on its shard (a view); the same ranks also train
+#: on the in-memory dataset for the reference
+DISK_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import numpy as np, torch, offrl
+    from offrl.algos import DQNConfig
+    from offrl.algos import distributed
+    from offrl.dataset import DiskStore, ReplayBuffer
+    from offrl.logging import NoopAdapterFactory
+    from offrl.models import VectorEncoderFactory
+
+    directory, out = sys.argv[1], sys.argv[2]
+    rank = int(os.environ["RANK"])
+    seen = []
+    original = distributed.DDPContext.sampler
+
+    def recording(self, dataset, algo):
+        sampler = original(self, dataset, algo)
+        seen.append(sampler)
+        return sampler
+
+    distributed.DDPContext.sampler = recording
+    on_disk = ReplayBuffer.load(directory, in_memory=False)
+    in_memory = ReplayBuffer.load(directory)
+    for name, data in (("disk", on_disk), ("memory", in_memory)):
+        offrl.seed(0)
+        algo = DQNConfig(batch_size=8, encoder_factory=VectorEncoderFactory(hidden_units=[8]),
+                         target_update_interval=5).create(enable_ddp=True)
+        algo.fit(data, 12, 6, logger_adapter=NoopAdapterFactory(), show_progress=False)
+        torch.save(torch.cat([p.detach().reshape(-1) for p in algo.modules.parameters()]),
+                   os.path.join(out, f"w_{name}_{rank}.pt"))
+    shard = seen[0].source
+    full = on_disk.buffer
+    facts = {"store": type(shard.buffer).__name__, "is_view": bool(getattr(shard.buffer, "is_view", False)),
+             "shares_files": bool(np.shares_memory(shard.buffer.observations[0], full.observations[0])),
+             "episodes": len(shard.episodes), "transitions": int(shard.transition_count),
+             "first_rewards": [float(e.rewards[0, 0]) for e in shard.episodes]}
+    with open(os.path.join(out, f"facts_{rank}.json"), "w") as f:
+        json.dump(facts, f)
+''')
+
+
+def test_two_ranks_train_on_views_of_one_disk_dataset(tmp_path):
+    """Each rank opens the same disk dataset with ``in_memory=False`` and
+    samples its episode shard as a view of the mapped files (no copy); the
+    weights agree across ranks and equal those trained from the same data in
+    memory."""
+    import json
+
+    n, length = 120, 12
+    rewards = np.arange(n, dtype=np.float32)  # episode i starts with reward 12 i: names the episode
+    data = offrl.dataset.MDPDataset(np.random.default_rng(2).normal(size=(n, 3)).astype(np.float32), np.arange(n) % 2,
+                                    rewards, (np.arange(n) % length == length - 1), action_size=2)
+    offrl.dataset.dump_disk_dataset(data, str(tmp_path / "data"))
+    script = tmp_path / "train_disk.py"
+    script.write_text(DISK_SCRIPT)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(script), str(tmp_path / "data"), str(tmp_path)]
+    run = subprocess.run(command, cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    load = lambda name: torch.load(tmp_path / name)  # noqa: E731
+    assert torch.equal(load("w_disk_0.pt"), load("w_disk_1.pt"))
+    torch.testing.assert_close(load("w_disk_0.pt"), load("w_memory_0.pt"), rtol=1e-5, atol=1e-6)
+    for rank in (0, 1):
+        facts = json.loads((tmp_path / f"facts_{rank}.json").read_text())
+        # episodes rank, rank + 2, ... of the 10, as views over the same mapped column files
+        assert facts["store"] == "DiskStore" and facts["is_view"] and facts["shares_files"], facts
+        assert facts["episodes"] == 5 and facts["transitions"] == 5 * length
+        assert facts["first_rewards"] == [float(length * i) for i in range(rank, 10, 2)]
