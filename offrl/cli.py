@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -418,6 +419,7 @@ def _check_output_file(path: Optional[str], option: str) -> None:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     _check_output_file(args.json, "--json")
+    _check_ope_options(args)
     algo = _load_model(args.model)
     if args.dataset is None and args.env is None:
         raise CLIError("give --dataset DATASET and/or --env ENV_ID to evaluate on")
@@ -464,16 +466,40 @@ def _train_fqe(algo: Any, dataset: Any, n_steps: int) -> Any:
     return fqe
 
 
+#: the interval methods of ``--ci`` (those of :data:`offrl.ope.bounds.CI_METHODS`; listed here so that
+#: building the parser imports no torch)
+_CI_METHODS = ("bootstrap", "hoeffding", "bernstein", "ttest")
+#: the estimators of ``--ope``: FQE, then those of :data:`offrl.ope.importance.ESTIMATORS`
+_OPE_ESTIMATORS = ("fqe", "is", "wis", "pdis", "wpdis", "dr", "wdr", "mis", "wmis", "mdr")
+
+
+def _check_ope_options(args: argparse.Namespace) -> None:
+    """Fail before any work on an interval that needs a range without one."""
+    if args.ci in ("hoeffding", "bernstein") and args.value_range is None:
+        raise CLIError(f"--ci {args.ci} needs --value-range LOW HIGH: a bound, known in advance, on each episode's "
+                       "term (use --ci bootstrap or ttest for unbounded rewards)")
+    if args.value_range is not None:
+        low, high = args.value_range
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise CLIError(f"--value-range {low:g} {high:g}: expected finite numbers with LOW < HIGH")
+
+
 def _run_ope(names: Sequence[str], algo: Any, dataset: Any, args: argparse.Namespace) -> Dict[str, float]:
-    """FQE's estimate (``fqe``) and the importance-sampling family
-    (``is``, ``wis``, ``pdis``, ``wpdis``, ``dr``, ``wdr``; DR uses FQE as
-    its model), each with its bootstrap interval."""
+    """FQE's estimate (``fqe``, bootstrap interval only), the
+    importance-sampling family (``is``, ``wis``, ``pdis``, ``wpdis``,
+    ``dr``, ``wdr``) and the state-action marginal estimators (``mis``,
+    ``wmis``, ``mdr``, each training a DualDICE ratio of ``--ratio-steps``
+    updates); DR and MDR use FQE as their model. The interval is
+    ``--ci`` (with ``--value-range``) for all but FQE."""
     from .ope import ESTIMATORS, estimate_policy_value
+    from .ope.marginal import MARGINAL_ESTIMATORS, DensityRatioConfig
 
     valid = ["fqe", *ESTIMATORS]
     unknown = [n for n in names if n not in valid]
     if unknown:
         raise CLIError(f"unknown OPE estimator {unknown[0]!r}; valid: {', '.join(valid)}")
+    _check_ope_options(args)
+    ratio = DensityRatioConfig(n_steps=args.ratio_steps, log_interval=min(500, args.ratio_steps))
     fqe = None
     if "fqe" in names or any(ESTIMATORS[n][1] for n in names if n in ESTIMATORS):
         fqe = _train_fqe(algo, dataset, args.fqe_steps)
@@ -482,9 +508,13 @@ def _run_ope(names: Sequence[str], algo: Any, dataset: Any, args: argparse.Names
         if name == "fqe":
             estimate = fqe.estimate_policy_value(dataset.episodes)
             out.update({"fqe": estimate.value, "fqe_lower": estimate.lower, "fqe_upper": estimate.upper})
+            if args.ci != "bootstrap":
+                print(f"note: fqe's interval is a bootstrap one (FQE offers no --ci {args.ci})", file=sys.stderr)
             continue
         result = estimate_policy_value(algo, dataset, name, q_model=fqe if ESTIMATORS[name][1] else None,
-                                       seed=args.seed if args.seed is not None else 0)
+                                       seed=args.seed if args.seed is not None else 0, ci=args.ci,
+                                       value_range=None if args.value_range is None else tuple(args.value_range),
+                                       ratio_model=ratio if name in MARGINAL_ESTIMATORS else None)
         out.update({name: result.value, f"{name}_lower": result.lower, f"{name}_upper": result.upper,
                     f"{name}_effective_sample_size": result.effective_sample_size})
         if not result.reliable:
@@ -762,8 +792,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default=None)
     p.add_argument("--env", "--env-id", dest="env", default=None, help="gymnasium env id")
     p.add_argument("--evaluators", default=None, help="comma-separated (default: auto): " + ", ".join(_EVALUATORS))
-    p.add_argument("--ope", default=None, help="comma-separated OPE estimators: fqe, is, wis, pdis, wpdis, dr, wdr")
+    p.add_argument("--ope", default=None,
+                   help="comma-separated OPE estimators: " + ", ".join(_OPE_ESTIMATORS) + " (dr, wdr and mdr use an "
+                        "FQE of --fqe-steps as their Q model; mis, wmis and mdr train a DualDICE density ratio)")
     p.add_argument("--fqe-steps", type=_positive_int, default=5000)
+    p.add_argument("--ci", choices=_CI_METHODS, default="bootstrap",
+                   help="interval of the --ope estimators other than fqe (which always bootstraps); "
+                        "hoeffding and bernstein need --value-range (default: bootstrap)")
+    p.add_argument("--value-range", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"),
+                   help="a bound, known in advance, on each episode's term, for --ci hoeffding / bernstein")
+    p.add_argument("--ratio-steps", type=_positive_int, default=10000,
+                   help="updates of the DualDICE density ratio of mis, wmis and mdr (default: 10000)")
     p.add_argument("--return-threshold", type=float, default=None, help="success threshold for soft_opc")
     p.add_argument("--n-trials", type=_positive_int, default=10)
     p.add_argument("--epsilon", type=_probability, default=0.0,
