@@ -37,7 +37,9 @@ For each case, FQE with
 
 both with 1,000-step epochs (the diagnostic's granularity). Printed: the
 estimate, the truth, the relative error, the updates used and whether the
-diagnostic said converged. Torch runs one thread (``--threads``).
+diagnostic said converged, and the off-support share of the policy's
+actions on held-out states (``off_support``; NaN for discrete actions).
+Torch runs one thread (``--threads``).
 """
 
 from __future__ import annotations
@@ -145,6 +147,7 @@ def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int) -
     return {
         "value": estimate.value, "converged": estimate.converged, "steps": int(fqe.grad_step),
         "value_change": estimate.value_change, "heldout_residual": estimate.heldout_residual,
+        "off_support": estimate.off_support,
         "curve": [(int(epoch) * 1000, float(m["fqe_initial_value"])) for epoch, m in results],
         "warned": bool(caught), "seconds": seconds,
     }
@@ -170,13 +173,14 @@ def _at(curve: List[Tuple[int, float]], step: int) -> float:
 
 def report(rows: List[Dict[str, Any]]) -> None:
     print(f"{'case':<14} {'config':<12} {'estimate':>9} {'truth':>9} {'rel.err':>8} {'updates':>8} "
-          f"{'converged':>9} {'@4000':>8}  (rollout_returns, own resets and time limit)")
+          f"{'converged':>9} {'@4000':>8} {'off-supp':>8}  (rollout_returns, own resets and time limit)")
     for row in rows:
         for name in ("default", "recommended"):
             r = row[name]
             err = (r["value"] - row["truth"]) / abs(row["truth"])
             print(f"{row['case']:<14} {name:<12} {r['value']:9.2f} {row['truth']:9.2f} {100 * err:+7.1f}% "
-                  f"{r['steps']:8d} {str(r['converged']):>9} {_at(r['curve'], 4000):8.2f}  ({row['truth_time_limit']:.2f})")
+                  f"{r['steps']:8d} {str(r['converged']):>9} {_at(r['curve'], 4000):8.2f} {r['off_support']:8.3f}  "
+                  f"({row['truth_time_limit']:.2f})")
 
 
 def figure(row: Dict[str, Any], path: str) -> None:
