@@ -94,6 +94,10 @@ TIMEOUT_ENV = "OFFRL_DDP_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
 
 
+#: a collective failed or this rank recorded an error: no barrier at exit
+_FAILED = False
+
+
 class RankFailedError(RuntimeError):
     """Another rank failed (raised, was killed or stopped answering)."""
 
@@ -128,7 +132,7 @@ def init_process_group(backend: str) -> int:
         dist.init_process_group(backend, timeout=_timeout())
         # a group left to interpreter teardown can abort the process ("terminate called without an active
         # exception") after training finished: the group offrl created is destroyed at exit
-        atexit.register(destroy_process_group)
+        atexit.register(_destroy_at_exit)
     _register()
     return dist.get_rank()
 
@@ -138,6 +142,20 @@ def destroy_process_group() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _destroy_at_exit() -> None:
+    """Wait for the other ranks (so no rank tears down a connection another
+    still uses), then destroy the group; failures at exit are ignored."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            if not _FAILED:  # after a failure the others may never arrive
+                dist.barrier()
+        except Exception:  # noqa: BLE001 - another rank already failed: destroy anyway
+            pass
         dist.destroy_process_group()
 
 
@@ -191,6 +209,8 @@ def record_failure(error: BaseException) -> None:
     """Tell the other ranks (through the store) that this rank failed."""
     import torch.distributed as dist
 
+    global _FAILED
+    _FAILED = True
     if not (dist.is_available() and dist.is_initialized()):
         return
     store = _store()
@@ -246,6 +266,8 @@ def describe_failed_ranks() -> str:
 def _collective_failed(what: str, error: BaseException) -> RankFailedError:
     import torch.distributed as dist
 
+    global _FAILED
+    _FAILED = True
     return RankFailedError(
         f"rank {dist.get_rank()}: {what} failed because {describe_failed_ranks()} failed or stopped answering "
         f"within the {_timeout().total_seconds():g} s collective timeout ({TIMEOUT_ENV}); training stopped "

@@ -274,3 +274,21 @@ def test_two_ranks_train_on_views_of_one_disk_dataset(tmp_path):
         assert facts["store"] == "DiskStore" and facts["is_view"] and facts["shares_files"], facts
         assert facts["episodes"] == 5 and facts["transitions"] == 5 * length
         assert facts["first_rewards"] == [float(length * i) for i in range(rank, 10, 2)]
+
+
+def test_group_destroyed_at_exit_waits_for_the_others_unless_a_rank_failed(tmp_path, monkeypatch):
+    """The exit hook destroys the group (an undestroyed gloo group could abort
+    the process at interpreter teardown); it meets the other ranks at a
+    barrier first, except after a failure, when they may never arrive."""
+    import torch.distributed as dist
+
+    barriers = []
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: barriers.append(1))
+    for failed, expected in ((False, [1]), (True, [])):
+        barriers.clear()
+        monkeypatch.setattr(distributed, "_FAILED", failed)
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / f'rv_{failed}'}", rank=0, world_size=1)
+        distributed._destroy_at_exit()
+        assert not dist.is_initialized()
+        assert barriers == expected
+    distributed._destroy_at_exit()  # no group: nothing to do
