@@ -312,6 +312,46 @@ class TransformerAlgoBase(QLearningAlgoBase):
         out = self._in_eval_mode(lambda t: self._predict_sequence(*t), tensors)
         return self._postprocess_output(out)[0]
 
+    def _predict_tensors(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
+                         timesteps: torch.Tensor) -> np.ndarray:
+        """:meth:`predict` on already checked and scaled ``(1, L, ...)``
+        tensors (the stateful wrapper keeps its context so)."""
+        out = self._in_eval_mode(lambda t: self._predict_sequence(*t), (observations, actions, returns_to_go, timesteps))
+        return self._postprocess_output(out)[0]
+
+    def _mode_modules(self) -> Optional[List[nn.Module]]:
+        """Every module of the networks, flat, when none overrides
+        ``train`` (then setting each one's flag is what ``nn.Module.train``
+        does, without its recursive walk: ~1 ms per call on the default
+        model, paid twice per stateful step); ``None`` otherwise. Rebuilt
+        when the networks or their top-level modules change."""
+        key = (id(self._nets),) + tuple(id(m) for m in self._nets.values())
+        cached = getattr(self, "_mode_cache", None)
+        if cached is None or cached[0] != key:
+            modules: Optional[List[nn.Module]] = list(self._nets.modules())
+            if any(type(m).train is not nn.Module.train for m in modules):  # type: ignore[union-attr]
+                modules = None
+            self._mode_cache = cached = (key, modules)
+        return cached[1]
+
+    def _set_mode(self, training: bool) -> bool:
+        if not self._toggles_mode:
+            return True
+        modules = self._mode_modules()
+        if modules is None:
+            return False
+        for m in modules:
+            m.__dict__["training"] = training  # what nn.Module.train sets (an instance attribute)
+        return True
+
+    def _eval_mode(self) -> None:
+        if not self._set_mode(False):
+            super()._eval_mode()
+
+    def _train_mode(self) -> None:
+        if not self._set_mode(True):
+            super()._train_mode()
+
     def _postprocess_output(self, out: torch.Tensor) -> np.ndarray:
         if self._action_type != ActionSpace.DISCRETE:
             out = self._unscale_action(out)
@@ -544,6 +584,11 @@ def export_sequence_policy(algo: TransformerAlgoBase, fname: str) -> None:
         raise
 
 
+def observation_device(observation: Any) -> torch.device:
+    """The device of an observation tensor (or of a tuple observation's first)."""
+    return observation[0].device if isinstance(observation, list) else observation.device
+
+
 class StatefulTransformerWrapper:
     """A sequence policy acting one step at a time: it keeps the last
     ``context_size`` observations, actions, rewards, returns-to-go and
@@ -589,6 +634,10 @@ class StatefulTransformerWrapper:
         self._timesteps: List[int] = []
         self._timestep = 0
         self._return_to_go = self._target_return
+        # the context as the networks see it (checked, scaled), ``(1, context_size, ...)``
+        # buffers filled oldest first; the first ``_filled`` steps are the context
+        self._ring: Optional[Dict[str, Any]] = None
+        self._filled = 0
 
     def context(self) -> TransformerInput:
         """The context the next action was (or will be) predicted from."""
@@ -606,6 +655,65 @@ class StatefulTransformerWrapper:
             timesteps=np.asarray(self._timesteps[-size:], dtype=np.int64),
         )
 
+    def _allocate(self, observation: Any) -> Dict[str, Any]:
+        """Zeroed context buffers of ``2 * context_size`` steps shaped after
+        the first (scaled) observation: the context is a sliding view
+        ``[start, start + filled)``, moved to the front once every
+        ``context_size`` steps instead of shifting every step. On the CPU
+        each buffer also has a numpy alias (same memory): a numpy element
+        write costs well under a microsecond, a tensor one several."""
+        size, device = 2 * self._algo.context_size, observation_device(observation)
+        observations = observation if isinstance(observation, list) else [observation]
+        buffers = [torch.zeros((1, size) + tuple(o.shape[1:]), dtype=o.dtype, device=device) for o in observations]
+        if self._discrete:
+            buffers.append(torch.zeros((1, size, 1), dtype=torch.int64, device=device))
+        else:
+            buffers.append(torch.zeros((1, size, self._algo.action_size), dtype=torch.float32, device=device))
+        buffers.append(torch.zeros((1, size, 1), device=device))  # returns-to-go
+        buffers.append(torch.zeros((1, size), dtype=torch.int64, device=device))  # timesteps
+        aliases = [b.numpy()[0] for b in buffers] if device.type == "cpu" else None
+        return {"tensors": buffers, "aliases": aliases, "tuple": isinstance(observation, list), "start": 0}
+
+    def _write(self, index: int, pos: int, value: Any) -> None:
+        ring = self._ring
+        if ring["aliases"] is not None:  # type: ignore[index]
+            ring["aliases"][index][pos] = value.numpy() if isinstance(value, torch.Tensor) else value  # type: ignore[index]
+        else:
+            ring["tensors"][index][0, pos] = value  # type: ignore[index]
+
+    def _push(self, observation: Any, return_to_go: torch.Tensor, timestep: int) -> int:
+        """Append one step (scaled tensors, batch of one) to the context,
+        dropping the oldest when full; returns its buffer position."""
+        if self._ring is None:
+            self._ring = self._allocate(observation)
+        ring, size = self._ring, self._algo.context_size
+        if self._filled < size:
+            self._filled += 1
+        elif ring["start"] + size == 2 * size:  # the end reached: the last size - 1 steps to the front
+            for buf in ring["tensors"]:
+                buf[:, :size - 1] = buf[:, size + 1:].clone()
+            ring["start"] = 0
+        else:
+            ring["start"] += 1
+        pos = ring["start"] + self._filled - 1
+        observations = observation if isinstance(observation, list) else [observation]
+        for k, value in enumerate(observations):
+            self._write(k, pos, value[0])
+        n_obs = len(observations)
+        self._write(n_obs, pos, 0)  # the step's own action is never read (it is what is predicted)
+        self._write(n_obs + 1, pos, return_to_go.reshape(1))
+        self._write(n_obs + 2, pos, timestep)
+        return pos
+
+    def _context_tensors(self) -> tuple:
+        """``(observations, actions, returns_to_go, timesteps)`` views of the context."""
+        ring = self._ring
+        lo = ring["start"]  # type: ignore[index]
+        hi = lo + self._filled
+        views = [t[:, lo:hi] for t in ring["tensors"]]  # type: ignore[index]
+        observations: Any = views[:-3] if ring["tuple"] else views[0]  # type: ignore[index]
+        return observations, views[-3], views[-2], views[-1]
+
     def predict(self, x: Any, reward: float) -> Union[np.ndarray, int]:
         """The action for observation ``x`` (unbatched); ``reward`` is the
         reward of the previous step."""
@@ -615,25 +723,39 @@ class StatefulTransformerWrapper:
         if self._timestep > self._algo.max_timestep:
             raise ValueError(f"the episode reached timestep {self._timestep}, beyond max_timestep="
                              f"{self._algo.max_timestep}: call reset() or raise max_timestep")
-        if self._timesteps:
-            self._return_to_go -= reward
-            self._rewards[-1] = reward
+        algo = self._algo
         if isinstance(x, dict):  # dict observations: their values in the stored (sorted) key order
-            x = observation_from_dict(x, self._algo.observation_keys, "x")
+            x = observation_from_dict(x, algo.observation_keys, "x")
             x = x[0] if len(x) == 1 else x
-        self._observations.append([np.asarray(o) for o in x] if isinstance(x, (list, tuple)) else np.asarray(x))
-        placeholder = np.zeros((), dtype=np.int64) if self._discrete else np.zeros(self._algo.action_size, np.float32)
+        raw = [np.asarray(o) for o in x] if isinstance(x, (list, tuple)) else np.asarray(x)
+        # checked and scaled before anything is kept: a bad observation leaves the episode as it was
+        batched = [o[None] for o in raw] if isinstance(raw, list) else raw[None]
+        observation = algo.scale_observations(algo.observation_tensor(batched, "x"))
+        return_to_go = self._return_to_go - reward if self._timesteps else self._return_to_go
+        rtg = torch.tensor([[[return_to_go]]], dtype=torch.float32, device=observation_device(observation))
+        if algo.reward_scaler is not None:  # as sequence_tensors scales a context's returns-to-go
+            rtg = algo.reward_scaler.transform(rtg)
+        if self._timesteps:
+            self._return_to_go = return_to_go
+            self._rewards[-1] = reward
+        self._observations.append(raw)
+        placeholder = np.zeros((), dtype=np.int64) if self._discrete else np.zeros(algo.action_size, np.float32)
         self._actions.append(placeholder)
         self._rewards.append(0.0)
         self._returns_to_go.append(self._return_to_go)
         self._timesteps.append(self._timestep)
-        size = self._algo.context_size
+        size = algo.context_size
         if len(self._timesteps) > size:  # keep only what the next context needs
             for history in (self._observations, self._actions, self._rewards, self._returns_to_go, self._timesteps):
                 del history[0]
-        output = self._algo.predict(self.context())
+        pos = self._push(observation, rtg, self._timestep)
+        output = algo._predict_tensors(*self._context_tensors())
         action = self._action_sampler(output)
-        self._actions[-1] = np.asarray(action, dtype=np.int64 if self._discrete else np.float32)
+        kept = np.asarray(action, dtype=np.int64 if self._discrete else np.float32)
+        # checked (a custom sampler's NaN or out-of-range index) and scaled as the next contexts read it
+        n_obs = len(self._ring["tensors"]) - 3  # type: ignore[index]
+        self._write(n_obs, pos, algo._context_actions(kept.reshape(1, -1), 1)[0, 0])
+        self._actions[-1] = kept
         self._timestep += 1
         return action
 

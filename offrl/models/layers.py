@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 from torch import nn
 import torch.nn.functional as F
 
-__all__ = ["Linear", "EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled"]
+__all__ = ["Linear", "linear", "EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled"]
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -141,7 +142,8 @@ def _onnx_exporting() -> bool:
 
 def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """The oneDNN path: float32 on the CPU, eager mode (not scripted, traced,
-    compiled, exported)."""
+    compiled, exported). Called before any size test: under export that
+    test would guard on a symbolic batch size."""
     return (
         x.is_cpu
         and x.dtype == torch.float32
@@ -182,21 +184,27 @@ class _OneDnnLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` with :class:`Linear`'s product path
+    (for slices of a layer's weights, as the attention's key and value
+    projections at inference)."""
+    if not _use_onednn(x, weight) or x.numel() * weight.shape[0] < _ONEDNN["min_product"]:
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.shape[-1])
+    if torch.is_grad_enabled():
+        out = _OneDnnLinear.apply(flat, weight, bias)
+    else:
+        out = _ONEDNN["op"](flat, weight, bias, "none", [], "")
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters, same state-dict keys) whose float32
     CPU products go through oneDNN in eager mode (see the note above
     :func:`onednn_linear_enabled`); inputs ``(..., in)``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        # _use_onednn first: under export the size test would guard on a symbolic batch size
-        if not _use_onednn(x, self.weight) or x.numel() * self.out_features < _ONEDNN["min_product"]:
-            return F.linear(x, self.weight, self.bias)
-        flat = x.reshape(-1, x.shape[-1])
-        if torch.is_grad_enabled():
-            out = _OneDnnLinear.apply(flat, self.weight, self.bias)
-        else:
-            out = _ONEDNN["op"](flat, self.weight, self.bias, "none", [], "")
-        return out.view(*x.shape[:-1], self.out_features)
+        return linear(x, self.weight, self.bias)
 
 
 class EnsembleLinear(nn.Module):

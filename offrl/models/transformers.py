@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..constants import PositionEncodingType
-from .layers import Linear
+from .layers import Linear, linear
 
 __all__ = [
     "ACTIVATIONS",
@@ -110,8 +110,8 @@ class CausalSelfAttention(nn.Module):
         heads, size = self.num_heads, hidden // self.num_heads
         weight, bias = self.qkv.weight, self.qkv.bias
         queries = x[:, -1:] if index is None else x[:, index]
-        q = F.linear(queries, weight[:hidden], bias[:hidden]).view(batch, -1, heads, size).transpose(1, 2)
-        k, v = F.linear(x, weight[hidden:], bias[hidden:]).view(batch, tokens, 2, heads, size).permute(2, 0, 3, 1, 4)
+        q = linear(queries, weight[:hidden], bias[:hidden]).view(batch, -1, heads, size).transpose(1, 2)
+        k, v = linear(x, weight[hidden:], bias[hidden:]).view(batch, tokens, 2, heads, size).permute(2, 0, 3, 1, 4)
         # the last token sees every token: no mask
         mask = None if index is None else index[:, None] >= torch.arange(tokens, device=x.device)[None, :]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,

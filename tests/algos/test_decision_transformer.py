@@ -241,6 +241,40 @@ def test_discrete_wrapper_samples_by_default_and_feeds_back_indices():
     np.testing.assert_array_equal(actor.context().actions[:-1], chosen[-3:-1])
 
 
+@pytest.mark.parametrize("discrete", [False, True])
+def test_wrapper_context_buffers_match_explicit_contexts_over_long_episodes(discrete):
+    """The wrapper keeps its context in sliding tensor buffers (moved to the
+    front every context_size steps): over 3 windows' worth of steps, across
+    a reset, with observation and reward scalers, each action equals
+    ``predict`` on the explicit context; a bad observation changes nothing."""
+    from offrl.preprocessing import MultiplyRewardScaler, StandardObservationScaler
+
+    config_cls = DiscreteDecisionTransformerConfig if discrete else DecisionTransformerConfig
+    config = _small(config_cls, context_size=4, max_timestep=30,
+                    observation_scaler=StandardObservationScaler(mean=[0.5, -1.0, 2.0], std=[2.0, 0.5, 1.5]),
+                    reward_scaler=MultiplyRewardScaler(0.1))
+    algo = _built(config, action_size=3)
+    sampler = GreedyTransformerActionSampler() if discrete else None
+    actor = algo.as_stateful_wrapper(target_return=7.0, action_sampler=sampler)
+    rng = np.random.default_rng(3)
+    for episode_length in (13, 6):
+        for k in range(episode_length):
+            action = actor.predict(rng.normal(size=3).astype(np.float32), float(rng.normal()))
+            expected = algo.predict(actor.context())
+            if discrete:
+                assert action == int(np.argmax(expected))
+            else:
+                np.testing.assert_allclose(action, expected, rtol=1e-5, atol=1e-6)
+            assert actor.context().length == min(k + 1, 4)
+        before = actor.context()
+        with pytest.raises(ValueError, match="x"):
+            actor.predict(np.array([0.0, np.nan, 0.0], np.float32), 0.0)
+        after = actor.context()
+        np.testing.assert_array_equal(after.timesteps, before.timesteps)
+        np.testing.assert_array_equal(after.returns_to_go, before.returns_to_go)
+        actor.reset()
+
+
 def test_wrapper_bad_arguments():
     algo = _built(_small(DecisionTransformerConfig))
     with pytest.raises(ValueError, match="target_return"):
