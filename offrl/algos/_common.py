@@ -17,7 +17,11 @@ _PARAMS: "weakref.WeakKeyDictionary[nn.Module, Tuple[List[torch.Tensor], List[to
 
 def _tensors(module: nn.Module) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
     """A module's parameters and buffers, listed once (the hot loop calls
-    this every step; networks do not change their tensors after building)."""
+    this every step; networks do not change their tensors after building).
+    Not while torch.compile traces: the traced code would index the weak
+    dictionary's keys by position, and a collected module shifts them."""
+    if torch.compiler.is_compiling():
+        return list(module.parameters()), list(module.buffers())
     cached = _PARAMS.get(module)
     if cached is None:
         cached = (list(module.parameters()), list(module.buffers()))

@@ -177,6 +177,7 @@ class PRDC(TD3PlusBC):
         self._neighbor_actions = torch.cat(actions)
         self._neighbor_count = n
 
+    @torch.compiler.disable  # compile_graph: the neighbour search (scikit-learn / numpy) runs eagerly
     def _nearest_actions(self, observations: Any, policy_actions: torch.Tensor) -> torch.Tensor:
         """The action of the dataset point nearest to ``(beta s, pi(s))``, ``(B, A)``."""
         if self._neighbor_index is None:
