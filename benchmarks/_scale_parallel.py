@@ -4,12 +4,15 @@
   against ``--nproc`` (default 2): updates/s, peak resident memory per rank,
   the measured all-reduce time of the gradients and the sampling time, and
   an on-paper model of the cost with N ranks on M machines built from them.
+  ``--disk`` writes the dataset once as a disk dataset that every rank
+  opens with ``in_memory=False`` (its shard a view of the mapped files)
+  and splits each rank's resident memory into private and file pages.
 * ``compile``: ``compile_graph=True`` against eager, updates/s per
   algorithm on this machine's CPU, with the warm-up (compile) time.
 
 Run from the repository root::
 
-    python benchmarks/scale.py ddp [--nproc 2] [--steps 300]
+    python benchmarks/scale.py ddp [--nproc 2] [--steps 300] [--disk]
     python benchmarks/scale.py compile [--only iql,sac] [--steps 100]
 
 The machine's load average is printed with every table: on a shared
@@ -53,6 +56,22 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _rss_parts_mib() -> Dict[str, float]:
+    """Current resident memory split as the kernel reports it: private
+    (anonymous) pages, which a rank holds alone, and file pages (a disk
+    dataset's mapped rows, shared with the page cache and the other ranks)."""
+    parts = {"RssAnon": 0.0, "RssFile": 0.0}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key = line.split(":")[0]
+                if key in parts:
+                    parts[key] = float(line.split()[1]) / 1024.0
+    except OSError:  # not Linux: reported as 0
+        pass
+    return parts
+
+
 # ------------------------------------------------------------------ ddp
 def ddp_worker(argv: List[str]) -> None:
     """One rank (or the single process): train IQL, time the pieces, write JSON."""
@@ -60,6 +79,7 @@ def ddp_worker(argv: List[str]) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--episodes", type=int, default=500)
+    parser.add_argument("--disk", default=None, help="a disk dataset directory every rank opens in place")
     args = parser.parse_args(argv)
     import torch
 
@@ -71,7 +91,10 @@ def ddp_worker(argv: List[str]) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     offrl.seed(0)
-    data = _dataset(args.episodes, 100)
+    if args.disk:  # each rank maps the same files; its shard is a view of them
+        data = offrl.dataset.ReplayBuffer.load(args.disk, in_memory=False)
+    else:
+        data = _dataset(args.episodes, 100)
     rss_data = _peak_rss_mib()
     algo = IQLConfig(batch_size=BATCH).create(enable_ddp=world > 1)
     # warm-up (build, first steps), then the timed run
@@ -82,7 +105,7 @@ def ddp_worker(argv: List[str]) -> None:
     metrics = results[-1][1]
     out: Dict[str, Any] = {"rank": rank, "world": world, "updates_per_s": args.steps / elapsed,
                            "sample_s": metrics["time_sample_batch"], "update_s": metrics["time_algorithm_update"],
-                           "rss_after_data_mib": rss_data, "peak_rss_mib": _peak_rss_mib(),
+                           "rss_after_data_mib": rss_data, "peak_rss_mib": _peak_rss_mib(), **_rss_parts_mib(),
                            "n_params": sum(p.numel() for p in algo.modules.parameters() if p.requires_grad)}
     if world > 1:
         import torch.distributed as dist
@@ -104,11 +127,19 @@ def run_ddp(argv: List[str]) -> None:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--episodes", type=int, default=500, help="episodes of 100 steps in the synthetic dataset")
+    parser.add_argument("--disk", action="store_true",
+                        help="write the dataset once as a disk dataset; every rank opens it with in_memory=False")
     args = parser.parse_args(argv)
     print_load("before")
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scale.py")
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as data_dir:
         common = ["_ddp-worker", "--out", out, "--steps", str(args.steps), "--episodes", str(args.episodes)]
+        if args.disk:
+            import offrl
+
+            path = os.path.join(data_dir, "data")
+            offrl.dataset.dump_disk_dataset(_dataset(args.episodes, 100), path)
+            common += ["--disk", path]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         log("1 process ...")
         subprocess.run([sys.executable, here, *common], check=True, env=env)
@@ -125,10 +156,13 @@ def run_ddp(argv: List[str]) -> None:
         rows.append([f"{r['world']} proc, rank {r['rank']}", f"{r['updates_per_s']:.1f}",
                      f"{r['updates_per_s'] * BATCH * r['world']:.0f}", f"{r['sample_s'] * 1e3:.2f}",
                      f"{r['update_s'] * 1e3:.2f}", f"{r.get('allreduce_s', 0) * 1e3:.3f}",
-                     f"{r['rss_after_data_mib']:.0f}", f"{r['peak_rss_mib']:.0f}"])
+                     f"{r['rss_after_data_mib']:.0f}", f"{r['peak_rss_mib']:.0f}", f"{r['RssAnon']:.0f}",
+                     f"{r['RssFile']:.0f}"])
+    where = "a disk dataset opened in place by every rank" if args.disk else "in memory on every rank"
     print_table(["run", "updates/s", "transitions/s (all ranks)", "sample ms", "update ms", "all-reduce ms",
-                 "RSS after data MiB", "peak RSS MiB"], rows,
-                title=f"IQL, batch {BATCH} per rank, {args.episodes * 100} transitions, 1 torch thread per process")
+                 "RSS after data MiB", "peak RSS MiB", "anon RSS MiB (end)", "file RSS MiB (end)"], rows,
+                title=f"IQL, batch {BATCH} per rank, {args.episodes * 100} transitions ({where}), "
+                      "1 torch thread per process")
     one = runs["rank0_of1.json"]
     multi = runs[f"rank0_of{args.nproc}.json"]
     _print_model(one, multi, args.nproc)
