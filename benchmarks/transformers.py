@@ -17,14 +17,21 @@ or 4 discrete actions, built from the same seed on both sides):
   observation, reward)`` call per environment step with a full context of
   20 steps (the wrapper is reset every 500 steps).
 
-With ``--quality``: learning quality instead. Each algorithm trains on
-quality.py's logged data (Pendulum-v1 for the continuous algorithms,
-CartPole-v1 for the discrete one) for the same number of updates in both
-libraries and is then rolled out through its stateful wrapper at the best
-90th percentile of the logged episode returns (5 episodes, fixed seeds), several seeds, every
-(library, algorithm, seed) in its own process. The networks are reduced on
-both sides alike (1 transformer layer, 64-wide encoder) so that the run
-fits a shared 2-core CPU; everything else is the documented default.
+With ``--quality``: learning quality instead. Each algorithm trains for the
+same number of updates in both libraries (Pendulum-v1 for the continuous
+algorithms, CartPole-v1 for the discrete one) on ``--data``: ``heldout``
+(quality.py's logged data; target return the 90th percentile of its episode
+returns), ``medium`` / ``expert`` (the built-in ``pendulum-medium`` ...
+datasets, turned into the same plain arrays for both libraries; target
+return the dataset's best episode return: -158.2 / -0.0 on Pendulum, 500 on
+CartPole). It is then rolled out through its stateful wrapper at that
+target (5 episodes, fixed seeds), several seeds, every (library, algorithm,
+data, seed) in its own process (``--jobs`` at a time). The networks are
+reduced on both sides alike (1 transformer layer, 64-wide encoder; 2 heads
+for the discrete model) so that the run fits a shared 2-core CPU, and
+Pendulum's [-2, 2] actions are mapped to the tanh head's [-1, 1] by a
+``MinMaxActionScaler`` on both sides (``--no-action-scaler``); everything
+else is the documented default.
 
 The d3rlpy side runs in its own interpreter (this file with ``--backend
 d3rlpy --json``) and never imports offrl; its figures are measured right
