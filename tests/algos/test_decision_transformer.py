@@ -275,6 +275,19 @@ def test_wrapper_context_buffers_match_explicit_contexts_over_long_episodes(disc
         actor.reset()
 
 
+def test_wrapper_predicts_in_eval_mode_and_restores_training_mode():
+    """With dropout, the wrapper's steps run every module in eval mode (the
+    flags are set from a cached module list) and leave them training."""
+    algo = _built(_small(DecisionTransformerConfig, attn_dropout=0.5, resid_dropout=0.5, embed_dropout=0.5))
+    observations = np.random.default_rng(4).normal(size=(5, 3)).astype(np.float32)
+    first, second = algo.as_stateful_wrapper(2.0), algo.as_stateful_wrapper(2.0)
+    for k in range(5):
+        np.testing.assert_array_equal(first.predict(observations[k], 0.5), second.predict(observations[k], 0.5))
+        np.testing.assert_array_equal(first.context().timesteps, np.arange(max(0, k - 2), k + 1))
+    modules = list(algo._nets.modules())
+    assert len(modules) > 10 and all(m.training for m in modules)
+
+
 def test_wrapper_bad_arguments():
     algo = _built(_small(DecisionTransformerConfig))
     with pytest.raises(ValueError, match="target_return"):
