@@ -148,8 +148,9 @@ class FQEConfig(LearnableConfig):
         a policy far from the behaviour one: on Pendulum an IQL policy's
         estimate sat near -170 (true -462) for 12,000 updates, then
         diverged (-1058 at 20,000; the held-out residual rising 36 -> 1803,
-        so ``converged`` stayed False), although its actions lie as near
-        the data as the logged ones.
+        so ``converged`` stayed False): its actions lie as near the data
+        as the logged ones, but it spins the pendulum into states the data
+        barely covers, where FQE's Q is a guess.
         """
         settings: Dict[str, Any] = {"learning_rate": 1e-3, "batch_size": 256, "target_update_interval": 20,
                                     "observation_scaler": StandardObservationScaler()}
