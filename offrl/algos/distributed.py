@@ -53,7 +53,9 @@ by default). When a rank fails, the others stop with
 :class:`RankFailedError` naming it (a rank that raised records its error
 in the rendezvous store; one killed outright is found by its process id
 on the same machine). Models are written atomically, so no half-written
-model is left behind.
+model is left behind. A process group offrl created is destroyed at exit,
+after a barrier with the other ranks unless this rank failed (a gloo group
+left to interpreter teardown sometimes aborted the process).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ import dataclasses
 import datetime
 import os
 import socket
+import sys
 from typing import Any, Iterator, List, Sequence
 
 import contextlib
@@ -152,7 +155,8 @@ def _destroy_at_exit() -> None:
 
     if dist.is_available() and dist.is_initialized():
         try:
-            if not _FAILED:  # after a failure the others may never arrive
+            # after a failure (recorded, or an uncaught exception ending the script) the others may never arrive
+            if not _FAILED and getattr(sys, "last_value", None) is None:
                 dist.barrier()
         except Exception:  # noqa: BLE001 - another rank already failed: destroy anyway
             pass

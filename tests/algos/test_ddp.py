@@ -284,10 +284,12 @@ def test_group_destroyed_at_exit_waits_for_the_others_unless_a_rank_failed(tmp_p
 
     barriers = []
     monkeypatch.setattr(dist, "barrier", lambda *a, **k: barriers.append(1))
-    for failed, expected in ((False, [1]), (True, [])):
+    for failed, uncaught, expected in ((False, None, [1]), (True, None, []), (False, ValueError("x"), [])):
         barriers.clear()
         monkeypatch.setattr(distributed, "_FAILED", failed)
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path / f'rv_{failed}'}", rank=0, world_size=1)
+        monkeypatch.setattr(sys, "last_value", uncaught, raising=False)
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / f'rv_{len(expected)}_{failed}'}", rank=0,
+                                world_size=1)
         distributed._destroy_at_exit()
         assert not dist.is_initialized()
         assert barriers == expected
