@@ -233,8 +233,10 @@ class ConvergenceDiagnostic:
         off_support: the share of checked states at which the policy's
             action lies off the data (see :func:`off_support_fraction`;
             about 0.05 for a policy that acts like the data); NaN where it
-            is not measured (discrete actions, tuple or image observations,
-            sequence policies). Above ``OFF_SUPPORT_WARN`` FQE extrapolates
+            is not measured (no held-out episodes, discrete actions, tuple
+            or image observations, sequence policies). It looks at actions
+            only: a policy that acts near the data but drives the system
+            into states the data lacks reads low here (see the tutorial). Above ``OFF_SUPPORT_WARN`` FQE extrapolates
             at the policy's actions and a settled estimate can still be
             wrong: ``estimate_policy_value`` warns. It does not change
             ``converged``, which is about the regression settling.
