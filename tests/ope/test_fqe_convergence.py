@@ -491,8 +491,10 @@ def _return_from_dataset_starts(algo, env_id: str, starts: np.ndarray, horizon: 
     return float(returns.mean())
 
 
+#: not strict: the recommended run diverges, so its value at the cap can land
+#: inside 10 % by chance without the shortfall being fixed
 PENDULUM_IQL_SHORTFALL = pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="measured: FQE is optimistic, then unstable, on the IQL policy on Pendulum (true -462.5): near -165 "
            "to -220 for ~12,000 updates, then diverging (-1058 at 20,000); the policy spins the pendulum into "
            "states the data barely covers (40 % of its visited states beyond the data's 95th-percentile "
