@@ -101,3 +101,26 @@ def make_locomotion_data(steps: int, seed: int = SEED) -> Dict[str, np.ndarray]:
 def input_bytes(data: Dict[str, np.ndarray]) -> int:
     """Bytes of the input arrays (the memory baseline)."""
     return int(sum(a.nbytes for a in data.values()))
+
+
+def builtin_arrays(name: str) -> dict:
+    """The built-in dataset ``name`` (``"pendulum-medium"``, ...) as plain
+    arrays, episodes end to end, ``terminals`` / ``timeouts`` marking their
+    ends: both libraries build their dataset from these same arrays."""
+    from offrl.datasets import get_dataset
+
+    dataset, _ = get_dataset(name)
+    columns: dict = {"observations": [], "actions": [], "rewards": [], "terminals": [], "timeouts": []}
+    for episode in dataset.episodes:
+        n = int(episode.size())
+        last = np.zeros(n, np.float32)
+        last[-1] = 1.0
+        columns["observations"].append(np.asarray(episode.observations, np.float32))
+        columns["actions"].append(np.asarray(episode.actions))
+        columns["rewards"].append(np.asarray(episode.rewards, np.float32).reshape(n))
+        columns["terminals"].append(last if episode.terminated else np.zeros(n, np.float32))
+        columns["timeouts"].append(np.zeros(n, np.float32) if episode.terminated else last)
+    data = {k: np.concatenate(v) for k, v in columns.items()}
+    if name.startswith("cartpole"):
+        data["actions"] = data["actions"].reshape(-1).astype(np.int64)
+    return data

@@ -34,6 +34,7 @@ from typing import Optional
 
 import numpy as np
 
+from _data import builtin_arrays
 from _harness import (add_common_args, check_threads, d3rlpy_interpreter, log, parse_only, print_load, print_table,
                       quiet_d3rlpy, run_json, set_threads, worker_main)
 
@@ -141,29 +142,6 @@ def make_pendulum(n_steps: int, seed: int = 0) -> dict:
 DATA_KINDS = ("heldout", "medium", "replay", "expert")
 
 
-def builtin_arrays(env: str, kind: str) -> dict:
-    """A built-in dataset (``cartpole-medium``, ...) as the plain arrays both
-    libraries are given: episodes laid end to end, ``terminals`` and
-    ``timeouts`` marking their ends."""
-    from offrl.datasets import get_dataset
-
-    dataset, _ = get_dataset(f"{env}-{kind}")
-    parts: dict = {"observations": [], "actions": [], "rewards": [], "terminals": [], "timeouts": []}
-    for episode in dataset.episodes:
-        n = int(episode.size())
-        end = np.zeros(n, np.float32)
-        end[-1] = 1.0
-        parts["observations"].append(np.asarray(episode.observations, np.float32))
-        parts["actions"].append(np.asarray(episode.actions))
-        parts["rewards"].append(np.asarray(episode.rewards, np.float32).reshape(n))
-        parts["terminals"].append(end if episode.terminated else np.zeros(n, np.float32))
-        parts["timeouts"].append(np.zeros(n, np.float32) if episode.terminated else end)
-    data = {k: np.concatenate(v) for k, v in parts.items()}
-    if env == "cartpole":
-        data["actions"] = data["actions"].reshape(-1).astype(np.int64)
-    return data
-
-
 def evaluate(predict, env_id: str) -> float:
     import gymnasium
 
@@ -262,7 +240,7 @@ def main(argv: Optional[list] = None) -> int:
             if kind == "heldout":
                 data = make_cartpole(n_steps) if env == "cartpole" else make_pendulum(n_steps)
             else:
-                data = builtin_arrays(env, kind)
+                data = builtin_arrays(f"{env}-{kind}")
             files[env, kind] = os.path.join(tmp, f"{env}-{kind}.npz")
             np.savez(files[env, kind], **data)
             ends = np.flatnonzero(data["terminals"] + data["timeouts"]) + 1

@@ -40,6 +40,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Dict, List
@@ -262,7 +263,7 @@ def _pct(n: float, of: float) -> str:
 def run_disk(argv: List[str]) -> None:
     parser = argparse.ArgumentParser(prog="scale.py disk")
     parser.add_argument("--steps", type=int, default=25_000_000)
-    parser.add_argument("--dir", default="/tmp/offrl-scale-disk")
+    parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "offrl-scale-disk"))
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--calls", type=int, default=200, help="calls per timing round")
     parser.add_argument("--train-steps", type=int, default=1000)

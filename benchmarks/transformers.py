@@ -53,6 +53,7 @@ from _harness import (FULL, QUICK, add_common_args, check_threads, d3rlpy_interp
                       print_load, print_table, quiet_d3rlpy, run_json, run_rounds, set_threads, time_per_call,
                       worker_main)
 
+from _data import builtin_arrays  # noqa: E402
 from _specs import CONTEXT_SIZE, build, make_arrays  # noqa: F401,E402
 
 ALGOS = ("DecisionTransformer", "DiscreteDecisionTransformer", "TACR")
@@ -129,29 +130,6 @@ QUALITY_DATA = ("heldout", "medium", "expert")
 QUALITY_UPDATES = (2_000, 300)  # full, --quick
 N_QUALITY_EPISODES = 5
 PENDULUM_BOUNDS = (-2.0, 2.0)  # Pendulum-v1's action space, mapped to [-1, 1] on both sides
-
-
-def builtin_arrays(name: str) -> Dict[str, np.ndarray]:
-    """The built-in dataset ``name`` (``"pendulum-medium"``, ...) as plain
-    arrays, episodes end to end, ``terminals`` / ``timeouts`` marking their
-    ends: both libraries build their dataset from these same arrays."""
-    from offrl.datasets import get_dataset
-
-    dataset, _ = get_dataset(name)
-    columns: Dict[str, list] = {"observations": [], "actions": [], "rewards": [], "terminals": [], "timeouts": []}
-    for episode in dataset.episodes:
-        n = int(episode.size())
-        last = np.zeros(n, np.float32)
-        last[-1] = 1.0
-        columns["observations"].append(np.asarray(episode.observations, np.float32))
-        columns["actions"].append(np.asarray(episode.actions))
-        columns["rewards"].append(np.asarray(episode.rewards, np.float32).reshape(n))
-        columns["terminals"].append(last if episode.terminated else np.zeros(n, np.float32))
-        columns["timeouts"].append(np.zeros(n, np.float32) if episode.terminated else last)
-    data = {k: np.concatenate(v) for k, v in columns.items()}
-    if name.startswith("cartpole"):
-        data["actions"] = data["actions"].reshape(-1).astype(np.int64)
-    return data
 
 
 def episode_returns(data: Dict[str, np.ndarray]) -> np.ndarray:
