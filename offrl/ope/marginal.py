@@ -577,11 +577,6 @@ def _interval(kind: str, parts: MarginalTerms, *, ci: str, confidence: float, va
     return confidence_interval(terms, ci, confidence, value_range=value_range, n_bootstrap=n_bootstrap, seed=seed)
 
 
-def _kish(weights: np.ndarray) -> float:
-    squares = float((weights**2).sum())
-    return float(weights.sum() ** 2 / squares) if squares > 0 else 0.0
-
-
 def estimate_marginal_value(
     target: Any,
     dataset: Any,
@@ -696,7 +691,7 @@ def estimate_marginal_value(
     interval = _interval(estimator, parts, ci=ci, confidence=confidence, value_range=value_range,
                          n_bootstrap=n_bootstrap, seed=seed)
     episode_sums = _episode_sums(ratios, data.lengths)
-    ess = _kish(episode_sums)
+    ess = float(importance._kish(episode_sums))
     warnings = []
     if not math.isfinite(parts.value):
         warnings.append("the estimate is undefined: every ratio is 0")
