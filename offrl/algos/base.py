@@ -738,7 +738,8 @@ class QLearningAlgoBase:
         return online.fit_online(self, env, buffer, explorer, n_steps, n_steps_per_epoch, update_interval,
                                  update_start_step, random_steps, eval_env, eval_epsilon, save_interval,
                                  experiment_name, with_timestamp, logger_adapter, show_progress, callback, n_updates,
-                                 eval_n_trials, epoch_callback, seed=seed)
+                                 eval_n_trials, epoch_callback, seed=seed, logging_steps=logging_steps,
+                                 logging_strategy=logging_strategy)
 
     def collect(self, env: Any, buffer: Any = None, explorer: Any = None, deterministic: bool = False,
                 n_steps: int = 1000000, show_progress: bool = True, seed: Optional[int] = None) -> Any:

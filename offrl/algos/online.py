@@ -66,7 +66,7 @@ from .._vector_env import copy_observation as _copy
 from .._vector_env import row as _row
 from .._vector_env import rows as _rows
 from .._vector_env import stack_observations as _stack
-from ..constants import ActionSpace
+from ..constants import ActionSpace, LoggingStrategy
 from .explorers import check_explorer
 from ..dataset.replay_buffer import create_fifo_replay_buffer, create_infinite_replay_buffer
 from ..dataset.signature import signatures_from_env
@@ -77,7 +77,7 @@ from ..logging import FileAdapterFactory, create_logger_adapter
 from ..metrics.utility import rollout_returns
 from .checkpoint import StateGuard
 from .training import (LossTracker, NonFiniteLossError, check_priority_support, end_epoch,
-                       experiment_directory_name, rolled_back, train_step)
+                       experiment_directory_name, rolled_back, train_step, write_metrics)
 
 __all__ = ["fit_online", "collect"]
 
@@ -557,6 +557,8 @@ def fit_online(
     eval_n_trials: int = 10,
     epoch_callback: Optional[Callable[[Any, int, int], None]] = None,
     seed: Optional[int] = None,
+    logging_steps: int = 500,
+    logging_strategy: Any = LoggingStrategy.EPOCH,
 ) -> List[Tuple[int, Dict[str, float]]]:
     """Train ``algo`` while it acts in ``env``; returns ``[(epoch, metrics), ...]``.
 
@@ -577,6 +579,10 @@ def fit_online(
     timings; the model is saved through the logger every ``save_interval``
     epochs and after the last. ``callback(algo, epoch, total_step)`` runs
     after every environment step, ``epoch_callback`` after every epoch.
+    With ``logging_strategy="steps"`` the losses' means since the last
+    write are also written every ``logging_steps`` environment steps (for a
+    vector env: at the vector step that reaches a multiple of it), as
+    ``fit`` does; the returned list stays one entry per epoch.
     See the module docstring for episode endings, seeding and interruptions.
 
     ``env`` may be vectorised (a ``gymnasium.vector`` environment in any
@@ -597,6 +603,8 @@ def fit_online(
     random_steps = _check_int(random_steps, "random_steps", 0)
     save_interval = _check_int(save_interval, "save_interval", 1)
     eval_n_trials = _check_int(eval_n_trials, "eval_n_trials", 1)
+    logging_steps = _check_int(logging_steps, "logging_steps", 1)
+    step_logging = LoggingStrategy.parse(logging_strategy) == LoggingStrategy.STEPS
     if update_start_step >= n_steps:
         raise ValueError(
             f"update_start_step={update_start_step} is not below n_steps={n_steps}: no update would happen "
@@ -643,6 +651,7 @@ def fit_online(
     batch_size = algo.batch_size
     n_epochs = (n_steps + n_steps_per_epoch - 1) // n_steps_per_epoch
     tracker = LossTracker()
+    window = LossTracker() if step_logging else None
     results: List[Tuple[int, Dict[str, float]]] = []
     progress = None
     rollout: Any = None
@@ -683,6 +692,12 @@ def fit_online(
                             update_time += t_update
                             sample_time += t_sample
                             tracker.add(result.metrics, algo.grad_step)
+                            if window is not None:
+                                window.add(result.metrics, algo.grad_step)
+                if window is not None and total_step // logging_steps > (total_step - written) // logging_steps:
+                    step_metrics = window.epoch_metrics()
+                    if step_metrics:
+                        write_metrics(logger, epoch, total_step, step_metrics)
                 if progress is not None:
                     if tracker.rows == 0 and tracker.last:
                         progress.set_postfix({k: f"{v:.4g}" for k, v in tracker.last.items()}, refresh=False)

@@ -91,3 +91,71 @@ def test_bad_seed_through_the_methods():
     with pytest.raises(ValueError, match="seed must be None or an int >= 0"):
         algo.fit_online(_cartpoles(), n_steps=4, n_steps_per_epoch=4, logger_adapter=NOOP, show_progress=False,
                         seed="3")
+
+
+class _Recorder:
+    """A logger adapter that keeps every written metric as (step, name, value)."""
+
+    def __init__(self) -> None:
+        self.rows: list = []
+
+    def create(self, algo, experiment_name, n_steps_per_epoch):
+        return self
+
+    def write_params(self, params) -> None:
+        pass
+
+    def before_write_metric(self, epoch, step) -> None:
+        pass
+
+    def write_metric(self, epoch, step, name, value) -> None:
+        self.rows.append((step, name, value))
+
+    def after_write_metric(self, epoch, step) -> None:
+        pass
+
+    def save_model(self, epoch, algo) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("vector", [False, True])
+def test_fit_online_step_logging(vector):
+    algo = _dqn()
+    recorder = _Recorder()
+    grad_steps = {}
+
+    def callback(algo, epoch, total_step):
+        grad_steps[total_step] = algo.grad_step
+
+    env = _cartpoles() if vector else gymnasium.make("CartPole-v1")
+    results = algo.fit_online(env, explorer=ConstantEpsilonGreedy(0.3), n_steps=40, n_steps_per_epoch=40,
+                              update_start_step=10, logger_adapter=recorder, show_progress=False, seed=0,
+                              logging_strategy="steps", logging_steps=10, callback=callback)
+    rows = [(step, value) for step, name, value in recorder.rows if name == "loss"]
+    # windows end at the steps 20, 30, 40 that follow an update, then the epoch's own row at 40
+    ends = [t for t in (20, 30, 40) if grad_steps[t] > grad_steps.get(t - 10, 0)]
+    assert [step for step, _ in rows[:-1]] == ends and rows[-1][0] == 40
+    if not vector:
+        assert ends == [20, 30, 40]  # one env: updates from step 11 on
+    # each window is the mean of its updates: weighted by their counts they give the epoch mean
+    counts = [grad_steps[t] - grad_steps.get(t - 10, 0) for t in ends]
+    windows = [value for _, value in rows[:-1]]
+    np.testing.assert_allclose(np.average(windows, weights=counts), results[0][1]["loss"], rtol=1e-6)
+    assert rows[-1][1] == results[0][1]["loss"]
+
+
+def test_fit_online_epoch_logging_writes_once_per_epoch():
+    algo = _dqn()
+    recorder = _Recorder()
+    algo.fit_online(gymnasium.make("CartPole-v1"), n_steps=40, n_steps_per_epoch=20, update_start_step=10,
+                    logger_adapter=recorder, show_progress=False, seed=0, logging_steps=5)
+    assert sorted({step for step, name, _ in recorder.rows if name == "loss"}) == [20, 40]
+    with pytest.raises(ValueError, match="logging_strategy"):
+        algo.fit_online(gymnasium.make("CartPole-v1"), n_steps=4, n_steps_per_epoch=4, logger_adapter=NOOP,
+                        show_progress=False, logging_strategy="often")
+    with pytest.raises(ValueError, match="logging_steps"):
+        algo.fit_online(gymnasium.make("CartPole-v1"), n_steps=4, n_steps_per_epoch=4, logger_adapter=NOOP,
+                        show_progress=False, logging_steps=0)
