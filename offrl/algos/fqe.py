@@ -58,8 +58,10 @@ from .training import prepare_algorithm
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL, LearnableConfig, check_positive_int, instance_of, param
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
+from ..dataset.episode import retrieve_observation
 from ..dataset.replay_buffer import ReplayBuffer
 from ..dataset.split import split_episodes
+from ..dataset.storage import ColumnStore
 from ..metrics._sequence import SequencePolicy
 from ..metrics.evaluators import TDErrorEvaluator
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
@@ -474,9 +476,6 @@ def initial_observations(episodes: Any) -> Union[np.ndarray, List[np.ndarray]]:
     ``episodes``: a ReplayBuffer / MDPDataset (its episodes) or a sequence
     of episodes.
     """
-    from ..dataset.episode import retrieve_observation
-    from ..dataset.storage import ColumnStore
-
     store = getattr(episodes, "_store", None)
     if isinstance(store, ColumnStore) and store.is_initialized:
         # one gather per observation column instead of a view per episode

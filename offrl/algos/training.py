@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..constants import LoggingStrategy
+from ..dataset.disk import before_epoch
 from ..logging import FileAdapter, FileAdapterFactory, NoopAdapterFactory, create_logger_adapter
 from . import distributed
 from .checkpoint import (CHECKPOINT_NAME, StateGuard, load_checkpoint, non_finite_weights, resolve_checkpoint,
@@ -375,7 +376,6 @@ def _fit_loop(algo, dataset, sampler, n_steps, n_steps_per_epoch, experiment_nam
     guard = StateGuard(algo, first_epoch - 1)
     try:
         for epoch in range(first_epoch, n_epochs + 1):
-            from ..dataset.disk import before_epoch  # a disk dataset changed on disk: stop, never read it
             before_epoch(dataset)
             steps = min(n_steps_per_epoch, n_steps - total_step)
             progress = None
