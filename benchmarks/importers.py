@@ -26,6 +26,9 @@ episodes of ``--episode-length`` steps (1,000 by default) ending in a timeout.
   stacked ``N`` first observations of each episode (the final observation is
   dropped, as d3rlpy's ``get_minari`` does).
 * Minari, Arrow backend: offrl only (pyarrow is not in the d3rlpy venv).
+* ``get_minari(..., to=DIR)``, both backends: the dataset streamed to a disk
+  dataset one episode at a time; its time, and the peak memory traced by
+  ``tracemalloc`` against the in-memory read (run once, untimed).
 * ``to_minari`` write time, both backends.
 * ``from_dataframe`` on a 1,000,000-row shuffled table (offrl only), with
   pandas' own ``sort_values`` of the table by (episode, step) as a floor.
@@ -184,6 +187,17 @@ def offrl_measure(args: argparse.Namespace, data: dict, d4rl_path: str, minari_f
     except ImportError:
         print("pyarrow not installed: Arrow backend skipped")
 
+    streamed = iter(range(10**6))
+
+    def fresh(name: str) -> str:
+        return os.path.join(tmp, f"{name}-{next(streamed)}")
+
+    out["minari_hdf5_to"], _ = median_time(lambda: get_minari(minari_folder, to=fresh("to-hdf5"))[0], r)
+    sources = [("hdf5", minari_folder)] + ([("arrow", arrow_out)] if "minari_arrow" in out else [])
+    if "minari_arrow" in out:
+        out["minari_arrow_to"], _ = median_time(lambda: get_minari(arrow_out, to=fresh("to-arrow"))[0], r)
+    out["memory"] = minari_memory(sources, fresh)
+
     try:
         import pandas as pd
     except ImportError:
@@ -208,6 +222,34 @@ def offrl_measure(args: argparse.Namespace, data: dict, d4rl_path: str, minari_f
                                behaviour_probability_column="p"), r,
     )
     out["pandas_sort_floor"], _ = median_time(lambda: table.sort_values(["episode", "step"]), r)
+    return out
+
+
+def minari_memory(sources: list, fresh: Callable[[str], str]) -> dict:
+    """Peak memory traced by ``tracemalloc`` (numpy and Python allocations,
+    HDF5 reads into numpy included; pyarrow's own memory pool is not traced)
+    while ``get_minari`` reads each source into memory and with ``to=``,
+    and the bytes the disk dataset takes."""
+    import gc
+    import tracemalloc
+
+    from offrl.datasets import get_minari
+
+    out: dict = {}
+    for backend, folder in sources:
+        for mode in ("memory", "to"):
+            target = fresh(f"mem-{backend}") if mode == "to" else None
+            gc.collect()
+            tracemalloc.start()
+            dataset, _ = get_minari(folder, to=target)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            out[f"{backend}_{mode}"] = peak
+            if target is not None:
+                out[f"{backend}_disk_bytes"] = sum(
+                    os.path.getsize(os.path.join(target, name)) for name in os.listdir(target)
+                )
+            del dataset
     return out
 
 
@@ -265,11 +307,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     row(f"load_d4rl_hdf5 ({steps:,} steps)", "d4rl", 2.0 if steps >= 1_000_000 else None)
     row(f"get_minari HDF5 ({episodes:,} episodes)", "minari_hdf5", 3.0 if episodes >= 1000 else None)
     row(f"get_minari Arrow ({episodes:,} episodes)", "minari_arrow", 3.0 if episodes >= 1000 else None)
+    row("get_minari HDF5, to=DIR (streamed to disk)", "minari_hdf5_to")
+    row("get_minari Arrow, to=DIR (streamed to disk)", "minari_arrow_to")
     row("to_minari HDF5", "to_minari_hdf5")
     row("to_minari Arrow", "to_minari_arrow")
     row(f"from_dataframe ({ours.get('dataframe_rows', 0):,} shuffled rows)", "from_dataframe")
     row("  floor: pandas sort_values(episode, step)", "pandas_sort_floor")
     print(format_table(["operation", "offrl s", "d3rlpy-style s", "d3rlpy-style/offrl", "target", "result"], rows))
+    memory = ours.get("memory", {})
+    if memory:
+        mb = 1 << 20
+        print(f"\nget_minari peak traced memory (tracemalloc), {episodes:,} episodes:")
+        mem_rows = []
+        for backend in ("hdf5", "arrow"):
+            if f"{backend}_to" in memory:
+                mem_rows.append([backend, f"{memory[f'{backend}_memory'] / mb:.1f}", f"{memory[f'{backend}_to'] / mb:.1f}",
+                                 f"{memory[f'{backend}_disk_bytes'] / mb:.1f}"])
+        print(format_table(["backend", "in memory MB", "to=DIR MB", "disk dataset MB"], mem_rows))
     print(f"\ntransitions: offrl D4RL {ours['d4rl_transitions']:,}, Minari {ours['minari_transitions']:,}", end="")
     if theirs:
         print(f"; d3rlpy-style D4RL {theirs['d4rl_transitions']:,}, Minari {theirs['minari_transitions']:,}"

@@ -46,6 +46,7 @@ import numpy as np
 from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
+from ..dataset.disk_writer import DiskDatasetWriter
 from ..dataset.replay_buffer import MDPDataset, ReplayBufferBase
 from ._build import dataset_from_rows, episode_layout
 
@@ -279,6 +280,18 @@ def _recover_env(env_spec: Any, render_mode: Optional[str], where: Any) -> Any:
 
 
 # --------------------------------------------------------------- reading
+@dataclasses.dataclass(frozen=True)
+class _Hints:
+    """Facts about the whole dataset that a one-episode read follows, so that
+    episodes read one at a time give the rows a read of all of them gives:
+    ``behaviour``, some episode logs behaviour probabilities (the others get
+    NaN); ``float_actions``, some episode stores its Discrete actions as
+    floats (all are then read as float64, so 0.5 is refused, not truncated)."""
+
+    behaviour: bool = False
+    float_actions: bool = False
+
+
 class _Episodes:
     """Per-episode arrays collected by a backend reader."""
 
@@ -320,19 +333,21 @@ class _Episodes:
                 raise ValueError(f"{name}: {_BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
         self.behaviour.append(behaviour)
 
-    def columns(self) -> "_Columns":
+    def columns(self, hints: _Hints = _Hints()) -> "_Columns":
         """The episodes laid out as store rows (see :func:`episode_layout`)."""
         lengths = np.asarray(self.lengths, dtype=np.int64)
         has_final = np.asarray(self.has_final, dtype=bool)
         _, ends, step_rows = episode_layout(lengths, has_final)
         rows = int(ends[-1] + has_final[-1])
         step_actions = np.concatenate(self.actions)
+        if hints.float_actions:
+            step_actions = step_actions.astype(np.float64, copy=False)
         actions = np.zeros((rows,) + step_actions.shape[1:], dtype=step_actions.dtype)
         actions[step_rows] = step_actions
         rewards = np.zeros(rows, dtype=np.float32)
         rewards[step_rows] = np.concatenate(self.rewards)
         behaviour = None
-        if any(b is not None for b in self.behaviour):
+        if hints.behaviour or any(b is not None for b in self.behaviour):
             behaviour = np.ones(rows, dtype=np.float64)
             behaviour[step_rows] = np.concatenate(
                 [np.full(n, np.nan) if b is None else b for b, n in zip(self.behaviour, lengths)]
@@ -482,11 +497,24 @@ def _check_leaf_shape(where: str, label: str, leaf: _Leaf, shape: Optional[tuple
         )
 
 
-def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
-    """Two passes over the episode groups: shapes and flags first, then every
-    array read straight into its rows of the preallocated columns."""
+@dataclasses.dataclass
+class _H5Episode:
+    """One episode group, checked: its flags and counts read, its arrays
+    open as low-level dataset ids (one per observation leaf)."""
+
+    where: str
+    n: int
+    terminated: bool
+    has_final: bool
+    observations: list
+    actions: Any
+    rewards: Any
+    behaviour: Any
+
+
+def _h5_open(folder: pathlib.Path) -> tuple[Any, pathlib.Path, list[str]]:
+    """``main_data.hdf5`` opened, its path, and its episode groups in id order."""
     import h5py
-    from h5py import h5g, h5o
 
     path = folder / _MAIN_FILE
     if not path.is_file():
@@ -495,94 +523,197 @@ def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -
         f = h5py.File(path, "r")
     except OSError as e:
         raise ValueError(f"{path} is not a readable HDF5 file: {e}") from None
-    with f:
-        names, lengths, terminated, has_final, handles = [], [], [], [], []
-        for _, key in _episode_ids(list(f.keys()), "episode_", path):
-            where = f"{path}: {key}"
-            group = h5g.open(f.id, key.encode())
-            members = {}
-            for required in ("observations", "actions", "rewards", "terminations", "truncations"):
-                try:
-                    members[required] = h5o.open(group, required.encode())
-                except (KeyError, ValueError):
-                    raise ValueError(f"{where} has no {required!r}") from None
-            observations = [_h5_dataset(members["observations"], leaf.path, where, "observations") for leaf in obs_leaves]
-            actions = _h5_dataset(members["actions"], act_leaf.path, where, "actions")
-            rewards = _h5_dataset(members["rewards"], (), where, "rewards")
-            n = actions.shape[0] if actions.shape else 0
-            for label, leaf, dataset in [("actions", act_leaf, actions)] + [
-                ("observations", leaf, d) for leaf, d in zip(obs_leaves, observations)
-            ]:
-                _check_leaf_shape(where, label, leaf, tuple(dataset.shape[1:]) if dataset.shape else None)
-            for label in ("terminations", "truncations"):
-                flags = _h5_dataset(members[label], (), where, label)
-                rows = flags.shape[0] if flags.shape else 0
-                if rows != n or int(np.prod(flags.shape[1:])) != 1:
-                    raise ValueError(f"{where}: {label} has shape {flags.shape}, expected ({n},)")
-                _safety.check_declared_size(where, label, flags.shape, flags.dtype)
-            ended, final = _check_episode(
-                where, n, [o.shape[0] if o.shape else 0 for o in observations], rewards.shape[0] if rewards.shape else 0,
-                _h5_all(_h5_dataset(members["terminations"], (), where, "terminations")),
-                _h5_all(_h5_dataset(members["truncations"], (), where, "truncations")),
-                bool(_h5_attr(group, _MISSING_FINAL)), _h5_attr(group, "total_steps"),
-            )
-            behaviour = _h5_dataset(group, (_BEHAVIOUR,), where, key) if group.links.exists(_BEHAVIOUR.encode()) else None
-            if behaviour is not None and behaviour.shape[0] != n:
-                raise ValueError(f"{where}: {_BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
-            names.append(where)
-            lengths.append(n)
-            terminated.append(ended)
-            has_final.append(final)
-            handles.append((observations, actions, rewards, behaviour))
+    try:
+        keys = [key for _, key in _episode_ids(list(f.keys()), "episode_", path)]
+    except BaseException:
+        f.close()
+        raise
+    return f, path, keys
 
-        lengths_array = np.asarray(lengths, dtype=np.int64)
-        finals = np.asarray(has_final, dtype=bool)
-        starts, ends, _ = episode_layout(lengths_array, finals)
-        rows = int(ends[-1] + finals[-1])
 
-        def column(dataset: Any, width_only: bool = False) -> np.ndarray:
-            dtype = np.dtype(np.float32) if np.issubdtype(dataset.dtype, np.floating) else dataset.dtype
-            shape = (int(np.prod(dataset.shape[1:])),) if width_only else tuple(dataset.shape[1:])
-            return np.zeros((rows,) + shape, dtype=dtype)
+def _h5_episode(f: Any, key: str, path: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _H5Episode:
+    """The episode group ``key`` checked against Minari's layout and the spaces."""
+    from h5py import h5g, h5o
 
-        first_obs, first_actions, _, _ = handles[0]
-        discrete = act_leaf.kind == "Discrete"
-        # floats stay floats, so that a Discrete action of 0.5 is refused rather than truncated
-        discrete_dtype = np.float64 if any(h[1].dtype.kind == "f" for h in handles) else np.int64
-        committed = 0
-        for label, dataset in [(f"observations[{k}]", d) for k, d in enumerate(first_obs)] + [("actions", first_actions)]:
-            dtype = np.dtype(np.float32) if dataset.dtype.kind in "fb" else dataset.dtype
-            if label == "actions" and discrete:
-                dtype = np.dtype(discrete_dtype)
-            committed += _safety.check_declared_size(
-                str(path), f"{label} (all episodes)", (rows,) + tuple(dataset.shape[1:]), dtype, committed
-            )
-        observations_out = [column(d) for d in first_obs]
-        actions_out = np.zeros(rows, dtype=discrete_dtype) if discrete else column(first_actions, width_only=True)
-        rewards_out = np.zeros(rows, dtype=np.float32)
-        behaviour_out = None
-        if any(h[3] is not None for h in handles):
-            behaviour_out = np.ones(rows, dtype=np.float64)
-        for e, (observations, actions, rewards, behaviour) in enumerate(handles):
-            a, n = int(starts[e]), int(lengths_array[e])
-            keep = n + int(finals[e])
-            for out, dataset in zip(observations_out, observations):
-                if dataset.shape[1:] != out.shape[1:]:
-                    raise ValueError(f"{names[e]}: observations have shape {dataset.shape[1:]}, episode 0 has {out.shape[1:]}")
-                _h5_read_into(dataset, out[a : a + keep], keep, names[e], "observations")
-            if int(np.prod(actions.shape[1:])) != int(np.prod(actions_out.shape[1:])):
-                raise ValueError(f"{names[e]}: actions have shape {actions.shape[1:]}, episode 0 has {first_actions.shape[1:]}")
-            _h5_read_into(actions, actions_out[a : a + n], n, names[e], "actions")
-            _h5_read_into(rewards, rewards_out[a : a + n], n, names[e], "rewards")
-            if behaviour_out is not None:
-                if behaviour is None:
-                    behaviour_out[a : a + n] = np.nan
-                else:
-                    _h5_read_into(behaviour, behaviour_out[a : a + n], n, names[e], _BEHAVIOUR)
-    return _Columns(
-        names, lengths_array, np.asarray(terminated, dtype=bool), finals, observations_out,
-        actions_out, rewards_out, behaviour_out,
+    where = f"{path}: {key}"
+    group = h5g.open(f.id, key.encode())
+    members = {}
+    for required in ("observations", "actions", "rewards", "terminations", "truncations"):
+        try:
+            members[required] = h5o.open(group, required.encode())
+        except (KeyError, ValueError):
+            raise ValueError(f"{where} has no {required!r}") from None
+    observations = [_h5_dataset(members["observations"], leaf.path, where, "observations") for leaf in obs_leaves]
+    actions = _h5_dataset(members["actions"], act_leaf.path, where, "actions")
+    rewards = _h5_dataset(members["rewards"], (), where, "rewards")
+    n = actions.shape[0] if actions.shape else 0
+    for label, leaf, dataset in [("actions", act_leaf, actions)] + [
+        ("observations", leaf, d) for leaf, d in zip(obs_leaves, observations)
+    ]:
+        _check_leaf_shape(where, label, leaf, tuple(dataset.shape[1:]) if dataset.shape else None)
+    for label in ("terminations", "truncations"):
+        flags = _h5_dataset(members[label], (), where, label)
+        rows = flags.shape[0] if flags.shape else 0
+        if rows != n or int(np.prod(flags.shape[1:])) != 1:
+            raise ValueError(f"{where}: {label} has shape {flags.shape}, expected ({n},)")
+        _safety.check_declared_size(where, label, flags.shape, flags.dtype)
+    ended, final = _check_episode(
+        where, n, [o.shape[0] if o.shape else 0 for o in observations], rewards.shape[0] if rewards.shape else 0,
+        _h5_all(_h5_dataset(members["terminations"], (), where, "terminations")),
+        _h5_all(_h5_dataset(members["truncations"], (), where, "truncations")),
+        bool(_h5_attr(group, _MISSING_FINAL)), _h5_attr(group, "total_steps"),
     )
+    behaviour = _h5_dataset(group, (_BEHAVIOUR,), where, key) if group.links.exists(_BEHAVIOUR.encode()) else None
+    if behaviour is not None and behaviour.shape[0] != n:
+        raise ValueError(f"{where}: {_BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
+    return _H5Episode(where, n, ended, final, observations, actions, rewards, behaviour)
+
+
+def _h5_hints(episodes: Sequence[_H5Episode], act_leaf: _Leaf) -> _Hints:
+    return _Hints(
+        behaviour=any(e.behaviour is not None for e in episodes),
+        float_actions=act_leaf.kind == "Discrete" and any(e.actions.dtype.kind == "f" for e in episodes),
+    )
+
+
+def _h5_column_types(first: _H5Episode, act_leaf: _Leaf, hints: _Hints) -> list[tuple[np.dtype, tuple]]:
+    """``(dtype, per-row shape)`` of the observation columns, then of the
+    actions, as read into memory (floats as float32)."""
+    out = []
+    for dataset in first.observations:
+        dtype = np.dtype(np.float32) if np.issubdtype(dataset.dtype, np.floating) else dataset.dtype
+        out.append((dtype, tuple(dataset.shape[1:])))
+    if act_leaf.kind == "Discrete":
+        out.append((np.dtype(np.float64 if hints.float_actions else np.int64), ()))
+    else:
+        dtype = np.dtype(np.float32) if np.issubdtype(first.actions.dtype, np.floating) else first.actions.dtype
+        out.append((dtype, (int(np.prod(first.actions.shape[1:])),)))
+    return out
+
+
+def _h5_columns(
+    episodes: Sequence[_H5Episode], first: _H5Episode, act_leaf: _Leaf, hints: _Hints,
+) -> _Columns:
+    """``episodes`` read straight into their rows of new columns (shapes
+    checked against the dataset's first episode, ``first``)."""
+    lengths = np.asarray([e.n for e in episodes], dtype=np.int64)
+    finals = np.asarray([e.has_final for e in episodes], dtype=bool)
+    starts, _, _ = episode_layout(lengths, finals)
+    rows = int(starts[-1] + lengths[-1] + finals[-1])
+    types = _h5_column_types(first, act_leaf, hints)
+    observations_out = [np.zeros((rows,) + shape, dtype=dtype) for dtype, shape in types[:-1]]
+    actions_out = np.zeros((rows,) + types[-1][1], dtype=types[-1][0])
+    rewards_out = np.zeros(rows, dtype=np.float32)
+    behaviour_out = np.ones(rows, dtype=np.float64) if hints.behaviour else None
+    for e, episode in enumerate(episodes):
+        a, n, where = int(starts[e]), episode.n, episode.where
+        keep = n + int(finals[e])
+        for out, dataset in zip(observations_out, episode.observations):
+            if dataset.shape[1:] != out.shape[1:]:
+                raise ValueError(f"{where}: observations have shape {dataset.shape[1:]}, episode 0 has {out.shape[1:]}")
+            _h5_read_into(dataset, out[a : a + keep], keep, where, "observations")
+        actions = episode.actions
+        if int(np.prod(actions.shape[1:])) != int(np.prod(actions_out.shape[1:])):
+            raise ValueError(f"{where}: actions have shape {actions.shape[1:]}, episode 0 has {first.actions.shape[1:]}")
+        _h5_read_into(actions, actions_out[a : a + n], n, where, "actions")
+        _h5_read_into(episode.rewards, rewards_out[a : a + n], n, where, "rewards")
+        if behaviour_out is not None:
+            if episode.behaviour is None:
+                behaviour_out[a : a + n] = np.nan
+            else:
+                _h5_read_into(episode.behaviour, behaviour_out[a : a + n], n, where, _BEHAVIOUR)
+    return _Columns(
+        [e.where for e in episodes], lengths, np.asarray([e.terminated for e in episodes], dtype=bool), finals,
+        observations_out, actions_out, rewards_out, behaviour_out,
+    )
+
+
+def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
+    """Two passes over the episode groups: shapes and flags first, then every
+    array read straight into its rows of the preallocated columns."""
+    f, path, keys = _h5_open(folder)
+    with f:
+        episodes = [_h5_episode(f, key, path, obs_leaves, act_leaf) for key in keys]
+        hints = _h5_hints(episodes, act_leaf)
+        rows = sum(e.n + int(e.has_final) for e in episodes)
+        _h5_check_memory(str(path), "all episodes", episodes[0], act_leaf, hints, rows)
+        return _h5_columns(episodes, episodes[0], act_leaf, hints)
+
+
+def _h5_check_memory(where: str, what: str, first: _H5Episode, act_leaf: _Leaf, hints: _Hints, rows: int) -> None:
+    """The columns of ``rows`` rows shaped like ``first``'s must fit the memory."""
+    committed = 0
+    for label, dataset in [(f"observations[{k}]", d) for k, d in enumerate(first.observations)] + [
+        ("actions", first.actions)
+    ]:
+        dtype = np.dtype(np.float32) if dataset.dtype.kind in "fb" else dataset.dtype
+        if label == "actions" and act_leaf.kind == "Discrete":
+            dtype = np.dtype(np.float64 if hints.float_actions else np.int64)
+        committed += _safety.check_declared_size(
+            where, f"{label} ({what})", (rows,) + tuple(dataset.shape[1:]), dtype, committed
+        )
+
+
+class _Hdf5Stream:
+    """The HDF5 backend one episode at a time: a light first pass over the
+    groups (which episodes log behaviour probabilities, whether Discrete
+    actions are stored as floats, how many steps there are), then each
+    episode checked and read alone, so only one episode's arrays are ever in
+    memory (and the first error found is raised)."""
+
+    def __init__(self, folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf, metadata: dict) -> None:
+        from h5py import h5d, h5g, h5o
+
+        self.obs_leaves, self.act_leaf = obs_leaves, act_leaf
+        self.f, self.path, self.keys = _h5_open(folder)
+        try:
+            behaviour = float_actions = False
+            steps = 0
+            for key in self.keys:
+                group = h5g.open(self.f.id, key.encode())
+                behaviour |= group.links.exists(_BEHAVIOUR.encode())
+                try:  # metadata only: the full checks come when the episode is read
+                    actions = h5o.open(group, b"actions")
+                    for part in act_leaf.path:
+                        actions = h5o.open(actions, (f"_index_{part}" if isinstance(part, int) else part).encode())
+                except (KeyError, ValueError):
+                    continue  # refused, naming the episode, when it is read
+                if not isinstance(actions, h5d.DatasetID):
+                    continue
+                float_actions |= actions.dtype.kind == "f"
+                steps += actions.shape[0] if actions.shape else 0
+            self.hints = _Hints(behaviour, act_leaf.kind == "Discrete" and float_actions)
+            self.expected_bytes = _disk_bytes(steps + len(self.keys), obs_leaves, act_leaf, behaviour)
+        except BaseException:
+            self.f.close()
+            raise
+
+    def __iter__(self) -> Any:
+        first = None
+        for key in self.keys:
+            episode = _h5_episode(self.f, key, self.path, self.obs_leaves, self.act_leaf)
+            if first is None:
+                first = episode
+            rows = episode.n + int(episode.has_final)
+            if rows * sum(int(np.prod(d.shape[1:], dtype=np.int64)) for d in episode.observations) > 1 << 22:
+                # a long episode: its columns must fit the memory (a short one surely does)
+                _h5_check_memory(episode.where, "this episode", episode, self.act_leaf, self.hints, rows)
+            yield _h5_columns([episode], first, self.act_leaf, self.hints)
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _disk_bytes(rows: int, obs_leaves: list[_Leaf], act_leaf: _Leaf, behaviour: bool) -> int:
+    """Bytes ``rows`` rows take in a disk dataset, from the spaces: float32
+    observations (integers keep the declared type, Discrete ones int64),
+    int64 Discrete or float32 Box actions, a float32 reward, a float64
+    behaviour probability."""
+    row_bytes = 4 + 8 * behaviour + (8 if act_leaf.kind == "Discrete" else 4 * int(np.prod(act_leaf.shape)))
+    for leaf in obs_leaves:
+        itemsize = 8 if leaf.kind == "Discrete" else 4 if leaf.dtype.kind in "fb" else leaf.dtype.itemsize
+        row_bytes += itemsize * int(np.prod(leaf.shape, dtype=np.int64))
+    return rows * row_bytes
 
 
 def _arrow_values(array: Any, leaf: _Leaf, where: str, label: str) -> np.ndarray:
@@ -608,55 +739,118 @@ def _arrow_values(array: Any, leaf: _Leaf, where: str, label: str) -> np.ndarray
     return values
 
 
-def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
+def _pyarrow() -> Any:
     try:
         import pyarrow as pa
-        import pyarrow.ipc
+        import pyarrow.ipc  # noqa: F401 (loads pa.ipc)
     except ImportError:
         raise ImportError(
             "reading a Minari dataset in Arrow format needs pyarrow: pip install 'offrl[minari]'"
         ) from None
-    episodes = _Episodes(len(obs_leaves))
-    dirs = [d.name for d in folder.iterdir() if d.is_dir()]
-    for _, name in _episode_ids(dirs, "", folder):
-        directory = folder / name
-        where = f"{directory}"
-        files = sorted(
-            p for p in directory.iterdir()
-            if p.is_file() and not p.name.startswith(("_", ".")) and p.name != _METADATA_FILE
-        )
-        if not files:
-            raise ValueError(f"{where} holds no Arrow file")
+    return pa
+
+
+def _arrow_episode_dirs(folder: pathlib.Path) -> list[str]:
+    return [name for _, name in _episode_ids([d.name for d in folder.iterdir() if d.is_dir()], "", folder)]
+
+
+def _arrow_files(directory: pathlib.Path) -> list[pathlib.Path]:
+    files = sorted(
+        p for p in directory.iterdir()
+        if p.is_file() and not p.name.startswith(("_", ".")) and p.name != _METADATA_FILE
+    )
+    if not files:
+        raise ValueError(f"{directory} holds no Arrow file")
+    return files
+
+
+def _arrow_episode(episodes: _Episodes, directory: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> None:
+    """Read the episode folder ``directory`` and add it to ``episodes``."""
+    pa = _pyarrow()
+    where = f"{directory}"
+    files = _arrow_files(directory)
+    try:
+        tables = [pa.ipc.open_file(p).read_all() for p in files]
+    except (OSError, pa.ArrowInvalid) as e:
+        raise ValueError(f"{where} holds a file that is not Arrow IPC: {e}") from None
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    for required in ("observations", "actions", "rewards", "terminations", "truncations"):
+        if required not in table.column_names:
+            raise ValueError(f"{where} has no {required!r} column")
+    meta: Any = {}
+    if (directory / _METADATA_FILE).is_file():
         try:
-            tables = [pa.ipc.open_file(p).read_all() for p in files]
-        except (OSError, pa.ArrowInvalid) as e:
-            raise ValueError(f"{where} holds a file that is not Arrow IPC: {e}") from None
-        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        for required in ("observations", "actions", "rewards", "terminations", "truncations"):
-            if required not in table.column_names:
-                raise ValueError(f"{where} has no {required!r} column")
-        meta: Any = {}
-        if (directory / _METADATA_FILE).is_file():
-            try:
-                with open(directory / _METADATA_FILE) as f:
-                    meta = json.load(f)
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ValueError(f"{directory / _METADATA_FILE} is not readable JSON: {e}") from None
-            if not isinstance(meta, dict):
-                raise ValueError(f"{directory / _METADATA_FILE} does not hold a JSON object")
-        column = {k: table.column(k).combine_chunks() for k in table.column_names}
-        observations = [_arrow_values(column["observations"], leaf, where, "observations") for leaf in obs_leaves]
-        rows = len(table)
-        actions = _arrow_values(column["actions"], act_leaf, where, "actions")[: rows - 1]
-        behaviour = column[_BEHAVIOUR].to_numpy(zero_copy_only=False)[: rows - 1] if _BEHAVIOUR in column else None
-        episodes.add(
-            where, observations, actions,
-            column["rewards"].to_numpy(zero_copy_only=False)[: rows - 1],
-            column["terminations"].to_numpy(zero_copy_only=False)[: rows - 1],
-            column["truncations"].to_numpy(zero_copy_only=False)[: rows - 1],
-            bool(meta.get(_MISSING_FINAL, False)), behaviour, meta.get("total_steps"),
-        )
+            with open(directory / _METADATA_FILE) as f:
+                meta = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{directory / _METADATA_FILE} is not readable JSON: {e}") from None
+        if not isinstance(meta, dict):
+            raise ValueError(f"{directory / _METADATA_FILE} does not hold a JSON object")
+    column = {k: table.column(k).combine_chunks() for k in table.column_names}
+    observations = [_arrow_values(column["observations"], leaf, where, "observations") for leaf in obs_leaves]
+    rows = len(table)
+    actions = _arrow_values(column["actions"], act_leaf, where, "actions")[: rows - 1]
+    behaviour = column[_BEHAVIOUR].to_numpy(zero_copy_only=False)[: rows - 1] if _BEHAVIOUR in column else None
+    episodes.add(
+        where, observations, actions,
+        column["rewards"].to_numpy(zero_copy_only=False)[: rows - 1],
+        column["terminations"].to_numpy(zero_copy_only=False)[: rows - 1],
+        column["truncations"].to_numpy(zero_copy_only=False)[: rows - 1],
+        bool(meta.get(_MISSING_FINAL, False)), behaviour, meta.get("total_steps"),
+    )
+
+
+def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
+    _pyarrow()
+    episodes = _Episodes(len(obs_leaves))
+    for name in _arrow_episode_dirs(folder):
+        _arrow_episode(episodes, folder / name, obs_leaves, act_leaf)
     return episodes.columns()
+
+
+class _ArrowStream:
+    """The Arrow backend one episode at a time: the files' schemas are read
+    first (which episodes log behaviour probabilities, whether Discrete
+    actions are stored as floats), then each episode folder alone."""
+
+    def __init__(self, folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf, metadata: dict) -> None:
+        pa = _pyarrow()
+        self.folder, self.obs_leaves, self.act_leaf = folder, obs_leaves, act_leaf
+        self.names = _arrow_episode_dirs(folder)
+        behaviour = float_actions = False
+        for name in self.names:
+            for p in _arrow_files(folder / name):
+                try:
+                    schema = pa.ipc.open_file(p).schema
+                except (OSError, pa.ArrowInvalid) as e:
+                    raise ValueError(f"{folder / name} holds a file that is not Arrow IPC: {e}") from None
+                behaviour |= _BEHAVIOUR in schema.names
+                if act_leaf.kind == "Discrete" and "actions" in schema.names:
+                    float_actions |= pa.types.is_floating(schema.field("actions").type)
+        self.hints = _Hints(behaviour, float_actions)
+        self.expected_bytes = None
+        try:  # from the declared step count, when there is one (a final row at most for each episode)
+            steps = _count(metadata["total_steps"], "", "")
+        except (KeyError, ValueError):
+            return
+        self.expected_bytes = _disk_bytes(steps + len(self.names), obs_leaves, act_leaf, behaviour)
+
+    def __iter__(self) -> Any:
+        for name in self.names:
+            episodes = _Episodes(len(self.obs_leaves))
+            _arrow_episode(episodes, self.folder / name, self.obs_leaves, self.act_leaf)
+            yield episodes.columns(self.hints)
+
+    def close(self) -> None:
+        pass
+
+
+class _WriteError(Exception):
+    """An error of the disk dataset being written (not of the Minari data)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def get_minari(
@@ -665,6 +859,7 @@ def get_minari(
     trajectory_slicer: Any = None,
     render_mode: Optional[str] = None,
     load_env: bool = True,
+    to: Optional[PathLike] = None,
 ) -> tuple[MDPDataset, Any]:
     """Read a Minari dataset from disk (no ``minari`` package needed).
 
@@ -677,6 +872,14 @@ def get_minari(
         render_mode: passed to ``gymnasium.make`` for the environment.
         load_env: make the environment the dataset names. ``False`` reads
             the data only (``env`` is ``None``) and runs no environment code.
+        to: a new directory: write the dataset there as a disk dataset
+            (:class:`offrl.dataset.DiskDatasetWriter`) one episode at a time
+            and return it opened with ``in_memory=False``, so a dataset
+            larger than memory imports holding one episode at a time. The
+            data and the errors are those of the in-memory read; the free
+            space is checked before writing (from the episodes' sizes for
+            HDF5, from ``total_steps`` and ``total_episodes`` for Arrow), and
+            an error leaves nothing at ``to``.
 
     Returns:
         ``(dataset, env)``: an :class:`MDPDataset` and the environment whose
@@ -695,7 +898,9 @@ def get_minari(
     """
     folder = _data_folder(dataset_id_or_path)
     try:
-        return _get_minari(folder, transition_picker, trajectory_slicer, render_mode, load_env)
+        return _get_minari(folder, transition_picker, trajectory_slicer, render_mode, load_env, to)
+    except _WriteError as e:
+        raise e.error from None
     except (KeyError, IndexError, AttributeError, OSError) as e:
         # a half-written or foreign folder: say which, not a bare KeyError
         raise ValueError(
@@ -704,8 +909,23 @@ def get_minari(
         ) from None
 
 
+@dataclasses.dataclass
+class _Layout:
+    """What ``metadata.json`` (and the env it names) say about the data."""
+
+    metadata: dict
+    meta_path: pathlib.Path
+    data_format: str
+    dict_observations: bool
+    obs_leaves: list
+    act_leaf: _Leaf
+    action_space: ActionSpace
+    action_size: Optional[int]  # None for Box actions: the width read
+
+
 def _get_minari(
     folder: pathlib.Path, transition_picker: Any, trajectory_slicer: Any, render_mode: Optional[str], load_env: bool,
+    to: Optional[PathLike] = None,
 ) -> tuple[MDPDataset, Any]:
     metadata, meta_path = _read_metadata(folder)
     env = _recover_env(metadata.get("env_spec"), render_mode, meta_path) if load_env else None
@@ -726,27 +946,45 @@ def _get_minari(
             f"{meta_path}: the action space has {len(act_leaves)} parts; offrl datasets take one Box or Discrete action"
         )
     act_leaf = act_leaves[0]
+    space, size = ActionSpace.CONTINUOUS, None
+    if act_leaf.kind == "Discrete":
+        space, size = ActionSpace.DISCRETE, act_leaf.n
 
     data_format = metadata.get("data_format", "hdf5")
     if not isinstance(data_format, str):
         raise ValueError(f"{meta_path}: data_format is {data_format!r}, expected 'hdf5' or 'arrow'")
-    if data_format == "hdf5":
-        data = _read_hdf5(folder, obs_leaves, act_leaf)
-    elif data_format == "arrow":
-        data = _read_arrow(folder, obs_leaves, act_leaf)
-    else:
+    if data_format not in ("hdf5", "arrow"):
         raise ValueError(f"{meta_path}: data_format {data_format!r} is not supported (hdf5 and arrow are)")
+    layout = _Layout(metadata, meta_path, data_format, spaces["observation_space"].get("type") == "Dict",
+                     obs_leaves, act_leaf, space, size)
+    if to is not None:
+        return _stream(folder, layout, to, transition_picker, trajectory_slicer), env
+    read = _read_hdf5 if data_format == "hdf5" else _read_arrow
+    data = read(folder, obs_leaves, act_leaf)
+    _check_totals(layout, data.lengths)
+    return _dataset_of_columns(data, layout, transition_picker, trajectory_slicer), env
 
-    lengths = data.lengths
-    for key, found in (("total_episodes", len(lengths)), ("total_steps", int(lengths.sum()))):
+
+def _check_totals(layout: _Layout, lengths: Sequence[int]) -> None:
+    metadata, meta_path = layout.metadata, layout.meta_path
+    for key, found in (("total_episodes", len(lengths)), ("total_steps", int(np.sum(lengths, dtype=np.int64)))):
         if key in metadata and _count(metadata[key], meta_path, key) != found:
             raise ValueError(f"{meta_path} says {key}={metadata[key]!r} but the data holds {found}")
+
+
+def _dataset_of_columns(data: _Columns, layout: _Layout, transition_picker: Any, trajectory_slicer: Any) -> MDPDataset:
+    """The dataset of the episodes a backend read: Discrete actions shifted
+    to indices and checked, behaviour probabilities checked, Dict
+    observations in sorted key order."""
+    lengths, act_leaf = data.lengths, layout.act_leaf
     starts, ends, _ = episode_layout(lengths, data.has_final)
     actions = data.actions
-    if act_leaf.kind == "Discrete":
-        space, size = ActionSpace.DISCRETE, act_leaf.n
+    space, size = layout.action_space, layout.action_size
+    if space == ActionSpace.DISCRETE:
         if not 1 <= size <= MAX_DISCRETE_ACTION_SIZE:
-            raise ValueError(f"{meta_path}: action_space is Discrete(n={size}), expected n in [1, {MAX_DISCRETE_ACTION_SIZE}]")
+            raise ValueError(
+                f"{layout.meta_path}: action_space is Discrete(n={size}), expected n in [1, {MAX_DISCRETE_ACTION_SIZE}]"
+            )
         actions = actions.reshape(-1, 1)
         if actions.dtype.kind in "iub":
             actions = actions.astype(np.int64) - act_leaf.start
@@ -765,7 +1003,6 @@ def _get_minari(
                 )
             actions = actions.astype(np.int64)
     else:
-        space = ActionSpace.CONTINUOUS
         actions = actions.reshape(actions.shape[0], -1)
         size = actions.shape[1]
 
@@ -783,16 +1020,59 @@ def _get_minari(
             )
 
     observations, keys = list(data.observations), None
-    if spaces["observation_space"].get("type") == "Dict":
+    if layout.dict_observations:
         # dict observations: stored in sorted key order, keys in the signature
-        leaf_keys = [_leaf_key(leaf) for leaf in obs_leaves]
+        leaf_keys = [_leaf_key(leaf) for leaf in layout.obs_leaves]
         order = sorted(range(len(leaf_keys)), key=lambda i: leaf_keys[i])
         observations, keys = [observations[i] for i in order], tuple(leaf_keys[i] for i in order)
-    dataset = dataset_from_rows(
+    return dataset_from_rows(
         observations, actions, data.rewards, starts, ends, data.terminated, data.has_final, space, size,
         transition_picker, trajectory_slicer, behaviour, data.names, observation_keys=keys,
     )
-    return dataset, env
+
+
+def _stream(
+    folder: pathlib.Path, layout: _Layout, to: PathLike, transition_picker: Any, trajectory_slicer: Any,
+) -> MDPDataset:
+    """``get_minari(..., to=...)``: each episode read, checked and converted
+    as the in-memory read does (one episode's rows at a time), then
+    appended to a :class:`DiskDatasetWriter`."""
+    if not isinstance(to, (str, os.PathLike)):
+        raise TypeError(f"to must be a str or a path, got {type(to).__name__}")
+    source_type = _Hdf5Stream if layout.data_format == "hdf5" else _ArrowStream
+    source = source_type(folder, layout.obs_leaves, layout.act_leaf, layout.metadata)
+    try:
+        try:
+            writer = DiskDatasetWriter(to, action_space=layout.action_space, action_size=layout.action_size,
+                                       expected_bytes=source.expected_bytes)
+        except OSError as e:
+            raise _WriteError(e) from None
+        try:
+            lengths = []
+            for data in source:
+                episode = _dataset_of_columns(data, layout, None, None).episodes[0]
+                if data.behaviour is not None and np.isnan(episode.behaviour_probabilities).all():
+                    # none logged for this episode: the writer stores NaN for its steps
+                    episode = dataclasses.replace(episode, behaviour_probabilities=None)
+                try:
+                    writer.add_episode(episode)
+                except OSError as e:
+                    raise _WriteError(e) from None
+                except (ValueError, TypeError) as e:  # an episode unlike the first one
+                    raise type(e)(f"{data.names[0]}: {e}") from None
+                lengths.append(int(data.lengths[0]))
+            _check_totals(layout, lengths)
+            try:
+                writer.close()
+            except OSError as e:
+                raise _WriteError(e) from None
+        except BaseException:
+            writer.abort()
+            raise
+    finally:
+        source.close()
+    return MDPDataset.load(to, transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
+                           in_memory=False)
 
 
 # --------------------------------------------------------------- writing

@@ -4,6 +4,7 @@ recovery, and errors that name the file, the episode and the key."""
 
 from __future__ import annotations
 
+import collections
 import json
 import pathlib
 import re
@@ -501,6 +502,16 @@ def test_size_bomb_in_an_episode_is_refused(tmp_path, monkeypatch):
     assert (root / "data" / "main_data.hdf5").stat().st_size < 100_000
     with pytest.raises(ValueError, match=r"main_data.hdf5: episode_2: terminations declares 10\^12 bool = 1 TB; this machine has 23 GB available"):
         get_minari(root)
+    # streamed to disk: refused by the free space first, and an episode must still fit the memory
+    with pytest.raises(OSError, match=r"needs 3\d{13} bytes \(3\d TB\)"):
+        get_minari(root, to=tmp_path / "out")
+    from offrl.dataset import disk as disk_module
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(disk_module.shutil, "disk_usage", lambda p: usage(10**16, 0, 10**16))
+    with pytest.raises(ValueError, match=r"main_data.hdf5: episode_2: terminations declares 10\^12 bool = 1 TB; this machine has 23 GB available"):
+        get_minari(root, to=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_columns_over_available_memory_are_refused_before_allocating(tmp_path, monkeypatch):
@@ -566,3 +577,134 @@ def test_overwrite_replaces_by_rename_and_leaves_no_temporary_folders(tmp_path, 
     assert renames[0][1].startswith(".data.old-") and renames[1][0].startswith(".data.partial-")
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["README", "data"]
     assert_same(second, get_minari(tmp_path / "d")[0])
+
+
+# ------------------------------------------------------- streaming to disk (to=)
+
+
+def assert_same_rows(memory, disk):
+    """Every stored column, row for row (final-observation rows included),
+    the episode table and the dataset info of the two datasets are equal."""
+    from offrl.dataset import DiskStore
+
+    a, b = memory.buffer, disk.buffer
+    assert isinstance(b, DiskStore) and not isinstance(a, DiskStore)
+    assert type(disk) is type(memory) and disk.dataset_info == memory.dataset_info
+    assert disk.transition_count == memory.transition_count
+    rows_a, rows_b = slice(a.head, a.tail), slice(b.head, b.tail)
+    assert len(a.observations) == len(b.observations)
+    for x, y in zip(a.observations, b.observations):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(x[rows_a], y[rows_b])
+    for name in ("actions", "rewards"):
+        x, y = getattr(a, name)[rows_a], getattr(b, name)[rows_b]
+        assert x.dtype == y.dtype, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+    if a.behaviour_probabilities is None:
+        assert b.behaviour_probabilities is None
+    else:
+        np.testing.assert_array_equal(a.behaviour_probabilities[rows_a], b.behaviour_probabilities[rows_b])
+    for x, y in zip(a.episode_table(), b.episode_table()):
+        np.testing.assert_array_equal(x - (a.head if x.dtype.kind == "i" else 0),
+                                      y - (b.head if y.dtype.kind == "i" else 0))
+
+
+def _leftovers(parent):
+    return sorted(p.name for p in parent.iterdir())
+
+
+@pytest.mark.parametrize("data_format", FORMATS)
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_to_disk_equals_the_in_memory_read(tmp_path, data_format, kind):
+    folder = to_minari(KINDS[kind](), tmp_path / "ds-v0", data_format=data_format)
+    memory, _ = get_minari(folder)
+    disk, env = get_minari(folder, to=tmp_path / "out")
+    assert env is None
+    assert_same_rows(memory, disk)
+    assert_same(memory, disk)
+    offrl.seed(0)
+    a = memory.sample_transition_batch(16)
+    offrl.seed(0)
+    b = disk.sample_transition_batch(16)
+    np.testing.assert_array_equal(a.rewards, b.rewards)
+    np.testing.assert_array_equal(a.actions, b.actions)
+
+
+@pytest.mark.parametrize("writer", [_write_minari_hdf5, _write_minari_arrow])
+def test_to_disk_keeps_dict_keys_and_shifted_discrete_actions(tmp_path, writer):
+    root = writer(tmp_path / "d")
+    memory, _ = get_minari(root)
+    disk, _ = get_minari(root, to=tmp_path / "out")
+    assert disk.dataset_info.observation_signature.keys == ("achieved_goal", "observation")
+    assert_same_rows(memory, disk)
+    assert [e.size() for e in disk.episodes] == [4, 3, 5]
+    np.testing.assert_array_equal(disk.episodes[2].actions[:, 0], EPISODES[2]["actions"] - 1)
+
+
+@pytest.mark.parametrize("data_format", FORMATS)
+def test_to_disk_with_behaviour_logged_for_some_episodes(tmp_path, data_format):
+    dataset = _discrete_with_finals()
+    probs = dataset.buffer.behaviour_probabilities
+    probs[dataset.buffer.episode_table()[0][-1]:] = np.nan  # the last episode logged none
+    folder = to_minari(dataset, tmp_path / "ds-v0", data_format=data_format)
+    memory, _ = get_minari(folder)
+    assert np.isnan(memory.episodes[-1].behaviour_probabilities).all()
+    assert_same_rows(memory, get_minari(folder, to=tmp_path / "out")[0])
+
+
+def test_to_disk_reads_float_discrete_actions_like_the_in_memory_read(tmp_path):
+    episodes = _with(0, actions=EPISODES[0]["actions"].astype(np.float32))  # episode 0 only: float
+    root = _write_minari_hdf5(tmp_path / "d", episodes)
+    assert_same_rows(get_minari(root)[0], get_minari(root, to=tmp_path / "out")[0])
+    actions = EPISODES[2]["actions"].astype(np.float64)
+    actions[1] = 2.5
+    root = _write_minari_hdf5(tmp_path / "bad", _with(2, actions=actions))
+    message = r"episode_2: actions\[1\] is 2\.5, expected an integer in \[1, 4\)"
+    for to in (None, tmp_path / "out2"):
+        with pytest.raises(ValueError, match=message):
+            get_minari(root, to=to)
+    assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.parametrize("writer", [_write_minari_hdf5, _write_minari_arrow])
+def test_to_disk_error_in_a_late_episode_leaves_nothing(tmp_path, writer):
+    rewards = EPISODES[2]["rewards"].copy()
+    rewards[3] = np.nan
+    root = writer(tmp_path / "d", _with(2, rewards=rewards))
+    (tmp_path / "parent").mkdir()
+    for to in (None, tmp_path / "parent" / "out"):  # the same error, in memory and streamed
+        with pytest.raises(ValueError, match=r"(episode_2|data/2): step 3: reward is nan"):
+            get_minari(root, to=to)
+    assert _leftovers(tmp_path / "parent") == []  # no output, no temporary directory
+
+
+def test_to_disk_totals_are_checked_and_leave_nothing(tmp_path):
+    root = _write_minari_hdf5(tmp_path / "d", total_steps=99)
+    (tmp_path / "parent").mkdir()
+    with pytest.raises(ValueError, match=r"metadata.json says total_steps=99 but the data holds 12"):
+        get_minari(root, to=tmp_path / "parent" / "out")
+    assert _leftovers(tmp_path / "parent") == []
+
+
+@pytest.mark.parametrize("data_format", FORMATS)
+def test_to_disk_refuses_a_full_disk_before_writing(tmp_path, monkeypatch, data_format):
+    from offrl.dataset import disk as disk_module
+
+    folder = to_minari(_discrete_with_finals(), tmp_path / "ds-v0", data_format=data_format)
+    # 12 steps + at most a final row for each of the 3 episodes; a row: 3 float32 observations,
+    # an int64 action, a float32 reward, a float64 probability
+    needed = (12 + 3) * (12 + 8 + 4 + 8)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(disk_module.shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
+    (tmp_path / "parent").mkdir()
+    with pytest.raises(OSError, match=rf"needs {needed} bytes .* 1000 bytes .* free"):
+        get_minari(folder, to=tmp_path / "parent" / "out")
+    assert _leftovers(tmp_path / "parent") == []
+
+
+def test_to_disk_refuses_an_existing_directory(tmp_path):
+    folder = to_minari(_discrete_with_finals(), tmp_path / "ds-v0")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ValueError, match=r"already exists"):
+        get_minari(folder, to=tmp_path / "out")
+    assert _leftovers(tmp_path / "out") == []
