@@ -24,6 +24,7 @@ __all__ = [
     "algos",
     "dataset",
     "datasets",
+    "distributed",
     "envs",
     "logging",
     "metrics",
@@ -37,7 +38,7 @@ __all__ = [
 #: subpackages imported on first attribute access
 _LAZY_MODULES = frozenset({
     "algos", "dataset", "datasets", "logging", "metrics", "models", "ope", "preprocessing",
-    "envs", "types", "optimizers",
+    "envs", "types", "optimizers", "distributed",
 })
 
 #: names imported on first access: (module, attribute)

@@ -4,8 +4,11 @@
 ``torch.optim``; on load only names found there are accepted, so a config
 never imports code. Optimizers use torch's fused or multi-tensor
 (``foreach``) implementations where available (fused Adam is
-about twice as fast as foreach on the CPU), and ``clip_grad_norm`` clips gradients
-before each step.
+about twice as fast as foreach on the CPU), ``clip_grad_norm`` clips gradients
+before each step, and ``lr_scheduler_factory`` (every factory, as in d3rlpy
+2.8) steps a learning-rate scheduler after each optimizer step. The named
+factories take d3rlpy 2.8.1's fields in its order: ``clip_grad_norm``,
+``lr_scheduler_factory``, then the optimizer's own.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from ..serialization import Serializable, register, to_json_value
+from ..optimizers.lr_schedulers import LRSchedulerFactory, attach_lr_scheduler
+from ..serialization import Serializable, from_json_value, register, to_json_value
 
 __all__ = [
     "OptimizerFactory",
@@ -93,10 +97,13 @@ class OptimizerFactory(Serializable):
 
     _kind = "optimizer"
 
-    def __init__(self, optim_cls: Any = "Adam", clip_grad_norm: Optional[float] = None, **kwargs: Any) -> None:
+    def __init__(self, optim_cls: Any = "Adam", clip_grad_norm: Optional[float] = None,
+                 lr_scheduler_factory: Optional[LRSchedulerFactory] = None, **kwargs: Any) -> None:
         self.optim_cls = _optim_class(optim_cls).__name__
         self.clip_grad_norm = clip_grad_norm
+        self.lr_scheduler_factory = lr_scheduler_factory
         self.kwargs = dict(kwargs)
+        _check_scheduler(lr_scheduler_factory)
 
     @staticmethod
     def get_type() -> str:
@@ -117,32 +124,50 @@ class OptimizerFactory(Serializable):
         cls = self._optim_class()
         params = [p for _, p in named]
         optim = cls(self._param_groups(named, lr), lr=lr, **_fast_kwargs(cls, self._kwargs(), params))
-        return OptimizerWrapper(optim, [p for _, p in named], self.clip_grad_norm)
+        return attach_lr_scheduler(OptimizerWrapper(optim, [p for _, p in named], self.clip_grad_norm),
+                                   self.lr_scheduler_factory)
 
     def to_dict(self) -> Dict[str, Any]:
         return {
             "kind": self._kind,
             "type": self.get_type(),
-            "params": {"optim_cls": self.optim_cls, "clip_grad_norm": self.clip_grad_norm, "kwargs": to_json_value(self.kwargs)},
+            "params": {"optim_cls": self.optim_cls, "clip_grad_norm": self.clip_grad_norm,
+                       "lr_scheduler_factory": to_json_value(self.lr_scheduler_factory), "kwargs": to_json_value(self.kwargs)},
         }
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "OptimizerFactory":
         params = data["params"]
         kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in params.get("kwargs", {}).items()}
-        return cls(params["optim_cls"], clip_grad_norm=params.get("clip_grad_norm"), **kwargs)
+        scheduler = params.get("lr_scheduler_factory")
+        return cls(params["optim_cls"], clip_grad_norm=params.get("clip_grad_norm"),
+                   lr_scheduler_factory=None if scheduler is None else from_json_value(scheduler), **kwargs)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, OptimizerFactory) and self.to_dict() == other.to_dict()
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
-        return f"OptimizerFactory({self.optim_cls}, clip_grad_norm={self.clip_grad_norm}{extra})"
+        scheduler = "" if self.lr_scheduler_factory is None else f", lr_scheduler_factory={self.lr_scheduler_factory!r}"
+        return f"OptimizerFactory({self.optim_cls}, clip_grad_norm={self.clip_grad_norm}{scheduler}{extra})"
 
 
+def _check_scheduler(factory: Any) -> None:
+    if factory is not None and not isinstance(factory, LRSchedulerFactory):
+        raise TypeError(f"lr_scheduler_factory must be an LRSchedulerFactory or None, got {type(factory).__name__}")
+
+
+@dataclasses.dataclass
 class _NamedFactory(OptimizerFactory):
     """Base of the dataclass factories for one optimizer: their fields are
-    their parameters (plain ``Serializable`` JSON)."""
+    their parameters (plain ``Serializable`` JSON), after d3rlpy's two common
+    ones."""
+
+    clip_grad_norm: Optional[float] = None
+    lr_scheduler_factory: Optional[LRSchedulerFactory] = None
+
+    def __post_init__(self) -> None:
+        _check_scheduler(self.lr_scheduler_factory)
 
     to_dict = Serializable.to_dict
     from_dict = classmethod(Serializable.from_dict.__func__)  # type: ignore[assignment]
@@ -155,7 +180,6 @@ class SGDFactory(_NamedFactory):
     dampening: float = 0.0
     weight_decay: float = 0.0
     nesterov: bool = False
-    clip_grad_norm: Optional[float] = None
 
     @staticmethod
     def get_type() -> str:
@@ -175,9 +199,9 @@ class AdamFactory(_NamedFactory):
     eps: float = 1e-8
     weight_decay: float = 0.0
     amsgrad: bool = False
-    clip_grad_norm: Optional[float] = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.betas = tuple(self.betas)  # type: ignore[assignment]
 
     @staticmethod
@@ -199,7 +223,6 @@ class RMSpropFactory(_NamedFactory):
     weight_decay: float = 0.0
     momentum: float = 0.0
     centered: bool = True
-    clip_grad_norm: Optional[float] = None
 
     @staticmethod
     def get_type() -> str:
@@ -216,15 +239,17 @@ class RMSpropFactory(_NamedFactory):
 @dataclasses.dataclass
 class GPTAdamWFactory(_NamedFactory):
     """AdamW as used to train GPT: weight decay on the weights of linear
-    (and convolution) layers only, not on biases, norms or embeddings."""
+    (and convolution) layers only, not on biases, norms or embeddings.
+    Defaults are d3rlpy 2.8.1's (``betas=(0.9, 0.999)``, ``weight_decay=0``;
+    minGPT's recipe is ``betas=(0.9, 0.95)``, ``weight_decay=0.1``)."""
 
-    betas: Tuple[float, float] = (0.9, 0.95)
+    betas: Tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
-    weight_decay: float = 0.1
+    weight_decay: float = 0.0
     amsgrad: bool = False
-    clip_grad_norm: Optional[float] = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.betas = tuple(self.betas)  # type: ignore[assignment]
 
     @staticmethod

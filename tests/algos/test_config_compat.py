@@ -129,9 +129,8 @@ def test_serialize_round_trips_every_config(name, tmp_path):
 def test_serialize_matches_d3rlpy_and_reads_its_output():
     ours = json.loads(DQNConfig(batch_size=3).serialize())
     theirs = json.loads(D3RLPY_DQN_JSON)
-    # the only difference: offrl's AdamFactory has no learning-rate scheduler field
-    del theirs["optim_factory"]["params"]["lr_scheduler_factory"]
-    assert ours == theirs
+    assert theirs["optim_factory"]["params"]["lr_scheduler_factory"] == {"type": "none", "params": {}}
+    assert ours == theirs  # the optimizer's unset scheduler included
     assert DQNConfig.deserialize(D3RLPY_DQN_JSON) == DQNConfig(batch_size=3)
 
 

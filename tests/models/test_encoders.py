@@ -71,7 +71,7 @@ def test_optimizers_use_fast_kernels_and_clip():
 
 def test_gpt_adamw_decays_only_weights():
     model = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 1))
-    opt = GPTAdamWFactory().create(list(model.named_parameters()), lr=1e-3)
+    opt = GPTAdamWFactory(weight_decay=0.1).create(list(model.named_parameters()), lr=1e-3)
     decay, no_decay = opt.optim.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     assert {id(p) for p in decay["params"]} == {id(model[0].weight), id(model[2].weight)}

@@ -71,7 +71,7 @@ def test_defaults_mirror_d3rlpy():
     r = RMSpropFactory()
     assert (r.alpha, r.eps, r.weight_decay, r.momentum, r.centered) == (0.95, 1e-2, 0.0, 0.0, True)
     g = GPTAdamWFactory()
-    assert (g.betas, g.eps, g.weight_decay, g.amsgrad) == ((0.9, 0.95), 1e-8, 0.1, False)
+    assert (g.betas, g.eps, g.weight_decay, g.amsgrad) == ((0.9, 0.999), 1e-8, 0.0, False)
     assert all(f.clip_grad_norm is None for f in (SGDFactory(), AdamFactory(), RMSpropFactory(), g, OptimizerFactory()))
     assert all(isinstance(f, OptimizerFactory) for f in (SGDFactory(), AdamFactory(), RMSpropFactory(), g))
 

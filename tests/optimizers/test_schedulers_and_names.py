@@ -126,3 +126,49 @@ def test_make_fields():
     config = Config()
     assert isinstance(config.optim_factory, O.AdamFactory) and config.lr_scheduler_factory is None
     assert Config().optim_factory is not config.optim_factory
+
+
+#: d3rlpy 2.8.1's ``DQNConfig(optim_factory=AdamFactory(clip_grad_norm=2.0,
+#: lr_scheduler_factory=CosineAnnealingLRFactory(T_max=100))).serialize()``,
+#: its optim_factory entry (file-format fixture, written by d3rlpy 2.8.1)
+D3RLPY_ADAM_WITH_SCHEDULER = (
+    '{"type": "adam", "params": {"clip_grad_norm": 2.0, "lr_scheduler_factory": {"type": "cosine_annealing", '
+    '"params": {"T_max": 100, "eta_min": 0.0, "last_epoch": -1}}, "betas": [0.9, 0.999], "eps": 1e-08, '
+    '"weight_decay": 0, "amsgrad": false}}'
+)
+
+
+@pytest.mark.parametrize("name", ["SGDFactory", "AdamFactory", "AdamWFactory", "RMSpropFactory", "GPTAdamWFactory"])
+def test_every_named_factory_takes_d3rlpys_common_fields_first(name):
+    cls = getattr(O, name)
+    # d3rlpy 2.8.1's positional order: clip_grad_norm, lr_scheduler_factory, then the optimizer's own fields
+    factory = cls(0.5, O.WarmupSchedulerFactory(4))
+    assert factory.clip_grad_norm == 0.5 and factory.lr_scheduler_factory == O.WarmupSchedulerFactory(4)
+    # the scheduler is stepped after each optimizer step: the warm-up's lr * (t + 1) / 4
+    assert _lrs(factory, 1.0, 6) == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0, 1.0])
+    again = from_json_value(factory.to_dict())
+    assert again == factory and again.lr_scheduler_factory == O.WarmupSchedulerFactory(4)
+    assert _lrs(cls(), 1.0, 3) == [1.0, 1.0, 1.0]
+    with pytest.raises(TypeError, match="lr_scheduler_factory must be an LRSchedulerFactory"):
+        cls(lr_scheduler_factory="cosine")
+
+
+def test_generic_factory_takes_a_scheduler():
+    factory = O.OptimizerFactory("SGD", lr_scheduler_factory=O.CosineAnnealingLRFactory(T_max=4), momentum=0.5)
+    lrs = _lrs(factory, 1.0, 5)
+    assert lrs == pytest.approx([0.5 * (1 + math.cos(math.pi * t / 4)) for t in range(5)])
+    again = from_json_value(factory.to_dict())
+    assert again == factory and again.lr_scheduler_factory == O.CosineAnnealingLRFactory(T_max=4)
+    assert O.OptimizerFactory("Adam").to_dict()["params"]["lr_scheduler_factory"] is None
+
+
+def test_d3rlpy_config_with_an_adam_scheduler_reads_back():
+    import json
+
+    data = {"optim_factory": json.loads(D3RLPY_ADAM_WITH_SCHEDULER)}
+    config = offrl.algos.DQNConfig.deserialize(json.dumps(data))
+    factory = config.optim_factory
+    assert type(factory) is O.AdamFactory and factory.clip_grad_norm == 2.0
+    assert factory.lr_scheduler_factory == O.CosineAnnealingLRFactory(T_max=100)
+    assert json.loads(config.serialize())["optim_factory"]["params"]["lr_scheduler_factory"] == \
+        json.loads(D3RLPY_ADAM_WITH_SCHEDULER)["params"]["lr_scheduler_factory"]
