@@ -652,6 +652,22 @@ def test_to_disk_with_behaviour_logged_for_some_episodes(tmp_path, data_format):
     assert_same_rows(memory, get_minari(folder, to=tmp_path / "out")[0])
 
 
+@pytest.mark.parametrize("data_format", FORMATS)
+def test_to_disk_with_behaviour_logged_from_a_later_episode_on(tmp_path, data_format):
+    dataset = _discrete_with_finals()
+    starts = dataset.buffer.episode_table()[0]
+    dataset.buffer.behaviour_probabilities[: starts[2]] = np.nan  # episodes 0 and 1 logged none
+    folder = to_minari(dataset, tmp_path / "ds-v0", data_format=data_format)
+    memory, disk = get_minari(folder)[0], get_minari(folder, to=tmp_path / "out")[0]
+    for a, b in zip(memory.episodes, disk.episodes):  # every step's probability (NaN: not logged)
+        np.testing.assert_array_equal(a.behaviour_probabilities, b.behaviour_probabilities)
+    assert np.isnan(disk.episodes[1].behaviour_probabilities).all()
+    # the placeholder on episode 1's final-observation row (not a step) is NaN on disk, 1.0 in memory:
+    # the disk writer fills the rows before the first logged episode as ReplayBuffer.append_episode does
+    rows = memory.buffer.step_rows()
+    np.testing.assert_array_equal(memory.buffer.behaviour_probabilities[rows], disk.buffer.behaviour_probabilities[rows])
+
+
 def test_to_disk_reads_float_discrete_actions_like_the_in_memory_read(tmp_path):
     episodes = _with(0, actions=EPISODES[0]["actions"].astype(np.float32))  # episode 0 only: float
     root = _write_minari_hdf5(tmp_path / "d", episodes)
