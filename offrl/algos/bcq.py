@@ -58,7 +58,7 @@ from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_out
 from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.perturbation import PerturbationActor, create_perturbation_actor
 from ..models.policies import CategoricalPolicy
-from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..models.vae import ConditionalVAE, create_conditional_vae, repeat_observations
 from ..serialization import register
 from ._common import freeze, hard_update, no_param_grads, soft_update, td_target
@@ -392,8 +392,8 @@ class FirstMemberEncoder(nn.Module):
 def allowed_mask(logits: torch.Tensor, action_flexibility: float) -> torch.Tensor:
     """Actions whose probability is more than ``action_flexibility`` times
     the most likely one's, ``(B, A)`` bools."""
-    log_probs = F.log_softmax(logits, dim=-1)
-    ratio = log_probs - log_probs.max(dim=-1, keepdim=True).values
+    # log G(a|s) - max_b log G(b|s): the log-normaliser cancels, leaving the logits' gap to their maximum
+    ratio = logits - logits.max(dim=-1, keepdim=True).values
     threshold = math.log(action_flexibility) if action_flexibility > 0.0 else -math.inf
     return ratio > threshold
 
@@ -437,11 +437,28 @@ class DiscreteBCQ(DoubleDQN):
         # one optimizer over the Q-network and the imitator (one loss)
         self._add_optimizer("optim", cfg.optim_factory, trained, cfg.learning_rate)
 
+    def _shares_features(self) -> bool:
+        """Whether one encoder pass can give both the Q-values and the
+        imitator's logits: a shared encoder under a mean (non-distributional)
+        Q-function, whose values are ``head(encoder(s))``."""
+        return bool(self._config.share_encoder) and type(self._nets["q_function"]) is MeanQFunction
+
+    def _values_and_logits(self, observations) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(Q(s, .) (E, B, A), imitator logits (B, A))`` from one pass
+        through the shared encoder (only when :meth:`_shares_features`)."""
+        q = self._nets["q_function"]
+        features = q.encoder(observations)  # (E, B, F); the imitator reads the first member's
+        return q.head(features), self._nets["imitator"].fc(features[0])
+
     def _next_value(self, next_observations) -> torch.Tensor:
         q, targ = self._nets["q_function"], self._target_q_function()
         dist = targ.distribution(next_observations, greedy_taus=False)  # (E, B, A, N)
-        values = q.expected(next_observations).mean(dim=0)
-        next_action = restricted_argmax(values, self._nets["imitator"](next_observations), float(self._config.action_flexibility))
+        if self._shares_features():
+            values, next_logits = self._values_and_logits(next_observations)
+            values = values.mean(dim=0)
+        else:
+            values, next_logits = q.expected(next_observations).mean(dim=0), self._nets["imitator"](next_observations)
+        next_action = restricted_argmax(values, next_logits, float(self._config.action_flexibility))
         index = next_action.view(1, -1, 1, 1).expand(dist.shape[0], -1, 1, dist.shape[-1])
         return q.reduce(dist.gather(2, index).squeeze(2), "min")
 
@@ -450,9 +467,14 @@ class DiscreteBCQ(DoubleDQN):
         q, imitator = self._nets["q_function"], self._nets["imitator"]
         with torch.no_grad():
             target = td_target(batch.rewards, self._next_value(batch.next_observations), batch.terminals, cfg.gamma, batch.intervals)
-        pred, taus = q.at_action(batch.observations, batch.actions)
+        if self._shares_features():
+            values, logits = self._values_and_logits(batch.observations)
+            index = batch.actions.reshape(1, -1, 1).long().expand(values.shape[0], -1, 1)
+            pred, taus = values.gather(2, index), None  # (E, B, 1), as MeanQFunction.at_action
+        else:
+            pred, taus = q.at_action(batch.observations, batch.actions)
+            logits = imitator(batch.observations)
         td_loss = q.loss(pred, target, taus, batch.weights)
-        logits = imitator(batch.observations)
         imitator_loss = F.cross_entropy(logits, batch.actions.reshape(-1).long()) + float(cfg.beta) * (logits**2).mean()
         loss = td_loss + imitator_loss
         optim = self._optims["optim"]

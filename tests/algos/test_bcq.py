@@ -230,13 +230,14 @@ def test_restricted_argmax_matches_a_loop(values, logits, tau):
             assert values[b, got[b]] == max(values[b, a] for a in surely)
 
 
-@pytest.mark.parametrize("share_encoder", [True, False])
-def test_discrete_bcq_loss_by_hand(share_encoder):
+@pytest.mark.parametrize("share_encoder,n_critics", [(True, 1), (False, 1), (True, 2), (False, 2)])
+def test_discrete_bcq_loss_by_hand(share_encoder, n_critics):
+    # share_encoder with a mean Q-function takes the one-encoder-pass path (values and logits from the same features)
     offrl.seed(0)
     tau, beta, gamma = 0.4, 0.3, 0.9
     algo = DiscreteBCQConfig(
         encoder_factory=VectorEncoderFactory(hidden_units=[8]), gamma=gamma, action_flexibility=tau, beta=beta,
-        share_encoder=share_encoder,
+        share_encoder=share_encoder, n_critics=n_critics,
     ).create()
     algo.create_impl((2,), 3)
     q, targ, imitator = algo.modules["q_function"], algo.modules["targ_q_function"], algo.modules["imitator"]
@@ -246,19 +247,21 @@ def test_discrete_bcq_loss_by_hand(share_encoder):
     batch = discrete_batch()
     obs, nxt = torch.from_numpy(batch.observations), torch.from_numpy(batch.next_observations)
     with torch.no_grad():
-        q_now, q_next = f64(q.expected(obs))[0], f64(q.expected(nxt))[0]
-        q_next_target = f64(targ.expected(nxt))[0]
+        q_now, q_next = f64(q.expected(obs)), f64(q.expected(nxt))  # (E, B, A)
+        q_next_target = f64(targ.expected(nxt))
         logits, next_logits = f64(imitator(obs)), f64(imitator(nxt))
     y, imitation = np.zeros(4), np.zeros(4)
     for b in range(4):
         p = np.exp(next_logits[b] - next_logits[b].max())
         p /= p.sum()
         allowed = [a for a in range(3) if p[a] / p.max() > tau]
-        a_star = max(allowed, key=lambda a: q_next[b, a])
-        y[b] = batch.rewards[b, 0] + gamma ** batch.intervals[b, 0] * (1 - batch.terminals[b, 0]) * q_next_target[b, a_star]
+        a_star = max(allowed, key=lambda a: np.mean([q_next[e, b, a] for e in range(n_critics)]))
+        smallest = min(q_next_target[e, b, a_star] for e in range(n_critics))
+        y[b] = batch.rewards[b, 0] + gamma ** batch.intervals[b, 0] * (1 - batch.terminals[b, 0]) * smallest
         log_z = math.log(sum(math.exp(v) for v in logits[b]))
         imitation[b] = -(logits[b, batch.actions[b, 0]] - log_z)
-    td = huber(q_now[np.arange(4), batch.actions[:, 0]] - y).mean()
+    # each critic's mean Huber error, summed over the critics
+    td = sum(huber(q_now[e, np.arange(4), batch.actions[:, 0]] - y).mean() for e in range(n_critics))
     imitator_loss = imitation.mean() + beta * np.mean(logits**2)
     losses = algo.update(batch)
     assert losses["td_loss"] == pytest.approx(td, rel=1e-5, abs=1e-6)
