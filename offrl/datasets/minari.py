@@ -286,10 +286,13 @@ class _Hints:
     episodes read one at a time give the rows a read of all of them gives:
     ``behaviour``, some episode logs behaviour probabilities (the others get
     NaN); ``float_actions``, some episode stores its Discrete actions as
-    floats (all are then read as float64, so 0.5 is refused, not truncated)."""
+    floats (all are then read as float64, so 0.5 is refused, not truncated);
+    ``dtypes``, for Arrow, the dtype of each observation column and of the
+    actions that concatenating every episode's values gives."""
 
     behaviour: bool = False
     float_actions: bool = False
+    dtypes: Optional[tuple] = None
 
 
 class _Episodes:
@@ -339,9 +342,11 @@ class _Episodes:
         has_final = np.asarray(self.has_final, dtype=bool)
         _, ends, step_rows = episode_layout(lengths, has_final)
         rows = int(ends[-1] + has_final[-1])
+        observations = self.observations
         step_actions = np.concatenate(self.actions)
-        if hints.float_actions:
-            step_actions = step_actions.astype(np.float64, copy=False)
+        if hints.dtypes is not None:
+            observations = [[o.astype(d, copy=False) for o in c] for c, d in zip(observations, hints.dtypes)]
+            step_actions = step_actions.astype(hints.dtypes[-1], copy=False)
         actions = np.zeros((rows,) + step_actions.shape[1:], dtype=step_actions.dtype)
         actions[step_rows] = step_actions
         rewards = np.zeros(rows, dtype=np.float32)
@@ -354,7 +359,7 @@ class _Episodes:
             )
         return _Columns(
             self.names, lengths, np.asarray(self.terminated, dtype=bool), has_final,
-            [np.concatenate(column) for column in self.observations], actions, rewards, behaviour,
+            [np.concatenate(column) for column in observations], actions, rewards, behaviour,
         )
 
 
@@ -808,6 +813,23 @@ def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) 
     return episodes.columns()
 
 
+def _arrow_leaf_dtype(schema: Any, column: str, leaf: _Leaf) -> Optional[np.dtype]:
+    """The numpy dtype of ``leaf``'s values in ``column`` of an Arrow schema,
+    or None when the schema does not say (the read then refuses it)."""
+    import pyarrow as pa
+
+    try:
+        kind = schema.field(column).type
+        for part in leaf.path:
+            kind = kind.field(str(part)).type
+        if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            kind = kind.value_type
+        dtype = np.dtype(kind.to_pandas_dtype())
+    except (KeyError, TypeError, ValueError, NotImplementedError, AttributeError):
+        return None
+    return dtype if dtype.kind in _safety.NUMERIC_KINDS else None
+
+
 class _ArrowStream:
     """The Arrow backend one episode at a time: the files' schemas are read
     first (which episodes log behaviour probabilities, whether Discrete
@@ -817,7 +839,8 @@ class _ArrowStream:
         pa = _pyarrow()
         self.folder, self.obs_leaves, self.act_leaf = folder, obs_leaves, act_leaf
         self.names = _arrow_episode_dirs(folder)
-        behaviour = float_actions = False
+        behaviour = False
+        dtypes: list = [None] * (len(obs_leaves) + 1)
         for name in self.names:
             for p in _arrow_files(folder / name):
                 try:
@@ -825,9 +848,10 @@ class _ArrowStream:
                 except (OSError, pa.ArrowInvalid) as e:
                     raise ValueError(f"{folder / name} holds a file that is not Arrow IPC: {e}") from None
                 behaviour |= _BEHAVIOUR in schema.names
-                if act_leaf.kind == "Discrete" and "actions" in schema.names:
-                    float_actions |= pa.types.is_floating(schema.field("actions").type)
-        self.hints = _Hints(behaviour, float_actions)
+                found = [_arrow_leaf_dtype(schema, "observations", leaf) for leaf in obs_leaves]
+                found.append(_arrow_leaf_dtype(schema, "actions", act_leaf))
+                dtypes = [d if f is None else f if d is None else np.promote_types(d, f) for d, f in zip(dtypes, found)]
+        self.hints = _Hints(behaviour, dtypes=tuple(dtypes))
         self.expected_bytes = None
         try:  # from the declared step count, when there is one (a final row at most for each episode)
             steps = _count(metadata["total_steps"], "", "")

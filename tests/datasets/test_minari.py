@@ -724,3 +724,56 @@ def test_to_disk_refuses_an_existing_directory(tmp_path):
     with pytest.raises(ValueError, match=r"already exists"):
         get_minari(folder, to=tmp_path / "out")
     assert _leftovers(tmp_path / "out") == []
+
+
+_MEMBER_VALUES = [
+    np.zeros(0), np.float32(1.0), np.full((4, 1), 5.4), np.full((4, 3), 1e300), np.array([b"a"] * 4),
+    np.array([-1, 5, 9, 20]), np.ones(4, dtype=bool), np.zeros(4, dtype=np.int8), np.full(4, np.nan),
+    np.full(4, 0.5), np.ones((5, 2, 2)), np.arange(4, dtype=np.uint64) + 2**63,
+]
+
+_OBSERVATION_VALUES = [
+    np.ones((5, 3)), np.arange(15, dtype=np.int32).reshape(5, 3), np.full((5, 3), np.inf), np.ones((4, 3)),
+    np.ones((5, 2)), np.ones((5, 3), dtype=bool),
+]
+
+
+@pytest.mark.parametrize("data_format", FORMATS)
+@pytest.mark.parametrize("member", ["observations", "actions", "rewards", "terminations", "behaviour_probabilities"])
+def test_to_disk_fails_or_succeeds_as_the_in_memory_read(tmp_path, data_format, member):
+    """A member of episode 1 replaced by each of a set of bad values: the
+    streamed read raises the in-memory read's error, or gives its data."""
+    outcomes = []
+    values = _OBSERVATION_VALUES if member == "observations" else _MEMBER_VALUES
+    for k, value in enumerate(values):
+        root = to_minari(_discrete_with_finals(), tmp_path / f"d{k}", data_format=data_format)
+        if data_format == "hdf5":
+            with h5py.File(root / "data" / "main_data.hdf5", "r+") as f:
+                del f["episode_1"][member]
+                f["episode_1"].create_dataset(member, data=value)
+        else:
+            path = root / "data" / "1" / "part-0.arrow"
+            table = pa.ipc.open_file(path).read_all()
+            if member == "observations":
+                array = pa.FixedSizeListArray.from_arrays(pa.array(value.reshape(-1)), value.shape[1])
+            elif value.ndim != 1 or len(value) != 4:
+                continue
+            else:
+                array = pa.array(np.append(value, value[-1:]))  # Arrow pads step columns with one row
+            if len(array) != table.num_rows:
+                continue
+            table = table.set_column(table.column_names.index(member), member, array)
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+        try:
+            memory, _ = get_minari(root)
+        except (ValueError, TypeError) as e:
+            with pytest.raises(type(e)) as streamed:
+                get_minari(root, to=tmp_path / f"out{k}")
+            assert str(streamed.value) == str(e), value
+            assert not (tmp_path / f"out{k}").exists()
+            outcomes.append("error")
+            continue
+        assert_same_rows(memory, get_minari(root, to=tmp_path / f"out{k}")[0])
+        outcomes.append("read")
+    assert "read" in outcomes and "error" in outcomes  # both sides exercised
