@@ -195,7 +195,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         out = _OneDnnLinear.apply(flat, weight, bias)
     else:
         out = _ONEDNN["op"](flat, weight, bias, "none", [], "")
-    return out.view(*x.shape[:-1], weight.shape[0])
+    # a 2-D input's output as is: an in-place activation on a view of it would make autograd copy slices
+    return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])
 
 
 class Linear(nn.Linear):
