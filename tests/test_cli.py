@@ -369,7 +369,7 @@ def test_package_attributes_load_on_first_use():
     import offrl
 
     assert sorted(offrl.__all__) == sorted(["__version__", "seed", "ActionSpace", "LoggingStrategy", "PositionEncodingType",
-                                            "load_learnable", "algos", "dataset", "datasets", "envs", "logging", "metrics",
+                                            "load_learnable", "algos", "dataset", "datasets", "distributed", "envs", "logging", "metrics",
                                             "models", "ope", "optimizers", "preprocessing", "types"])
     with pytest.raises(AttributeError, match="module 'offrl' has no attribute 'nothing_here'"):
         offrl.nothing_here

@@ -326,7 +326,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     ) -> "PrioritizedReplayBuffer":
         """Read a file written by :meth:`dump` (priorities all start at 1);
         ``priority_params``: ``alpha``, ``beta_start``, ``beta_steps``, ``epsilon``."""
-        plain = ReplayBuffer.load(f, buffer, transition_picker, trajectory_slicer, writer_preprocessor)
+        plain = ReplayBuffer.load(f, buffer, transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
+                                  writer_preprocessor=writer_preprocessor)
         return cls.from_dataset(plain, **priority_params)
 
     @classmethod

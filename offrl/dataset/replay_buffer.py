@@ -229,6 +229,12 @@ class ReplayBuffer(ReplayBufferBase):
         observation_signature, action_signature, reward_signature: explicit
             signatures, when neither episodes nor env is given.
         action_space, action_size: override what is inferred.
+        cache_size: d3rlpy's writer cache size; offrl's stores grow as
+            needed, so it is only checked (a positive int).
+        write_at_termination: keep the steps given to :meth:`append` aside
+            and store the episode whole at :meth:`clip_episode` (d3rlpy's
+            flag: nothing of an episode is sampled before it ends). By
+            default each step is stored, and can be sampled, at once.
 
     Without any of these, the signatures are taken from the first step or
     episode written.
@@ -247,7 +253,17 @@ class ReplayBuffer(ReplayBufferBase):
         reward_signature: Optional[Signature] = None,
         action_space: Optional[ActionSpace] = None,
         action_size: Optional[int] = None,
+        cache_size: int = 10000,
+        write_at_termination: bool = False,
     ) -> None:
+        if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) or cache_size <= 0:
+            raise ValueError(f"cache_size must be a positive int, got {cache_size!r}")
+        if not isinstance(write_at_termination, (bool, np.bool_)):
+            raise TypeError(f"write_at_termination must be a bool, got {type(write_at_termination).__name__}")
+        # d3rlpy's writer cache; offrl's stores grow as needed, so it only has to be valid
+        self._cache_size = int(cache_size)
+        # keep an episode's steps aside until clip_episode, then store it whole
+        self._write_at_termination = bool(write_at_termination)
         if not isinstance(buffer, BufferProtocol):
             raise TypeError(
                 f"buffer must implement BufferProtocol (e.g. InfiniteBuffer() or FIFOBuffer(limit)), "
@@ -404,7 +420,7 @@ class ReplayBuffer(ReplayBufferBase):
             raise ValueError(f"reward is {float(rew[0])!r}, beyond float32's range (|x| <= {_FLOAT32_MAX:.4g})")
         rew = rew.astype(np.float32)
         self._steps_written += 1
-        if self._store is not None:
+        if self._store is not None and not self._write_at_termination:
             self._store.append_step(obs, act, rew)
         else:
             if self._pending is None:
@@ -475,7 +491,7 @@ class ReplayBuffer(ReplayBufferBase):
                     final_observation = final_observation[0]
             processed = self._writer_preprocessor.process_observation(final_observation)
             final = _checks.as_single_observation(processed, self.dataset_info.observation_signature, "final_observation")
-        if self._store is not None:
+        if self._store is not None and not self._write_at_termination:
             self._store.close_episode(bool(terminated), final)
             return
         pending = self._pending
@@ -491,6 +507,10 @@ class ReplayBuffer(ReplayBufferBase):
             final_observation=(final[0] if final is not None and len(final) == 1 else final),
             observation_keys=self.dataset_info.observation_signature.keys,
         )
+        if self._store is not None:  # write_at_termination: the whole episode at once
+            obs, actions, rewards, final_columns, behaviour = _checks.episode_columns(episode, self._store)
+            self._store.add_episode(obs, actions, rewards, bool(terminated), final_columns, behaviour)
+            return
         for i in range(episode.transition_count):
             self._buffer.append(episode, i)
 
@@ -716,6 +736,7 @@ class ReplayBuffer(ReplayBufferBase):
         cls,
         f: PathOrFile,
         buffer: Optional[BufferProtocol] = None,
+        episode_cls: Any = Episode,
         transition_picker: Optional[TransitionPickerProtocol] = None,
         trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
         writer_preprocessor: Optional[WriterPreprocessProtocol] = None,
@@ -724,9 +745,15 @@ class ReplayBuffer(ReplayBufferBase):
         """Read a buffer written by :meth:`dump` into ``buffer``
         (a new :class:`InfiniteBuffer` by default). ``f`` may also be a disk
         dataset directory (``offrl.dataset.DiskDatasetWriter``); with
-        ``in_memory=False`` it is sampled in place, never loaded whole."""
+        ``in_memory=False`` it is sampled in place, never loaded whole.
+        ``episode_cls`` is d3rlpy's argument: episodes are always
+        :class:`Episode` views here, so only that class is accepted."""
         from .disk import is_disk_dataset, open_disk_dataset, read_disk_dataset
         from .io import read_dataset_file
+
+        if episode_cls is not Episode:
+            raise ValueError(f"episode_cls must be offrl.dataset.Episode (the class the store's episodes are), "
+                             f"got {episode_cls!r}")
 
         if not in_memory:
             if buffer is not None and (type(buffer) is not InfiniteBuffer or buffer.episode_count):

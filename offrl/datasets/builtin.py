@@ -267,10 +267,10 @@ def _write_atomically(path: str, data: bytes) -> None:
         raise
 
 
-def _make_env(recipe: DatasetRecipe) -> Any:
+def _make_env(recipe: DatasetRecipe, render_mode: Optional[str] = None) -> Any:
     import gymnasium
 
-    return gymnasium.make(recipe.env_id)
+    return gymnasium.make(recipe.env_id, render_mode=render_mode)
 
 
 def build_dataset(name: str, path: str, n_steps: Optional[int] = None) -> str:
@@ -330,23 +330,31 @@ def _cached_is_valid(path: str) -> bool:
     return bool(expected) and _sha256(path) == expected[0]
 
 
-def get_dataset(name: str, cache_dir: Optional[str] = None, rebuild: bool = False) -> Tuple[Any, Any]:
+def get_dataset(name: str, cache_dir: Optional[str] = None, rebuild: bool = False, transition_picker: Any = None,
+                trajectory_slicer: Any = None, render_mode: Optional[str] = None) -> Tuple[Any, Any]:
     """``(dataset, env)`` for a built-in dataset name (see :func:`dataset_names`).
 
     Built by its recipe on first use (up to a minute on two CPU cores),
     then loaded from the cache after a checksum check. ``rebuild=True``
-    builds it again. ``env`` is a new gymnasium environment of the recipe.
+    builds it again. ``env`` is a new gymnasium environment of the recipe
+    (made with ``render_mode``); ``transition_picker`` / ``trajectory_slicer``
+    are the dataset's (the defaults when None).
     """
     from ..dataset import MDPDataset
 
     recipe = _recipe(name)
     directory = cache_directory(cache_dir)
     path = os.path.join(directory, f"{name}.h5")
+
+    def loaded() -> Tuple[Any, Any]:
+        dataset = MDPDataset.load(path, transition_picker=transition_picker, trajectory_slicer=trajectory_slicer)
+        return dataset, _make_env(recipe, render_mode)
+
     if rebuild or not _cached_is_valid(path):
         if os.path.exists(path) and not rebuild:
             warnings.warn(f"{path} does not match its checksum (corrupted or incomplete); rebuilding it", stacklevel=2)
         if not rebuild and _copy_prebuilt(recipe, path):
-            return MDPDataset.load(path), _make_env(recipe)
+            return loaded()
         checksum = build_dataset(name, path)
         if recipe.reference_sha256 is not None and checksum != recipe.reference_sha256:
             warnings.warn(
@@ -355,23 +363,31 @@ def get_dataset(name: str, cache_dir: Optional[str] = None, rebuild: bool = Fals
                 "the dataset is a valid build of its recipe",
                 stacklevel=2,
             )
-    dataset = MDPDataset.load(path)
-    return dataset, _make_env(recipe)
+    return loaded()
 
 
-def _by_type(env_name: str, dataset_type: str, cache_dir: Optional[str]) -> Tuple[Any, Any]:
+def _by_type(env_name: str, dataset_type: str, cache_dir: Optional[str], transition_picker: Any,
+             trajectory_slicer: Any, render_mode: Optional[str]) -> Tuple[Any, Any]:
     name = f"{env_name}-{dataset_type}"
     if name not in RECIPES:
         types = sorted(n.split("-", 1)[1] for n in RECIPES if n.startswith(env_name + "-"))
         raise ValueError(f"unknown dataset_type {dataset_type!r} for {env_name}; known: {', '.join(types)}")
-    return get_dataset(name, cache_dir)
+    return get_dataset(name, cache_dir, transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
+                       render_mode=render_mode)
 
 
-def get_cartpole(dataset_type: str = "replay", cache_dir: Optional[str] = None) -> Tuple[Any, Any]:
-    """CartPole-v1 data (``random``, ``replay``, ``medium``, ``expert``) and the environment."""
-    return _by_type("cartpole", dataset_type, cache_dir)
+def get_cartpole(dataset_type: str = "replay", transition_picker: Any = None, trajectory_slicer: Any = None,
+                 render_mode: Optional[str] = None, cache_dir: Optional[str] = None) -> Tuple[Any, Any]:
+    """CartPole-v1 data (``random``, ``replay``, ``medium``, ``expert``) and the environment.
+
+    d3rlpy's arguments: the dataset's ``transition_picker`` and
+    ``trajectory_slicer``, and the environment's ``render_mode``;
+    ``cache_dir`` is where offrl keeps the built file."""
+    return _by_type("cartpole", dataset_type, cache_dir, transition_picker, trajectory_slicer, render_mode)
 
 
-def get_pendulum(dataset_type: str = "replay", cache_dir: Optional[str] = None) -> Tuple[Any, Any]:
-    """Pendulum-v1 data (``random``, ``replay``, ``medium``, ``expert``) and the environment."""
-    return _by_type("pendulum", dataset_type, cache_dir)
+def get_pendulum(dataset_type: str = "replay", transition_picker: Any = None, trajectory_slicer: Any = None,
+                 render_mode: Optional[str] = None, cache_dir: Optional[str] = None) -> Tuple[Any, Any]:
+    """Pendulum-v1 data (``random``, ``replay``, ``medium``, ``expert``) and the environment
+    (arguments as :func:`get_cartpole`)."""
+    return _by_type("pendulum", dataset_type, cache_dir, transition_picker, trajectory_slicer, render_mode)

@@ -976,3 +976,58 @@ def test_from_episode_generator_holds_every_episode_in_order():
     for k, e in enumerate(rb.episodes):
         np.testing.assert_array_equal(e.observations, np.full((k + 2, 2), k, dtype=np.float32))
     assert rb.transition_count == 2 + 2 + 4 + 4
+
+
+# ----------------------------------------------- d3rlpy 2.8.1's writer arguments
+def _steps(buffer, env, seed: int, n_episodes: int) -> list:
+    """Write ``n_episodes`` random episodes; the transition count seen after every step."""
+    counts = []
+    env.action_space.seed(seed)
+    for e in range(n_episodes):
+        obs, _ = env.reset(seed=seed + e)
+        while True:
+            action = env.action_space.sample()
+            nxt, reward, terminated, truncated, _ = env.step(action)
+            buffer.append(obs, action, reward)
+            counts.append(buffer.transition_count)
+            obs = nxt
+            if terminated or truncated:
+                buffer.clip_episode(terminated, None if terminated else nxt)
+                counts.append(buffer.transition_count)
+                break
+    return counts
+
+
+@pytest.mark.parametrize("make", [create_infinite_replay_buffer, lambda **k: create_fifo_replay_buffer(10_000, **k)])
+def test_write_at_termination_stores_whole_episodes_with_the_same_content(make):
+    env = gymnasium.make("Pendulum-v1", max_episode_steps=7)
+    eager = make(env=env)
+    held = make(env=env, write_at_termination=True, cache_size=16)
+    eager_counts = _steps(eager, env, 3, 3)
+    held_counts = _steps(held, env, 3, 3)
+    # nothing of an episode is visible before it is clipped; then the whole episode is
+    assert held_counts == [0] * 7 + [7] + [7] * 7 + [14] + [14] * 7 + [21]
+    assert eager_counts[:7] == [0, 1, 2, 3, 4, 5, 6]  # the open episode's steps before the last
+    assert eager.transition_count == held.transition_count == 21
+    for a, b in zip(eager.episodes, held.episodes):
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+        assert a.terminated == b.terminated
+        np.testing.assert_array_equal(a.final_observation, b.final_observation)
+
+
+def test_writer_arguments_are_checked_and_load_takes_episode_cls(tmp_path):
+    with pytest.raises(ValueError, match="cache_size must be a positive int, got 0"):
+        ReplayBuffer(InfiniteBuffer(), cache_size=0)
+    with pytest.raises(TypeError, match="write_at_termination must be a bool"):
+        ReplayBuffer(InfiniteBuffer(), write_at_termination="yes")
+    dataset = MDPDataset(np.arange(8, dtype=np.float32).reshape(4, 2), np.zeros((4, 1), np.float32),
+                         np.ones(4, np.float32), np.array([0, 0, 0, 1]))
+    path = str(tmp_path / "d.h5")
+    dataset.dump(path)
+    # d3rlpy 2.8.1's order: (f, buffer, episode_cls, transition_picker, ...)
+    again = ReplayBuffer.load(path, InfiniteBuffer(), Episode)
+    np.testing.assert_array_equal(again.episodes[0].observations, dataset.episodes[0].observations)
+    with pytest.raises(ValueError, match="episode_cls must be offrl.dataset.Episode"):
+        ReplayBuffer.load(path, InfiniteBuffer(), PartialTrajectory)

@@ -196,3 +196,20 @@ def test_a_shipped_file_that_does_not_match_is_not_used(tmp_path, monkeypatch):
     # the stand-in build is not the reference build either, and says so
     assert any("was rebuilt with checksum" in m for m in messages)
     assert built == ["cartpole-replay"]
+
+
+def test_d3rlpys_arguments_reach_the_dataset_and_the_env(small_recipes, tmp_path):
+    from offrl.dataset import BasicTrajectorySlicer, MultiStepTransitionPicker
+
+    picker, slicer = MultiStepTransitionPicker(n_steps=3, gamma=0.9), BasicTrajectorySlicer()
+    # d3rlpy 2.8.1's positional order: dataset_type, transition_picker, trajectory_slicer, render_mode
+    dataset, env = get_cartpole("random", picker, slicer, "rgb_array", cache_dir=str(tmp_path))
+    assert dataset.transition_picker is picker and dataset.trajectory_slicer is slicer
+    assert env.render_mode == "rgb_array"
+    default, plain_env = get_pendulum("random", cache_dir=str(tmp_path))
+    assert plain_env.render_mode is None
+    assert type(default.transition_picker).__name__ == "BasicTransitionPicker"
+    # the picker is used when sampling: a 3-step return on a cartpole episode (reward 1 per step)
+    batch = dataset.sample_transition_batch(64)
+    long = batch.terminals[:, 0] == 0
+    np.testing.assert_allclose(batch.rewards[long, 0], 1 + 0.9 + 0.81, rtol=1e-6)
