@@ -672,7 +672,24 @@ class StatefulTransformerWrapper:
         buffers.append(torch.zeros((1, size, 1), device=device))  # returns-to-go
         buffers.append(torch.zeros((1, size), dtype=torch.int64, device=device))  # timesteps
         aliases = [b.numpy()[0] for b in buffers] if device.type == "cpu" else None
-        return {"tensors": buffers, "aliases": aliases, "tuple": isinstance(observation, list), "start": 0}
+        ring = {"tensors": buffers, "aliases": aliases, "tuple": isinstance(observation, list), "start": 0,
+                "tokens": None}
+        transformer = self._algo.modules["transformer"]
+        if self._caches_tokens(transformer):
+            # per token (R, s, a of each step slot): the first block's input and its query-key-value products
+            hidden = transformer.rtg_embed.out_features
+            ring["tokens"] = (torch.zeros((1, 3 * size, hidden), device=device),
+                              torch.zeros((1, 3 * size, 3 * hidden), device=device))
+        return ring
+
+    def _caches_tokens(self, transformer: nn.Module) -> bool:
+        """Whether each step's tokens are embedded once and kept (the
+        built-in models with the SIMPLE encoding, predicting through the
+        built-in ``_predict_sequence``), instead of re-embedding the whole
+        context every step."""
+        builtin = (DecisionTransformer._predict_sequence, DiscreteDecisionTransformer._predict_sequence)
+        return (getattr(type(self._algo)._predict_sequence, "__func__", type(self._algo)._predict_sequence) in builtin
+                and getattr(transformer, "caches_tokens", False))
 
     def _write(self, index: int, pos: int, value: Any) -> None:
         ring = self._ring
@@ -692,6 +709,8 @@ class StatefulTransformerWrapper:
         elif ring["start"] + size == 2 * size:  # the end reached: the last size - 1 steps to the front
             for buf in ring["tensors"]:
                 buf[:, :size - 1] = buf[:, size + 1:].clone()
+            for buf in ring["tokens"] or ():
+                buf[:, :3 * (size - 1)] = buf[:, 3 * (size + 1):].clone()
             ring["start"] = 0
         else:
             ring["start"] += 1
@@ -713,6 +732,25 @@ class StatefulTransformerWrapper:
         views = [t[:, lo:hi] for t in ring["tensors"]]  # type: ignore[index]
         observations: Any = views[:-3] if ring["tuple"] else views[0]  # type: ignore[index]
         return observations, views[-3], views[-2], views[-1]
+
+    def _predict_from_tokens(self, inputs: tuple) -> torch.Tensor:
+        """Embed the new tokens of the step at buffer position ``pos`` (the
+        previous step's action, ``R_t``, ``s_t``), keep them, and run the
+        transformer on the context's kept tokens: ``(1, out)``."""
+        observation, rtg, pos = inputs
+        ring, transformer = self._ring, self._algo.modules["transformer"]
+        tensors, (tokens, qkv) = ring["tensors"], ring["tokens"]  # type: ignore[index]
+        steps, actions = tensors[-1], tensors[-3]
+        has_previous = self._filled > 1
+        new_tokens, new_qkv = transformer.step_tokens(
+            observation, rtg.reshape(1, 1), steps[:, pos],
+            actions[:, pos - 1] if has_previous else None, steps[:, pos - 1] if has_previous else None)
+        first = 3 * pos - 1 if has_previous else 3 * pos
+        tokens[:, first:3 * pos + 2] = new_tokens
+        qkv[:, first:3 * pos + 2] = new_qkv
+        lo = 3 * ring["start"]  # type: ignore[index]
+        hi = 3 * (pos + 1) - 1  # the last step's action token is not part of the context
+        return transformer.forward_tokens(tokens[:, lo:hi], qkv[:, lo:hi])
 
     def predict(self, x: Any, reward: float) -> Union[np.ndarray, int]:
         """The action for observation ``x`` (unbatched); ``reward`` is the
@@ -749,7 +787,10 @@ class StatefulTransformerWrapper:
             for history in (self._observations, self._actions, self._rewards, self._returns_to_go, self._timesteps):
                 del history[0]
         pos = self._push(observation, rtg, self._timestep)
-        output = algo._predict_tensors(*self._context_tensors())
+        if self._ring["tokens"] is not None:  # type: ignore[index]
+            output = algo._postprocess_output(algo._in_eval_mode(self._predict_from_tokens, (observation, rtg, pos)))[0]
+        else:
+            output = algo._predict_tensors(*self._context_tensors())
         action = self._action_sampler(output)
         kept = np.asarray(action, dtype=np.int64 if self._discrete else np.float32)
         # checked (a custom sampler's NaN or out-of-range index) and scaled as the next contexts read it
@@ -819,6 +860,15 @@ class DecisionTransformerConfig(TransformerConfig):
         return DecisionTransformer
 
 
+def _attention_masks(batch: TorchTrajectoryBatch) -> Optional[torch.Tensor]:
+    """The batch's step masks for the transformer when a window is front
+    padded (the padding is then kept out of attention); ``None`` when no
+    step is padded, so the plain causal kernel runs."""
+    if batch.n_steps and batch.n_steps == batch.masks.numel():
+        return None
+    return batch.masks
+
+
 def _masked_mean(values: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
     """Mean of ``values`` ``(B, L)`` over the steps where ``masks`` is 1."""
     return (values * masks).sum() / masks.sum().clamp(min=1.0)
@@ -849,7 +899,8 @@ class DecisionTransformer(TransformerAlgoBase):
     def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
         optim = self._optims["optim"]
         optim.zero_grad()
-        predicted = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps)
+        predicted = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
+                                              masks=_attention_masks(batch))
         loss = _masked_mean(((predicted - batch.actions) ** 2).mean(dim=-1), batch.masks)
         loss.backward()
         optim.step()
@@ -984,7 +1035,8 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
         for group in optim.optim.param_groups:
             group["lr"] = lr
         optim.zero_grad()
-        logits = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps)
+        logits = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
+                                           masks=_attention_masks(batch))
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.actions.reshape(-1), reduction="none")
         loss = _masked_mean(nll.view(batch.masks.shape), batch.masks)
         loss.backward()
@@ -1089,7 +1141,8 @@ class TACR(DecisionTransformer):
     def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
         q, targ_q = self._nets["q_function"], self._nets["targ_q_function"]
-        predicted = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps)
+        predicted = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
+                                              masks=_attention_masks(batch))
         b, length = batch.masks.shape
 
         def steps(x: Any, sl: slice) -> Any:  # (B, L, ...)[:, sl] flattened to (B * L', ...)

@@ -46,6 +46,7 @@ __all__ = [
     "SimplePositionEncoding",
     "GlobalPositionEncoding",
     "create_position_encoding",
+    "padded_causal_mask",
     "gpt_init_",
     "ContinuousDecisionTransformer",
     "DiscreteDecisionTransformer",
@@ -94,26 +95,49 @@ class CausalSelfAttention(nn.Module):
         self.proj = Linear(hidden_size, hidden_size)
         self.resid_dropout = nn.Dropout(resid_dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``attn_mask``: ``(B, 1, T, T)`` booleans, True where a query may
+        attend to a key (:func:`padded_causal_mask`); plain causal when None."""
         batch, tokens, hidden = x.shape
         q, k, v = self.qkv(x).view(batch, tokens, 3, self.num_heads, hidden // self.num_heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_dropout if self.training else 0.0, is_causal=True)
+        dropout = self.attn_dropout if self.training else 0.0
+        if attn_mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
         y = y.transpose(1, 2).reshape(batch, tokens, hidden)
         return self.resid_dropout(self.proj(y))
 
-    def forward_at(self, x: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward_qkv(self, qkv: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """``forward`` from the ``(B, T, 3 * hidden)`` query-key-value
+        products already computed (``self.qkv`` of the normalised tokens;
+        the stateful policy keeps them per token), causal; the last token's
+        output only with ``last_only``. Inference (no dropout)."""
+        batch, tokens, width = qkv.shape
+        hidden = width // 3
+        q, k, v = qkv.view(batch, tokens, 3, self.num_heads, hidden // self.num_heads).permute(2, 0, 3, 1, 4)
+        if last_only:  # the last token sees every token: no mask
+            y = F.scaled_dot_product_attention(q[:, :, -1:], k, v)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(batch, y.shape[2], hidden))
+
+    def forward_at(self, x: torch.Tensor, index: Optional[torch.Tensor] = None,
+                   attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The outputs at the token positions ``index`` only (ascending; the
         last token when ``None``): every token is still a key and value and
         the causal rule is kept (position ``p`` attends to tokens ``<= p``).
-        Equal to ``forward(x)[:, index]`` for less work."""
+        Equal to ``forward(x, attn_mask)[:, index]`` for less work."""
         batch, tokens, hidden = x.shape
         heads, size = self.num_heads, hidden // self.num_heads
         weight, bias = self.qkv.weight, self.qkv.bias
         queries = x[:, -1:] if index is None else x[:, index]
         q = linear(queries, weight[:hidden], bias[:hidden]).view(batch, -1, heads, size).transpose(1, 2)
         k, v = linear(x, weight[hidden:], bias[hidden:]).view(batch, tokens, 2, heads, size).permute(2, 0, 3, 1, 4)
-        # the last token sees every token: no mask
-        mask = None if index is None else index[:, None] >= torch.arange(tokens, device=x.device)[None, :]
+        if attn_mask is not None:  # the rows of the given mask at the queries
+            mask: Optional[torch.Tensor] = attn_mask[:, :, -1:] if index is None else attn_mask[:, :, index]
+        else:  # the last token sees every token: no mask
+            mask = None if index is None else index[:, None] >= torch.arange(tokens, device=x.device)[None, :]
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                            dropout_p=self.attn_dropout if self.training else 0.0)
         y = y.transpose(1, 2).reshape(batch, queries.shape[1], hidden)
@@ -133,15 +157,37 @@ class GPTBlock(nn.Module):
         self.mlp = nn.Sequential(Linear(hidden_size, 4 * hidden_size), activation(activation_type),
                                  Linear(4 * hidden_size, hidden_size), nn.Dropout(resid_dropout))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.ln1(x))
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = x + self.attention(self.ln1(x), attn_mask)
         return x + self.mlp(self.ln2(x))
 
-    def forward_at(self, x: torch.Tensor, index: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``forward(x)[:, index]`` (the last token when ``index`` is None),
-        computing the queries, residuals and MLP at those positions only."""
-        y = (x[:, -1:] if index is None else x[:, index]) + self.attention.forward_at(self.ln1(x), index)
+    def forward_at(self, x: torch.Tensor, index: Optional[torch.Tensor] = None,
+                   attn_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``forward(x, attn_mask)[:, index]`` (the last token when ``index``
+        is None), computing the queries, residuals and MLP at those
+        positions only."""
+        y = (x[:, -1:] if index is None else x[:, index]) + self.attention.forward_at(self.ln1(x), index, attn_mask)
         return y + self.mlp(self.ln2(y))
+
+
+    def forward_from_qkv(self, x: torch.Tensor, qkv: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """``forward(x)`` (the last token's row with ``last_only``) given
+        ``qkv = attention.qkv(ln1(x))``, in eval mode."""
+        y = (x[:, -1:] if last_only else x) + self.attention.forward_qkv(qkv, last_only)
+        return y + self.mlp(self.ln2(y))
+
+
+def padded_causal_mask(token_masks: torch.Tensor) -> torch.Tensor:
+    """``(B, T)`` token masks (1: a real token, 0: front padding) -> the
+    ``(B, 1, T, T)`` boolean attention mask in which a token attends to the
+    real tokens at or before it, and a padding token to itself alone (so
+    that its row is never empty; its output is never read). A real token
+    therefore computes exactly what it would in the window without the
+    padding."""
+    tokens = token_masks.shape[1]
+    causal = torch.ones(tokens, tokens, dtype=torch.bool, device=token_masks.device).tril()
+    eye = torch.eye(tokens, dtype=torch.bool, device=token_masks.device)
+    return (causal & (token_masks[:, None, :] > 0) | eye)[:, None]
 
 
 class GPT2(nn.Module):
@@ -157,24 +203,33 @@ class GPT2(nn.Module):
         self.ln = nn.LayerNorm(hidden_size, eps=BLOCK_LAYER_NORM_EPS)
         gpt_init_(self)
 
-    def forward(self, x: torch.Tensor, index: Optional[torch.Tensor] = None, last_only: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, index: Optional[torch.Tensor] = None, last_only: bool = False,
+                token_masks: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Outputs at every token, at the positions ``index`` only, or at the
         last token only (``last_only``); the last block then works on those
-        positions alone: exact, and cheaper when a caller reads a few tokens."""
+        positions alone: exact, and cheaper when a caller reads a few tokens.
+        ``token_masks`` ``(B, T)`` (0 on front padding) keeps the padding out
+        of every real token's attention (:func:`padded_causal_mask`)."""
         x = self.dropout(x)
-        if index is None and not last_only:
-            return self.ln(self.blocks(x))
+        attn_mask = None if token_masks is None else padded_causal_mask(token_masks)
         blocks = list(self.blocks)
+        if index is None and not last_only:
+            for block in blocks:
+                x = block(x, attn_mask)
+            return self.ln(x)
         for block in blocks[:-1]:
-            x = block(x)
-        return self.ln(blocks[-1].forward_at(x, None if last_only else index))
+            x = block(x, attn_mask)
+        return self.ln(blocks[-1].forward_at(x, None if last_only else index, attn_mask))
 
 
 class PositionEncoding(nn.Module):
-    """``(B, L)`` episode timesteps -> ``(B, L, hidden)`` step embeddings."""
+    """``(B, L)`` episode timesteps -> ``(B, L, hidden)`` step embeddings.
+    With ``masks`` ``(B, L)`` (0 on front padding) the padded steps get a
+    zero embedding (their timestep, 0 by the slicers' convention, is not
+    read), so no padded step shares a real step's embedding."""
 
-    def forward(self, timesteps: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
+    def forward(self, timesteps: torch.Tensor, masks: Optional[torch.Tensor] = None) -> torch.Tensor:
+        raise NotImplementedError  # pragma: no cover - interface
 
 
 class SimplePositionEncoding(PositionEncoding):
@@ -184,8 +239,9 @@ class SimplePositionEncoding(PositionEncoding):
         super().__init__()
         self.embed = gpt_init_(nn.Embedding(max_timestep + 1, hidden_size))
 
-    def forward(self, timesteps: torch.Tensor) -> torch.Tensor:
-        return self.embed(timesteps)
+    def forward(self, timesteps: torch.Tensor, masks: Optional[torch.Tensor] = None) -> torch.Tensor:
+        out = self.embed(timesteps)
+        return out if masks is None else out * masks[..., None].to(out.dtype)
 
 
 class GlobalPositionEncoding(PositionEncoding):
@@ -198,11 +254,20 @@ class GlobalPositionEncoding(PositionEncoding):
         self.global_embed = gpt_init_(nn.Embedding(max_timestep + 1, hidden_size))
         self.block_embed = nn.Parameter(torch.zeros(1, context_size, hidden_size))
 
-    def forward(self, timesteps: torch.Tensor) -> torch.Tensor:
+    def forward(self, timesteps: torch.Tensor, masks: Optional[torch.Tensor] = None) -> torch.Tensor:
         length = timesteps.shape[1]
         if not torch.jit.is_tracing() and length > self.block_embed.shape[1]:
             raise ValueError(f"the window has {length} steps, more than context_size={self.block_embed.shape[1]}")
-        return self.global_embed(timesteps[:, :1]) + self.block_embed[:, :length]
+        if masks is None:
+            return self.global_embed(timesteps[:, :1]) + self.block_embed[:, :length]
+        # front padding: the first real step is the window's start and block position 0, as in the
+        # window without the padding
+        real = masks > 0
+        pad = length - real.sum(dim=1, keepdim=True)  # (B, 1)
+        first = timesteps.gather(1, pad.clamp(max=length - 1))
+        inside = (torch.arange(length, device=timesteps.device)[None, :] - pad).clamp(min=0)  # (B, L)
+        out = self.global_embed(first) + self.block_embed[0][inside]
+        return out * real[..., None].to(out.dtype)
 
 
 def create_position_encoding(kind: PositionEncodingType, hidden_size: int, max_timestep: int,
@@ -245,13 +310,19 @@ class _DecisionTransformerBase(nn.Module):
         return tokens
 
     def state_features(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
-                       timesteps: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+                       timesteps: torch.Tensor, last_only: bool = False,
+                       masks: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``(B, L, hidden)`` outputs at the observation tokens (they have
         seen the step's return-to-go and observation, and earlier steps);
         ``(B, 1, hidden)``, the last step's, with ``last_only``. The last
-        step's action token is never read, so it is left out."""
+        step's action token is never read, so it is left out. ``masks``
+        ``(B, L)`` (0 on front padding): no real token attends to a padded
+        one and padded steps get no position embedding, so a real step's
+        output equals its output in the window without the padding (the
+        paper's attention mask); the padded steps' outputs are not
+        meaningful."""
         first = observations[0] if isinstance(observations, (list, tuple)) else observations
-        position = self.position_encoding(timesteps)
+        position = self.position_encoding(timesteps, masks)
         act = self._token_activation
         obs_tokens = act(self.encoder(_flatten_steps(observations)).reshape(first.shape[0], first.shape[1], -1)) + position
         action_tokens = act(self._embed_actions(actions)) + position
@@ -259,10 +330,60 @@ class _DecisionTransformerBase(nn.Module):
         # (B, L, 3, H) -> (B, 3L, H): R_1, s_1, a_1, R_2, ...
         # R_1, s_1, a_1, R_2, ..., s_L (the last action token is never read)
         tokens = torch.stack([rtg_tokens, obs_tokens, action_tokens], dim=2).flatten(1, 2)[:, :-1]
+        token_masks = None if masks is None else masks.repeat_interleave(3, dim=1)[:, :-1]
         if last_only:
-            return self.gpt(self._post_embed(tokens), last_only=True)
+            return self.gpt(self._post_embed(tokens), last_only=True, token_masks=token_masks)
         index = torch.arange(1, tokens.shape[1], 3, device=tokens.device)
-        return self.gpt(self._post_embed(tokens), index)
+        return self.gpt(self._post_embed(tokens), index, token_masks=token_masks)
+
+
+    # ---------------------------------------------- one step at a time (inference)
+    @property
+    def caches_tokens(self) -> bool:
+        """Whether :meth:`step_tokens` / :meth:`forward_tokens` apply: with
+        the ``SIMPLE`` encoding a token's embedding and its first block's
+        query, key and value depend on that token alone, so a policy acting
+        step by step computes them once per token instead of once per
+        step. (``GLOBAL`` embeds a token by its place in the window, which
+        moves every step.)"""
+        return type(self.position_encoding) is SimplePositionEncoding
+
+    def step_tokens(self, observation: Any, return_to_go: torch.Tensor, timestep: torch.Tensor,
+                    previous_action: Optional[torch.Tensor] = None,
+                    previous_timestep: Optional[torch.Tensor] = None) -> tuple:
+        """The new tokens of one environment step, in sequence order: the
+        previous step's action token (when ``previous_action`` is given),
+        then ``R_t`` and ``s_t``. Inputs are batches of one step
+        (``observation`` ``(1, *obs_shape)``, ``return_to_go`` ``(1, 1)``,
+        ``timestep`` ``(1,)`` int64, ``previous_action`` ``(1, action_size)``
+        or ``(1, 1)`` indices). Returns ``(tokens, qkv)``: ``(1, k, hidden)``
+        inputs of the first block and ``(1, k, 3 * hidden)`` its query-key-
+        value products, for :meth:`forward_tokens`. Eval mode, no grad."""
+        embed = self.position_encoding.embed
+        act = self._token_activation
+        position = embed(timestep)  # (1, hidden)
+        rows = [act(self.rtg_embed(return_to_go)) + position, act(self.encoder(observation)) + position]
+        if previous_action is not None:
+            rows.insert(0, act(self._embed_actions(previous_action[:, None])[:, 0]) + embed(previous_timestep))
+        tokens = self._post_embed(torch.cat(rows)[None])
+        first = self.gpt.blocks[0]
+        return tokens, first.attention.qkv(first.ln1(tokens))
+
+    def forward_tokens(self, tokens: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+        """The last step's output ``(1, out)`` from the context's tokens
+        ``(1, T, hidden)`` ``R_1, s_1, a_1, ..., R_L, s_L`` and their first-
+        block products, as :meth:`step_tokens` made them: equal to
+        ``forward(..., last_only=True)[:, -1]`` on the same context."""
+        blocks = list(self.gpt.blocks)
+        x = blocks[0].forward_from_qkv(tokens, qkv, last_only=len(blocks) == 1)
+        if len(blocks) > 1:
+            for block in blocks[1:-1]:
+                x = block(x)
+            x = blocks[-1].forward_at(x, None)
+        return self._head(self.gpt.ln(x))[:, -1]
+
+    def _head(self, features: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
 
 class ContinuousDecisionTransformer(_DecisionTransformerBase):
@@ -284,9 +405,12 @@ class ContinuousDecisionTransformer(_DecisionTransformerBase):
     def _post_embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed_ln(tokens)
 
+    def _head(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.output(features))
+
     def forward(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
-                timesteps: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-        return torch.tanh(self.output(self.state_features(observations, actions, returns_to_go, timesteps, last_only)))
+                timesteps: torch.Tensor, last_only: bool = False, masks: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self._head(self.state_features(observations, actions, returns_to_go, timesteps, last_only, masks))
 
 
 class DiscreteDecisionTransformer(_DecisionTransformerBase):
@@ -312,6 +436,9 @@ class DiscreteDecisionTransformer(_DecisionTransformerBase):
     def _token_activation(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed_activation(tokens)
 
+    def _head(self, features: torch.Tensor) -> torch.Tensor:
+        return self.output(features)
+
     def forward(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
-                timesteps: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-        return self.output(self.state_features(observations, actions, returns_to_go, timesteps, last_only))
+                timesteps: torch.Tensor, last_only: bool = False, masks: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self._head(self.state_features(observations, actions, returns_to_go, timesteps, last_only, masks))

@@ -74,6 +74,19 @@ def _valid_steps(batch: TrajectoryMiniBatch):
     return [(b, t) for b in range(2) for t in range(3) if batch.masks[b, t] == 1.0]
 
 
+def _unpadded_outputs(model, batch: TrajectoryMiniBatch):
+    """``{(b, t): output}`` at every unpadded step, each window run alone
+    without its front padding (what the paper's attention mask means: the
+    padding is invisible to the real steps)."""
+    obs, actions, rtg, steps = _inputs(batch)
+    outputs = {}
+    for b in range(batch.masks.shape[0]):
+        pad = int((batch.masks[b] == 0).sum())
+        out = model(obs[b:b + 1, pad:], actions[b:b + 1, pad:], rtg[b:b + 1, pad:], steps[b:b + 1, pad:])[0]
+        outputs.update({(b, pad + i): out[i] for i in range(out.shape[0])})
+    return outputs
+
+
 # ------------------------------------------------------------ hand-computed losses
 def test_decision_transformer_loss_and_gradient_by_hand():
     offrl.seed(0)
@@ -81,9 +94,9 @@ def test_decision_transformer_loss_and_gradient_by_hand():
     algo.create_impl((3,), 2)
     before = copy.deepcopy(algo.modules["transformer"])
     batch = _hand_batch(False)
-    obs, actions, rtg, steps = _inputs(batch)
-    predicted = before(obs, actions, rtg, steps)
-    terms = [sum((predicted[b, t, j] - actions[b, t, j]) ** 2 for j in range(2)) / 2 for b, t in _valid_steps(batch)]
+    actions = _inputs(batch)[1]
+    predicted = _unpadded_outputs(before, batch)
+    terms = [sum((predicted[b, t][j] - actions[b, t, j]) ** 2 for j in range(2)) / 2 for b, t in _valid_steps(batch)]
     expected = sum(terms) / len(terms)
     expected.backward()
     losses = algo.update(batch)
@@ -102,9 +115,9 @@ def test_discrete_decision_transformer_cross_entropy_and_token_schedule():
     algo.create_impl((3,), 3)
     before = copy.deepcopy(algo.modules["transformer"])
     batch = _hand_batch(True)
-    obs, actions, rtg, steps = _inputs(batch)
+    actions = _inputs(batch)[1]
     with torch.no_grad():
-        logits = before(obs, actions, rtg, steps)
+        logits = _unpadded_outputs(before, batch)
     terms = []
     for b, t in _valid_steps(batch):
         row = [float(v) for v in logits[b, t]]
@@ -149,9 +162,9 @@ def test_tacr_losses_by_hand():
     actor, q_before = copy.deepcopy(algo.modules["transformer"]), copy.deepcopy(algo.modules["q_function"])
     target_before = copy.deepcopy(algo.modules["targ_q_function"])
     batch = _hand_batch(False)
-    obs, actions, rtg, steps = _inputs(batch)
+    obs, actions = _inputs(batch)[:2]
     with torch.no_grad():
-        predicted = actor(obs, actions, rtg, steps)
+        predicted = _unpadded_outputs(actor, batch)
     pairs = [(b, t) for b in range(2) for t in range(2) if batch.masks[b, t] == 1 and batch.masks[b, t + 1] == 1]
     critic = 0.0
     with torch.no_grad():
@@ -241,16 +254,21 @@ def test_discrete_wrapper_samples_by_default_and_feeds_back_indices():
     np.testing.assert_array_equal(actor.context().actions[:-1], chosen[-3:-1])
 
 
-@pytest.mark.parametrize("discrete", [False, True])
-def test_wrapper_context_buffers_match_explicit_contexts_over_long_episodes(discrete):
+@pytest.mark.parametrize("discrete,position", [(False, PositionEncodingType.SIMPLE), (True, PositionEncodingType.SIMPLE),
+                                               (True, PositionEncodingType.GLOBAL)])
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_wrapper_context_buffers_match_explicit_contexts_over_long_episodes(discrete, position, num_layers):
     """The wrapper keeps its context in sliding tensor buffers (moved to the
-    front every context_size steps): over 3 windows' worth of steps, across
-    a reset, with observation and reward scalers, each action equals
-    ``predict`` on the explicit context; a bad observation changes nothing."""
+    front every context_size steps) and, with the SIMPLE position encoding,
+    each token's embedding and first-block products, computed once: over 3
+    windows' worth of steps, across a reset, with observation and reward
+    scalers, each action equals ``predict`` on the explicit context; a bad
+    observation changes nothing."""
     from offrl.preprocessing import MultiplyRewardScaler, StandardObservationScaler
 
     config_cls = DiscreteDecisionTransformerConfig if discrete else DecisionTransformerConfig
-    config = _small(config_cls, context_size=4, max_timestep=30,
+    config = _small(config_cls, context_size=4, max_timestep=30, position_encoding_type=position,
+                    num_layers=num_layers,
                     observation_scaler=StandardObservationScaler(mean=[0.5, -1.0, 2.0], std=[2.0, 0.5, 1.5]),
                     reward_scaler=MultiplyRewardScaler(0.1))
     algo = _built(config, action_size=3)
@@ -260,6 +278,7 @@ def test_wrapper_context_buffers_match_explicit_contexts_over_long_episodes(disc
     for episode_length in (13, 6):
         for k in range(episode_length):
             action = actor.predict(rng.normal(size=3).astype(np.float32), float(rng.normal()))
+            assert (actor._ring["tokens"] is not None) == (position == PositionEncodingType.SIMPLE)
             expected = algo.predict(actor.context())
             if discrete:
                 assert action == int(np.argmax(expected))
