@@ -30,13 +30,17 @@ target's probabilities or actions at every logged step and the transfer of
 the data to the device, reported separately). d3rlpy runs in a worker
 process started with the interpreter of ``--d3rlpy-python`` or
 ``$D3RLPY_PYTHON``; rounds of the two interleave and the ratio is the median
-of per-round ratios (``_harness.run_rounds`` / ``paired_ratio``).
+of per-round ratios (``_harness.run_rounds`` / ``paired_ratio``), of wall
+time and, beside it, of each process's CPU time per update (one torch
+thread each: on a shared machine another job taking the core stretches
+wall time, not CPU time).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -127,18 +131,29 @@ def serve(names: List[str], threads: Optional[int]) -> int:
     info = {"version": d3rlpy.__version__, "threads": torch.get_num_threads(),
             "cases": {n: ({} if isinstance(c, D3rlpyFQE) else {"error": c}) for n, c in cases.items()}}
 
-    def handle(request: List[Any]) -> str:
+    def handle(request: List[Any]) -> dict:
         name, k = request
+        cpu_start = time.process_time()
         cases[name].run(int(k))
-        return "ok"
+        return {"cpu_s": time.process_time() - cpu_start}
 
     return serve_requests(info, handle, pause_gc=True)
 
 
-def d3rlpy_runner(worker: Worker, name: str) -> Callable[[int], None]:
+def d3rlpy_runner(worker: Worker, name: str, cpu: List[float]) -> Callable[[int], None]:
+    """``run(k)``: ``k`` d3rlpy updates in the worker; its process CPU time per update appended to ``cpu``."""
     def run(k: int) -> None:
-        worker.call([name, k])
+        cpu.append(worker.call([name, k])["cpu_s"] / k)
     return run
+
+
+def cpu_timed(run: Callable[[int], None], cpu: List[float]) -> Callable[[int], None]:
+    """``run`` with this process's CPU time per step appended to ``cpu``."""
+    def timed(k: int) -> None:
+        start = time.process_time()
+        run(k)
+        cpu.append((time.process_time() - start) / k)
+    return timed
 
 
 def measure(names: List[str], quick: bool, server: Optional[Worker]) -> Dict[str, dict]:
@@ -147,13 +162,16 @@ def measure(names: List[str], quick: bool, server: Optional[Worker]) -> Dict[str
     for name in names:
         case = RatioCase(name)
         r: dict = {"setup_s": case.setup_s, "episodes": case.episodes}
-        variants: Dict[str, Callable[[int], None]] = {"offrl DualDICE": case.run}
+        cpu: Dict[str, List[float]] = {"offrl DualDICE": [], "d3rlpy FQE": []}
+        variants: Dict[str, Callable[[int], None]] = {"offrl DualDICE": cpu_timed(case.run, cpu["offrl DualDICE"])}
         if server is not None and "error" not in server.info["cases"].get(name, {"error": "not built"}):
-            variants["d3rlpy FQE"] = d3rlpy_runner(server, name)
+            variants["d3rlpy FQE"] = d3rlpy_runner(server, name, cpu["d3rlpy FQE"])
         elif server is not None:
             r["d3rlpy_error"] = server.info["cases"].get(name, {}).get("error")
         log(f"{name}: updates/s in interleaved rounds")
         r["update"] = run_rounds(variants, settings.main_round_s, settings.main_rounds, warmup=settings.warmup)
+        # the timed rounds are each variant's last calls (warm-up and calibration come first)
+        r["cpu_ms"] = {v: [1e3 * c for c in cpu[v][-settings.main_rounds:]] for v in variants}
         results[name] = r
     return results
 
@@ -167,7 +185,8 @@ def report(results: Dict[str, dict], d_info: Optional[dict], d_source: str, load
         f"offrl {offrl.__version__} vs d3rlpy {d_info['version'] if d_info else '-'} ({d_source}); "
         f"torch {torch.__version__}, {threads} threads; load average {load[0][0]:.2f} -> {load[1][0]:.2f}",
         "",
-        f"Updates per second, batch {BATCH_SIZE}, 256-256 MLPs, CPU; ratio = median of per-round ratios",
+        f"Updates per second, batch {BATCH_SIZE}, 256-256 MLPs, CPU; ratio = median of per-round ratios "
+        "(wall time; CPU time: process CPU ms per update, which another job taking the core does not stretch)",
     ]
     rows = []
     for name, r in results.items():
@@ -176,12 +195,20 @@ def report(results: Dict[str, dict], d_info: Optional[dict], d_source: str, load
         theirs = 1e3 / u["d3rlpy FQE"]["ms"] if "d3rlpy FQE" in u else None
         ratio = paired_ratio(u["d3rlpy FQE"], u["offrl DualDICE"]) if "d3rlpy FQE" in u else None
         verdict = "-" if ratio is None else ("ok" if ratio >= TARGET_RATIO else "MISS")
-        rows.append([name, f"{ours:.1f}", fmt(theirs), fmt(ratio, "{:.2f}x"), f">= {TARGET_RATIO:g}x", verdict,
-                     f"{r['setup_s']:.2f}"])
+        cpu = r["cpu_ms"]
+        cpu_ours = statistics.median(cpu["offrl DualDICE"])
+        cpu_theirs = statistics.median(cpu["d3rlpy FQE"]) if "d3rlpy FQE" in cpu else None
+        cpu_ratio = (statistics.median([d / o for o, d in zip(cpu["offrl DualDICE"], cpu["d3rlpy FQE"])])
+                     if "d3rlpy FQE" in cpu else None)
+        cpu_verdict = "-" if cpu_ratio is None else ("ok" if cpu_ratio >= TARGET_RATIO else "MISS")
+        rows.append([name, f"{ours:.1f}", fmt(theirs), fmt(ratio, "{:.2f}x"), verdict, f"{cpu_ours:.2f}",
+                     fmt(cpu_theirs, "{:.2f}"), fmt(cpu_ratio, "{:.2f}x"), cpu_verdict, f"{r['setup_s']:.2f}"])
         if r.get("d3rlpy_error"):
             lines.append(f"{name} d3rlpy: {r['d3rlpy_error']}")
-    lines += format_table(["case", "DualDICE updates/s", "d3rlpy FQE updates/s", "ratio", "target", "result",
-                           "DualDICE setup s"], rows).splitlines()
+    lines += format_table(["case", "DualDICE updates/s", "d3rlpy FQE updates/s", "ratio", "result",
+                           "DualDICE CPU ms", "d3rlpy CPU ms", "CPU ratio", "result", "DualDICE setup s"],
+                          rows).splitlines()
+    lines.append(f"target: ratio >= {TARGET_RATIO:g}x")
     return "\n".join(lines)
 
 

@@ -205,6 +205,67 @@ def test_the_update_descends_in_nu_and_ascends_in_zeta():
         assert torch.allclose(p, before + 1e-3 * g, rtol=1e-5, atol=1e-8)
 
 
+def _separate_forwards(model, obs, actions, nxt, next_policy, not_last, first, initial_policy):
+    """``J`` the plain way: three forwards of ``nu``, autograd through :func:`dualdice_loss`."""
+    if model.discrete:
+        nu = model.nu(obs).gather(1, actions.view(-1, 1))[:, 0]
+        nu_next = (model.nu(nxt) * next_policy).sum(dim=1)
+        nu_first = (model.nu(first) * initial_policy).sum(dim=1)
+    else:
+        nu, nu_next, nu_first = model.nu(obs, actions), model.nu(nxt, next_policy), model.nu(first, initial_policy)
+    zeta = model.zeta(obs).gather(1, actions.view(-1, 1))[:, 0] if model.discrete else model.zeta(obs, actions)
+    return dualdice_loss(nu, nu_next * not_last, zeta, nu_first, model.gamma)
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_batched_forward_gives_the_loss_and_gradients_of_three_separate_forwards(discrete, reverse):
+    torch.manual_seed(0)
+    model = DensityRatioModel(DensityRatioConfig(encoder_factory=VectorEncoderFactory([16, 16])), (3,), 2,
+                              discrete, 0.9, torch.device("cpu"))
+    g = torch.Generator().manual_seed(1)
+    b, b0 = 7, 3
+    obs, nxt, first = torch.randn(b, 3, generator=g), torch.randn(b, 3, generator=g), torch.randn(b0, 3, generator=g)
+    not_last = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+    if discrete:
+        actions = torch.randint(0, 2, (b,), generator=g)
+        next_policy = torch.softmax(torch.randn(b, 2, generator=g), dim=1)
+        initial_policy = torch.softmax(torch.randn(b0, 2, generator=g), dim=1)
+    else:
+        actions, next_policy = torch.randn(b, 2, generator=g), torch.randn(b, 2, generator=g)
+        initial_policy = torch.randn(b0, 2, generator=g)
+    batch = (obs, actions, nxt, next_policy, not_last, first, initial_policy)
+    params = list(model.nu.parameters()) + list(model.zeta.parameters())
+    j = model.loss(*batch, reverse_zeta=reverse)
+    got = torch.autograd.grad(j, params)
+    want_j = _separate_forwards(model, *batch)
+    want = torch.autograd.grad(want_j, params)
+    n_nu = len(list(model.nu.parameters()))
+    assert j.item() == pytest.approx(want_j.item(), rel=1e-5, abs=1e-7)
+    for i, (a, w) in enumerate(zip(got, want)):
+        sign = -1.0 if reverse and i >= n_nu else 1.0  # zeta's gradients negated with reverse_zeta
+        torch.testing.assert_close(a, sign * w, rtol=1e-5, atol=1e-7)
+
+
+def test_the_average_is_the_running_mean_of_zeta():
+    torch.manual_seed(0)
+    model = DensityRatioModel(DensityRatioConfig(encoder_factory=VectorEncoderFactory([4])), (3,), 2, True, 0.9,
+                              torch.device("cpu"))
+    snapshots = []
+    for k in range(3):
+        with torch.no_grad():
+            for p in model.zeta.parameters():
+                p.add_(float(k + 1))
+        snapshots.append([p.detach().clone() for p in model.zeta.parameters()])
+        model.update_average()
+    for i, p in enumerate(model.zeta_average.parameters()):
+        torch.testing.assert_close(p, (snapshots[0][i] + snapshots[1][i] + snapshots[2][i]) / 3, rtol=1e-6, atol=1e-6)
+    x = np.eye(3, dtype=np.float32)
+    with torch.no_grad():
+        want = model.zeta_average(torch.as_tensor(x)).gather(1, torch.tensor([[0], [1], [0]]))[:, 0].numpy()
+    np.testing.assert_allclose(model.ratios(x, np.array([0, 1, 0])), want, rtol=1e-6)
+
+
 # ------------------------------------------------------------------ learning
 QUICK = DensityRatioConfig(encoder_factory=VectorEncoderFactory([32, 32]), n_steps=500, batch_size=256,
                            nu_learning_rate=5e-4, zeta_learning_rate=5e-3)
