@@ -48,6 +48,7 @@ from .._version import __version__
 from ..constants import ActionSpace
 from ..dataset.disk_writer import DiskDatasetWriter
 from ..dataset.replay_buffer import MDPDataset, ReplayBufferBase
+from ..envs.wrappers import GoalConcatWrapper
 from ._build import dataset_from_rows, episode_layout
 
 __all__ = ["get_minari", "to_minari", "MINARI_LAYOUT_VERSION"]
@@ -882,6 +883,7 @@ def get_minari(
     transition_picker: Any = None,
     trajectory_slicer: Any = None,
     render_mode: Optional[str] = None,
+    tuple_observation: Optional[bool] = None,
     load_env: bool = True,
     to: Optional[PathLike] = None,
 ) -> tuple[MDPDataset, Any]:
@@ -894,6 +896,16 @@ def get_minari(
             ``~/.minari/datasets``). Nothing is downloaded.
         transition_picker, trajectory_slicer: for the returned dataset.
         render_mode: passed to ``gymnasium.make`` for the environment.
+        tuple_observation: d3rlpy's goal-conditioned forms. ``None`` (offrl's
+            default) reads a Dict observation space as dict observations.
+            ``False`` / ``True`` need a Dict with ``observation`` and
+            ``desired_goal`` members (d3rlpy reads no other Dict) and give
+            d3rlpy's observations: one vector ``[observation, goal]``
+            (``False``, d3rlpy's default) or the pair ``(observation, goal)``
+            (``True``), a Dict goal flattened in sorted key order; the
+            environment is then wrapped in
+            :class:`offrl.envs.GoalConcatWrapper` to match. Ignored for a
+            Box observation space, as in d3rlpy.
         load_env: make the environment the dataset names. ``False`` reads
             the data only (``env`` is ``None``) and runs no environment code.
         to: a new directory: write the dataset there as a disk dataset
@@ -922,7 +934,7 @@ def get_minari(
     """
     folder = _data_folder(dataset_id_or_path)
     try:
-        return _get_minari(folder, transition_picker, trajectory_slicer, render_mode, load_env, to)
+        return _get_minari(folder, transition_picker, trajectory_slicer, render_mode, load_env, to, tuple_observation)
     except _WriteError as e:
         raise e.error from None
     except (KeyError, IndexError, AttributeError, OSError) as e:
@@ -945,12 +957,15 @@ class _Layout:
     act_leaf: _Leaf
     action_space: ActionSpace
     action_size: Optional[int]  # None for Box actions: the width read
+    goal_form: Optional[bool] = None  # get_minari's tuple_observation for a goal-conditioned Dict
 
 
 def _get_minari(
     folder: pathlib.Path, transition_picker: Any, trajectory_slicer: Any, render_mode: Optional[str], load_env: bool,
-    to: Optional[PathLike] = None,
+    to: Optional[PathLike] = None, tuple_observation: Optional[bool] = None,
 ) -> tuple[MDPDataset, Any]:
+    if tuple_observation is not None and not isinstance(tuple_observation, (bool, np.bool_)):
+        raise TypeError(f"tuple_observation must be None or a bool, got {type(tuple_observation).__name__}")
     metadata, meta_path = _read_metadata(folder)
     env = _recover_env(metadata.get("env_spec"), render_mode, meta_path) if load_env else None
     spaces = {}
@@ -979,8 +994,21 @@ def _get_minari(
         raise ValueError(f"{meta_path}: data_format is {data_format!r}, expected 'hdf5' or 'arrow'")
     if data_format not in ("hdf5", "arrow"):
         raise ValueError(f"{meta_path}: data_format {data_format!r} is not supported (hdf5 and arrow are)")
-    layout = _Layout(metadata, meta_path, data_format, spaces["observation_space"].get("type") == "Dict",
-                     obs_leaves, act_leaf, space, size)
+    dict_observations = spaces["observation_space"].get("type") == "Dict"
+    goal_form = None
+    if tuple_observation is not None and spaces["observation_space"].get("type") != "Box":
+        top = spaces["observation_space"].get("subspaces", {}) if dict_observations else {}
+        if not (isinstance(top, dict) and "observation" in top and "desired_goal" in top):
+            raise ValueError(
+                f"{meta_path}: tuple_observation={tuple_observation} reads a goal-conditioned Dict observation space "
+                f"(members 'observation' and 'desired_goal'), got a {spaces['observation_space'].get('type')} space"
+                + (f" with members {sorted(top)}" if dict_observations and isinstance(top, dict) else "")
+                + "; leave tuple_observation=None to read it as offrl's dict / tuple observations"
+            )
+        goal_form = bool(tuple_observation)
+        if env is not None:
+            env = GoalConcatWrapper(env, tuple_observation=goal_form)
+    layout = _Layout(metadata, meta_path, data_format, dict_observations, obs_leaves, act_leaf, space, size, goal_form)
     if to is not None:
         return _stream(folder, layout, to, transition_picker, trajectory_slicer), env
     read = _read_hdf5 if data_format == "hdf5" else _read_arrow
@@ -1044,7 +1072,9 @@ def _dataset_of_columns(data: _Columns, layout: _Layout, transition_picker: Any,
             )
 
     observations, keys = list(data.observations), None
-    if layout.dict_observations:
+    if layout.goal_form is not None:
+        observations = _goal_observations(observations, layout)
+    elif layout.dict_observations:
         # dict observations: stored in sorted key order, keys in the signature
         leaf_keys = [_leaf_key(leaf) for leaf in layout.obs_leaves]
         order = sorted(range(len(leaf_keys)), key=lambda i: leaf_keys[i])
@@ -1053,6 +1083,28 @@ def _dataset_of_columns(data: _Columns, layout: _Layout, transition_picker: Any,
         observations, actions, data.rewards, starts, ends, data.terminated, data.has_final, space, size,
         transition_picker, trajectory_slicer, behaviour, data.names, observation_keys=keys,
     )
+
+
+def _goal_observations(columns: list, layout: _Layout) -> list:
+    """d3rlpy's goal-conditioned observations from a Dict's leaf columns:
+    ``[observation, goal]`` as one column, or the two columns (the goal's
+    leaves, a Dict goal's in sorted key order, concatenated)."""
+    by_key = {_leaf_key(leaf): column for leaf, column in zip(layout.obs_leaves, columns)}
+    goal_keys = ["desired_goal"] if "desired_goal" in by_key else sorted(
+        k for k in by_key if k.startswith("desired_goal/"))
+
+    def flat(key: str) -> np.ndarray:
+        column = by_key[key]
+        if column.ndim != 2:
+            raise ValueError(f"{layout.meta_path}: observation member {key!r} has per-step shape {column.shape[1:]}; "
+                             "the goal-conditioned forms concatenate vectors (leave tuple_observation=None)")
+        return column
+
+    observation = flat("observation")
+    goal = np.concatenate([flat(k) for k in goal_keys], axis=1) if len(goal_keys) > 1 else flat(goal_keys[0])
+    if layout.goal_form:
+        return [observation, goal.astype(observation.dtype, copy=False)]
+    return [np.concatenate([observation, goal.astype(observation.dtype, copy=False)], axis=1)]
 
 
 def _stream(
