@@ -53,6 +53,7 @@ from typing import Any, Dict
 
 import torch
 
+from .._allocator import retain_freed_memory
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.parameters import ScalarParameter
@@ -186,6 +187,10 @@ class CQL(SAC):
     def _build(self, observation_shape, action_size: int) -> None:
         super()._build(observation_shape, action_size)
         cfg = self._config
+        if self._device.type == "cpu":
+            # the conservative term allocates and frees ~16 MB activations every
+            # step: keep them in the heap rather than page-faulting them back
+            retain_freed_memory()
         log_alpha = self._add_module("log_alpha", ScalarParameter(cfg.initial_alpha))
         if cfg.alpha_learning_rate > 0:
             self._add_optimizer("alpha_optim", cfg.alpha_optim_factory, [log_alpha], cfg.alpha_learning_rate)
