@@ -257,7 +257,11 @@ def main(argv: Optional[list] = None) -> int:
             spec = {"name": name, "data": files[env, kind], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates,
                     "seed": seed, "threads": args.threads, "action_scaler": not args.no_action_scaler}
             result, note = run_json(python, __file__, ["--backend", backend, "--job", json.dumps(spec)])
-            return result if result is not None else {"error": note.strip().splitlines()[-1]}
+            result = result if result is not None else {"error": note.strip().splitlines()[-1]}
+            # each job as it ends (its seed shown), so a long run that is stopped still leaves its figures
+            outcome = f"return {result['return']:.1f} in {result['seconds']:.0f} s" if "error" not in result else result["error"]
+            log(f"{name} {kind} {backend} seed {seed}: {outcome}")
+            return result
 
         def cell(results: list) -> tuple:
             ok = [r for r in results if "error" not in r]
