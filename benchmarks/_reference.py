@@ -16,6 +16,15 @@ Critic ensembles come in two forms (``critics=``):
 
 The benchmark times both and compares offrl with the faster one.
 
+Products (``products=``): ``"torch"`` (default) keeps torch's own
+``nn.Linear`` / ``baddbmm`` (MKL's sgemm on the CPU); ``"onednn"`` swaps
+every linear layer, after construction and with the same parameters, for
+``offrl.models.layers``' ``Linear`` / ``EnsembleLinear``, whose float32 CPU
+products go through oneDNN as offrl's networks do (on AMD CPUs about
+twice MKL's rate for these shapes). That is the one offrl import here, so
+that the like-for-like reference (oneDNN products, fused Adam, batched
+critics) differs from offrl only in the code around the products.
+
 Other plain-torch choices, made for speed and stated here:
 
 * Adam with ``foreach=True`` (what offrl's ``AdamFactory`` uses too), or
@@ -848,7 +857,37 @@ REFERENCES = {
 }
 
 
-def make_reference(name: str, obs_dim: int, action_dim: int, critics: str, fused_adam: bool = False):
+def _onednn_layers(module: nn.Module) -> None:
+    """Replace, in place and recursively, each ``nn.Linear`` by
+    ``offrl.models.layers.Linear`` and each :class:`BatchedLinear` by
+    ``EnsembleLinear``, the new layers holding the same ``Parameter``
+    objects (optimizers built before keep working)."""
+    from offrl.models.layers import EnsembleLinear, Linear
+
+    for child_name, child in list(module.named_children()):
+        if type(child) is nn.Linear:
+            new = Linear(child.in_features, child.out_features, bias=child.bias is not None)
+            new.weight, new.bias = child.weight, child.bias
+        elif isinstance(child, BatchedLinear):
+            ensemble, in_features, out_features = child.weight.shape
+            new = EnsembleLinear(ensemble, in_features, out_features)
+            new.weight, new.bias = child.weight, child.bias
+        else:
+            _onednn_layers(child)
+            continue
+        setattr(module, child_name, new)
+
+
+def make_reference(name: str, obs_dim: int, action_dim: int, critics: str, fused_adam: bool = False,
+                   products: str = "torch"):
     """The reference of algorithm ``name`` (``action_dim``: the number of
-    actions for DQN / DiscreteCQL)."""
-    return REFERENCES[name](obs_dim, action_dim, critics=critics, fused_adam=fused_adam)
+    actions for DQN / DiscreteCQL); ``products``: ``"torch"`` or
+    ``"onednn"`` (see the module docstring)."""
+    if products not in ("torch", "onednn"):
+        raise ValueError(f"products must be 'torch' or 'onednn', got {products!r}")
+    reference = REFERENCES[name](obs_dim, action_dim, critics=critics, fused_adam=fused_adam)
+    if products == "onednn":
+        for value in vars(reference).values():
+            if isinstance(value, nn.Module):
+                _onednn_layers(value)
+    return reference

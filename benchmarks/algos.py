@@ -154,14 +154,18 @@ def measure_offrl_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, O
         arrays = reference_arrays(data)
         sampler = ref_lib.NumpySampler(**arrays, seed=SEED + 1)
         action_dim = int(algo.action_size)
-        kinds = [("list", False)]
-        if (out["n_critics"] or 1) > 1:
-            kinds.append(("batched", False))
-        kinds.append(("list", True))  # fused Adam: not offrl's optimizer kernel, shown apart
+        batched = (out["n_critics"] or 1) > 1
+        kinds = [("list", False, "torch")]
+        if batched:
+            kinds.append(("batched", False, "torch"))
+        kinds.append(("list", True, "torch"))  # fused Adam: offrl's optimizer kernel, shown apart
+        # like for like: offrl's products (oneDNN), its Adam kernel (fused), its critic layout (batched)
+        kinds.append(("batched" if batched else "list", True, "onednn"))
         variants: Dict[str, StepRunner] = {"offrl": loop(fast_step)}
-        for kind, fused in kinds:
+        for kind, fused, products in kinds:
             torch.manual_seed(SEED)
-            reference = ref_lib.make_reference(spec.name, arrays["observations"].shape[1], action_dim, kind, fused_adam=fused)
+            reference = ref_lib.make_reference(spec.name, arrays["observations"].shape[1], action_dim, kind,
+                                               fused_adam=fused, products=products)
             if reference.batch_size != batch_size:
                 out["reference_note"] = f"reference batch {reference.batch_size} != offrl's {batch_size}; using offrl's"
 
@@ -171,10 +175,12 @@ def measure_offrl_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, O
                     state["step"] += 1
 
             warm_up(ref_run, settings.warmup)
-            variants["ref_fused" if fused else f"ref_{kind}"] = ref_run
+            variants["ref_like" if products == "onednn" else "ref_fused" if fused else f"ref_{kind}"] = ref_run
         res = run_rounds(variants, settings.cmp_round_s, settings.cmp_rounds, warmup=0)
         out["cmp_offrl"] = res.pop("offrl")
         out["reference_fused"] = res.pop("ref_fused")
+        out["reference_like"] = res.pop("ref_like")
+        out["reference_like_ratio"] = paired_ratio(out["cmp_offrl"], out["reference_like"])
         out["reference"] = res
         best = min(res, key=lambda n: res[n]["ms"])
         out["reference_best"] = best
@@ -423,6 +429,8 @@ def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quic
         if ref is None:
             continue
         r = a["reference_ratio"]
+        like = a.get("reference_like")  # absent from results saved before it existed
+        r_like = a.get("reference_like_ratio")
         o_ms, b_ms = a["cmp_offrl"]["ms"], ref[a["reference_best"]]["ms"]
         excl = (o_ms - a["sample_offrl"]["ms"]) / (b_ms - a["sample_numpy"]["ms"])
         rows.append([n, _f(o_ms, "{:.2f}"), _f(ref.get("ref_list", {}).get("ms"), "{:.2f}"),
@@ -430,12 +438,15 @@ def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quic
                      _f(r, "{:.2f}x"), _f(a["sample_offrl"]["ms"], "{:.3f}"), _f(a["sample_numpy"]["ms"], "{:.3f}"),
                      f"{excl:.2f}x", _f(a["reference_fused"]["ms"], "{:.2f}"),
                      _f(paired_ratio(a["cmp_offrl"], a["reference_fused"]), "{:.2f}x"),
-                     f"<= {TARGETS['reference_ratio']:.2f}x", _ok(None if r is None else r <= TARGETS["reference_ratio"])])
+                     _f(None if like is None else like["ms"], "{:.2f}"), _f(r_like, "{:.2f}x"),
+                     f"<= {TARGETS['reference_ratio']:.2f}x",
+                     _ok(None if r_like is None else r_like <= TARGETS["reference_ratio"])])
     lines.append("2. offrl fast path (sample + training_step) vs the bare-torch reference (numpy gather + "
-                 "update), ms per step, interleaved rounds; target on offrl/ref (offrl uses fused Adam; compare with the fused-Adam column too)")
+                 "update), ms per step, interleaved rounds; target on offrl/like, the like-for-like reference "
+                 "(oneDNN products, fused Adam, batched critics: what offrl runs)")
     lines += _table(("algorithm", "offrl", "ref list", "ref batched", "best ref", "offrl/ref",
                      "offrl sample", "numpy sample", "excl. sampling", "ref fused-Adam", "offrl/fused",
-                     "target", "result"), rows)
+                     "ref like", "offrl/like", "target", "result"), rows)
     lines.append("")
 
     # 3. fit
@@ -513,7 +524,9 @@ def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quic
         "reference (benchmarks/_reference.py): nn.Sequential 256-256 ReLU MLPs, Adam(foreach=True), same losses, "
         "batch sizes and critic counts; 'list' = separate critics, 'batched' = one (E, in, out)-weight ensemble; "
         "offrl is compared with the faster; 'excl. sampling' = (offrl - offrl sample) / (ref - numpy sample); "
-        "'ref fused-Adam' = the list reference with Adam(fused=True), the kernel offrl uses by default",
+        "'ref fused-Adam' = the list reference with Adam(fused=True), the kernel offrl uses by default; "
+        "'ref like' = the reference with offrl.models.layers' oneDNN products, Adam(fused=True) and batched "
+        "critics (list with one critic), what offrl's networks run: the target is judged on it",
         "fit: tqdm output goes to os.devnull; the plain loops sample with the same dataset object",
         "the machine was shared with other jobs (see the load averages): absolute figures are noisy, paired ratios "
         "less so",
