@@ -20,10 +20,10 @@ class ActionScaler(Scaler):
 
     _kind = "action_scaler"
 
-    def transform(self, action: torch.Tensor) -> torch.Tensor:
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def reverse_transform(self, action: torch.Tensor) -> torch.Tensor:
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -71,22 +71,22 @@ class MinMaxActionScaler(ActionScaler):
         self._set_stats(minimum=low, maximum=high)
         return self
 
-    def transform(self, action: torch.Tensor) -> torch.Tensor:
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
         minimum = self._t("minimum")
-        return (action - minimum) / _span_t(minimum, self._t("maximum")) * 2.0 - 1.0
+        return (x - minimum) / _span_t(minimum, self._t("maximum")) * 2.0 - 1.0
 
-    def reverse_transform(self, action: torch.Tensor) -> torch.Tensor:
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
         minimum = self._t("minimum")
-        return (action + 1.0) / 2.0 * _span_t(minimum, self._t("maximum")) + minimum
+        return (x + 1.0) / 2.0 * _span_t(minimum, self._t("maximum")) + minimum
 
-    def transform_numpy(self, action: np.ndarray) -> np.ndarray:
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
         self._require_built()
         minimum = self._np("minimum")
-        return (np.asarray(action) - minimum) / _span_np(minimum, self._np("maximum")) * 2.0 - 1.0
+        return (np.asarray(x) - minimum) / _span_np(minimum, self._np("maximum")) * 2.0 - 1.0
 
-    def reverse_transform_numpy(self, action: np.ndarray) -> np.ndarray:
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
         self._require_built()
         minimum = self._np("minimum")
-        return (np.asarray(action) + 1.0) / 2.0 * _span_np(minimum, self._np("maximum")) + minimum
+        return (np.asarray(x) + 1.0) / 2.0 * _span_np(minimum, self._np("maximum")) + minimum

@@ -39,10 +39,10 @@ class RewardScaler(Scaler):
     def fit_with_env(self, env: Any) -> "RewardScaler":
         return self
 
-    def transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -72,21 +72,21 @@ class MinMaxRewardScaler(RewardScaler):
     def _base(self) -> float:
         return _span(float(self.minimum), float(self.maximum))
 
-    def transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return (reward - self._t("minimum")) / self._base() * self.multiplier
+        return (x - self._t("minimum")) / self._base() * self.multiplier
 
-    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return reward * self._base() / _check_multiplier(self.multiplier, "MinMaxRewardScaler") + self._t("minimum")
+        return x * self._base() / _check_multiplier(self.multiplier, "MinMaxRewardScaler") + self._t("minimum")
 
-    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
         self._require_built()
-        return (np.asarray(reward) - self.minimum) / self._base() * self.multiplier
+        return (np.asarray(x) - self.minimum) / self._base() * self.multiplier
 
-    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
         self._require_built()
-        return np.asarray(reward) * self._base() / _check_multiplier(self.multiplier, "MinMaxRewardScaler") + self.minimum
+        return np.asarray(x) * self._base() / _check_multiplier(self.multiplier, "MinMaxRewardScaler") + self.minimum
 
 
 @register("reward_scaler")
@@ -108,23 +108,23 @@ class StandardRewardScaler(RewardScaler):
         r = data.rewards
         self._set_stats(mean=r.mean, std=r.std)
 
-    def transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return (reward - self._t("mean")) / (self._t("std") + self.eps) * self.multiplier
+        return (x - self._t("mean")) / (self._t("std") + self.eps) * self.multiplier
 
-    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
         multiplier = _check_multiplier(self.multiplier, "StandardRewardScaler")
-        return reward * (self._t("std") + self.eps) / multiplier + self._t("mean")
+        return x * (self._t("std") + self.eps) / multiplier + self._t("mean")
 
-    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
         self._require_built()
-        return (np.asarray(reward) - self.mean) / (self.std + self.eps) * self.multiplier
+        return (np.asarray(x) - self.mean) / (self.std + self.eps) * self.multiplier
 
-    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
         self._require_built()
         multiplier = _check_multiplier(self.multiplier, "StandardRewardScaler")
-        return np.asarray(reward) * (self.std + self.eps) / multiplier + self.mean
+        return np.asarray(x) * (self.std + self.eps) / multiplier + self.mean
 
 
 @register("reward_scaler")
@@ -143,17 +143,17 @@ class ClipRewardScaler(RewardScaler):
     def get_type() -> str:
         return "clip"
 
-    def transform(self, reward: torch.Tensor) -> torch.Tensor:
-        return reward.clamp(min=self.low, max=self.high) * self.multiplier
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        return x.clamp(min=self.low, max=self.high) * self.multiplier
 
-    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
-        return reward / _check_multiplier(self.multiplier, "ClipRewardScaler")
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
+        return x / _check_multiplier(self.multiplier, "ClipRewardScaler")
 
-    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
-        return np.clip(np.asarray(reward), self.low, self.high) * self.multiplier
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return np.clip(np.asarray(x), self.low, self.high) * self.multiplier
 
-    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
-        return np.asarray(reward) / _check_multiplier(self.multiplier, "ClipRewardScaler")
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x) / _check_multiplier(self.multiplier, "ClipRewardScaler")
 
 
 @register("reward_scaler")
@@ -169,17 +169,17 @@ class MultiplyRewardScaler(RewardScaler):
     def get_type() -> str:
         return "multiply"
 
-    def transform(self, reward: torch.Tensor) -> torch.Tensor:
-        return reward * self.multiplier
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.multiplier
 
-    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
-        return reward / _check_multiplier(self.multiplier, "MultiplyRewardScaler")
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
+        return x / _check_multiplier(self.multiplier, "MultiplyRewardScaler")
 
-    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
-        return np.asarray(reward) * self.multiplier
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x) * self.multiplier
 
-    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
-        return np.asarray(reward) / _check_multiplier(self.multiplier, "MultiplyRewardScaler")
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x) / _check_multiplier(self.multiplier, "MultiplyRewardScaler")
 
 
 @register("reward_scaler")
@@ -207,21 +207,21 @@ class ReturnBasedRewardScaler(RewardScaler):
     def _base(self) -> float:
         return _span(float(self.return_min), float(self.return_max))
 
-    def transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return reward / self._base() * self.multiplier
+        return x / self._base() * self.multiplier
 
-    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        return reward * self._base() / _check_multiplier(self.multiplier, "ReturnBasedRewardScaler")
+        return x * self._base() / _check_multiplier(self.multiplier, "ReturnBasedRewardScaler")
 
-    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
         self._require_built()
-        return np.asarray(reward) / self._base() * self.multiplier
+        return np.asarray(x) / self._base() * self.multiplier
 
-    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
         self._require_built()
-        return np.asarray(reward) * self._base() / _check_multiplier(self.multiplier, "ReturnBasedRewardScaler")
+        return np.asarray(x) * self._base() / _check_multiplier(self.multiplier, "ReturnBasedRewardScaler")
 
 
 @register("reward_scaler")
@@ -241,19 +241,19 @@ class ConstantShiftRewardScaler(RewardScaler):
     def get_type() -> str:
         return "shift"
 
-    def transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
         if self.multiply_first:
-            return reward * self.multiplier + self.shift
-        return (reward + self.shift) * self.multiplier
+            return x * self.multiplier + self.shift
+        return (x + self.shift) * self.multiplier
 
-    def reverse_transform(self, reward: torch.Tensor) -> torch.Tensor:
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
         multiplier = _check_multiplier(self.multiplier, "ConstantShiftRewardScaler")
         if self.multiply_first:
-            return (reward - self.shift) / multiplier
-        return reward / multiplier - self.shift
+            return (x - self.shift) / multiplier
+        return x / multiplier - self.shift
 
-    def transform_numpy(self, reward: np.ndarray) -> np.ndarray:
-        return self.transform(np.asarray(reward))  # type: ignore[arg-type]  (the same arithmetic on arrays)
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return self.transform(np.asarray(x))  # type: ignore[arg-type]  (the same arithmetic on arrays)
 
-    def reverse_transform_numpy(self, reward: np.ndarray) -> np.ndarray:
-        return self.reverse_transform(np.asarray(reward))  # type: ignore[arg-type]
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        return self.reverse_transform(np.asarray(x))  # type: ignore[arg-type]

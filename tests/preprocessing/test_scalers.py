@@ -136,3 +136,17 @@ def test_fit_with_env():
     np.testing.assert_allclose(s.maximum, [2.0])
     o = MinMaxObservationScaler().fit_with_env(env)
     np.testing.assert_allclose(o.maximum, [1.0, 1.0, 8.0])
+
+
+def test_transform_methods_take_x_as_d3rlpy_names_it():
+    import inspect
+
+    import offrl.preprocessing as P
+
+    scalers = [getattr(P, n) for n in dir(P) if n.endswith("Scaler") and isinstance(getattr(P, n), type)]
+    assert len(scalers) > 10
+    for cls in scalers:
+        for name in ("transform", "reverse_transform", "transform_numpy", "reverse_transform_numpy"):
+            method = getattr(cls, name, None)
+            if method is not None:  # d3rlpy 2.8.1: transform(self, x) on every scaler
+                assert list(inspect.signature(method).parameters)[1:] == ["x"], (cls.__name__, name)
