@@ -3,14 +3,15 @@
 
 Run from the repository root (offrl installed, e.g. ``pip install -e .``):
 
-    python benchmarks/fqe_convergence.py                 # all four cases (long on a busy 2-core machine)
+    python benchmarks/fqe_convergence.py                 # all five cases (long on a busy 2-core machine)
     python benchmarks/fqe_convergence.py --quick         # cartpole BC only, smaller caps
     python benchmarks/fqe_convergence.py --only cartpole-bc,pendulum-iql
+    python benchmarks/fqe_convergence.py --only pendulum-cql --configs recommended
     python benchmarks/fqe_convergence.py --figure docs/tutorials/fqe_convergence.png
 
 Cases: the built-in ``replay`` datasets (``offrl.datasets.get_cartpole`` /
 ``get_pendulum``), each with a behaviour-cloning policy and a conservative
-one (DiscreteBC / DiscreteCQL on CartPole-v1, BC / IQL on Pendulum-v1),
+one (DiscreteBC / DiscreteCQL on CartPole-v1, BC / IQL / CQL on Pendulum-v1),
 trained here with fixed seeds.
 
 The truth is the policy's discounted return (gamma 0.99) in the
@@ -63,7 +64,10 @@ CASES: Dict[str, Tuple[str, str, int]] = {
     "cartpole-cql": ("cartpole", "DiscreteCQLConfig", 5000),
     "pendulum-bc": ("pendulum", "BCConfig", 3000),
     "pendulum-iql": ("pendulum", "IQLConfig", 4000),
+    "pendulum-cql": ("pendulum", "CQLConfig", 4000),
 }
+#: ``recommended-cap``: ``recommended()`` run to the cap without early stopping (does the curve keep moving?)
+CONFIGS = ("default", "recommended", "recommended-cap")
 
 
 def _policy(case: str, dataset: Any) -> Any:
@@ -75,7 +79,7 @@ def _policy(case: str, dataset: Any) -> Any:
     kwargs: dict = {}
     if config_name == "DiscreteCQLConfig":
         kwargs["observation_scaler"] = StandardObservationScaler()
-    if config_name == "IQLConfig":  # Pendulum's torques lie in [-2, 2]; a tanh policy without the scaler acts in [-1, 1]
+    if config_name in ("IQLConfig", "CQLConfig"):  # Pendulum's torques lie in [-2, 2]; a tanh policy acts in [-1, 1]
         kwargs["action_scaler"] = MinMaxActionScaler(minimum=np.array([-2.0]), maximum=np.array([2.0]))
     offrl.seed(SEED)
     algo = getattr(offrl.algos, config_name)(**kwargs).create(device="cpu")
@@ -128,7 +132,8 @@ def _truth(algo: Any, env: Any, dataset: Any, n_trials: int) -> Tuple[float, flo
     return matched, truncated
 
 
-def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int) -> Dict[str, Any]:
+def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int,
+         early_stopping: Any = None) -> Dict[str, Any]:
     import offrl
     from offrl.logging import NoopAdapterFactory
 
@@ -139,7 +144,7 @@ def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int) -
     fqe = fqe_cls(algo=algo, config=config, device="cpu")
     start = time.perf_counter()
     results = fqe.fit(dataset, n_steps=cap, n_steps_per_epoch=1000, logger_adapter=NoopAdapterFactory(),
-                      show_progress=False, early_stopping=recommended)
+                      show_progress=False, early_stopping=recommended if early_stopping is None else early_stopping)
     seconds = time.perf_counter() - start
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -149,11 +154,13 @@ def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int) -
         "value_change": estimate.value_change, "heldout_residual": estimate.heldout_residual,
         "off_support": estimate.off_support,
         "curve": [(int(epoch) * 1000, float(m["fqe_initial_value"])) for epoch, m in results],
+        "residuals": [float(m.get("fqe_heldout_residual", float("nan"))) for _, m in results],
+        "value_changes": [float(m.get("fqe_value_change", float("nan"))) for _, m in results],
         "warned": bool(caught), "seconds": seconds,
     }
 
 
-def run_case(case: str, cap: int, n_trials: int) -> Dict[str, Any]:
+def run_case(case: str, cap: int, n_trials: int, configs: Tuple[str, ...] = CONFIGS) -> Dict[str, Any]:
     import offrl
 
     env_name = CASES[case][0]
@@ -162,8 +169,8 @@ def run_case(case: str, cap: int, n_trials: int) -> Dict[str, Any]:
     truth, truncated = _truth(algo, env, dataset, n_trials)
     discrete = env_name == "cartpole"
     out = {"case": case, "truth": truth, "truth_time_limit": truncated}
-    for name, recommended in (("default", False), ("recommended", True)):
-        out[name] = _fqe(algo, dataset, discrete, recommended, cap)
+    for name in configs:
+        out[name] = _fqe(algo, dataset, discrete, name != "default", cap, early_stopping=name == "recommended")
     return out
 
 
@@ -172,13 +179,13 @@ def _at(curve: List[Tuple[int, float]], step: int) -> float:
 
 
 def report(rows: List[Dict[str, Any]]) -> None:
-    print(f"{'case':<14} {'config':<12} {'estimate':>9} {'truth':>9} {'rel.err':>8} {'updates':>8} "
+    print(f"{'case':<14} {'config':<15} {'estimate':>9} {'truth':>9} {'rel.err':>8} {'updates':>8} "
           f"{'converged':>9} {'@4000':>8} {'off-supp':>8}  (rollout_returns, own resets and time limit)")
     for row in rows:
-        for name in ("default", "recommended"):
+        for name in (n for n in CONFIGS if n in row):
             r = row[name]
             err = (r["value"] - row["truth"]) / abs(row["truth"])
-            print(f"{row['case']:<14} {name:<12} {r['value']:9.2f} {row['truth']:9.2f} {100 * err:+7.1f}% "
+            print(f"{row['case']:<14} {name:<15} {r['value']:9.2f} {row['truth']:9.2f} {100 * err:+7.1f}% "
                   f"{r['steps']:8d} {str(r['converged']):>9} {_at(r['curve'], 4000):8.2f} {r['off_support']:8.3f}  "
                   f"({row['truth_time_limit']:.2f})")
 
@@ -194,9 +201,11 @@ def figure(row: Dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, style in (("default", "o-"), ("recommended", "s-")):
+    for name, style in ((n, s) for n, s in (("default", "o-"), ("recommended", "s-"), ("recommended-cap", "^-"))
+                        if n in row):
         steps, values = zip(*row[name]["curve"])
-        label = "d3rlpy defaults" if name == "default" else "recommended() + early stopping"
+        label = {"default": "d3rlpy defaults", "recommended": "recommended() + early stopping",
+                 "recommended-cap": "recommended(), to the cap"}[name]
         ax.plot(steps, values, style, markersize=3, label=label)
     ax.axhline(row["truth"], color="black", linestyle="--", label="environment's discounted return")
     ax.set_xlabel("FQE updates")
@@ -217,17 +226,23 @@ def main(argv: Any = None) -> None:
     parser.add_argument("--trials", type=int, default=30, help="environment episodes for the truth")
     parser.add_argument("--figure", default=None, help="write the first case's curves to this PNG")
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
+    parser.add_argument("--configs", default="default,recommended",
+                        help="FQE configs to run, comma-separated, of default, recommended, recommended-cap "
+                             "(default: default,recommended)")
     args = parser.parse_args(argv)
     check_threads(args, parser)
     set_threads(args.threads)
     cases = parse_only(args.only, list(CASES), parser)
     cap, trials = args.steps, args.trials
+    configs = tuple(c.strip() for c in args.configs.split(",") if c.strip())
+    if not configs or any(c not in CONFIGS for c in configs):
+        parser.error(f"--configs takes a comma-separated subset of {','.join(CONFIGS)}, got {args.configs!r}")
     if args.quick:
         cases, cap, trials = ["cartpole-bc"], min(cap, 10000), min(trials, 10)
     print_load("start")
     rows = []
     for case in cases:
-        rows.append(run_case(case, cap, trials))
+        rows.append(run_case(case, cap, trials, configs))
         print(f"{case} done", file=sys.stderr, flush=True)
     report(rows)
     print_load("end")

@@ -447,6 +447,7 @@ ENV_CASES = {
     "cartpole-cql": ("cartpole", "DiscreteCQLConfig", 5000),
     "pendulum-bc": ("pendulum", "BCConfig", 3000),
     "pendulum-iql": ("pendulum", "IQLConfig", 4000),
+    "pendulum-cql": ("pendulum", "CQLConfig", 4000),
 }
 
 
@@ -455,7 +456,7 @@ def _env_policy(case: str, dataset):
     kwargs: dict = {}
     if config_name == "DiscreteCQLConfig":
         kwargs["observation_scaler"] = StandardObservationScaler()
-    if config_name == "IQLConfig":  # Pendulum's torques lie in [-2, 2]; a tanh policy without the scaler acts in [-1, 1]
+    if config_name in ("IQLConfig", "CQLConfig"):  # Pendulum's torques lie in [-2, 2]; a tanh policy acts in [-1, 1]
         kwargs["action_scaler"] = MinMaxActionScaler(minimum=np.array([-2.0]), maximum=np.array([2.0]))
     offrl.seed(0)
     algo = getattr(offrl.algos, config_name)(**kwargs).create(device="cpu")
@@ -503,8 +504,18 @@ PENDULUM_IQL_SHORTFALL = pytest.mark.xfail(
 )
 
 
+#: not strict either: a change anywhere in CQL's or FQE's arithmetic moves where early stopping stops
+PENDULUM_CQL_SHORTFALL = pytest.mark.xfail(
+    strict=False,
+    reason="measured: recommended() + early stopping stops after 12,000 updates at -308.3 against the true "
+           "-390.1 (+21 %) with converged True (value change 2.3 % over 3 epochs) while the curve was still "
+           "drifting down (-257 at 5,000, -302 at 9,000); see benchmarks/README.md",
+)
+SHORTFALLS = {"pendulum-iql": PENDULUM_IQL_SHORTFALL, "pendulum-cql": PENDULUM_CQL_SHORTFALL}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [c if c != "pendulum-iql" else pytest.param(c, marks=PENDULUM_IQL_SHORTFALL)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=SHORTFALLS[c]) if c in SHORTFALLS else c
                                   for c in ENV_CASES])
 def test_recommended_fqe_with_early_stopping_is_within_10_percent_of_the_environment(case):
     """recommended() + early stopping on the built-in replay data: within
