@@ -865,12 +865,14 @@ def create_infinite_replay_buffer(
     trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
     writer_preprocessor: Optional[WriterPreprocessProtocol] = None,
     env: Any = None,
+    write_at_termination: bool = False,
     **kwargs: Any,
 ) -> ReplayBuffer:
-    """A :class:`ReplayBuffer` over an :class:`InfiniteBuffer`."""
+    """A :class:`ReplayBuffer` over an :class:`InfiniteBuffer` (``write_at_termination``
+    and ``kwargs``: :class:`ReplayBuffer`'s)."""
     return ReplayBuffer(
         InfiniteBuffer(), transition_picker, trajectory_slicer, writer_preprocessor,
-        episodes=episodes, env=env, **kwargs,
+        episodes=episodes, env=env, write_at_termination=write_at_termination, **kwargs,
     )
 
 
@@ -881,12 +883,14 @@ def create_fifo_replay_buffer(
     trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
     writer_preprocessor: Optional[WriterPreprocessProtocol] = None,
     env: Any = None,
+    write_at_termination: bool = False,
     **kwargs: Any,
 ) -> ReplayBuffer:
-    """A :class:`ReplayBuffer` over a :class:`FIFOBuffer` of ``limit`` transitions."""
+    """A :class:`ReplayBuffer` over a :class:`FIFOBuffer` of ``limit`` transitions
+    (``write_at_termination`` and ``kwargs``: :class:`ReplayBuffer`'s)."""
     return ReplayBuffer(
         FIFOBuffer(limit), transition_picker, trajectory_slicer, writer_preprocessor,
-        episodes=episodes, env=env, **kwargs,
+        episodes=episodes, env=env, write_at_termination=write_at_termination, **kwargs,
     )
 
 

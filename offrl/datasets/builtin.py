@@ -330,15 +330,17 @@ def _cached_is_valid(path: str) -> bool:
     return bool(expected) and _sha256(path) == expected[0]
 
 
-def get_dataset(name: str, cache_dir: Optional[str] = None, rebuild: bool = False, transition_picker: Any = None,
-                trajectory_slicer: Any = None, render_mode: Optional[str] = None) -> Tuple[Any, Any]:
+def get_dataset(name: str, transition_picker: Any = None, trajectory_slicer: Any = None,
+                render_mode: Optional[str] = None, cache_dir: Optional[str] = None,
+                rebuild: bool = False) -> Tuple[Any, Any]:
     """``(dataset, env)`` for a built-in dataset name (see :func:`dataset_names`).
 
     Built by its recipe on first use (up to a minute on two CPU cores),
     then loaded from the cache after a checksum check. ``rebuild=True``
     builds it again. ``env`` is a new gymnasium environment of the recipe
     (made with ``render_mode``); ``transition_picker`` / ``trajectory_slicer``
-    are the dataset's (the defaults when None).
+    are the dataset's (the defaults when None). The first four arguments are
+    d3rlpy 2.8.1's, in its order.
     """
     from ..dataset import MDPDataset
 
@@ -372,8 +374,7 @@ def _by_type(env_name: str, dataset_type: str, cache_dir: Optional[str], transit
     if name not in RECIPES:
         types = sorted(n.split("-", 1)[1] for n in RECIPES if n.startswith(env_name + "-"))
         raise ValueError(f"unknown dataset_type {dataset_type!r} for {env_name}; known: {', '.join(types)}")
-    return get_dataset(name, cache_dir, transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
-                       render_mode=render_mode)
+    return get_dataset(name, transition_picker, trajectory_slicer, render_mode, cache_dir=cache_dir)
 
 
 def get_cartpole(dataset_type: str = "replay", transition_picker: Any = None, trajectory_slicer: Any = None,

@@ -206,6 +206,8 @@ def test_d3rlpys_arguments_reach_the_dataset_and_the_env(small_recipes, tmp_path
     dataset, env = get_cartpole("random", picker, slicer, "rgb_array", cache_dir=str(tmp_path))
     assert dataset.transition_picker is picker and dataset.trajectory_slicer is slicer
     assert env.render_mode == "rgb_array"
+    same, same_env = get_dataset("cartpole-random", picker, slicer, "rgb_array", cache_dir=str(tmp_path))
+    assert same.transition_picker is picker and same_env.render_mode == "rgb_array"
     default, plain_env = get_pendulum("random", cache_dir=str(tmp_path))
     assert plain_env.render_mode is None
     assert type(default.transition_picker).__name__ == "BasicTransitionPicker"
