@@ -11,14 +11,18 @@ phase's own):
   float32 observations, 6-dim float32 actions, episodes of 1000 steps) to
   disk, against the files' size;
 * sample: ``sample_transition_batch(256)`` from disk with a warm page cache
-  against the same data loaded in memory (interleaved rounds), from a cold
-  cache (``posix_fadvise(DONTNEED)`` on every column file first), and the
-  same random-row reads through ``h5py`` from offrl's HDF5 file (the
+  against the same data loaded in memory (interleaved rounds, wall and
+  CPU time), with each ``DiskStore.read_mode`` (``pread``, the default:
+  positional reads; ``mmap``: through the memory maps), from a cold cache
+  (``posix_fadvise(DONTNEED)`` on every column file first), and the same
+  random-row reads through ``h5py`` from offrl's HDF5 file (the
   alternative layout, measured to choose between them);
 * train: peak resident memory while training IQL for 1,000 steps from disk,
-  with the default ``DiskStore.resident_limit`` (None) and with a limit
-  (``--resident-limit-mb``, 32 MB by default: mapped pages released as
-  sampling goes, bounding the resident set at a cost in speed).
+  with the default ``read_mode="pread"``, and with ``read_mode="mmap"``
+  without and with ``DiskStore.resident_limit`` (``--resident-limit-mb``,
+  32 MB by default: mapped pages released as sampling goes);
+* speed: IQL updates (sampling included) from memory, ``pread`` and
+  ``mmap`` in interleaved blocks, wall and CPU time per update.
 
 Peak memory is reported as ``VmHWM`` (everything resident, including clean
 file pages the process has mapped) and split into anonymous memory (the
@@ -180,6 +184,15 @@ def _per_call(fn: Callable[[], Any], n: int) -> float:
     return (time.perf_counter() - start) / n
 
 
+def _per_call_cpu(fn: Callable[[], Any], n: int) -> tuple:
+    """(wall, CPU) seconds per call; CPU time is this thread's own (less
+    sensitive to other processes on a loaded machine)."""
+    start, cpu = time.perf_counter(), time.thread_time()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n, (time.thread_time() - cpu) / n
+
+
 def phase_sample(path: str, h5_path: str, batch: int, calls: int) -> None:
     import h5py
 
@@ -187,24 +200,34 @@ def phase_sample(path: str, h5_path: str, batch: int, calls: int) -> None:
     from offrl.dataset import ReplayBuffer
 
     disk = ReplayBuffer.load(path, in_memory=False)
+    mapped = ReplayBuffer.load(path, in_memory=False)
+    mapped.buffer.read_mode = "mmap"
     columns = [os.path.join(path, n) for n in os.listdir(path) if n.endswith(".bin")]
     memory = ReplayBuffer.load(path)  # the same data, in memory
     offrl.seed(0)
-    result: Dict[str, Any] = {"batch": batch}
+    result: Dict[str, Any] = {"batch": batch, "read_mode": disk.buffer.read_mode}
     # warm cache: every column read once, then interleaved rounds
     _warm(columns)
-    d_times, m_times = [], []
+    for _ in range(calls):  # mmap: map every page first (its steady state in a long run)
+        mapped.sample_transition_batch(batch)
+    times: Dict[str, list] = {"pread": [], "mmap": [], "memory": []}
     for _ in range(5):
-        d_times.append(_per_call(lambda: disk.sample_transition_batch(batch), calls))
-        m_times.append(_per_call(lambda: memory.sample_transition_batch(batch), calls))
-    result["disk_warm_s"] = float(np.median(d_times))
-    result["memory_s"] = float(np.median(m_times))
-    result["ratio_warm"] = float(np.median(np.array(d_times) / np.array(m_times)))
+        for name, data in (("pread", disk), ("mmap", mapped), ("memory", memory)):
+            times[name].append(_per_call_cpu(lambda: data.sample_transition_batch(batch), calls))
+    for name, t in times.items():
+        t = np.array(t)
+        result[f"{name}_s"], result[f"{name}_cpu_s"] = float(np.median(t[:, 0])), float(np.median(t[:, 1]))
+        m = np.array(times["memory"])
+        result[f"{name}_ratio"] = float(np.median(t[:, 0] / m[:, 0]))
+        result[f"{name}_ratio_cpu"] = float(np.median(t[:, 1] / m[:, 1]))
     # cold cache: the first batches after dropping the files' pages
-    result["fadvise"] = _drop_cache(columns)
-    disk.buffer.release_pages()
-    result["disk_cold_first_s"] = _per_call(lambda: disk.sample_transition_batch(batch), 1)
-    result["disk_cold_s"] = _per_call(lambda: disk.sample_transition_batch(batch), 20)
+    for name, data in (("pread", disk), ("mmap", mapped)):
+        disk.buffer.release_pages()
+        mapped.buffer.release_pages()  # mapped pages would stay cached whatever fadvise says
+        result["fadvise"] = _drop_cache(columns)
+        result[f"{name}_cold_first_s"] = _per_call(lambda: data.sample_transition_batch(batch), 1)
+        result[f"{name}_cold_s"] = _per_call(lambda: data.sample_transition_batch(batch), 20)
+    mapped = None
     # the HDF5 alternative: offrl's file, h5py fancy-index reads
     memory.dump(h5_path)
     memory = None  # freed before the HDF5 reads
@@ -230,7 +253,7 @@ def phase_sample(path: str, h5_path: str, batch: int, calls: int) -> None:
     _emit(result)
 
 
-def phase_train(path: str, steps: int, steps_per_epoch: int, resident_limit: int) -> None:
+def phase_train(path: str, steps: int, steps_per_epoch: int, resident_limit: int, read_mode: str) -> None:
     import torch
 
     import offrl
@@ -241,6 +264,7 @@ def phase_train(path: str, steps: int, steps_per_epoch: int, resident_limit: int
     base = _status()
     with PeakMemory() as mem:
         dataset = ReplayBuffer.load(path, in_memory=False)
+        dataset.buffer.read_mode = read_mode
         dataset.buffer.resident_limit = resident_limit or None
         algo = offrl.algos.IQLConfig(batch_size=256).create()
         start = time.perf_counter()
@@ -249,6 +273,38 @@ def phase_train(path: str, steps: int, steps_per_epoch: int, resident_limit: int
         seconds = time.perf_counter() - start
     _emit({"seconds": seconds, "updates_per_s": steps / seconds, "base_rss": base["VmRSS"],
            "base_anon": base["RssAnon"], "base_file": base["RssFile"], **mem.peak})
+
+
+def phase_speed(path: str, rounds: int, steps: int) -> None:
+    """IQL update time (sampling included) from the same data in memory,
+    from disk with ``read_mode="pread"`` and with ``"mmap"``: blocks of
+    ``steps`` updates from each source in turn (the load moves all three
+    alike), wall and this thread's CPU time."""
+    import torch
+
+    import offrl
+    from offrl.dataset import ReplayBuffer
+
+    torch.set_num_threads(1)
+    sources = {"memory": ReplayBuffer.load(path), "pread": ReplayBuffer.load(path, in_memory=False),
+               "mmap": ReplayBuffer.load(path, in_memory=False)}
+    sources["mmap"].buffer.read_mode = "mmap"
+    offrl.seed(0)
+    algo = offrl.algos.IQLConfig(batch_size=256).create()
+    algo.build_with_dataset(sources["memory"])
+    for data in sources.values():
+        for _ in range(steps):  # warm-up (and mmap: map pages as a long run would)
+            algo.update(data.sample_transition_batch(256))
+    times: Dict[str, list] = {name: [] for name in sources}
+    for _ in range(rounds):
+        for name, data in sources.items():
+            times[name].append(_per_call_cpu(lambda: algo.update(data.sample_transition_batch(256)), steps))
+    result = {}
+    for name, t in times.items():
+        t, m = np.array(t), np.array(times["memory"])
+        result[name] = {"wall_s": float(np.median(t[:, 0])), "cpu_s": float(np.median(t[:, 1])),
+                        "ratio_wall": float(np.median(t[:, 0] / m[:, 0])), "ratio_cpu": float(np.median(t[:, 1] / m[:, 1]))}
+    _emit(result)
 
 
 # ------------------------------------------------------------- driver
@@ -269,6 +325,7 @@ def run_disk(argv: List[str]) -> None:
     parser.add_argument("--train-steps", type=int, default=1000)
     parser.add_argument("--steps-per-epoch", type=int, default=1000)
     parser.add_argument("--keep", action="store_true", help="keep the files (deleted by default)")
+    parser.add_argument("--speed-rounds", type=int, default=8, help="interleaved rounds of the IQL update timing")
     parser.add_argument("--resident-limit-mb", type=int, nargs="*", default=[32],
                         help="also train with DiskStore.resident_limit set to these sizes (MB)")
     args = parser.parse_args(argv)
@@ -298,22 +355,33 @@ def run_disk(argv: List[str]) -> None:
         log("sampling ...")
         sample = _run_phase(["_disk-sample", path, h5_path, str(args.batch), str(args.calls)])
         b = sample["batch"]
-        print(f"sample_transition_batch({b}): memory {sample['memory_s'] * 1e6:.0f} us, "
-              f"disk warm {sample['disk_warm_s'] * 1e6:.0f} us (ratio {sample['ratio_warm']:.2f}x, median of "
-              f"5 interleaved rounds), disk cold {sample['disk_cold_s'] * 1e6:.0f} us "
-              f"(first call {sample['disk_cold_first_s'] * 1e3:.1f} ms; fadvise DONTNEED applied: {sample['fadvise']})")
+        print(f"sample_transition_batch({b}), warm page cache, median of 5 interleaved rounds (wall / CPU time): "
+              f"memory {sample['memory_s'] * 1e6:.0f} / {sample['memory_cpu_s'] * 1e6:.0f} us")
+        for name in ("pread", "mmap"):
+            print(f"  disk read_mode={name!r}{' (default)' if name == sample['read_mode'] else ''}: "
+                  f"{sample[name + '_s'] * 1e6:.0f} / {sample[name + '_cpu_s'] * 1e6:.0f} us "
+                  f"(ratio {sample[name + '_ratio']:.2f}x wall, {sample[name + '_ratio_cpu']:.2f}x CPU); cold cache "
+                  f"{sample[name + '_cold_s'] * 1e6:.0f} us (first call {sample[name + '_cold_first_s'] * 1e3:.1f} ms; "
+                  f"fadvise DONTNEED applied: {sample['fadvise']})")
         print(f"h5py fancy-index reads of the same rows ({sample['h5_layout']} layout): warm "
               f"{sample['h5_warm_s'] * 1e6:.0f} us, cold {sample['h5_cold_s'] * 1e6:.0f} us per batch")
-        for limit in (0, *args.resident_limit_mb):
-            log(f"training IQL from disk (resident_limit {limit or None} MB) ...")
+        for mode, limit in (("pread", 0), ("mmap", 0), *(("mmap", mb) for mb in args.resident_limit_mb)):
+            log(f"training IQL from disk (read_mode {mode}, resident_limit {limit or None} MB) ...")
             train = _run_phase(["_disk-train", path, str(args.train_steps), str(args.steps_per_epoch),
-                                str(limit << 20)])
-            print(f"IQL {args.train_steps} steps from disk, resident_limit={f'{limit} MB' if limit else None}: "
+                                str(limit << 20), mode])
+            print(f"IQL {args.train_steps} steps from disk, read_mode={mode!r}, "
+                  f"resident_limit={f'{limit} MB' if limit else None}: "
                   f"{train['updates_per_s']:.1f} updates/s (n_steps_per_epoch={args.steps_per_epoch})")
             for key in ("VmHWM", "RssAnon", "RssFile"):
                 print(f"  peak {key}: {_gb(train[key])} = {_pct(train[key], size)} of the file size")
             print(f"  (after importing torch and offrl, before loading: VmRSS {_gb(train['base_rss'])}, "
                   f"anonymous {_gb(train['base_anon'])}, file-backed (shared libraries) {_gb(train['base_file'])})")
+        log("IQL updates from memory / pread / mmap, interleaved ...")
+        speed = _run_phase(["_disk-speed", path, str(args.speed_rounds), "25"])
+        print(f"IQL update + sample_transition_batch(256), {args.speed_rounds} interleaved rounds of 25 updates "
+              "(wall / CPU time per update, ratio to memory): " + "; ".join(
+                  f"{name} {v['wall_s'] * 1e3:.1f} / {v['cpu_s'] * 1e3:.1f} ms ({v['ratio_wall']:.2f}x / "
+                  f"{v['ratio_cpu']:.2f}x)" for name, v in speed.items()))
     finally:
         if not args.keep:
             shutil.rmtree(path, ignore_errors=True)
@@ -327,7 +395,8 @@ SUBCOMMANDS: Dict[str, Callable[[List[str]], None]] = {"disk": run_disk, **_para
 _PHASES = {
     "_disk-build": lambda a: phase_build(a[0], int(a[1])),
     "_disk-sample": lambda a: phase_sample(a[0], a[1], int(a[2]), int(a[3])),
-    "_disk-train": lambda a: phase_train(a[0], int(a[1]), int(a[2]), int(a[3])),
+    "_disk-train": lambda a: phase_train(a[0], int(a[1]), int(a[2]), int(a[3]), a[4]),
+    "_disk-speed": lambda a: phase_speed(a[0], int(a[1]), int(a[2])),
     **_parallel.PHASES,
 }
 

@@ -17,11 +17,20 @@ rows into page-cache hits with no per-call library overhead. HDF5 fancy
 indexing (``h5py``) costs a library call per selection and needs sorted
 unique indices; on 25,000,000 steps it was 41x slower per batch of 256
 with a warm page cache (31.6 ms against 0.76 ms) and 45x slower from a
-cold one (339 ms against 7.5 ms), so the columns are raw files mapped with
-``np.memmap`` (no chunking, no compression: both would make a row a
-whole-chunk decode). The maps are advised ``MADV_RANDOM`` (no read-ahead
-from disk around a random row; the kernel still maps the already cached
-pages around a faulting one, see :attr:`DiskStore.resident_limit`).
+cold one (339 ms against 7.5 ms), so the columns are raw files (no chunking, no compression: both would
+make a row a whole-chunk decode).
+
+Reading sampled rows (:attr:`DiskStore.read_mode`): by default a gather
+of rows (``column[rows]``, what pickers and slicers do) is one positional
+read (``os.pread``) per run of consecutive rows: the page cache serves it
+and nothing is mapped into the process, so its resident memory stays its
+own however many rows training samples. ``read_mode="mmap"`` gathers
+through the memory maps instead: faster per batch, but every random row
+maps the cached pages around it (the kernel's 64 kB "fault-around",
+whatever the madvise hint) into the process, whose resident set then grows
+towards the whole file (see :attr:`DiskStore.resident_limit`). Everything
+else (episode slices, whole-column reductions) reads through the maps,
+which are advised ``MADV_RANDOM`` (no read-ahead from disk around a row).
 
 Safety: the manifest is JSON read with a size cap and checked field by field
 (dtypes from a fixed list, shapes of non-negative ints, byte sizes that
@@ -55,6 +64,8 @@ import json
 import mmap
 import os
 import shutil
+import weakref
+from itertools import repeat
 from typing import Any, Optional
 
 import numpy as np
@@ -68,6 +79,7 @@ from .storage import FIFOBuffer, InfiniteBuffer
 __all__ = [
     "DISK_FORMAT",
     "DISK_SCHEMA_VERSION",
+    "READ_MODES",
     "DiskDatasetChangedError",
     "DiskFIFOBuffer",
     "DiskStore",
@@ -98,8 +110,127 @@ _COPY_ROWS = 1 << 18  # rows copied per chunk when dumping a buffer
 TOUCH_BYTES = 64 << 10
 
 
+#: how a :class:`DiskStore` gathers sampled rows (see :attr:`DiskStore.read_mode`)
+READ_MODES = ("pread", "mmap")
+
+
 class DiskDatasetChangedError(RuntimeError):
     """A disk dataset's files changed after it was opened."""
+
+
+#: rows up to this size are read with their neighbours (see _ColumnFile.gather)
+_WINDOW_ROW_BYTES = 4096
+
+
+class _ColumnFile:
+    """The open file behind one column of a disk dataset: rows gathered by
+    positional reads (one ``os.pread`` per run of consecutive rows).
+
+    A transition batch gathers a column at ``rows`` and at (mostly)
+    ``rows + 1`` (next observations, next actions), in either order:
+    scattered small rows are read together with the rows before and after
+    them (the same system call) and the last such gather is kept, so the
+    other gather reads only the rows it does not already have."""
+
+    def __init__(self, file: str, rows: int, row_bytes: int) -> None:
+        self.file, self.rows, self.row_bytes = file, rows, row_bytes
+        self.fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+        weakref.finalize(self, os.close, self.fd)
+        #: False: gathers go through the memory map (read_mode "mmap")
+        self.positional = True
+        #: the last scattered gather: its rows and the bytes of rows - 1, rows and rows + 1
+        self._last: Optional[tuple[np.ndarray, np.ndarray]] = None
+
+    def _check(self, data: bytes, n: int, size: int) -> None:
+        if len(data) != n * size:
+            raise DiskDatasetChangedError(
+                f"{self.file}: read {len(data)} bytes for {n} rows of {size} bytes: the file is shorter than "
+                "when the dataset was opened (another process truncated it); reopen the dataset"
+            )
+
+    def _runs(self, rows: np.ndarray) -> np.ndarray:
+        n, size = rows.shape[0], self.row_bytes
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        first = np.concatenate(([0], breaks))
+        lengths = np.diff(np.concatenate((first, [n])))
+        data = b"".join(map(os.pread, repeat(self.fd, first.shape[0]), (lengths * size).tolist(),
+                            (rows[first] * size).tolist()))
+        self._check(data, n, size)
+        return np.frombuffer(data, np.uint8).reshape(n, size)
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The bytes of ``rows`` (1-D, in range, non-negative) in that
+        order, ``(len(rows), row_bytes)`` uint8 (a new, writable array)."""
+        n, size = rows.shape[0], self.row_bytes
+        last = self._last
+        if last is not None and last[0].shape[0] == n:
+            previous, windows = last
+            offset = rows - previous + 1  # 0, 1, 2: the row before, the row, the row after
+            held = (offset >= 0) & (offset <= 2)
+            if held.any():
+                out = windows.reshape(n, 3, size)[np.arange(n), np.where(held, offset, 1)]
+                if not held.all():
+                    out[~held] = self._runs(rows[~held])
+                return out
+        if (
+            n > 1 and size <= _WINDOW_ROW_BYTES and int(rows.min()) >= 1 and int(rows.max()) < self.rows - 1
+            and not np.any(np.diff(rows) == 1)
+        ):
+            # scattered rows: each read with its neighbours, kept for a gather of the next (or previous) rows
+            data = b"".join(map(os.pread, repeat(self.fd, n), repeat(3 * size), ((rows - 1) * size).tolist()))
+            self._check(data, 3 * n, size)
+            windows = np.frombuffer(data, np.uint8).reshape(n, 3 * size)
+            self._last = (rows.copy(), windows)
+            return windows[:, size : 2 * size].copy()
+        return self._runs(rows).copy()
+
+
+def _row_key(key: Any) -> Optional[tuple[np.ndarray, tuple]]:
+    """``(rows, rest)`` when ``key`` gathers rows by an integer array
+    (``column[rows]``, ``column[rows, 0]``), else None."""
+    if type(key) is np.ndarray:
+        return (key, ()) if key.dtype.kind in "iu" else None
+    if (
+        type(key) is tuple and key and type(key[0]) is np.ndarray and key[0].dtype.kind in "iu"
+        and all(isinstance(k, (int, np.integer, slice)) or k is Ellipsis for k in key[1:])
+        and not any(isinstance(k, bool) for k in key[1:])
+    ):
+        return key[0], key[1:]
+    return None
+
+
+class _DiskColumn(np.ndarray):
+    """One column of a disk dataset: an ndarray over its read-only memory
+    map (slices and reductions read through the map) whose row gathers by
+    an integer array are positional reads of the file unless the store's
+    ``read_mode`` is ``"mmap"``. Arrays derived from it (slices, results)
+    are plain ndarrays or carry no file, so they index as ndarrays."""
+
+    _file: Optional[_ColumnFile] = None
+
+    def __getitem__(self, key: Any) -> Any:
+        file = self._file
+        if file is not None and file.positional:
+            found = _row_key(key)
+            if found is not None and found[0].size:
+                return self._gather(file, *found)
+        return np.ndarray.__getitem__(self.view(np.ndarray), key)
+
+    def _gather(self, file: _ColumnFile, rows: np.ndarray, rest: tuple) -> np.ndarray:
+        n = self.shape[0]
+        flat = rows.reshape(-1).astype(np.int64, copy=False)
+        low, high = int(flat.min()), int(flat.max())
+        if low < -n or high >= n:
+            raise IndexError(f"index {high if high >= n else low} is out of bounds for axis 0 with size {n}")
+        if low < 0:
+            flat = np.where(flat < 0, flat + n, flat)
+        out = file.gather(flat).view(self.dtype).reshape(rows.shape + self.shape[1:])
+        return out[(slice(None),) * rows.ndim + rest] if rest else out
+
+    def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        # results of ufuncs on a column are plain arrays (they are not the file)
+        array = array.view(np.ndarray) if isinstance(array, np.ndarray) else array
+        return array[()] if return_scalar else array
 
 
 def dtype_string(dtype: Any) -> str:
@@ -142,6 +273,7 @@ class DiskStore(InfiniteBuffer):
         self._stats: dict[str, tuple[int, int, int]] = {}
         self._manifest_text: str = ""
         self._maps: list[np.memmap] = []
+        self._files: list[_ColumnFile] = []
         #: True for a split's view: its episodes are a subset of the files' rows
         self.is_view = False
 
@@ -160,20 +292,53 @@ class DiskStore(InfiniteBuffer):
             self._read_only()
         super().initialize(observation_signature, action_signature, reward_signature)
 
-    #: bytes of mapped column pages this process may keep resident between
-    #: calls of :meth:`release_pages` (None, the default: released only
-    #: before each training epoch). Random rows touch a page per column
-    #: each, so over a long epoch the process's resident set grows towards
-    #: the whole file: clean page-cache pages the kernel may drop at any
-    #: time, but counted in its RSS. A limit bounds that at a price:
-    #: every page is then faulted in again (measured in
-    #: ``benchmarks/scale.py disk``: several times slower sampling).
+    @property
+    def read_mode(self) -> str:
+        """How sampled rows are read: ``"pread"`` (the default where the
+        platform has ``os.pread``) or ``"mmap"``.
+
+        ``"pread"``: a gather of rows by an integer array (pickers,
+        slicers, ``column[rows]``) is one positional read per run of
+        consecutive rows, served by the page cache; nothing is mapped, so
+        the process's resident memory does not grow with sampling. Measured
+        in ``benchmarks/scale.py disk``: IQL trains from a 2.4 GB file with
+        its resident memory at torch's own footprint.
+
+        ``"mmap"``: gathers read through the memory maps: fewer system
+        calls (about 1 us each) per batch, so sampling is faster, but each
+        random row maps 64 kB of cached pages around it into the process
+        and a long run's resident set grows towards the whole file (clean
+        pages the kernel may drop, counted in its RSS; released before each
+        epoch and by :attr:`resident_limit`).
+
+        A store and its split views share the setting (the same open files).
+        """
+        return "pread" if self._files and self._files[0].positional else "mmap"
+
+    @read_mode.setter
+    def read_mode(self, mode: str) -> None:
+        if mode not in READ_MODES:
+            raise ValueError(f"read_mode must be one of {READ_MODES}, got {mode!r}")
+        if mode == "pread" and not hasattr(os, "pread"):
+            raise ValueError("read_mode 'pread' needs os.pread, which this platform lacks: use 'mmap'")
+        for file in self._files:
+            file.positional = mode == "pread"
+
+    #: with ``read_mode="mmap"``: bytes of mapped column pages this process
+    #: may keep resident between calls of :meth:`release_pages` (None, the
+    #: default: released only before each training epoch). Random rows
+    #: touch a page per column each, so over a long epoch the process's
+    #: resident set grows towards the whole file: clean page-cache pages
+    #: the kernel may drop at any time, but counted in its RSS. A limit
+    #: bounds that at a price: every page is then faulted in again
+    #: (measured in ``benchmarks/scale.py disk``: several times slower
+    #: sampling than ``read_mode="pread"``, which maps nothing).
     resident_limit: Optional[int] = None
 
     def _touched(self, rows: int) -> None:
         """Count ``rows`` about to be read; release pages when over the limit."""
         limit = self.resident_limit
-        if limit is None:
+        if limit is None or self.read_mode == "pread":
             return
         self._touched_bytes = getattr(self, "_touched_bytes", 0) + rows * (len(self._maps) + 1) * TOUCH_BYTES
         if self._touched_bytes > limit:
@@ -392,14 +557,21 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
         raise _corrupt(path, f"its episode table does not match its {rows} rows")
 
     maps: list[np.memmap] = []
+    files: list[_ColumnFile] = []
+    positional = hasattr(os, "pread")
 
     def mapped(name: str) -> np.ndarray:
-        dtype, shape, _ = specs[name]
-        column = np.memmap(os.path.join(path, f"{name}.bin"), dtype=dtype, mode="r", shape=shape)
+        dtype, shape, nbytes = specs[name]
+        file = os.path.join(path, f"{name}.bin")
+        column = np.memmap(file, dtype=dtype, mode="r", shape=shape)
         maps.append(column)
-        # a plain ndarray view of the map: indexing it skips np.memmap's
-        # subclass bookkeeping (measurable per batch); the map stays alive as its base
-        return column.view(np.ndarray)
+        # a view of the map that skips np.memmap's subclass bookkeeping
+        # (measurable per batch); the map stays alive as its base
+        view = column.view(_DiskColumn)
+        if positional:
+            view._file = _ColumnFile(file, shape[0], nbytes // shape[0] if shape[0] else 0)
+            files.append(view._file)
+        return view
 
     store = DiskStore()
     store._maps = maps
@@ -410,6 +582,7 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
         mapped("behaviour_probabilities") if "behaviour_probabilities" in specs else None,
         observation_keys=keys,
     )
+    store._files = files
     for column in store._maps:
         mm = getattr(column, "_mmap", None)
         if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
@@ -430,6 +603,7 @@ def subset_view(store: DiskStore, episode_indices: np.ndarray) -> DiskStore:
     idx = np.asarray(episode_indices, dtype=np.int64)
     view = DiskStore()
     view.path, view._stats, view._maps = store.path, dict(store._stats), list(store._maps)
+    view._files = list(store._files)
     view._manifest_text, view.resident_limit = store._manifest_text, store.resident_limit
     view.is_view = True
     view.set_columns(

@@ -111,8 +111,10 @@ def test_disk_store_holds_the_same_columns_and_table_as_memory(tmp_path):
 
 @pytest.mark.parametrize("picker", [BasicTransitionPicker(), MultiStepTransitionPicker(3, 0.9),
                                     FrameStackTransitionPicker(2)], ids=["basic", "multistep", "framestack"])
-def test_transition_batches_from_disk_equal_memory(tmp_path, picker):
+@pytest.mark.parametrize("read_mode", ["pread", "mmap"])
+def test_transition_batches_from_disk_equal_memory(tmp_path, picker, read_mode):
     pair = _pair(tmp_path, transition_picker=picker)
+    pair.disk.buffer.read_mode = read_mode
     for seed in (0, 1):
         offrl.seed(seed)
         a = pair.memory.sample_transition_batch(64)
@@ -127,8 +129,10 @@ def test_transition_batches_from_disk_equal_memory(tmp_path, picker):
 
 
 @pytest.mark.parametrize("discrete", [True, False])
-def test_trajectory_batches_from_disk_equal_memory(tmp_path, discrete):
+@pytest.mark.parametrize("read_mode", ["pread", "mmap"])
+def test_trajectory_batches_from_disk_equal_memory(tmp_path, discrete, read_mode):
     pair = _pair(tmp_path, discrete=discrete, trajectory_slicer=BasicTrajectorySlicer())
+    pair.disk.buffer.read_mode = read_mode
     offrl.seed(5)
     a = pair.memory.sample_trajectory_batch(16, 4)
     offrl.seed(5)
@@ -494,6 +498,11 @@ def test_from_dataframe_chunks_refuses_scattered_episodes_and_bad_rows(tmp_path)
 def test_resident_limit_releases_mapped_pages_and_sampling_is_unchanged(tmp_path, monkeypatch):
     pair = _pair(tmp_path)
     store = pair.disk.buffer
+    store.resident_limit = 1  # read_mode "pread" (the default) maps nothing: the limit has nothing to count
+    pair.disk.sample_transition_batch(64)
+    assert getattr(store, "_touched_bytes", 0) == 0
+    store.resident_limit = None
+    store.read_mode = "mmap"
     released = []
     real = store.release_pages
     monkeypatch.setattr(store, "release_pages", lambda: (released.append(1), real()))
@@ -511,6 +520,124 @@ def test_resident_limit_releases_mapped_pages_and_sampling_is_unchanged(tmp_path
     _assert_batches_equal(b, pair.memory.sample_transition_batch(64))
     pair.disk.sample_trajectory_batch(4, 3)  # counted too
     assert store._touched_bytes == 4 * 5 * disk_module.TOUCH_BYTES
+
+
+# ------------------------------------------------------- positional reads
+def _column_pair(tmp_path):
+    """A disk column read by positional reads and the same rows in memory."""
+    pair = _pair(tmp_path, discrete=False)
+    m, d = pair.memory.buffer, pair.disk.buffer
+    return pair, m.observations[0][m.head:m.tail], d.observations[0], m.rewards[m.head:m.tail], d.rewards
+
+
+def test_positional_gathers_equal_numpy_indexing_for_every_key_shape(tmp_path):
+    pair, obs, disk_obs, rewards, disk_rewards = _column_pair(tmp_path)
+    assert pair.disk.buffer.read_mode == "pread"
+    n = obs.shape[0]
+    rng = np.random.default_rng(0)
+    keys = [
+        rng.integers(0, n, 50),                                   # random rows, repeats
+        np.arange(3, 17),                                         # one run of consecutive rows
+        np.array([4, 5, 6, 1, 2, 9, 10, 10, 11]),                 # runs, a repeat, going back
+        np.array([-1, -n, 0, n - 1]),                             # negative indices as numpy reads them
+        rng.integers(0, n - 4, 6)[:, None] + np.arange(4),        # 2-D windows (trajectory slices)
+        np.array([7], dtype=np.int32), np.array(5, dtype=np.uint64),  # other integer dtypes, a 0-d index
+    ]
+    for key in keys:
+        got = disk_obs[key]
+        assert type(got) is np.ndarray and got.dtype == obs.dtype and got.flags.writeable
+        np.testing.assert_array_equal(got, obs[key], err_msg=str(key))
+    window = keys[4]
+    np.testing.assert_array_equal(disk_rewards[window, 0], rewards[window, 0])  # tuple keys: rows, then a column
+    np.testing.assert_array_equal(disk_obs[keys[0], 1:], obs[keys[0], 1:])
+    np.testing.assert_array_equal(disk_obs[np.array([], dtype=np.int64)], obs[:0])
+    # everything else is numpy's own indexing of the mapped file
+    np.testing.assert_array_equal(disk_obs[2:5], obs[2:5])
+    np.testing.assert_array_equal(disk_obs[obs[:, 0] > 0], obs[obs[:, 0] > 0])
+    np.testing.assert_array_equal(disk_obs[[1, 2]], obs[[1, 2]])
+    assert type(disk_obs * 2) is np.ndarray and type(disk_obs[2:5]) is np.ndarray
+    assert float(disk_rewards.sum()) == pytest.approx(float(rewards.sum()), rel=1e-5)
+    for bad in (np.array([n]), np.array([0, -n - 1])):
+        with pytest.raises(IndexError, match=f"out of bounds for axis 0 with size {n}"):
+            disk_obs[bad]
+
+
+def test_a_gather_of_the_next_rows_reads_only_the_rows_it_lacks(tmp_path, monkeypatch):
+    pair, obs, disk_obs, _, _ = _column_pair(tmp_path)
+    n = obs.shape[0]
+    calls = []
+    real = os.pread
+    monkeypatch.setattr(disk_module.os, "pread", lambda fd, size, offset: (calls.append(size), real(fd, size, offset))[1])
+    rows = np.array([1, 9, 3, 20, 14, 6])  # scattered, neither the first nor the last row
+    np.testing.assert_array_equal(disk_obs[rows], obs[rows])
+    assert len(calls) == 6 and set(calls) == {3 * disk_obs.itemsize * 3}  # each row read with its neighbours
+    calls.clear()
+    following = np.where(np.arange(6) % 3 == 0, rows, rows + 1)  # terminal rows repeat their row
+    following[1] -= 2  # the row before
+    following[4] = n - 1  # and one row that no read holds
+    got = disk_obs[following]
+    np.testing.assert_array_equal(got, obs[following])
+    assert got.flags.writeable and len(calls) == 1
+    calls.clear()
+    again = np.array([1, 2, 3])  # consecutive rows: one read of the run
+    np.testing.assert_array_equal(disk_obs[again], obs[again])
+    assert len(calls) == 1
+    rng = np.random.default_rng(1)
+    for _ in range(20):  # random sequences against numpy
+        rows = rng.integers(0, n, 6)
+        np.testing.assert_array_equal(disk_obs[rows], obs[rows])
+        following = np.clip(rows + rng.integers(-2, 3, 6), 0, n - 1)
+        np.testing.assert_array_equal(disk_obs[following], obs[following])
+
+
+def test_read_mode_is_validated_and_shared_with_split_views(tmp_path):
+    pair = _pair(tmp_path)
+    store = pair.disk.buffer
+    with pytest.raises(ValueError, match=r"read_mode must be one of \('pread', 'mmap'\), got 'aio'"):
+        store.read_mode = "aio"
+    train, _ = train_test_split(pair.disk, test_size=0.5, random_state=0)
+    store.read_mode = "mmap"
+    assert train.buffer.read_mode == "mmap"
+    store.read_mode = "pread"
+    assert train.buffer.read_mode == "pread"
+
+
+def _mapped_kb(file) -> int:
+    """Resident kB of this process's mappings of ``file`` (Linux smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
+                inside = line.rstrip().endswith(os.fspath(file))
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc/self/smaps")
+def test_positional_reads_map_no_pages_and_mmap_reads_do(tmp_path):
+    pair = _pair(tmp_path)
+    store = pair.disk.buffer
+    file = pair.path / "observations_0.bin"
+    store.release_pages()
+    assert _mapped_kb(file) == 0
+    for _ in range(5):
+        pair.disk.sample_transition_batch(64)
+    assert _mapped_kb(file) == 0  # positional reads: page cache only, nothing mapped into the process
+    store.read_mode = "mmap"
+    pair.disk.sample_transition_batch(64)
+    assert _mapped_kb(file) > 0
+    store.release_pages()
+    assert _mapped_kb(file) == 0
+
+
+def test_a_column_truncated_under_positional_reads_raises(tmp_path):
+    pair = _pair(tmp_path)
+    column = pair.disk.buffer.actions
+    n = column.shape[0]
+    os.truncate(pair.path / "actions.bin", (n - 2) * column.dtype.itemsize)
+    with pytest.raises(DiskDatasetChangedError, match=r"actions\.bin: read .* bytes for 2 rows .* truncated"):
+        column[np.array([0, n - 1])]
 
 
 # ------------------------------------------------------------ disk FIFO
