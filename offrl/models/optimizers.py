@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from .._d3rlpy_json import D3rlpySerializable
 from ..optimizers.lr_schedulers import LRSchedulerFactory, attach_lr_scheduler
 from ..serialization import Serializable, from_json_value, register, to_json_value
 
@@ -158,10 +159,10 @@ def _check_scheduler(factory: Any) -> None:
 
 
 @dataclasses.dataclass
-class _NamedFactory(OptimizerFactory):
+class _NamedFactory(D3rlpySerializable, OptimizerFactory):
     """Base of the dataclass factories for one optimizer: their fields are
     their parameters (plain ``Serializable`` JSON), after d3rlpy's two common
-    ones."""
+    ones; ``serialize()`` / ``deserialize()`` read and write d3rlpy's JSON."""
 
     clip_grad_norm: Optional[float] = None
     lr_scheduler_factory: Optional[LRSchedulerFactory] = None

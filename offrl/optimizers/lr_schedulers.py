@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LRScheduler
 
+from .._d3rlpy_json import D3rlpySerializable
 from ..serialization import Serializable, register
 
 __all__ = [
@@ -35,7 +36,7 @@ def _positive_int(value: Any, name: str) -> None:
 
 
 @dataclasses.dataclass
-class LRSchedulerFactory(Serializable):
+class LRSchedulerFactory(D3rlpySerializable, Serializable):
     """Base of learning-rate scheduler factories: ``create(optim)``."""
 
     _kind = "lr_scheduler"

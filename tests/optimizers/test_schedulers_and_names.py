@@ -172,3 +172,21 @@ def test_d3rlpy_config_with_an_adam_scheduler_reads_back():
     assert factory.lr_scheduler_factory == O.CosineAnnealingLRFactory(T_max=100)
     assert json.loads(config.serialize())["optim_factory"]["params"]["lr_scheduler_factory"] == \
         json.loads(D3RLPY_ADAM_WITH_SCHEDULER)["params"]["lr_scheduler_factory"]
+
+
+def test_optimizer_and_scheduler_factories_serialize_as_d3rlpy():
+    import json
+
+    # d3rlpy 2.8.1: AdamFactory(clip_grad_norm=1.0, lr_scheduler_factory=CosineAnnealingLRFactory(T_max=10)).serialize()
+    theirs = ('{"clip_grad_norm": 1.0, "lr_scheduler_factory": {"type": "cosine_annealing", "params": {"T_max": 10, '
+              '"eta_min": 0.0, "last_epoch": -1}}, "betas": [0.9, 0.999], "eps": 1e-08, "weight_decay": 0, '
+              '"amsgrad": false}')
+    factory = O.AdamFactory(clip_grad_norm=1.0, lr_scheduler_factory=O.CosineAnnealingLRFactory(T_max=10))
+    assert json.loads(factory.serialize()) == json.loads(theirs)
+    assert O.AdamFactory.deserialize(theirs) == factory
+    for cls in (O.SGDFactory, O.RMSpropFactory, O.AdamWFactory, O.GPTAdamWFactory):
+        made = cls(clip_grad_norm=0.5, lr_scheduler_factory=O.WarmupSchedulerFactory(3))
+        assert cls.deserialize(made.serialize()) == made
+        assert cls.deserialize_from_dict(made.serialize_to_dict()) == made
+    assert json.loads(O.WarmupSchedulerFactory(5).serialize()) == {"warmup_steps": 5}
+    assert O.WarmupSchedulerFactory.deserialize('{"warmup_steps": 5}') == O.WarmupSchedulerFactory(5)
