@@ -120,6 +120,41 @@ def test_fit_indexes_every_transition_scaled(small_config):
     np.testing.assert_array_equal(index.query(keys).numpy(), np.arange(30))
 
 
+def test_neighbour_of_a_scaled_action_is_brute_forces_in_the_scaled_space(hand_batch, small_config):
+    """With scalers on, the constraint's neighbour is the brute-force nearest
+    (beta * scaled s, scaled a) point to (beta * scaled s, pi(scaled s)), and
+    its action is returned in the policy's (scaled) units, as d3rlpy 2.8.1
+    does; the env-unit space would pick other neighbours here."""
+    offrl.seed(0)
+    rng = np.random.default_rng(3)
+    n, beta = 80, 0.7
+    obs = (rng.normal(size=(n, 3)) * [1.0, 4.0, 0.3] + [0.0, 2.0, 0.0]).astype(np.float32)
+    actions = rng.uniform(-2.0, 2.0, size=(n, 2)).astype(np.float32)  # env units: torques in [-2, 2]
+    dataset = MDPDataset(obs, actions, rng.normal(size=n).astype(np.float32), np.ones(n, dtype=np.float32))
+    bound = np.full(2, 2.0, dtype=np.float32)
+    algo = small_config(batch_size=8, beta=beta, alpha=0.0, update_actor_interval=1,
+                        observation_scaler=StandardObservationScaler(),
+                        action_scaler=MinMaxActionScaler(minimum=-bound, maximum=bound)).create()
+    algo.fit(dataset, n_steps=1, n_steps_per_epoch=1, logger_adapter=NoopAdapterFactory(), show_progress=False)
+    batch = hand_batch()
+    batch.observations[:] = batch.observations * [1.0, 4.0, 0.3] + [0.0, 2.0, 0.0]
+    scale_obs = algo.observation_scaler.transform
+    with torch.no_grad():
+        scaled_batch_obs = scale_obs(torch.from_numpy(batch.observations))
+        policy_actions = algo.modules["policy"](scaled_batch_obs).numpy()
+        scaled_obs = scale_obs(torch.from_numpy(obs)).numpy()
+    scaled_actions = actions / 2.0
+    nearest = nearest_action_loop(scaled_obs, scaled_actions, scaled_batch_obs.numpy(), policy_actions, beta)
+    in_env_units = nearest_action_loop(obs, actions, batch.observations, 2.0 * policy_actions, beta) / 2.0
+    assert not np.allclose(nearest, in_env_units)  # the two spaces disagree on this data
+
+    losses = algo.update(batch)
+
+    dc_loss = float(np.mean((policy_actions.astype(np.float64) - nearest) ** 2))
+    assert losses["dc_loss"] == pytest.approx(dc_loss, rel=1e-5, abs=1e-6)
+    assert losses["actor_loss"] == pytest.approx(dc_loss, rel=1e-5, abs=1e-6)  # alpha = 0: the constraint alone
+
+
 def test_update_without_an_index_says_how_to_build_it(hand_batch, build_algo, small_config):
     algo = build_algo(small_config())
     with pytest.raises(RuntimeError, match="fit_neighbor_index"):
