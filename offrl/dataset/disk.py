@@ -12,13 +12,14 @@ A *disk dataset* is a directory::
 
 Why this layout (measured in ``benchmarks/scale.py disk``): a random
 mini-batch touches one row of every column; with one contiguous row-major
-file per column a row is one small read, and ``np.memmap`` turns a batch of
-rows into page-cache hits with no per-call library overhead. HDF5 fancy
-indexing (``h5py``) costs a library call per selection and needs sorted
-unique indices; on 25,000,000 steps it was 41x slower per batch of 256
-with a warm page cache (31.6 ms against 0.76 ms) and 45x slower from a
-cold one (339 ms against 7.5 ms), so the columns are raw files (no chunking, no compression: both would
-make a row a whole-chunk decode).
+file per column a row is one small read (a positional read, or a
+page-cache hit through a memory map) with no per-call library overhead.
+HDF5 fancy indexing (``h5py``) costs a library call per selection and
+needs sorted unique indices; on 25,000,000 steps it was 41x slower per
+batch of 256 than the memory maps with a warm page cache (31.6 ms against
+0.76 ms) and 45x slower from a cold one (339 ms against 7.5 ms), so the
+columns are raw files (no chunking, no compression: both would make a row
+a whole-chunk decode).
 
 Reading sampled rows (:attr:`DiskStore.read_mode`): by default a gather
 of rows (``column[rows]``, what pickers and slicers do) is one positional
