@@ -25,7 +25,7 @@ returns), ``medium`` / ``expert`` (the built-in ``pendulum-medium`` ...
 datasets, turned into the same plain arrays for both libraries; target
 return the dataset's best episode return: -158.2 / -0.0 on Pendulum, 500 on
 CartPole). It is then rolled out through its stateful wrapper at that
-target (5 episodes, fixed seeds), several seeds, every (library, algorithm,
+target (``--episodes``, 5 by default, fixed seeds), several seeds, every (library, algorithm,
 data, seed) in its own process (``--jobs`` at a time). The networks are
 reduced on both sides alike (1 transformer layer, 64-wide encoder; 2 heads
 for the discrete model) so that the run fits a shared 2-core CPU, and
@@ -148,7 +148,7 @@ def quality_target(kind: str, returns: np.ndarray) -> float:
 
 
 def quality_job(backend: str, name: str, data_path: str, env_id: str, updates: int, seed: int, target: float,
-                action_scaler: bool = True) -> dict:
+                action_scaler: bool = True, episodes: int = N_QUALITY_EPISODES) -> dict:
     """Train on the saved arrays, roll out at ``target``; ``{"return", "seconds"}``."""
     import time
 
@@ -185,7 +185,7 @@ def quality_job(backend: str, name: str, data_path: str, env_id: str, updates: i
     seconds = time.perf_counter() - start
     env = gymnasium.make(env_id)
     returns = []
-    for episode in range(N_QUALITY_EPISODES):
+    for episode in range(episodes):
         actor = algo.as_stateful_wrapper(target_return=target)
         observation, _ = env.reset(seed=10_000 + episode)
         reward, total, done = 0.0, 0.0, False
@@ -234,14 +234,14 @@ def run_quality(args: argparse.Namespace, names: Sequence[str], kinds: Sequence[
             print(f"{QUALITY_ENV_IDS[env]} {kind}: {len(data['rewards'])} logged steps, {len(returns)} episodes, "
                   f"behaviour return {returns.mean():.1f} ± {returns.std():.1f} (best {returns.max():.1f}), "
                   f"target {targets[env, kind]:.1f}", flush=True)
-        print(f"d3rlpy: {note}; {args.seeds} seeds; {updates} updates; {N_QUALITY_EPISODES} evaluation episodes; "
+        print(f"d3rlpy: {note}; {args.seeds} seeds; {updates} updates; {args.episodes} evaluation episodes; "
               f"Pendulum action scaler {'MinMax [-2, 2]' if args.action_scaler else 'none'}; {args.jobs} job(s) at "
               f"a time\n", flush=True)
 
         def job(backend: str, interpreter: str, name: str, kind: str, seed: int) -> dict:
             env = QUALITY_ENVS[name]
             spec = [backend, name, files[env, kind], QUALITY_ENV_IDS[env], updates, seed, targets[env, kind],
-                    args.threads, args.action_scaler]
+                    args.threads, args.action_scaler, args.episodes]
             result, why = run_json(interpreter, __file__, ["--quality-job", json.dumps(spec)])
             return result if result is not None else {"error": why.strip().splitlines()[-1]}
 
@@ -270,7 +270,7 @@ def run_quality(args: argparse.Namespace, names: Sequence[str], kinds: Sequence[
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print_table(("algorithm", "data", "target", "offrl return", "offrl s", "d3rlpy return", "d3rlpy s"), rows,
-                title="\nreturn at the target return (mean ± std over seeds of the 5-episode mean)")
+                title=f"\nreturn at the target return (mean ± std over seeds of the {args.episodes}-episode mean)")
 
 
 def report(o: dict, d: Optional[dict], note: str, names: Sequence[str]) -> None:
@@ -320,6 +320,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "(the built-in datasets)")
     parser.add_argument("--updates", type=int, default=None,
                         help=f"--quality: updates per run (default {QUALITY_UPDATES[0]}, --quick {QUALITY_UPDATES[1]})")
+    parser.add_argument("--episodes", type=int, default=N_QUALITY_EPISODES,
+                        help="--quality: evaluation episodes per run (fixed start states 10000, 10001, ...)")
     parser.add_argument("--jobs", type=int, default=1, help="--quality: runs at a time (each its own process)")
     parser.add_argument("--no-action-scaler", dest="action_scaler", action="store_false",
                         help="--quality: no MinMaxActionScaler for Pendulum's [-2, 2] actions (on both sides)")
@@ -327,9 +329,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     check_threads(args, parser)
     if args.quality_job is not None:  # a worker: one (library, algorithm, seed) of --quality
-        backend, name, data, env_id, updates, seed, target, threads, scaler = json.loads(args.quality_job)
+        backend, name, data, env_id, updates, seed, target, threads, scaler, episodes = json.loads(args.quality_job)
         set_threads(threads)
-        return worker_main(lambda: quality_job(backend, name, data, env_id, updates, seed, target, scaler))
+        return worker_main(lambda: quality_job(backend, name, data, env_id, updates, seed, target, scaler,
+                                                      episodes))
     names = parse_only(args.only, ALGOS, parser)
     if args.quality:
         if args.seeds < 1:

@@ -10,7 +10,14 @@ output the logged action ``a_t`` at each observation token:
     continuous:  L = E_window [ mean_{t: mask_t = 1} mean_j (pi(R_<=t, s_<=t, a_<t)_j - a_t,j)^2 ]
     discrete:    L = E_window [ mean_{t: mask_t = 1} -log softmax(logits(R_<=t, s_<=t, a_<t))[a_t] ]
 
-(the window mean runs over the steps that are not front padding). At
+(the window mean runs over the steps that are not front padding, as in
+the authors' code; d3rlpy 2.8.1 divides by all ``B x L`` positions
+instead, a per-batch factor of about 0.95 on 200-step episodes that
+Adam's normalisation all but removes). Front padding (a window that
+starts before its episode) is kept out of attention and gets no position
+embedding, so each real step is predicted exactly as from the window
+without the padding, which is what ``predict`` and the stateful wrapper
+feed at an episode's first steps. At
 decision time the policy is conditioned on a *target* return: the
 return-to-go starts at it and falls by each reward received
 (:class:`StatefulTransformerWrapper`).
