@@ -191,15 +191,10 @@ class DiscreteSAC(QLearningAlgoBase):
             q_values = q.expected(batch.observations).min(dim=0).values  # (B, A)
         log_probs = F.log_softmax(policy(batch.observations), dim=-1)
         probs = log_probs.exp()
-        temp_optim = self._optims.get("temp_optim")
-        if temp_optim is not None:
+        if self._optims.get("temp_optim") is not None:
             with torch.no_grad():
                 gap = (probs * log_probs).sum(dim=1) + target_entropy(int(self._action_size))  # (B,)
-            temp_loss = -(self._nets["log_temp"]() * gap).mean()
-            temp_optim.zero_grad()
-            temp_loss.backward()
-            temp_optim.step()
-            temp_loss = temp_loss.detach()
+            temp_loss = self._temperature_step(gap)
         else:
             temp_loss = torch.zeros((), device=critic_loss.device)
         temp = self._temperature().detach()
@@ -212,6 +207,20 @@ class DiscreteSAC(QLearningAlgoBase):
         if grad_step % int(cfg.target_update_interval) == 0:
             hard_update(targ, q)
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "temp_loss": temp_loss, "temp": temp}
+
+    @torch.compiler.disable
+    def _temperature_step(self, gap: torch.Tensor) -> torch.Tensor:
+        """One step of the temperature's loss ``-(log alpha * gap).mean()``.
+
+        Eager under ``compile_graph=True``: traced beside the actor's forward
+        pass, its backward would run (and free) the compiled backward the
+        actor's loss needs next."""
+        temp_loss = -(self._nets["log_temp"]() * gap).mean()
+        temp_optim = self._optims["temp_optim"]
+        temp_optim.zero_grad()
+        temp_loss.backward()
+        temp_optim.step()
+        return temp_loss.detach()
 
     def _predict(self, x) -> torch.Tensor:
         return self._nets["policy"](x).argmax(dim=-1)

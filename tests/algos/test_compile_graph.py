@@ -25,15 +25,14 @@ for _module in pkgutil.iter_modules(offrl.algos.__path__):
 CONFIGS = dict(sorted(registered("algorithm").items()))
 TRAINABLE = [n for n, c in CONFIGS.items() if c.algorithm_class().is_trainable]
 #: algorithms torch 2.13 fails to compile on this CPU (they fall back to eager, as designed; measured):
-#: BCQ: inductor's oneDNN linear lowering rejects a concatenated view (soft_clipped_max) in some runs;
-#: DiscreteSAC: its temperature and actor losses are traced in one segment (between two backward()
-#: calls), so they share one compiled backward node that temp_loss.backward() frees before
-#: actor_loss.backward() needs it (fell back in benchmarks/scale.py compile too; the fix is a graph
-#: break in discrete_sac.py, not here). DiscreteDecisionTransformer compiles but its per-step learning
-#: rate makes one frame recompile until dynamo's limit, then run eagerly (no fallback warning).
+#: BCQ: inductor's oneDNN linear lowering rejects a concatenated view (soft_clipped_max) in some runs.
+#: DiscreteSAC compiles: its temperature step runs eagerly (torch.compiler.disable), since traced beside
+#: the actor's forward pass its backward freed the compiled backward actor_loss.backward() needs.
+#: DiscreteDecisionTransformer compiles but its per-step learning rate makes one frame recompile until
+#: dynamo's limit, then run eagerly (no fallback warning).
 #: (SAC compiles: its StopIteration came from the traced weak-dictionary parameter cache of
 #: offrl.algos._common, now bypassed while compiling; PRDC compiles: its neighbour search runs eagerly.)
-MAY_FALL_BACK = {"bcq", "discrete_sac"}
+MAY_FALL_BACK = {"bcq"}
 
 
 def _make(name: str, compile_graph: bool):
