@@ -22,8 +22,11 @@ n_action_samples`` actions of each of three proposals, all evaluated at
     log sum_a exp Q(s, a) ~ logsumexp_k [ Q(s, a_k) - log q(a_k) ]
     a_k ~ Uniform[-1, 1]^A  (log q = A log 0.5),  a_k ~ pi(.|s),  a_k ~ pi(.|s')
 
-(log-probabilities and sampled actions carry no gradient). All 3N actions
-of a batch go through the critics in one batched call. ``alpha`` is
+(log-probabilities and sampled actions carry no gradient). One policy
+pass on ``[s; s']`` gives the target's action and both policy proposals,
+and the dataset's actions and all 3N proposals go through the critic
+ensemble in one call (separate calls when a network has batch norm, whose
+statistics would mix the rows, or with quantile critics). ``alpha`` is
 projected onto ``[1e-8, 1e6]`` after each step and stays at
 ``initial_alpha`` when ``alpha_learning_rate`` is 0 (``alpha_loss`` then
 reads 0). With ``soft_q_backup`` the critic target is SAC's (with the
@@ -49,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import torch
 
@@ -172,6 +175,17 @@ def _uniform_actions(batch: int, n: int, action_size: int, device: torch.device)
     return torch.rand((batch, n, action_size), device=device) * 2.0 - 1.0
 
 
+def _has_batch_norm(module: torch.nn.Module) -> bool:
+    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules())
+
+
+def _stack_observations(x: Any, y: Any) -> Any:
+    """Rows of ``x`` then rows of ``y`` (tuple observations element-wise)."""
+    if isinstance(x, (list, tuple)):
+        return [torch.cat([u, v]) for u, v in zip(x, y)]
+    return torch.cat([x, y])
+
+
 def _repeat_observations(x: Any, n: int) -> Any:
     """Each row repeated ``n`` times in place: row ``b * n + k`` is row ``b``."""
     if isinstance(x, (list, tuple)):
@@ -191,6 +205,10 @@ class CQL(SAC):
             # the conservative term allocates and frees ~16 MB activations every
             # step: keep them in the heap rather than page-faulting them back
             retain_freed_memory()
+        # rows of one call share batch-norm statistics: merge calls only without it
+        self._one_policy_call = not _has_batch_norm(self._nets["policy"])
+        self._one_critic_call = isinstance(cfg.q_func_factory, MeanQFunctionFactory) and not _has_batch_norm(
+            self._nets["q_function"])
         log_alpha = self._add_module("log_alpha", ScalarParameter(cfg.initial_alpha))
         if cfg.alpha_learning_rate > 0:
             self._add_optimizer("alpha_optim", cfg.alpha_optim_factory, [log_alpha], cfg.alpha_learning_rate)
@@ -219,36 +237,52 @@ class CQL(SAC):
         unchanged here (CalQL clips the policy's)."""
         return values
 
-    def _logsumexp_q(self, batch: Any, next_mean: torch.Tensor, next_logstd: torch.Tensor) -> torch.Tensor:
-        """Importance-sampled ``log sum_a exp Q_i(s, a)``, shape ``(E, B)``;
-        ``next_mean``, ``next_logstd``: the policy at ``s'``."""
-        policy, q = self._nets["policy"], self._nets["q_function"]
-        observations = batch.observations
-        n, size, batch_size = int(self._config.n_action_samples), int(self._action_size), next_mean.shape[0]
-        with torch.no_grad():
-            actions_s, log_probs_s = squashed_sample(*policy(observations), n)  # (B, n, A), (B, n)
-            actions_next, log_probs_next = squashed_sample(next_mean, next_logstd, n)
-            uniform = _uniform_actions(batch_size, n, size, actions_s.device)
-            actions = torch.cat([uniform, actions_s, actions_next], dim=1)  # (B, 3n, A)
-            log_density = torch.cat(
-                [torch.full_like(log_probs_s, size * math.log(0.5)), log_probs_s, log_probs_next], dim=1
-            )  # (B, 3n)
-        values = q.expected(_repeat_observations(observations, 3 * n), actions.reshape(-1, size))  # (E, B*3n, 1)
-        values = values.view(values.shape[0], batch_size, 3 * n)
-        values = self._proposal_values(values, n, batch)
-        return torch.logsumexp(values - log_density, dim=2)
+    def _proposals(self, mean: torch.Tensor, logstd: torch.Tensor, next_mean: torch.Tensor,
+                   next_logstd: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The ``3n`` proposal actions per state, ``(B, 3n, A)`` (uniform,
+        ``pi(.|s)``, ``pi(.|s')``), and their log-densities ``(B, 3n)``;
+        ``mean``, ``logstd``: the policy at ``s``, ``next_*`` at ``s'``."""
+        n, size, batch_size = int(self._config.n_action_samples), int(self._action_size), mean.shape[0]
+        actions_s, log_probs_s = squashed_sample(mean, logstd, n)  # (B, n, A), (B, n)
+        actions_next, log_probs_next = squashed_sample(next_mean, next_logstd, n)
+        uniform = _uniform_actions(batch_size, n, size, actions_s.device)
+        actions = torch.cat([uniform, actions_s, actions_next], dim=1)
+        log_density = torch.cat([torch.full_like(log_probs_s, size * math.log(0.5)), log_probs_s, log_probs_next], dim=1)
+        return actions, log_density
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
         q, targ = self._nets["q_function"], self._nets["targ_q_function"]
         log_alpha: ScalarParameter = self._nets["log_alpha"]
+        observations = batch.observations
+        n, size, batch_size = int(cfg.n_action_samples), int(self._action_size), batch.rewards.shape[0]
+        policy = self._nets["policy"]
         with torch.no_grad():
-            next_mean, next_logstd = self._nets["policy"](batch.next_observations)
+            if self._one_policy_call:  # one policy pass serves s (proposals) and s' (target, proposals)
+                mean, logstd = policy(_stack_observations(observations, batch.next_observations))
+                next_mean, next_logstd = mean[batch_size:], logstd[batch_size:]
+            else:
+                next_mean, next_logstd = policy(batch.next_observations)
+                mean, logstd = policy(observations)
             target = self._target(batch, next_mean, next_logstd)
-        pred, taus = q.at_action(batch.observations, batch.actions)
+            actions, log_density = self._proposals(mean[:batch_size], logstd[:batch_size], next_mean, next_logstd)
+        if self._one_critic_call:
+            # one critic call for the dataset's actions and the 3n proposals:
+            # rows [0, B) hold (s, a), then row B + b * 3n + k holds (s_b, a_k)
+            values = q.expected(
+                _stack_observations(observations, _repeat_observations(observations, 3 * n)),
+                torch.cat([batch.actions.reshape(batch_size, size), actions.reshape(-1, size)]),
+            )  # (E, B + 3nB, 1)
+            pred, taus = values[:, :batch_size], None
+            sampled = values[:, batch_size:].reshape(values.shape[0], batch_size, 3 * n)
+        else:  # quantile critics (the TD loss draws its own taus) or batch norm
+            pred, taus = q.at_action(observations, batch.actions)
+            sampled = q.expected(_repeat_observations(observations, 3 * n), actions.reshape(-1, size))
+            sampled = sampled.view(sampled.shape[0], batch_size, 3 * n)
         td_loss = q.loss(pred, target, taus)
         data_values = pred.mean(dim=-1)  # (E, B): expected Q at the dataset's actions
-        logsumexp = self._logsumexp_q(batch, next_mean, next_logstd)
+        # importance-sampled log sum_a exp Q_i(s, a), (E, B)
+        logsumexp = torch.logsumexp(self._proposal_values(sampled, n, batch) - log_density, dim=2)
         # C_i of the module docstring, one per critic
         terms = cfg.conservative_weight * ((logsumexp - data_values).mean(dim=1) - cfg.alpha_threshold)  # (E,)
         alpha = log_alpha()

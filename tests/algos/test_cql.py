@@ -103,7 +103,32 @@ def test_cql_evaluates_all_sampled_actions_in_one_critic_call(monkeypatch, small
 
     monkeypatch.setattr(q, "expected", counting)
     algo.update(hand_batch())
-    assert sorted(rows) == [4, 4 * 3 * 7]  # the actor's call, then every sampled action at once
+    # the actor's call, and one call for the dataset's actions and every sampled action
+    assert sorted(rows) == [4, 4 + 4 * 3 * 7]
+
+
+@pytest.mark.parametrize("net", ["critic", "actor"])
+def test_cql_keeps_calls_apart_when_batch_norm_would_mix_rows(monkeypatch, small_encoder, hand_batch, build_algo, net):
+    norm = VectorEncoderFactory(hidden_units=[8], use_batch_norm=True)
+    algo = build_algo(CQLConfig(actor_encoder_factory=norm if net == "actor" else small_encoder,
+                                critic_encoder_factory=norm if net == "critic" else small_encoder, n_action_samples=3))
+    rows: dict = {"q": [], "policy": []}
+    for name in ("q_function", "policy"):
+        module = algo.modules[name].encoder if name == "q_function" else algo.modules[name]  # every critic call encodes
+        original = module.forward
+
+        def counting(x, *args, original=original, key="q" if name == "q_function" else "policy"):
+            rows[key].append(x.shape[0])
+            return original(x, *args)
+
+        monkeypatch.setattr(module, "forward", counting)
+    algo.update(hand_batch())
+    if net == "critic":  # the dataset's actions apart from the 4 * 3 * 3 proposals (and the actor's call)
+        assert sorted(rows["q"]) == [4, 4, 4 * 3 * 3]
+        assert sorted(rows["policy"]) == [4, 8]  # the policy has no batch norm: s and s' in one pass
+    else:
+        assert sorted(rows["q"]) == [4, 4 + 4 * 3 * 3]
+        assert sorted(rows["policy"]) == [4, 4, 4]  # s' and s apart, then the actor's step
 
 
 def test_cql_lagrange_multiplier_fixed_or_projected(small_encoder, hand_batch, build_algo):
