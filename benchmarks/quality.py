@@ -210,6 +210,9 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--data", default="heldout",
                         help="comma-separated data sets: heldout (made here; default) and/or the built-in "
                              "medium, replay, expert datasets (offrl.datasets.get_dataset)")
+    parser.add_argument("--job-timeout", type=float, default=1800.0,
+                        help="seconds one (library, algorithm, seed) job may run (default 1800; CalQL's 2,000 "
+                             "updates take longer on a loaded machine)")
     parser.add_argument("--backend", choices=["offrl", "d3rlpy"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -256,7 +259,8 @@ def main(argv: Optional[list] = None) -> int:
             env, updates, quick = ALGOS[name]
             spec = {"name": name, "data": files[env, kind], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates,
                     "seed": seed, "threads": args.threads, "action_scaler": not args.no_action_scaler}
-            result, note = run_json(python, __file__, ["--backend", backend, "--job", json.dumps(spec)])
+            result, note = run_json(python, __file__, ["--backend", backend, "--job", json.dumps(spec)],
+                                    timeout=args.job_timeout)
             result = result if result is not None else {"error": note.strip().splitlines()[-1]}
             # each job as it ends (its seed shown), so a long run that is stopped still leaves its figures
             outcome = f"return {result['return']:.1f} in {result['seconds']:.0f} s" if "error" not in result else result["error"]
