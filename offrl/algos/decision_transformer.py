@@ -1029,9 +1029,13 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
         super().load_state(state, source)
         self._tokens: Optional[int] = None  # re-read from the loaded counter
 
-    def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
+    @torch.compiler.disable
+    def _schedule_learning_rate(self, batch: TorchTrajectoryBatch) -> torch.Tensor:
+        """Count the batch's tokens and set the optimizer's learning rate from
+        the token schedule; the rate as a 0-dim tensor. Eager under
+        ``compile_graph=True`` (a Python float changing every step would make
+        the compiled step recompile each time)."""
         cfg = self._config
-        optim = self._optims["optim"]
         counter = self._nets["token_counter"].tokens
         if getattr(self, "_tokens", None) is None:  # one read after building or loading, no sync per step
             self._tokens = int(counter)
@@ -1039,8 +1043,13 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
         counter.fill_(self._tokens)
         factor = token_learning_rate_factor(self._tokens, int(cfg.warmup_tokens), int(cfg.final_tokens))
         lr = float(cfg.learning_rate) * factor
-        for group in optim.optim.param_groups:
+        for group in self._optims["optim"].optim.param_groups:
             group["lr"] = lr
+        return torch.tensor(lr)
+
+    def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
+        optim = self._optims["optim"]
+        lr = self._schedule_learning_rate(batch)
         optim.zero_grad()
         logits = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
                                            masks=_attention_masks(batch))
@@ -1048,7 +1057,7 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
         loss = _masked_mean(nll.view(batch.masks.shape), batch.masks)
         loss.backward()
         optim.step()
-        return {"loss": loss.detach(), "learning_rate": torch.tensor(lr)}
+        return {"loss": loss.detach(), "learning_rate": lr}
 
     def _predict_sequence(self, observations, actions, returns_to_go, timesteps) -> torch.Tensor:
         return self._nets["transformer"](observations, actions, returns_to_go, timesteps, last_only=True)[:, -1]
