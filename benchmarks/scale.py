@@ -1,11 +1,12 @@
 """Beyond one machine and beyond memory (issue 21): one subcommand per topic.
 
-    python benchmarks/scale.py disk [--steps N] [--dir DIR] [--keep]
+    python benchmarks/scale.py disk [--steps N] [--dir DIR] [--keep] [--layout rows|columns] [--no-columns]
 
 ``disk``: a dataset larger than comfortable in memory, built by streaming
-(``offrl.dataset.DiskDatasetWriter``) and sampled from memory-mapped column
-files. Reports, each phase in its own process (so peak memory is that
-phase's own):
+(``offrl.dataset.DiskDatasetWriter``, ``--layout``: ``rows``, the default,
+one record file with every step's fields in one record, or ``columns``, one
+file per field) and sampled from disk. Reports, each phase in its own
+process (so peak memory is that phase's own):
 
 * build: peak resident memory while streaming ``--steps`` steps (17-dim
   float32 observations, 6-dim float32 actions, episodes of 1000 steps) to
@@ -13,7 +14,9 @@ phase's own):
 * sample: ``sample_transition_batch(256)`` from disk with a warm page cache
   against the same data loaded in memory (interleaved rounds, wall and
   CPU time), with each ``DiskStore.read_mode`` (``pread``, the default:
-  positional reads; ``mmap``: through the memory maps), from a cold cache
+  positional reads; ``mmap``: through the memory maps), and with ``pread``
+  from a copy in the other layout (built for this comparison unless
+  ``--no-columns``), from a cold cache
   (``posix_fadvise(DONTNEED)`` on every column file first), and the same
   random-row reads through ``h5py`` from offrl's HDF5 file (the
   alternative layout, measured to choose between them);
@@ -142,7 +145,7 @@ def _warm(paths: List[str]) -> None:
 
 
 # ------------------------------------------------------------- phases
-def phase_build(path: str, steps: int) -> None:
+def phase_build(path: str, steps: int, layout: str = "rows") -> None:
     import offrl
     from offrl.dataset import DiskDatasetWriter, Episode
 
@@ -150,7 +153,7 @@ def phase_build(path: str, steps: int) -> None:
     rng = np.random.default_rng(0)
     start = time.perf_counter()
     with PeakMemory() as mem:
-        with DiskDatasetWriter(path, expected_bytes=steps * ROW_BYTES) as writer:
+        with DiskDatasetWriter(path, expected_bytes=steps * ROW_BYTES, layout=layout) as writer:
             written = 0
             i = 0
             while written < steps:
@@ -193,7 +196,8 @@ def _per_call_cpu(fn: Callable[[], Any], n: int) -> tuple:
     return (time.perf_counter() - start) / n, (time.thread_time() - cpu) / n
 
 
-def phase_sample(path: str, h5_path: str, batch: int, calls: int) -> None:
+def phase_sample(path: str, other_path: str, h5_path: str, batch: int, calls: int) -> None:
+    """``other_path``: the same data in the other layout ("-": none)."""
     import h5py
 
     import offrl
@@ -203,16 +207,23 @@ def phase_sample(path: str, h5_path: str, batch: int, calls: int) -> None:
     mapped = ReplayBuffer.load(path, in_memory=False)
     mapped.buffer.read_mode = "mmap"
     columns = [os.path.join(path, n) for n in os.listdir(path) if n.endswith(".bin")]
+    sources = {"pread": disk, "mmap": mapped}
+    if other_path != "-":
+        sources["pread_other"] = ReplayBuffer.load(other_path, in_memory=False)
+        columns += [os.path.join(other_path, n) for n in os.listdir(other_path) if n.endswith(".bin")]
     memory = ReplayBuffer.load(path)  # the same data, in memory
+    sources["memory"] = memory
     offrl.seed(0)
-    result: Dict[str, Any] = {"batch": batch, "read_mode": disk.buffer.read_mode}
-    # warm cache: every column read once, then interleaved rounds
+    with open(os.path.join(path, "manifest.json")) as f:
+        layout = json.load(f).get("layout", "columns")
+    result: Dict[str, Any] = {"batch": batch, "read_mode": disk.buffer.read_mode, "layout": layout}
+    # warm cache: every file read once, then interleaved rounds
     _warm(columns)
     for _ in range(calls):  # mmap: map every page first (its steady state in a long run)
         mapped.sample_transition_batch(batch)
-    times: Dict[str, list] = {"pread": [], "mmap": [], "memory": []}
+    times: Dict[str, list] = {name: [] for name in sources}
     for _ in range(5):
-        for name, data in (("pread", disk), ("mmap", mapped), ("memory", memory)):
+        for name, data in sources.items():
             times[name].append(_per_call_cpu(lambda: data.sample_transition_batch(batch), calls))
     for name, t in times.items():
         t = np.array(t)
@@ -221,13 +232,14 @@ def phase_sample(path: str, h5_path: str, batch: int, calls: int) -> None:
         result[f"{name}_ratio"] = float(np.median(t[:, 0] / m[:, 0]))
         result[f"{name}_ratio_cpu"] = float(np.median(t[:, 1] / m[:, 1]))
     # cold cache: the first batches after dropping the files' pages
-    for name, data in (("pread", disk), ("mmap", mapped)):
+    for name, data in (("pread", disk), ("mmap", mapped), *((("pread_other", sources["pread_other"]),)
+                                                            if "pread_other" in sources else ())):
         disk.buffer.release_pages()
         mapped.buffer.release_pages()  # mapped pages would stay cached whatever fadvise says
         result["fadvise"] = _drop_cache(columns)
         result[f"{name}_cold_first_s"] = _per_call(lambda: data.sample_transition_batch(batch), 1)
         result[f"{name}_cold_s"] = _per_call(lambda: data.sample_transition_batch(batch), 20)
-    mapped = None
+    mapped = sources = None
     # the HDF5 alternative: offrl's file, h5py fancy-index reads
     memory.dump(h5_path)
     memory = None  # freed before the HDF5 reads
@@ -325,6 +337,10 @@ def run_disk(argv: List[str]) -> None:
     parser.add_argument("--train-steps", type=int, default=1000)
     parser.add_argument("--steps-per-epoch", type=int, default=1000)
     parser.add_argument("--keep", action="store_true", help="keep the files (deleted by default)")
+    parser.add_argument("--layout", choices=("rows", "columns"), default="rows",
+                        help="the disk layout trained and sampled from (DiskDatasetWriter's layout)")
+    parser.add_argument("--no-columns", action="store_true",
+                        help="do not build a copy in the other layout for the sampling comparison")
     parser.add_argument("--speed-rounds", type=int, default=8, help="interleaved rounds of the IQL update timing")
     parser.add_argument("--resident-limit-mb", type=int, nargs="*", default=[32],
                         help="also train with DiskStore.resident_limit set to these sizes (MB)")
@@ -332,33 +348,46 @@ def run_disk(argv: List[str]) -> None:
 
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, "dataset")
+    other = "columns" if args.layout == "rows" else "rows"
+    other_path = os.path.join(args.dir, f"dataset-{other}")
     h5_path = os.path.join(args.dir, "dataset.h5")
-    if os.path.exists(path):
-        shutil.rmtree(path)
+    for p in (path, other_path):
+        if os.path.exists(p):
+            shutil.rmtree(p)
     free = shutil.disk_usage(args.dir).free
     steps = args.steps
-    # the directory + the HDF5 copy for the comparison + a margin
-    if 2.5 * steps * ROW_BYTES > free:
-        steps = int(free / 2.5 / ROW_BYTES)
+    # the directory + the HDF5 copy (+ the other layout) for the comparison + a margin
+    copies = 2.5 if args.no_columns else 3.5
+    if copies * steps * ROW_BYTES > free:
+        steps = int(free / copies / ROW_BYTES)
         log(f"only {_gb(free)} free under {args.dir}: using {steps} steps instead of {args.steps}")
     _harness.print_load("start")
     print(f"free disk under {args.dir}: {_gb(free)}")
     try:
-        log(f"building {steps} steps in {path} ...")
-        build = _run_phase(["_disk-build", path, str(steps)])
+        log(f"building {steps} steps in {path} (layout {args.layout!r}) ...")
+        build = _run_phase(["_disk-build", path, str(steps), args.layout])
         size = build["bytes"]
-        print(f"build: {steps} steps, {_gb(size)} on disk in {build['seconds']:.1f} s "
+        print(f"build: {steps} steps, layout {args.layout!r}, {_gb(size)} on disk in {build['seconds']:.1f} s "
               f"({size / build['seconds'] / 1e6:.0f} MB/s)")
         for key in ("VmHWM", "RssAnon", "RssFile"):
             print(f"  peak {key}: {_gb(build[key])} = {_pct(build[key], size)} of the file size")
         print(f"  (interpreter + offrl import before writing: {_gb(build['base_rss'])})")
+        if not args.no_columns:
+            log(f"building the same steps in {other_path} (layout {other!r}, for the sampling comparison) ...")
+            other_build = _run_phase(["_disk-build", other_path, str(steps), other])
+            print(f"  the same steps in layout {other!r}: {_gb(other_build['bytes'])} in {other_build['seconds']:.1f} s")
         log("sampling ...")
-        sample = _run_phase(["_disk-sample", path, h5_path, str(args.batch), str(args.calls)])
+        sample = _run_phase(["_disk-sample", path, "-" if args.no_columns else other_path, h5_path,
+                             str(args.batch), str(args.calls)])
         b = sample["batch"]
         print(f"sample_transition_batch({b}), warm page cache, median of 5 interleaved rounds (wall / CPU time): "
               f"memory {sample['memory_s'] * 1e6:.0f} / {sample['memory_cpu_s'] * 1e6:.0f} us")
-        for name in ("pread", "mmap"):
-            print(f"  disk read_mode={name!r}{' (default)' if name == sample['read_mode'] else ''}: "
+        for name in ("pread", "mmap", "pread_other"):
+            if name + "_s" not in sample:
+                continue
+            label = (f"layout {other!r}, read_mode='pread'" if name == "pread_other" else
+                     f"layout {sample['layout']!r}, read_mode={name!r}{' (default)' if name == sample['read_mode'] else ''}")
+            print(f"  disk {label}: "
                   f"{sample[name + '_s'] * 1e6:.0f} / {sample[name + '_cpu_s'] * 1e6:.0f} us "
                   f"(ratio {sample[name + '_ratio']:.2f}x wall, {sample[name + '_ratio_cpu']:.2f}x CPU); cold cache "
                   f"{sample[name + '_cold_s'] * 1e6:.0f} us (first call {sample[name + '_cold_first_s'] * 1e3:.1f} ms; "
@@ -385,6 +414,7 @@ def run_disk(argv: List[str]) -> None:
     finally:
         if not args.keep:
             shutil.rmtree(path, ignore_errors=True)
+            shutil.rmtree(other_path, ignore_errors=True)
             if os.path.exists(h5_path):
                 os.remove(h5_path)
             log(f"deleted {path}")
@@ -393,8 +423,8 @@ def run_disk(argv: List[str]) -> None:
 
 SUBCOMMANDS: Dict[str, Callable[[List[str]], None]] = {"disk": run_disk, **_parallel.SUBCOMMANDS}
 _PHASES = {
-    "_disk-build": lambda a: phase_build(a[0], int(a[1])),
-    "_disk-sample": lambda a: phase_sample(a[0], a[1], int(a[2]), int(a[3])),
+    "_disk-build": lambda a: phase_build(a[0], int(a[1]), *a[2:3]),
+    "_disk-sample": lambda a: phase_sample(a[0], a[1], a[2], int(a[3]), int(a[4])),
     "_disk-train": lambda a: phase_train(a[0], int(a[1]), int(a[2]), int(a[3]), a[4]),
     "_disk-speed": lambda a: phase_speed(a[0], int(a[1]), int(a[2])),
     **_parallel.PHASES,

@@ -1,31 +1,45 @@
 """Datasets that live on disk: sampled without being loaded into memory.
 
-A *disk dataset* is a directory::
+A *disk dataset* is a directory in one of two layouts (``DiskDatasetWriter``'s
+``layout``, recorded in the manifest)::
 
-    manifest.json            format, schema version, signatures, sizes
-    observations_<k>.bin     one raw little-endian column per field,
-    actions.bin              steps on the first axis (C order), exactly
-    rewards.bin              the rows of an in-memory ColumnStore
-    behaviour_probabilities.bin   (optional, float64)
+    manifest.json            format, schema version, layout, signatures, sizes
+    records.bin              layout "rows" (the default, schema version 2):
+                             one fixed-size record per step holding all its
+                             fields (observation columns, action, reward,
+                             behaviour probability), each field aligned
+    observations_<k>.bin     layout "columns" (schema version 1, what offrl
+    actions.bin              wrote before the record file): one raw column
+    rewards.bin              per field, steps on the first axis (C order),
+    behaviour_probabilities.bin   exactly the rows of an in-memory ColumnStore
     episode_starts.bin  episode_ends.bin  episode_terminated.bin
     episode_has_final.bin    the small episode table (read into memory)
 
-Why this layout (measured in ``benchmarks/scale.py disk``): a random
-mini-batch touches one row of every column; with one contiguous row-major
-file per column a row is one small read (a positional read, or a
-page-cache hit through a memory map) with no per-call library overhead.
+Why these layouts (measured in ``benchmarks/scale.py disk``): a random
+mini-batch touches a few fields of one step and of the step after it. In
+the record file they are one contiguous range, so a transition is one
+positional read (``os.pread``) of the records around its step, where the
+column layout needs one per column (768 reads for a batch of 256 against
+256: on 25,000,000 steps 527 us of CPU per batch against 1138 us, memory
+180 us). Each read costs about 1.4 us of kernel time on a 2.4 GB file, so
+the count of reads is the cost. Records are padded so that every field is
+aligned (its offset and the record size multiples of its item size): a
+column is then a strided numpy view of the mapped record file.
 HDF5 fancy indexing (``h5py``) costs a library call per selection and
 needs sorted unique indices; on 25,000,000 steps it was 41x slower per
 batch of 256 than the memory maps with a warm page cache (31.6 ms against
 0.76 ms) and 45x slower from a cold one (339 ms against 7.5 ms), so the
-columns are raw files (no chunking, no compression: both would make a row
-a whole-chunk decode).
+files are raw (no chunking, no compression: both would make a row a
+whole-chunk decode).
 
 Reading sampled rows (:attr:`DiskStore.read_mode`): by default a gather
-of rows (``column[rows]``, what pickers and slicers do) is one positional
-read (``os.pread``) per run of consecutive rows: the page cache serves it
-and nothing is mapped into the process, so its resident memory stays its
-own however many rows training samples. ``read_mode="mmap"`` gathers
+of rows (``column[rows]``, what pickers and slicers do) is positional
+reads served by the page cache: for scattered rows one read per row of
+the records (or column rows) around it, kept so that the gathers of the
+same batch that follow (other fields, next observations, next actions)
+need no read; for runs of consecutive rows one read per run. Nothing is
+mapped into the process, so its resident memory stays its own however
+many rows training samples. ``read_mode="mmap"`` gathers
 through the memory maps instead: faster per batch, but every random row
 maps the cached pages around it (the kernel's 64 kB "fault-around",
 whatever the madvise hint) into the process, whose resident set then grows
@@ -35,8 +49,9 @@ which are advised ``MADV_RANDOM`` (no read-ahead from disk around a row).
 
 Safety: the manifest is JSON read with a size cap and checked field by field
 (dtypes from a fixed list, shapes of non-negative ints, byte sizes that
-must equal the files' sizes) before anything is mapped; column file names
-are fixed, never taken from the manifest; nothing is unpickled, imported or
+must equal the files' sizes; record fields aligned, inside the record and
+not overlapping) before anything is mapped; file names are fixed, never
+taken from the manifest; nothing is unpickled, imported or
 called. Values are checked when written (the same checks as an in-memory
 buffer's ``append_episode``), not rescanned at open.
 
@@ -52,7 +67,7 @@ epoch.
 
 Writing (:mod:`offrl.dataset.disk_writer`): ``DiskDatasetWriter`` streams
 episodes into a new dataset (a hidden sibling directory renamed into place
-on success), ``dump_disk_dataset`` writes a buffer in column chunks.
+on success), ``dump_disk_dataset`` writes a buffer in chunks of rows.
 :class:`DiskFIFOBuffer` is the online counterpart: a FIFO replay buffer in
 fixed-size memory-mapped files.
 """
@@ -80,6 +95,7 @@ from .storage import FIFOBuffer, InfiniteBuffer
 __all__ = [
     "DISK_FORMAT",
     "DISK_SCHEMA_VERSION",
+    "LAYOUTS",
     "READ_MODES",
     "DiskDatasetChangedError",
     "DiskFIFOBuffer",
@@ -92,7 +108,15 @@ __all__ = [
 ]
 
 DISK_FORMAT = "offrl.disk_dataset"
-DISK_SCHEMA_VERSION = 1
+#: the newest schema version this offrl writes and reads; a ``layout="columns"``
+#: dataset is written as version 1 (readable by offrls before the rows layout)
+DISK_SCHEMA_VERSION = 2
+#: schema version of each layout
+LAYOUT_VERSIONS = {"columns": 1, "rows": 2}
+LAYOUTS = tuple(LAYOUT_VERSIONS)
+#: the record file of ``layout="rows"`` (a fixed name, never taken from the manifest)
+RECORDS_FILE = "records.bin"
+_MAX_RECORD_BYTES = 1 << 24
 MANIFEST = "manifest.json"
 _MAX_MANIFEST_BYTES = 1 << 20
 _MAX_OBSERVATION_COLUMNS = 1024
@@ -186,6 +210,94 @@ class _ColumnFile:
         return self._runs(rows).copy()
 
 
+#: ``layout="rows"``: records around each scattered row read in the same call
+_RECORD_WINDOW = 3
+#: scattered gathers read windows only while they stay this small (bytes per row)
+_WINDOW_RECORD_BYTES = 4096
+
+
+class _RecordFile(_ColumnFile):
+    """The open record file of a ``layout="rows"`` dataset: every step's
+    fields in one fixed-size record, so one positional read returns all
+    the fields of a step and of its neighbours.
+
+    A scattered gather (no two rows adjacent) reads the window of
+    ``_RECORD_WINDOW`` records around each row (one ``os.pread`` per row)
+    and keeps it: the gathers of a transition batch that follow (the other
+    fields at ``rows``, next observations and next actions at ``rows + 1``)
+    are served from it without a system call. A gather of runs of adjacent
+    rows (episode slices, trajectories) is one read per run."""
+
+    def __init__(self, file: str, rows: int, record_bytes: int) -> None:
+        super().__init__(file, rows, record_bytes)
+        #: the last scattered gather: the first row of each window, the windows, arange(n)
+        self._windows: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None
+
+    def gather_field(self, rows: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
+        """Bytes ``offset:offset + nbytes`` of the records at ``rows`` (1-D,
+        in range), ``(len(rows), nbytes)`` uint8, a new contiguous array."""
+        n = rows.shape[0]
+        field = slice(offset, offset + nbytes)
+        cached = self._windows
+        if cached is not None and cached[0].shape[0] == n:
+            firsts, windows, order = cached
+            position = rows - firsts
+            held = (position >= 0) & (position < windows.shape[1])
+            count = int(np.count_nonzero(held))
+            if count == n:
+                return windows[order, position, field]
+            if 2 * count >= n:  # mostly held: read the others (a next action past an episode's end)
+                out = windows[order, np.where(held, position, 0), field]
+                out[~held] = self._runs(rows[~held])[:, field]
+                return out
+        if self.row_bytes > _WINDOW_RECORD_BYTES or 2 * int(np.count_nonzero(np.diff(rows) == 1)) > n:
+            return self._runs(rows)[:, field].copy()
+        width = min(_RECORD_WINDOW, self.rows)
+        firsts = np.clip(rows - (_RECORD_WINDOW // 2), 0, self.rows - width)
+        size = self.row_bytes
+        data = b"".join(map(os.pread, repeat(self.fd, n), repeat(width * size), (firsts * size).tolist()))
+        self._check(data, width * n, size)
+        windows = np.frombuffer(data, np.uint8).reshape(n, width, size)
+        order = np.arange(n)
+        self._windows = (firsts, windows, order)
+        return windows[order, rows - firsts, field]
+
+
+class _RecordField:
+    """One field of a record file, gathered like a column file."""
+
+    def __init__(self, records: _RecordFile, offset: int, nbytes: int) -> None:
+        self.records, self.offset, self.nbytes = records, offset, nbytes
+
+    @property
+    def positional(self) -> bool:
+        return self.records.positional
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        return self.records.gather_field(rows, self.offset, self.nbytes)
+
+
+def record_dtype(fields: list[tuple[str, Any, tuple[int, ...]]]) -> np.dtype:
+    """The record of ``layout="rows"``: ``(name, dtype, row shape)`` fields
+    in that order, each at an offset that is a multiple of its item size,
+    the record padded to a multiple of the largest item size (so every
+    field of every record is aligned, and a field's stride is a multiple of
+    its item size, which numpy and torch views need)."""
+    names, formats, offsets = [], [], []
+    offset, align = 0, 1
+    for name, dtype, shape in fields:
+        dtype = np.dtype(dtype)
+        item = dtype.itemsize
+        offset = -(-offset // item) * item
+        names.append(name)
+        formats.append((dtype, tuple(shape)) if tuple(shape) else dtype)
+        offsets.append(offset)
+        offset += item * int(np.prod(shape, dtype=np.int64))
+        align = max(align, item)
+    itemsize = max(-(-offset // align) * align, 1)
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": itemsize})
+
+
 def _row_key(key: Any) -> Optional[tuple[np.ndarray, tuple]]:
     """``(rows, rest)`` when ``key`` gathers rows by an integer array
     (``column[rows]``, ``column[rows, 0]``), else None."""
@@ -207,7 +319,7 @@ class _DiskColumn(np.ndarray):
     ``read_mode`` is ``"mmap"``. Arrays derived from it (slices, results)
     are plain ndarrays or carry no file, so they index as ndarrays."""
 
-    _file: Optional[_ColumnFile] = None
+    _file: Any = None  # a _ColumnFile or a _RecordField
 
     def __getitem__(self, key: Any) -> Any:
         file = self._file
@@ -217,7 +329,7 @@ class _DiskColumn(np.ndarray):
                 return self._gather(file, *found)
         return np.ndarray.__getitem__(self.view(np.ndarray), key)
 
-    def _gather(self, file: _ColumnFile, rows: np.ndarray, rest: tuple) -> np.ndarray:
+    def _gather(self, file: Any, rows: np.ndarray, rest: tuple) -> np.ndarray:
         n = self.shape[0]
         flat = rows.reshape(-1).astype(np.int64, copy=False)
         low, high = int(flat.min()), int(flat.max())
@@ -299,8 +411,10 @@ class DiskStore(InfiniteBuffer):
         platform has ``os.pread``) or ``"mmap"``.
 
         ``"pread"``: a gather of rows by an integer array (pickers,
-        slicers, ``column[rows]``) is one positional read per run of
-        consecutive rows, served by the page cache; nothing is mapped, so
+        slicers, ``column[rows]``) is positional reads served by the page
+        cache (with ``layout="rows"`` one per sampled transition for all
+        the fields of a transition batch; one per run of consecutive rows
+        for slices); nothing is mapped, so
         the process's resident memory does not grow with sampling. Measured
         in ``benchmarks/scale.py disk``: IQL trains from a 2.4 GB file with
         its resident memory at torch's own footprint.
@@ -428,11 +542,16 @@ def _read_manifest(path: str) -> tuple[dict, str]:
         raise _corrupt(path, f"{MANIFEST} holds a {type(manifest).__name__}, expected a JSON object")
     if manifest.get("format") != DISK_FORMAT:
         raise _corrupt(path, f"{MANIFEST} 'format' is {manifest.get('format')!r}, expected {DISK_FORMAT!r}")
-    if manifest.get("schema_version") != DISK_SCHEMA_VERSION:
+    version = manifest.get("schema_version")
+    if isinstance(version, bool) or version not in LAYOUT_VERSIONS.values():
         raise ValueError(
-            f"{path}: disk dataset schema version {manifest.get('schema_version')!r}; this offrl "
-            f"({__version__}) reads version {DISK_SCHEMA_VERSION}"
+            f"{path}: disk dataset schema version {version!r}; this offrl "
+            f"({__version__}) reads versions {sorted(LAYOUT_VERSIONS.values())}"
         )
+    layout = manifest.get("layout", "columns")
+    if layout not in LAYOUT_VERSIONS or LAYOUT_VERSIONS[layout] != version:
+        raise _corrupt(path, f"{MANIFEST} 'layout' is {layout!r} with schema version {version}, expected "
+                             + " or ".join(f"{k!r} with {v}" for k, v in LAYOUT_VERSIONS.items()))
     return manifest, text
 
 
@@ -484,6 +603,64 @@ def _column_spec(path: str, manifest: dict, key: str, rows: int) -> tuple[np.dty
     return dtype, tuple(shape), nbytes
 
 
+def _record_specs(path: str, manifest: dict, names: list[str], rows: int) -> tuple[dict, np.dtype]:
+    """``layout="rows"``: each field's declared dtype, shape and offset,
+    checked (aligned, inside the record, not overlapping), the record's
+    dtype, and the record file's size against ``rows`` records."""
+    record_bytes = _int_field(path, manifest, "record_bytes", 1, _MAX_RECORD_BYTES)
+    columns = manifest.get("columns")
+    specs: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
+    for key in names:
+        if not isinstance(columns, dict) or not isinstance(columns.get(key), dict):
+            raise _corrupt(path, f"{MANIFEST} has no entry for field {key!r} under 'columns'")
+        spec = columns[key]
+        dtype_str = spec.get("dtype")
+        if dtype_str not in _ALLOWED_DTYPES:
+            raise _corrupt(path, f"field {key!r} has dtype {dtype_str!r}, expected one of {sorted(_ALLOWED_DTYPES)}")
+        shape = spec.get("shape")
+        if (
+            not isinstance(shape, list) or not 1 <= len(shape) <= 8
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape)
+        ):
+            raise _corrupt(path, f"field {key!r} has shape {shape!r}, expected a list of 1 to 8 non-negative ints")
+        if shape[0] != rows:
+            raise _corrupt(path, f"field {key!r} declares {shape[0]} rows, the manifest {rows}")
+        dtype = np.dtype(dtype_str)
+        offset = spec.get("offset")
+        count = 1
+        for s in shape[1:]:
+            count *= s
+        if (
+            isinstance(offset, bool) or not isinstance(offset, int) or offset < 0
+            or offset % dtype.itemsize or offset + count * dtype.itemsize > record_bytes
+        ):
+            raise _corrupt(path, f"field {key!r} has offset {offset!r}: expected a multiple of {dtype.itemsize} "
+                                 f"with its {count * dtype.itemsize} bytes inside the {record_bytes}-byte record")
+        specs[key] = (dtype, tuple(shape), offset)
+    spans = sorted((o, o + d.itemsize * int(np.prod(sh[1:], dtype=np.int64)), k) for k, (d, sh, o) in specs.items())
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:
+            raise _corrupt(path, f"fields {first!r} and {second!r} overlap in the record")
+    align = max(d.itemsize for d, _, _ in specs.values())
+    if record_bytes % align:
+        raise _corrupt(path, f"'record_bytes' is {record_bytes}, expected a multiple of {align} (the largest item size)")
+    dtype = np.dtype({
+        "names": names, "formats": [(specs[k][0], specs[k][1][1:]) if len(specs[k][1]) > 1 else specs[k][0]
+                                     for k in names],
+        "offsets": [specs[k][2] for k in names], "itemsize": record_bytes,
+    })
+    file = os.path.join(path, RECORDS_FILE)
+    if not os.path.isfile(file):
+        raise _corrupt(path, f"the record file {RECORDS_FILE} is missing (or not a regular file)")
+    size, expected = os.stat(file).st_size, rows * record_bytes
+    if size != expected:
+        raise _corrupt(
+            path, f"{RECORDS_FILE} holds {size} bytes, the manifest declares {rows} records of {record_bytes} bytes "
+            f"= {expected} ({'truncated' if size < expected else 'extra data'})"
+        )
+    return specs, dtype
+
+
 def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     """Open the disk dataset at ``path``: ``(store, action_space, action_size)``.
 
@@ -515,7 +692,11 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     names = [f"observations_{k}" for k in range(n_columns)] + ["actions", "rewards"]
     if isinstance(manifest.get("columns"), dict) and "behaviour_probabilities" in manifest["columns"]:
         names.append("behaviour_probabilities")
-    specs = {name: _column_spec(path, manifest, name, rows) for name in names}
+    layout = manifest.get("layout", "columns")
+    if layout == "rows":
+        specs, records_dtype = _record_specs(path, manifest, names, rows)
+    else:
+        specs = {name: _column_spec(path, manifest, name, rows) for name in names}
     table_specs = {}
     committed = 0
     for name, dtype_str in TABLE_COLUMNS:
@@ -561,7 +742,22 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     files: list[_ColumnFile] = []
     positional = hasattr(os, "pread")
 
+    records: Optional[_RecordFile] = None
+    if layout == "rows":
+        file = os.path.join(path, RECORDS_FILE)
+        maps.append(np.memmap(file, dtype=records_dtype, mode="r", shape=(rows,)))
+        if positional:
+            records = _RecordFile(file, rows, records_dtype.itemsize)
+            files.append(records)
+
     def mapped(name: str) -> np.ndarray:
+        if layout == "rows":
+            dtype, shape, offset = specs[name]
+            # a strided view of the record map: slices and reductions read through it
+            view = maps[0].view(np.ndarray)[name].view(_DiskColumn)
+            if records is not None:
+                view._file = _RecordField(records, offset, view.itemsize * int(np.prod(shape[1:], dtype=np.int64)))
+            return view
         dtype, shape, nbytes = specs[name]
         file = os.path.join(path, f"{name}.bin")
         column = np.memmap(file, dtype=dtype, mode="r", shape=shape)
@@ -589,7 +785,8 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
         if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
             with contextlib.suppress(OSError, ValueError):
                 mm.madvise(mmap.MADV_RANDOM)  # random rows: no read-ahead
-    for name in [MANIFEST] + [f"{n}.bin" for n in names] + [f"{n}.bin" for n, _ in TABLE_COLUMNS]:
+    data_files = [RECORDS_FILE] if layout == "rows" else [f"{n}.bin" for n in names]
+    for name in [MANIFEST] + data_files + [f"{n}.bin" for n, _ in TABLE_COLUMNS]:
         st = os.stat(os.path.join(path, name))
         store._stats[name] = (st.st_size, st.st_mtime_ns, st.st_ino)
     store._manifest_text = text

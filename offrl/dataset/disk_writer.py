@@ -19,7 +19,10 @@ import numpy as np
 from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
-from .disk import TABLE_COLUMNS, DISK_FORMAT, DISK_SCHEMA_VERSION, MANIFEST, dtype_string, check_free_space, is_disk_dataset
+from .disk import (
+    DISK_FORMAT, LAYOUT_VERSIONS, LAYOUTS, MANIFEST, RECORDS_FILE, TABLE_COLUMNS, check_free_space, dtype_string,
+    is_disk_dataset, record_dtype,
+)
 from .episode import EpisodeBase
 from .storage import ColumnStore, InfiniteBuffer
 
@@ -65,6 +68,13 @@ class DiskDatasetWriter:
         expected_bytes: bytes the data will take, when known: checked
             against the free disk space before anything is written.
         overwrite: replace an existing disk dataset at ``path`` on close.
+        layout: ``"rows"`` (the default): one record file, each step's
+            fields (observations, action, reward, behaviour probability)
+            packed in one fixed-size record, so sampling a transition is
+            one positional read; ``"columns"``: one file per field (the
+            layout of offrl before the record file; schema version 1,
+            readable by those versions). Both read back identically; see
+            :mod:`offrl.dataset.disk`.
     """
 
     def __init__(
@@ -74,7 +84,11 @@ class DiskDatasetWriter:
         action_size: Optional[int] = None,
         expected_bytes: Optional[int] = None,
         overwrite: bool = False,
+        layout: str = "rows",
     ) -> None:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.layout = layout
         self.path = os.path.abspath(os.fspath(path))
         if os.path.exists(self.path) and not (overwrite and is_disk_dataset(self.path)):
             raise ValueError(
@@ -98,8 +112,62 @@ class DiskDatasetWriter:
         self._max_action = -1
         self._closed = False
         self._written_since_check = 0
+        self._record: Optional[np.dtype] = None  # layout "rows": the record's dtype
 
     # ------------------------------------------------------------ helpers
+    def _start(self, fields: list[tuple[str, Any, tuple[int, ...]]]) -> None:
+        """Open the data files for ``(name, dtype, row shape)`` fields."""
+        if self.layout == "columns":
+            for name, dtype, shape in fields:
+                self._open_column(name, dtype, shape)
+            return
+        for name, dtype, shape in fields:
+            self._shapes[name] = (np.dtype(dtype), tuple(shape))
+        self._record = record_dtype(fields)
+        self._files["records"] = open(os.path.join(self._tmp, RECORDS_FILE), "wb")
+
+    def _write(self, columns: dict[str, np.ndarray]) -> None:
+        """Append rows of every field (``columns``: name -> rows, all fields)."""
+        if self.layout == "columns":
+            for name, column in columns.items():
+                np.ascontiguousarray(column).tofile(self._files[name])
+            return
+        n = next(iter(columns.values())).shape[0]
+        records = np.zeros(n, self._record)  # zeros: the padding bytes are written as 0
+        for name, column in columns.items():
+            records[name] = column
+        records.tofile(self._files["records"])
+
+    def _add_behaviour_column(self) -> None:
+        """Behaviour probabilities first seen after ``self._rows`` rows
+        without them: NaN for those rows."""
+        name = "behaviour_probabilities"
+        if self.layout == "columns":
+            f = self._open_column(name, np.dtype(np.float64), ())
+            nan = np.full(min(self._rows, _COPY_ROWS), np.nan)
+            for start in range(0, self._rows, _COPY_ROWS):
+                nan[: min(_COPY_ROWS, self._rows - start)].tofile(f)
+            return
+        # rows: rewrite the records written so far with the wider record, in chunks
+        old = self._record
+        self._shapes[name] = (np.dtype(np.float64), ())
+        new = record_dtype([(k, d, sh) for k, (d, sh) in self._shapes.items()])
+        check_free_space(self._tmp, self._rows * new.itemsize, "the records rewritten with behaviour probabilities")
+        self._files["records"].close()
+        file = os.path.join(self._tmp, RECORDS_FILE)
+        wider = os.path.join(self._tmp, RECORDS_FILE + ".wider")
+        with open(file, "rb") as src, open(wider, "wb") as dst:
+            for start in range(0, self._rows, _COPY_ROWS):
+                chunk = np.fromfile(src, dtype=old, count=min(_COPY_ROWS, self._rows - start))
+                out = np.zeros(chunk.shape[0], new)
+                for k in old.names:
+                    out[k] = chunk[k]
+                out[name] = np.nan
+                out.tofile(dst)
+        os.replace(wider, file)
+        self._record = new
+        self._files["records"] = open(file, "ab")
+
     def _open_column(self, name: str, dtype: np.dtype, row_shape: tuple[int, ...]) -> Any:
         self._shapes[name] = (np.dtype(dtype), tuple(row_shape))
         f = open(os.path.join(self._tmp, f"{name}.bin"), "wb")
@@ -155,20 +223,15 @@ class DiskDatasetWriter:
             check_free_space(self._tmp, nbytes, "the next episode")
             self._written_since_check = 0
         if not self._files:
-            for name, column in columns.items():
-                self._open_column(name, column.dtype, column.shape[1:])
-        if "behaviour_probabilities" in columns and "behaviour_probabilities" not in self._files:
-            f = self._open_column("behaviour_probabilities", np.dtype(np.float64), ())
-            nan = np.full(min(self._rows, _COPY_ROWS), np.nan)
-            for start in range(0, self._rows, _COPY_ROWS):
-                nan[: min(_COPY_ROWS, self._rows - start)].tofile(f)
-        if "behaviour_probabilities" in self._files and "behaviour_probabilities" not in columns:
+            self._start([(name, column.dtype, column.shape[1:]) for name, column in columns.items()])
+        if "behaviour_probabilities" in columns and "behaviour_probabilities" not in self._shapes:
+            self._add_behaviour_column()
+        if "behaviour_probabilities" in self._shapes and "behaviour_probabilities" not in columns:
             column = np.full(n, np.nan)
             if store.episode_table()[3][0]:
                 column[-1] = 1.0  # a final-observation row
             columns["behaviour_probabilities"] = column
-        for name, column in columns.items():
-            np.ascontiguousarray(column).tofile(self._files[name])
+        self._write(columns)
         starts, ends, terminated, has_final = store.episode_table()
         self._table["episode_starts"].append(self._rows + int(starts[0]) - head)
         self._table["episode_ends"].append(self._rows + int(ends[0]) - head)
@@ -204,8 +267,12 @@ class DiskDatasetWriter:
         columns = {}
         for name, (dtype, row_shape) in self._shapes.items():
             shape = [self._rows, *row_shape]
-            columns[name] = {"dtype": dtype_string(dtype), "shape": shape,
-                             "bytes": int(np.prod(shape, dtype=np.int64)) * dtype.itemsize}
+            if self.layout == "rows":
+                columns[name] = {"dtype": dtype_string(dtype), "shape": shape,
+                                 "offset": int(self._record.fields[name][1])}
+            else:
+                columns[name] = {"dtype": dtype_string(dtype), "shape": shape,
+                                 "bytes": int(np.prod(shape, dtype=np.int64)) * dtype.itemsize}
         for name, dtype_str in TABLE_COLUMNS:
             array = np.asarray(self._table[name], dtype=np.dtype(dtype_str))
             array.tofile(os.path.join(self._tmp, f"{name}.bin"))
@@ -213,8 +280,9 @@ class DiskDatasetWriter:
         keys = info.observation_signature.keys
         manifest = {
             "format": DISK_FORMAT,
-            "schema_version": DISK_SCHEMA_VERSION,
+            "schema_version": LAYOUT_VERSIONS[self.layout],
             "offrl_version": __version__,
+            "layout": self.layout,
             "action_space": info.action_space.name.lower(),
             "action_size": int(size),
             "rows": self._rows,
@@ -223,6 +291,8 @@ class DiskDatasetWriter:
             "observation_keys": None if keys is None else list(keys),
             "columns": columns,
         }
+        if self.layout == "rows":
+            manifest["record_bytes"] = int(self._record.itemsize)
         with open(os.path.join(self._tmp, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1)
             f.flush()
@@ -274,11 +344,12 @@ def _store_of(dataset: Any) -> ColumnStore:
     return store
 
 
-def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False) -> str:
+def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False, layout: str = "rows") -> str:
     """Write a ``ReplayBuffer``'s live episodes as a disk dataset at
-    ``path``, copying columns in chunks (a disk-backed source is never
-    loaded whole). The bytes needed are checked against the free space
-    before anything is written. Returns the path."""
+    ``path`` in ``layout`` (see :class:`DiskDatasetWriter`), copying rows in
+    chunks (a disk-backed source is never loaded whole). The bytes needed
+    are checked against the free space before anything is written. Returns
+    the path."""
     store = _store_of(dataset)
     info = dataset.dataset_info
     starts, ends, terminated, has_final = store.episode_table()
@@ -292,16 +363,18 @@ def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False) -> str:
     if store.behaviour_probabilities is not None:
         sources["behaviour_probabilities"] = store.behaviour_probabilities
     row_bytes = sum(int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize for c in sources.values())
+    if layout == "rows":  # with the padding that aligns the fields
+        row_bytes = record_dtype([(k, c.dtype, c.shape[1:]) for k, c in sources.items()]).itemsize
     spans = _row_spans(store)  # one span [head, tail) unless the store is a view (a split)
     rows = sum(b - a for a, b in spans)
     needed = row_bytes * rows + 18 * int(starts.size)
-    writer = DiskDatasetWriter(path, expected_bytes=needed, overwrite=overwrite)
+    writer = DiskDatasetWriter(path, expected_bytes=needed, overwrite=overwrite, layout=layout)
     try:
-        for name, column in sources.items():
-            f = writer._open_column(name, column.dtype, column.shape[1:])
-            for first, last in spans:
-                for a in range(first, last, _COPY_ROWS):
-                    np.ascontiguousarray(column[a : min(a + _COPY_ROWS, last)]).tofile(f)
+        writer._start([(name, column.dtype, column.shape[1:]) for name, column in sources.items()])
+        for first, last in spans:
+            for a in range(first, last, _COPY_ROWS):
+                b = min(a + _COPY_ROWS, last)
+                writer._write({name: column[a:b] for name, column in sources.items()})
         sizes = ends + has_final - starts
         new_starts = np.cumsum(sizes) - sizes
         writer._info = info

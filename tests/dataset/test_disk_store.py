@@ -9,10 +9,13 @@ import errno
 import json
 import os
 import shutil
+import tempfile
 from collections import namedtuple
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import offrl
 from offrl.algos import DiscreteBCConfig, DQNConfig
@@ -70,13 +73,19 @@ def _episodes(discrete: bool = True, seed: int = 0, n_episodes: int = 6) -> list
 Pair = namedtuple("Pair", "memory disk path")
 
 
-def _pair(tmp_path, discrete: bool = True, **components) -> Pair:
+LAYOUTS = ["rows", "columns"]
+#: the file holding each field's bytes in each layout
+DATA_FILE = {"rows": {"rewards": "records.bin", "actions": "records.bin", "observations_0": "records.bin"},
+             "columns": {"rewards": "rewards.bin", "actions": "actions.bin", "observations_0": "observations_0.bin"}}
+
+
+def _pair(tmp_path, discrete: bool = True, layout: str = "columns", **components) -> Pair:
     episodes = _episodes(discrete)
     space = offrl.ActionSpace.DISCRETE if discrete else offrl.ActionSpace.CONTINUOUS
     size = 3 if discrete else None
     memory = ReplayBuffer(InfiniteBuffer(), episodes=episodes, action_space=space, action_size=size, **components)
     path = tmp_path / "data"
-    with DiskDatasetWriter(path, action_size=size) as writer:
+    with DiskDatasetWriter(path, action_size=size, layout=layout) as writer:
         writer.add_episodes(episodes)
     disk = ReplayBuffer.load(path, in_memory=False, **components)
     return Pair(memory, disk, path)
@@ -85,14 +94,21 @@ def _pair(tmp_path, discrete: bool = True, **components) -> Pair:
 def _assert_batches_equal(a, b) -> None:
     for field in ("observations", "actions", "rewards", "next_observations", "terminals", "intervals"):
         if hasattr(a, field):
-            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+            x, y = getattr(a, field), getattr(b, field)
+            if isinstance(x, (list, tuple)):  # tuple observations: one array per column
+                assert len(x) == len(y), field
+                for k, (u, v) in enumerate(zip(x, y)):
+                    np.testing.assert_array_equal(u, v, err_msg=f"{field}[{k}]")
+            else:
+                np.testing.assert_array_equal(x, y, err_msg=field)
 
 
 # ------------------------------------------------------------------ layout
-def test_disk_store_holds_the_same_columns_and_table_as_memory(tmp_path):
-    pair = _pair(tmp_path)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_disk_store_holds_the_same_columns_and_table_as_memory(tmp_path, layout):
+    pair = _pair(tmp_path, layout=layout)
     m, d = pair.memory.buffer, pair.disk.buffer
-    assert isinstance(d, DiskStore) and isinstance(d.actions.base, np.memmap)
+    assert isinstance(d, DiskStore) and not d.actions.flags.owndata  # a view of the mapped file
     assert d.nbytes == sum(os.path.getsize(pair.path / n) for n in os.listdir(pair.path)
                            if n.endswith(".bin") and not n.startswith("episode_"))
     assert d.transition_count == m.transition_count and d.episode_count == m.episode_count
@@ -107,13 +123,17 @@ def test_disk_store_holds_the_same_columns_and_table_as_memory(tmp_path):
         np.testing.assert_array_equal(value, pair.disk.to_arrays()[key], err_msg=key)
     manifest = json.loads((pair.path / "manifest.json").read_text())
     assert manifest["rows"] == m.tail - m.head and manifest["columns"]["actions"]["dtype"] == "<i8"
+    assert manifest["layout"] == layout and manifest["schema_version"] == {"rows": 2, "columns": 1}[layout]
+    assert sorted(n for n in os.listdir(pair.path) if not n.startswith("episode_")) == sorted(
+        {"manifest.json", *DATA_FILE[layout].values(), *(["behaviour_probabilities.bin"] if layout == "columns" else [])})
 
 
 @pytest.mark.parametrize("picker", [BasicTransitionPicker(), MultiStepTransitionPicker(3, 0.9),
                                     FrameStackTransitionPicker(2)], ids=["basic", "multistep", "framestack"])
 @pytest.mark.parametrize("read_mode", ["pread", "mmap"])
-def test_transition_batches_from_disk_equal_memory(tmp_path, picker, read_mode):
-    pair = _pair(tmp_path, transition_picker=picker)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_transition_batches_from_disk_equal_memory(tmp_path, picker, read_mode, layout):
+    pair = _pair(tmp_path, layout=layout, transition_picker=picker)
     pair.disk.buffer.read_mode = read_mode
     for seed in (0, 1):
         offrl.seed(seed)
@@ -130,8 +150,9 @@ def test_transition_batches_from_disk_equal_memory(tmp_path, picker, read_mode):
 
 @pytest.mark.parametrize("discrete", [True, False])
 @pytest.mark.parametrize("read_mode", ["pread", "mmap"])
-def test_trajectory_batches_from_disk_equal_memory(tmp_path, discrete, read_mode):
-    pair = _pair(tmp_path, discrete=discrete, trajectory_slicer=BasicTrajectorySlicer())
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_trajectory_batches_from_disk_equal_memory(tmp_path, discrete, read_mode, layout):
+    pair = _pair(tmp_path, discrete=discrete, layout=layout, trajectory_slicer=BasicTrajectorySlicer())
     pair.disk.buffer.read_mode = read_mode
     offrl.seed(5)
     a = pair.memory.sample_trajectory_batch(16, 4)
@@ -154,8 +175,9 @@ def test_user_picker_sees_the_same_episodes_from_disk(tmp_path):
     _assert_batches_equal(a, b)
 
 
-def test_splits_of_a_disk_dataset_equal_the_memory_splits(tmp_path):
-    pair = _pair(tmp_path)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_splits_of_a_disk_dataset_equal_the_memory_splits(tmp_path, layout):
+    pair = _pair(tmp_path, layout=layout)
     train_m, test_m = train_test_split(pair.memory, test_size=0.5, random_state=3)
     train_d, test_d = train_test_split(pair.disk, test_size=0.5, random_state=3)
     for k, (a, b) in enumerate(((train_m, train_d), (test_m, test_d))):
@@ -187,8 +209,9 @@ def _policy(dataset):
     return policy
 
 
-def test_evaluators_and_importance_sampling_on_disk_equal_memory(tmp_path):
-    pair = _pair(tmp_path)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_evaluators_and_importance_sampling_on_disk_equal_memory(tmp_path, layout):
+    pair = _pair(tmp_path, layout=layout)
     policy = _policy(pair.memory)
     q_algo = DQNConfig(batch_size=8).create()
     offrl.seed(1)
@@ -203,8 +226,9 @@ def test_evaluators_and_importance_sampling_on_disk_equal_memory(tmp_path):
         assert a.value == b.value and a.lower == b.lower and a.upper == b.upper
 
 
-def test_fqe_trained_on_disk_equals_fqe_trained_in_memory(tmp_path):
-    pair = _pair(tmp_path)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fqe_trained_on_disk_equals_fqe_trained_in_memory(tmp_path, layout):
+    pair = _pair(tmp_path, layout=layout)
     values = []
     for dataset in (pair.memory, pair.disk):
         policy = _policy(pair.memory)
@@ -217,11 +241,12 @@ def test_fqe_trained_on_disk_equals_fqe_trained_in_memory(tmp_path):
 
 
 # ------------------------------------------------------------ round trips
-def test_dump_disk_dataset_round_trips_a_fifo_buffer_and_loads_in_memory(tmp_path):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_dump_disk_dataset_round_trips_a_fifo_buffer_and_loads_in_memory(tmp_path, layout):
     episodes = _episodes(discrete=False, n_episodes=8)
     fifo = ReplayBuffer(FIFOBuffer(20), episodes=episodes)  # its head has moved
     assert fifo.buffer.head > 0
-    path = dump_disk_dataset(fifo, tmp_path / "fifo")
+    path = dump_disk_dataset(fifo, tmp_path / "fifo", layout=layout)
     back = ReplayBuffer.load(path, in_memory=False)
     loaded = ReplayBuffer.load(path)  # in_memory=True copies the columns
     assert type(loaded.buffer) is InfiniteBuffer and loaded.buffer.actions.base is None
@@ -232,18 +257,19 @@ def test_dump_disk_dataset_round_trips_a_fifo_buffer_and_loads_in_memory(tmp_pat
             np.testing.assert_array_equal(x.actions, y.actions)
             assert x.terminated == y.terminated
     # a disk source dumps again in chunks, byte for byte
-    again = dump_disk_dataset(back, tmp_path / "again")
+    again = dump_disk_dataset(back, tmp_path / "again", layout=layout)
     for name in os.listdir(path):
         if name.endswith(".bin"):
             assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "fifo" / name).read_bytes()
     assert os.path.isdir(again)
 
 
-def test_streaming_writer_backfills_behaviour_and_infers_discrete_action_size(tmp_path):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_streaming_writer_backfills_behaviour_and_infers_discrete_action_size(tmp_path, layout):
     eps = _episodes(discrete=True, n_episodes=4)
     first = Episode(observations=eps[0].observations, actions=eps[0].actions, rewards=eps[0].rewards,
                     terminated=True)  # no behaviour probabilities
-    with DiskDatasetWriter(tmp_path / "d") as writer:
+    with DiskDatasetWriter(tmp_path / "d", layout=layout) as writer:
         writer.add_episode(first)
         writer.add_episodes(eps[1:])
     disk = ReplayBuffer.load(tmp_path / "d", in_memory=False)
@@ -252,6 +278,8 @@ def test_streaming_writer_backfills_behaviour_and_infers_discrete_action_size(tm
     assert np.isnan(disk.behaviour_probabilities[: first.size()]).all()
     largest = max(int(e.actions.max()) for e in eps)
     assert disk.dataset_info.action_size == largest + 1
+    for key, value in memory.to_arrays().items():  # rows: the records were rewritten wider, nothing else moved
+        np.testing.assert_array_equal(value, disk.to_arrays()[key], err_msg=key)
 
 
 def test_writer_is_atomic_and_refuses_bad_episodes_naming_them(tmp_path):
@@ -277,8 +305,9 @@ def test_writer_is_atomic_and_refuses_bad_episodes_naming_them(tmp_path):
     assert not (tmp_path / "empty").exists()
 
 
-def test_disk_store_is_read_only(tmp_path):
-    pair = _pair(tmp_path)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_disk_store_is_read_only(tmp_path, layout):
+    pair = _pair(tmp_path, layout=layout)
     with pytest.raises(TypeError, match="read-only on disk"):
         pair.disk.append_episode(_episodes()[0])
     with pytest.raises(TypeError, match="read-only on disk"):
@@ -288,16 +317,18 @@ def test_disk_store_is_read_only(tmp_path):
 
 
 # ----------------------------------------------------------------- faults
-def test_a_file_modified_after_opening_is_detected_before_the_next_epoch(tmp_path):
-    pair = _pair(tmp_path)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_file_modified_after_opening_is_detected_before_the_next_epoch(tmp_path, layout):
+    pair = _pair(tmp_path, layout=layout)
     pair.disk.buffer.check()  # unchanged: no error
-    column = pair.path / "rewards.bin"
+    name = DATA_FILE[layout]["rewards"]
+    column = pair.path / name
     data = bytearray(column.read_bytes())
     data[:4] = np.float32(123.0).tobytes()
     st = os.stat(column)
     column.write_bytes(bytes(data))
     os.utime(column, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    with pytest.raises(DiskDatasetChangedError, match="rewards.bin changed"):
+    with pytest.raises(DiskDatasetChangedError, match=f"{name} changed"):
         pair.disk.buffer.check()
     policy = _policy(pair.memory)
     fqe = DiscreteFQE(algo=policy, config=DiscreteFQEConfig(batch_size=8))
@@ -305,16 +336,18 @@ def test_a_file_modified_after_opening_is_detected_before_the_next_epoch(tmp_pat
         fqe.fit(pair.disk, n_steps=2, n_steps_per_epoch=1, logger_adapter=NoopAdapterFactory(), show_progress=False)
 
 
-def test_a_replaced_or_removed_file_is_detected(tmp_path):
-    pair = _pair(tmp_path)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_replaced_or_removed_file_is_detected(tmp_path, layout):
+    pair = _pair(tmp_path, layout=layout)
     (pair.path / "manifest.json").rename(pair.path / "m")
     (pair.path / "m").rename(pair.path / "manifest.json")  # same bytes, same inode: unchanged
     pair.disk.buffer.check()
-    shutil.copy(pair.path / "actions.bin", tmp_path / "copy")
-    os.replace(tmp_path / "copy", pair.path / "actions.bin")  # same size, new inode
-    with pytest.raises(DiskDatasetChangedError, match="actions.bin"):
+    name = DATA_FILE[layout]["actions"]
+    shutil.copy(pair.path / name, tmp_path / "copy")
+    os.replace(tmp_path / "copy", pair.path / name)  # same size, new inode
+    with pytest.raises(DiskDatasetChangedError, match=name):
         pair.disk.buffer.check()
-    os.remove(pair.path / "actions.bin")
+    os.remove(pair.path / name)
     with pytest.raises(DiskDatasetChangedError, match="gone"):
         pair.disk.buffer.check()
 
@@ -615,10 +648,11 @@ def _mapped_kb(file) -> int:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc/self/smaps")
-def test_positional_reads_map_no_pages_and_mmap_reads_do(tmp_path):
-    pair = _pair(tmp_path)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_positional_reads_map_no_pages_and_mmap_reads_do(tmp_path, layout):
+    pair = _pair(tmp_path, layout=layout)
     store = pair.disk.buffer
-    file = pair.path / "observations_0.bin"
+    file = pair.path / DATA_FILE[layout]["observations_0"]
     store.release_pages()
     assert _mapped_kb(file) == 0
     for _ in range(5):
@@ -638,6 +672,205 @@ def test_a_column_truncated_under_positional_reads_raises(tmp_path):
     os.truncate(pair.path / "actions.bin", (n - 2) * column.dtype.itemsize)
     with pytest.raises(DiskDatasetChangedError, match=r"actions\.bin: read .* bytes for 2 rows .* truncated"):
         column[np.array([0, n - 1])]
+
+
+# ------------------------------------------------------------ rows layout
+_OBSERVATION_DTYPES = [np.float32, np.uint8, np.int16, np.int64]
+
+
+@st.composite
+def _random_episodes(draw):
+    """Episodes of any observation layout (one array, a tuple, a dict) with
+    columns of mixed dtypes and shapes, discrete or continuous actions, with
+    or without behaviour probabilities, every kind of episode end."""
+    n_columns = draw(st.integers(1, 3))
+    form = draw(st.sampled_from(["array", "tuple", "dict"]) if n_columns == 1 else st.sampled_from(["tuple", "dict"]))
+    dtypes = [draw(st.sampled_from(_OBSERVATION_DTYPES)) for _ in range(n_columns)]
+    shapes = [tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))) for _ in range(n_columns)]
+    discrete = draw(st.booleans())
+    behaviour = draw(st.booleans())
+    action_size = draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2**16))
+    lengths = draw(st.lists(st.integers(1, 6), min_size=1, max_size=4))
+    rng = np.random.default_rng(seed)
+
+    def observation(n):
+        columns = [(rng.integers(0, 100, (n, *shape)) if np.dtype(dtype).kind in "iu"
+                    else rng.normal(size=(n, *shape))).astype(dtype) for dtype, shape in zip(dtypes, shapes)]
+        if form == "array":
+            return columns[0]
+        return {f"k{k}": c for k, c in enumerate(columns)} if form == "dict" else columns
+
+    episodes = []
+    for i, n in enumerate(lengths):
+        kind = (i + seed) % 3
+        final = None
+        if kind == 1:
+            one = observation(1)
+            final = {k: v[0] for k, v in one.items()} if form == "dict" else (
+                [v[0] for v in one] if form == "tuple" else one[0])
+        episodes.append(Episode(
+            observations=observation(n),
+            actions=rng.integers(0, 4, (n, 1)) if discrete else rng.uniform(-1, 1, (n, action_size)).astype(np.float32),
+            rewards=rng.normal(size=(n, 1)).astype(np.float32),
+            terminated=kind == 0, final_observation=final,
+            behaviour_probabilities=rng.uniform(0.1, 1, n) if behaviour else None,
+        ))
+    return episodes, discrete
+
+
+def _record_of(manifest) -> np.dtype:
+    names = list(manifest["columns"])
+    names = [n for n in names if not n.startswith("episode_")]
+    return np.dtype({
+        "names": names,
+        "formats": [(np.dtype(manifest["columns"][n]["dtype"]), tuple(manifest["columns"][n]["shape"][1:])) for n in names],
+        "offsets": [manifest["columns"][n]["offset"] for n in names], "itemsize": manifest["record_bytes"],
+    })
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_random_episodes(), rows_seed=st.integers(0, 2**16))
+def test_records_hold_exactly_the_columns_and_read_back_like_them(case, rows_seed):
+    episodes, discrete = case
+    space = offrl.ActionSpace.DISCRETE if discrete else offrl.ActionSpace.CONTINUOUS
+    size = 4 if discrete else None
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {}
+        for layout in LAYOUTS:
+            paths[layout] = os.path.join(tmp, layout)
+            with DiskDatasetWriter(paths[layout], action_space=space, action_size=size, layout=layout) as writer:
+                writer.add_episodes(episodes)
+        # the record file holds, field by field, exactly the bytes of the column files
+        manifest = json.loads(open(os.path.join(paths["rows"], "manifest.json")).read())
+        record = _record_of(manifest)
+        assert record.itemsize % max(record.fields[n][0].base.itemsize for n in record.names) == 0
+        for name in record.names:
+            dtype = record.fields[name][0]
+            assert record.fields[name][1] % dtype.base.itemsize == 0  # aligned
+        records = np.fromfile(os.path.join(paths["rows"], "records.bin"), dtype=record)
+        for name in record.names:
+            column = np.fromfile(os.path.join(paths["columns"], f"{name}.bin"), dtype=record.fields[name][0].base)
+            assert records[name].tobytes() == column.tobytes(), name
+        memory = ReplayBuffer(InfiniteBuffer(), episodes=episodes, action_space=space, action_size=size)
+        stores = {layout: ReplayBuffer.load(paths[layout], in_memory=False) for layout in LAYOUTS}
+        for layout, disk in stores.items():
+            assert disk.dataset_info == memory.dataset_info, layout
+            expected, found = memory.to_arrays(), disk.to_arrays()
+            for key in expected:
+                np.testing.assert_equal(found[key], expected[key], err_msg=f"{layout} {key}")
+        # positional gathers of the records equal numpy's gathers of the mapped records, any index arrays
+        rows_store = stores["rows"].buffer
+        columns = [*rows_store.observations, rows_store.actions, rows_store.rewards]
+        if rows_store.behaviour_probabilities is not None:
+            columns.append(rows_store.behaviour_probabilities)
+        n = rows_store.actions.shape[0]
+        rng = np.random.default_rng(rows_seed)
+        for _ in range(6):
+            rows = rng.integers(0, n, int(rng.integers(1, 9)))
+            keys = [rows, np.clip(rows + 1, 0, n - 1), np.clip(rows + rng.integers(-2, 3, rows.shape[0]), 0, n - 1),
+                    np.arange(int(rng.integers(0, n)), n), rng.integers(0, n, (2, 3))]
+            for key in keys:
+                for column in columns:
+                    rows_store.read_mode = "pread"
+                    got = column[key]
+                    rows_store.read_mode = "mmap"
+                    np.testing.assert_array_equal(got, column[key])
+                    assert got.dtype == column.dtype and got.flags.c_contiguous and got.flags.writeable
+        rows_store.read_mode = "pread"
+        for seed in (0, 1) if memory.transition_count else ():  # (one truncated 1-step episode has none)
+            offrl.seed(seed)
+            a = memory.sample_transition_batch(16)
+            offrl.seed(seed)
+            _assert_batches_equal(a, stores["rows"].sample_transition_batch(16))
+
+
+def test_a_scattered_transition_batch_is_one_read_per_transition(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    episodes = [Episode(observations=rng.normal(size=(50, 3)).astype(np.float32),
+                        actions=rng.uniform(-1, 1, (50, 2)).astype(np.float32),
+                        rewards=rng.normal(size=(50, 1)).astype(np.float32), terminated=True) for _ in range(20)]
+    with DiskDatasetWriter(tmp_path / "d", layout="rows") as writer:
+        writer.add_episodes(episodes)
+    disk = ReplayBuffer.load(tmp_path / "d", in_memory=False)
+    memory = ReplayBuffer(InfiniteBuffer(), episodes=episodes)
+    record_bytes = json.loads((tmp_path / "d" / "manifest.json").read_text())["record_bytes"]
+    assert record_bytes == 3 * 4 + 2 * 4 + 4
+    calls = []
+    real = os.pread
+    monkeypatch.setattr(disk_module.os, "pread", lambda fd, size, offset: (calls.append(size), real(fd, size, offset))[1])
+    steps = np.arange(20) * 50 + rng.integers(1, 48, 20)  # scattered, inside episodes
+    ids, rows = disk.buffer.locate_transitions(steps)  # terminated episodes: transition t is row t
+    np.testing.assert_array_equal(rows, steps)
+    batch = BasicTransitionPicker().pick_batch(disk.buffer, ids, rows)
+    # observations, next observations, actions, next actions, rewards: one read of 3 records per transition
+    assert calls == [3 * record_bytes] * 20
+    _assert_batches_equal(batch, BasicTransitionPicker().pick_batch(memory.buffer, ids, rows))
+    calls.clear()
+    steps = np.arange(20) * 50 + rng.integers(1, 48, 20)  # another batch
+    steps[[3, 7]] = [199, 399]  # terminal steps: their next actions (zeros) are gathered from row 0
+    ids, rows = disk.buffer.locate_transitions(steps)
+    batch = BasicTransitionPicker().pick_batch(disk.buffer, ids, rows)
+    assert len(calls) == 20 + 2
+    _assert_batches_equal(batch, BasicTransitionPicker().pick_batch(memory.buffer, ids, rows))
+
+
+def test_a_column_dataset_without_a_layout_field_opens_as_before(tmp_path):
+    pair = _pair(tmp_path, layout="columns")
+    _corrupt_manifest(pair.path, lambda m: m.pop("layout"))  # what offrl wrote before the rows layout
+    old = ReplayBuffer.load(pair.path, in_memory=False)
+    for key, value in pair.memory.to_arrays().items():
+        np.testing.assert_array_equal(value, old.to_arrays()[key], err_msg=key)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda m: m.update(layout="tiles"), "'layout' is 'tiles'"),
+    (lambda m: m.update(layout="columns"), "'layout' is 'columns' with schema version 2"),
+    (lambda m: m.update(record_bytes=0), "'record_bytes' is 0"),
+    (lambda m: m.update(record_bytes=m["record_bytes"] + 4), "'record_bytes' is .* multiple of 8"),
+    (lambda m: m["columns"]["rewards"].update(offset=2), "'rewards' has offset 2: expected a multiple of 4"),
+    (lambda m: m["columns"]["rewards"].update(offset=m["record_bytes"]), "'rewards' has offset .* inside"),
+    (lambda m: m["columns"]["rewards"].update(offset=m["columns"]["observations_0"]["offset"]), "overlap"),
+    (lambda m: m["columns"].pop("actions"), "no entry for field 'actions'"),
+    (lambda m: m["columns"]["actions"].update(dtype="|O"), "dtype '|O'"),
+], ids=["layout", "layout-version", "record-bytes", "record-align", "misaligned", "outside", "overlap", "missing",
+        "object-dtype"])
+def test_corrupt_record_manifest_is_refused_naming_the_field(tmp_path, edit, message):
+    pair = _pair(tmp_path, layout="rows")
+    _corrupt_manifest(pair.path, edit)
+    with pytest.raises(ValueError, match=message):
+        ReplayBuffer.load(pair.path, in_memory=False)
+
+
+def test_truncated_or_missing_record_file_is_refused(tmp_path):
+    pair = _pair(tmp_path, layout="rows")
+    file = pair.path / "records.bin"
+    data = file.read_bytes()
+    record_bytes = json.loads((pair.path / "manifest.json").read_text())["record_bytes"]
+    rows = len(data) // record_bytes
+    file.write_bytes(data[:-1])
+    with pytest.raises(ValueError, match=rf"records.bin holds {len(data) - 1} bytes, the manifest declares {rows} "
+                                         rf"records of {record_bytes} bytes = {len(data)} \(truncated\)"):
+        ReplayBuffer.load(pair.path, in_memory=False)
+    file.write_bytes(data + b"\0")
+    with pytest.raises(ValueError, match=r"extra data"):
+        ReplayBuffer.load(pair.path, in_memory=False)
+    file.unlink()
+    with pytest.raises(ValueError, match="the record file records.bin is missing"):
+        ReplayBuffer.load(pair.path, in_memory=False)
+    file.write_bytes(data)
+    store = ReplayBuffer.load(pair.path, in_memory=False).buffer
+    os.truncate(file, (rows - 2) * record_bytes)  # under an open reader
+    with pytest.raises(DiskDatasetChangedError, match=r"records\.bin: read .* bytes .* truncated"):
+        store.actions[np.array([0, rows - 1])]
+    with pytest.raises(DiskDatasetChangedError, match=r"records\.bin changed since .* \(size \d+ -> \d+ bytes"):
+        store.check()
+
+
+def test_writer_refuses_an_unknown_layout(tmp_path):
+    with pytest.raises(ValueError, match=r"layout must be one of \('columns', 'rows'\), got 'tiles'"):
+        DiskDatasetWriter(tmp_path / "d", layout="tiles")
+    assert list(tmp_path.iterdir()) == []
 
 
 # ------------------------------------------------------------ disk FIFO
