@@ -815,6 +815,34 @@ def test_a_scattered_transition_batch_is_one_read_per_transition(tmp_path, monke
     _assert_batches_equal(batch, BasicTransitionPicker().pick_batch(memory.buffer, ids, rows))
 
 
+def test_record_gathers_in_any_sequence_equal_the_mapped_gathers(tmp_path):
+    """Sequences of gathers that hit, partly hit and miss the windows kept
+    from the gather before, on every field, against numpy's gathers of the
+    mapped records."""
+    rng = np.random.default_rng(3)
+    episodes = [Episode(observations=[rng.normal(size=(n, 2, 2)).astype(np.float32), rng.integers(0, 9, (n, 3)).astype(np.uint8)],
+                        actions=rng.integers(0, 5, (n, 1)), rewards=rng.normal(size=(n, 1)).astype(np.float32),
+                        terminated=n % 2 == 0, behaviour_probabilities=rng.uniform(0.1, 1, n))
+                for n in rng.integers(5, 40, 12)]
+    path = dump_disk_dataset(ReplayBuffer(InfiniteBuffer(), episodes=episodes), tmp_path / "d", layout="rows")
+    store = ReplayBuffer.load(path, in_memory=False).buffer
+    columns = [*store.observations, store.actions, store.rewards, store.behaviour_probabilities]
+    n = store.actions.shape[0]
+    for _ in range(300):
+        size = int(rng.integers(1, 12))
+        rows = rng.integers(0, n, size)
+        following = [rows, rows + 1, rows - 1, rows + rng.integers(-3, 4, size),
+                     np.where(rng.random(size) < 0.2, 0, rows + 1), rng.integers(0, n, size)]
+        for key in following:
+            key = np.clip(key, 0, n - 1)
+            column = columns[int(rng.integers(0, len(columns)))]
+            store.read_mode = "pread"
+            got = column[key]
+            store.read_mode = "mmap"
+            np.testing.assert_array_equal(got, column[key])
+            store.read_mode = "pread"
+
+
 def test_a_column_dataset_without_a_layout_field_opens_as_before(tmp_path):
     pair = _pair(tmp_path, layout="columns")
     _corrupt_manifest(pair.path, lambda m: m.pop("layout"))  # what offrl wrote before the rows layout
