@@ -8,6 +8,8 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
     python benchmarks/fqe_convergence.py --only cartpole-bc,pendulum-iql
     python benchmarks/fqe_convergence.py --only pendulum-cql --configs recommended
     python benchmarks/fqe_convergence.py --figure docs/tutorials/fqe_convergence.png
+    python benchmarks/fqe_convergence.py --configs recommended-cap --json run.json
+    python benchmarks/fqe_convergence.py --replay run.json [--window 5 --tolerance 0.03]
 
 Cases: the built-in ``replay`` datasets (``offrl.datasets.get_cartpole`` /
 ``get_pendulum``), each with a behaviour-cloning policy and a conservative
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -156,6 +159,8 @@ def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int,
         "curve": [(int(epoch) * 1000, float(m["fqe_initial_value"])) for epoch, m in results],
         "residuals": [float(m.get("fqe_heldout_residual", float("nan"))) for _, m in results],
         "value_changes": [float(m.get("fqe_value_change", float("nan"))) for _, m in results],
+        "value_drifts": [float(m.get("fqe_value_drift", float("nan"))) for _, m in results],
+        "initial_values": [float(v) for v in fqe.convergence.initial_values],  # [0]: before the first update
         "warned": bool(caught), "seconds": seconds,
     }
 
@@ -172,6 +177,36 @@ def run_case(case: str, cap: int, n_trials: int, configs: Tuple[str, ...] = CONF
     for name in configs:
         out[name] = _fqe(algo, dataset, discrete, name != "default", cap, early_stopping=name == "recommended")
     return out
+
+
+def replay(paths: List[str], window: int, tolerance: float) -> None:
+    """Apply the settling rule (``offrl.algos.fqe.replay_convergence``) to
+    the per-epoch curves of earlier ``--json`` files, without retraining:
+    where would ``early_stopping=True`` have stopped, on what estimate?
+    Files written before ``initial_values`` was recorded lack ``V(s0)``
+    before training; it is taken as 0 (an untrained network's ``V(s0)`` is
+    near 0, so a window holding it is far from settled either way)."""
+    from offrl.algos.fqe import replay_convergence
+
+    print(f"replay: window {window} epochs, tolerance {100 * tolerance:.1f}%")
+    print(f"{'file':<28} {'case':<14} {'config':<15} {'settles at':>14} {'estimate':>9} {'truth':>9} {'rel.err':>8}")
+    for path in paths:
+        with open(path) as f:
+            rows = json.load(f)
+        for row in rows:
+            for name in (n for n in CONFIGS if n in row):
+                r = row[name]
+                values = r.get("initial_values") or [0.0] + [v for _, v in r["curve"]]
+                residuals = r.get("residuals")
+                settled = replay_convergence(values, residuals, window, tolerance)
+                hits = np.flatnonzero(settled)
+                at = int(hits[0]) + 1 if hits.size else len(settled)
+                value = values[at]
+                err = (value - row["truth"]) / abs(row["truth"])
+                label = f"{at * 1000}" if hits.size else f"never ({at * 1000})"
+                note = "" if residuals is not None else "  (no residuals recorded: that check skipped)"
+                print(f"{os.path.basename(path):<28} {row['case']:<14} {name:<15} {label:>14} {value:9.2f} "
+                      f"{row['truth']:9.2f} {100 * err:+7.1f}%{note}")
 
 
 def _at(curve: List[Tuple[int, float]], step: int) -> float:
@@ -229,7 +264,19 @@ def main(argv: Any = None) -> None:
     parser.add_argument("--configs", default="default,recommended",
                         help="FQE configs to run, comma-separated, of default, recommended, recommended-cap "
                              "(default: default,recommended)")
+    parser.add_argument("--replay", nargs="+", default=None, metavar="JSON",
+                        help="no training: replay the settling rule on the curves of earlier --json files")
+    parser.add_argument("--window", type=int, default=None,
+                        help="with --replay: the rule's window in epochs (default: fit's)")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="with --replay: the rule's tolerance (default: fit's)")
     args = parser.parse_args(argv)
+    if args.replay:
+        from offrl.algos.fqe import CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW
+
+        replay(args.replay, CONVERGENCE_WINDOW if args.window is None else args.window,
+               CONVERGENCE_TOLERANCE if args.tolerance is None else args.tolerance)
+        return
     check_threads(args, parser)
     set_threads(args.threads)
     cases = parse_only(args.only, list(CASES), parser)

@@ -38,7 +38,7 @@ FUNCTIONS = [offrl.ope.estimate_policy_value, offrl.ope.estimate_marginal_value,
 # module-level names the text cites (algorithms, modules, functions, logged metric names)
 NAMESPACES = [offrl, offrl.ope, offrl.algos, offrl.metrics, offrl.plotting, fqe_module, importance, marginal,
               distributional]
-LOGGED = {"fqe_initial_value", "fqe_value_change", "fqe_heldout_residual", "ValueError", "UserWarning",
+LOGGED = {"fqe_initial_value", "fqe_value_change", "fqe_value_drift", "fqe_heldout_residual", "ValueError", "UserWarning",
           *SELECTION_METRICS}
 # formulas and placeholders, not API names
 NOT_NAMES = {"w_T G", "mu(a_t | s_t)", "[G_min, G_max]", "(c * min(0, G_min), c * max(0, G_max))",
