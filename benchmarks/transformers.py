@@ -234,7 +234,8 @@ def run_quality(args: argparse.Namespace, names: Sequence[str], kinds: Sequence[
             print(f"{QUALITY_ENV_IDS[env]} {kind}: {len(data['rewards'])} logged steps, {len(returns)} episodes, "
                   f"behaviour return {returns.mean():.1f} ± {returns.std():.1f} (best {returns.max():.1f}), "
                   f"target {targets[env, kind]:.1f}", flush=True)
-        print(f"d3rlpy: {note}; {args.seeds} seeds; {updates} updates; {args.episodes} evaluation episodes; "
+        seeds = range(args.seed_offset, args.seed_offset + args.seeds)
+        print(f"d3rlpy: {note}; seeds {seeds.start}..{seeds.stop - 1}; {updates} updates; {args.episodes} evaluation episodes; "
               f"Pendulum action scaler {'MinMax [-2, 2]' if args.action_scaler else 'none'}; {args.jobs} job(s) at "
               f"a time\n", flush=True)
 
@@ -243,16 +244,21 @@ def run_quality(args: argparse.Namespace, names: Sequence[str], kinds: Sequence[
             spec = [backend, name, files[env, kind], QUALITY_ENV_IDS[env], updates, seed, targets[env, kind],
                     args.threads, args.action_scaler, args.episodes]
             result, why = run_json(interpreter, __file__, ["--quality-job", json.dumps(spec)])
-            return result if result is not None else {"error": why.strip().splitlines()[-1]}
+            result = result if result is not None else {"error": why.strip().splitlines()[-1]}
+            # each job's figures as it ends, so a stopped run keeps what it finished
+            log(f"job done: {name} {kind} {backend} seed {seed}: " + (
+                f"return {result['return']:.1f} ({result['seconds']:.1f} s training)" if "error" not in result
+                else "error: " + result["error"][:60]))
+            return result
 
         sides = [("offrl", sys.executable)] + ([("d3rlpy", python)] if python is not None else [])
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             for name, kind in itertools.product(names, kinds):
                 futures = {(backend, seed): pool.submit(job, backend, interpreter, name, kind, seed)
-                           for seed in range(args.seeds) for backend, interpreter in sides}
+                           for seed in seeds for backend, interpreter in sides}
                 cells = []
                 for backend in ("offrl", "d3rlpy"):
-                    results = [futures[backend, s].result() for s in range(args.seeds) if (backend, s) in futures]
+                    results = [futures[backend, s].result() for s in seeds if (backend, s) in futures]
                     ok = [r for r in results if "error" not in r]
                     if not results:
                         cells += ["-", "-"]
@@ -315,6 +321,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quality", action="store_true", help="learning quality instead of speed")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and library (--quality)")
+    parser.add_argument("--seed-offset", type=int, default=0,
+                        help="--quality: run seeds K..K+seeds-1 (to add seeds to an earlier run)")
     parser.add_argument("--data", default="heldout",
                         help="--quality: comma-separated subset of heldout (quality.py's logged data), medium, expert "
                              "(the built-in datasets)")
@@ -337,6 +345,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.quality:
         if args.seeds < 1:
             parser.error(f"--seeds must be >= 1, got {args.seeds}")
+        if args.seed_offset < 0:
+            parser.error(f"--seed-offset must be >= 0, got {args.seed_offset}")
         if args.jobs < 1:
             parser.error(f"--jobs must be >= 1, got {args.jobs}")
         if args.updates is not None and args.updates < 1:
