@@ -363,7 +363,7 @@ def projected_drift(values: Any, window: int) -> float:
     so that a pause of one window in a long drift still shows the drift:
     on Pendulum CQL (benchmarks/README.md) ``V(s0)`` held within 3 % for 6
     epochs (9,000-14,000 updates, near -306) after drifting from -249 and
-    before drifting on to -353; the slope over 11 epochs projects 11 %.
+    before drifting on to -353; the slope over 11 epochs projects 10 %.
     """
     values = np.asarray(values, dtype=np.float64)
     if values.shape[0] < 2 or window < 1:

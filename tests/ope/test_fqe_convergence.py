@@ -177,7 +177,7 @@ def test_replay_of_the_recorded_drifting_curves():
     assert not replay_convergence(CQL_CURVE, CQL_RESIDUALS).any()
     assert not replay_convergence(IQL_CURVE, IQL_RESIDUALS).any()
     assert not replay_convergence(CQL_CURVE).any()
-    # epochs 9-14 of CQL lie within 3 %: the spread passes, the trend over epochs 4-14 (near 11 %) does not
+    # epochs 9-14 of CQL lie within 3 %: the spread passes, the trend over epochs 4-14 (10 %) does not
     assert relative_change(CQL_CURVE[:15], 5) <= 0.03 and projected_drift(CQL_CURVE[:15], 5) > 0.1
 
 
