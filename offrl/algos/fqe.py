@@ -655,7 +655,7 @@ def _not_settled_message(name: str, diagnostic: Optional[ConvergenceDiagnostic])
     if len(diagnostic.initial_values) < 2 * diagnostic.window + 1 or not np.isfinite(diagnostic.value_change):
         return (f"{name}'s estimate may not have settled: {len(diagnostic.initial_values) - 1} epoch(s) measured, "
                 f"the check needs {2 * diagnostic.window} (use shorter epochs); {advice}")
-    drift = f"; its trend projects {100 * diagnostic.value_drift:.1f}% over the next {diagnostic.window}"
+    drift = f"; its trend projects {100 * diagnostic.value_drift:.1f}% over the next {diagnostic.window} epochs"
     residuals = diagnostic.heldout_residuals[-(diagnostic.window + 1):]
     climbing = ("; the held-out Bellman residual is climbing" if residuals
                 and residuals[-1] > RESIDUAL_GROWTH * min(residuals) else "")

@@ -205,6 +205,14 @@ def test_a_steady_drift_under_the_spread_tolerance_is_not_settled():
     assert relative_change(values, 3) <= 0.03 and is_settled(values, None, window=3)
     assert relative_change(values, 5) > 0.03 and projected_drift(values, 5) == pytest.approx(0.0497, rel=1e-3)
     assert not replay_convergence(values).any()
+    # the warning names both figures
+    from offrl.algos.fqe import _not_settled_message
+
+    diagnostic = ConvergenceDiagnostic(tuple(values), (1.0,) * 15, relative_change(values, 5), 1.0, 2, 5, 0.03,
+                                       15000, False, value_drift=projected_drift(values, 5))
+    message = _not_settled_message("FQE", diagnostic)
+    assert "spread by 5.0% over the last 5 epochs" in message and "trend projects 5.0% over the next 5 epochs" in message
+    assert "climbing" not in message
 
 
 def test_a_flat_noisy_curve_settles():
