@@ -563,24 +563,30 @@ def _int_field(path: str, manifest: dict, key: str, low: int, high: Optional[int
     return value
 
 
-def _column_spec(path: str, manifest: dict, key: str, rows: int) -> tuple[np.dtype, tuple[int, ...], int]:
-    """A column's declared dtype and shape, checked, and its byte size."""
+def _declared_field(path: str, manifest: dict, key: str, rows: int, what: str) -> tuple[dict, np.dtype, list]:
+    """A column's (``what``: "column") or record field's ("field") manifest
+    entry with its dtype and shape checked: ``(entry, dtype, shape)``."""
     columns = manifest.get("columns")
     if not isinstance(columns, dict) or not isinstance(columns.get(key), dict):
-        raise _corrupt(path, f"{MANIFEST} has no entry for column {key!r} under 'columns'")
+        raise _corrupt(path, f"{MANIFEST} has no entry for {what} {key!r} under 'columns'")
     spec = columns[key]
     dtype_str = spec.get("dtype")
     if dtype_str not in _ALLOWED_DTYPES:
-        raise _corrupt(path, f"column {key!r} has dtype {dtype_str!r}, expected one of {sorted(_ALLOWED_DTYPES)}")
+        raise _corrupt(path, f"{what} {key!r} has dtype {dtype_str!r}, expected one of {sorted(_ALLOWED_DTYPES)}")
     shape = spec.get("shape")
     if (
         not isinstance(shape, list) or not 1 <= len(shape) <= 8
         or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape)
     ):
-        raise _corrupt(path, f"column {key!r} has shape {shape!r}, expected a list of 1 to 8 non-negative ints")
+        raise _corrupt(path, f"{what} {key!r} has shape {shape!r}, expected a list of 1 to 8 non-negative ints")
     if shape[0] != rows:
-        raise _corrupt(path, f"column {key!r} declares {shape[0]} rows, the manifest {rows}")
-    dtype = np.dtype(dtype_str)
+        raise _corrupt(path, f"{what} {key!r} declares {shape[0]} rows, the manifest {rows}")
+    return spec, np.dtype(dtype_str), shape
+
+
+def _column_spec(path: str, manifest: dict, key: str, rows: int) -> tuple[np.dtype, tuple[int, ...], int]:
+    """A column's declared dtype and shape, checked, and its byte size."""
+    spec, dtype, shape = _declared_field(path, manifest, key, rows, "column")
     count = 1
     for s in shape:
         count *= s
@@ -608,24 +614,9 @@ def _record_specs(path: str, manifest: dict, names: list[str], rows: int) -> tup
     checked (aligned, inside the record, not overlapping), the record's
     dtype, and the record file's size against ``rows`` records."""
     record_bytes = _int_field(path, manifest, "record_bytes", 1, _MAX_RECORD_BYTES)
-    columns = manifest.get("columns")
     specs: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
     for key in names:
-        if not isinstance(columns, dict) or not isinstance(columns.get(key), dict):
-            raise _corrupt(path, f"{MANIFEST} has no entry for field {key!r} under 'columns'")
-        spec = columns[key]
-        dtype_str = spec.get("dtype")
-        if dtype_str not in _ALLOWED_DTYPES:
-            raise _corrupt(path, f"field {key!r} has dtype {dtype_str!r}, expected one of {sorted(_ALLOWED_DTYPES)}")
-        shape = spec.get("shape")
-        if (
-            not isinstance(shape, list) or not 1 <= len(shape) <= 8
-            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape)
-        ):
-            raise _corrupt(path, f"field {key!r} has shape {shape!r}, expected a list of 1 to 8 non-negative ints")
-        if shape[0] != rows:
-            raise _corrupt(path, f"field {key!r} declares {shape[0]} rows, the manifest {rows}")
-        dtype = np.dtype(dtype_str)
+        spec, dtype, shape = _declared_field(path, manifest, key, rows, "field")
         offset = spec.get("offset")
         count = 1
         for s in shape[1:]:
