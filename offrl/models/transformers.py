@@ -266,7 +266,10 @@ class GlobalPositionEncoding(PositionEncoding):
         pad = length - real.sum(dim=1, keepdim=True)  # (B, 1)
         first = timesteps.gather(1, pad.clamp(max=length - 1))
         inside = (torch.arange(length, device=timesteps.device)[None, :] - pad).clamp(min=0)  # (B, L)
-        out = self.global_embed(first) + self.block_embed[0][inside]
+        # the block positions picked by a one-hot product: indexing the parameter would backpropagate
+        # through index_put's accumulation, whose order varies with the thread count on the CPU
+        picked = F.one_hot(inside, num_classes=length).to(self.block_embed.dtype) @ self.block_embed[0, :length]
+        out = self.global_embed(first) + picked
         return out * real[..., None].to(out.dtype)
 
 
