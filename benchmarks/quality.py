@@ -205,6 +205,8 @@ def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, only=list(ALGOS), quick_help="fewer updates and data (a smoke run)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per algorithm and library")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds run are first-seed .. first-seed + seeds - 1 (to add seeds to an earlier run)")
     parser.add_argument("--no-action-scaler", action="store_true",
                         help="train continuous algorithms on the raw [-2, 2] torques (the figures recorded before 2026-11-25)")
     parser.add_argument("--data", default="heldout",
@@ -219,6 +221,8 @@ def main(argv: Optional[list] = None) -> int:
     check_threads(args, parser)
     if args.seeds < 1:
         parser.error(f"--seeds must be >= 1, got {args.seeds}")
+    if args.first_seed < 0:
+        parser.error(f"--first-seed must be >= 0, got {args.first_seed}")
 
     if args.backend is not None:  # worker process: one (algorithm, seed) job on saved data
         job = json.loads(args.job)
@@ -280,7 +284,7 @@ def main(argv: Optional[list] = None) -> int:
         for name, kind in itertools.product(names, kinds):
             env, updates, quick = ALGOS[name]
             rows: dict = {"offrl": [], "d3rlpy": []}
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 rows["offrl"].append(job("offrl", sys.executable, name, kind, seed))
                 if d3_python:
                     rows["d3rlpy"].append(job("d3rlpy", d3_python, name, kind, seed))
