@@ -21,6 +21,7 @@ from ..constants import ActionSpace
 from ..dataset import _checks
 from ..dataset.replay_buffer import MDPDataset
 from ._build import dataset_from_rows, episode_layout
+from .streaming import check_layout
 
 __all__ = ["load_d4rl_hdf5", "D4RL_REQUIRED_KEYS"]
 
@@ -119,6 +120,7 @@ def load_d4rl_hdf5(
     return_extras: bool = False,
     to: Optional[PathLike] = None,
     chunk_rows: int = 1 << 20,
+    layout: Optional[str] = None,
 ) -> Union[MDPDataset, tuple[MDPDataset, dict]]:
     """Read a D4RL-format HDF5 file into an :class:`MDPDataset`.
 
@@ -141,13 +143,23 @@ def load_d4rl_hdf5(
             ``chunk_rows`` rows at a time, and return it opened with
             ``in_memory=False``: a file larger than memory imports in
             bounded memory (only the per-step flags are read whole).
+        layout: with ``to``, the disk layout written
+            (:class:`offrl.dataset.DiskDatasetWriter`'s): ``"rows"`` (what
+            ``None``, the default, writes: each step's fields in one
+            record, one read per sampled transition) or ``"columns"`` (one
+            file per field, schema version 1, readable by offrls before the
+            rows layout). Both read back identically. Without ``to`` it is
+            refused (an in-memory read has no layout).
 
     Raises:
         ValueError naming the file and the key: not HDF5, a required key
-        missing, lengths that differ, NaN / inf values, bad flags.
+        missing, lengths that differ, NaN / inf values, bad flags; and a
+        ``layout`` not in ``("rows", "columns")`` or given without ``to``
+        (before the file is opened).
     """
     import h5py
 
+    layout = check_layout(layout, to is not None)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
     name = _safety.check_regular_file(path, "D4RL-format HDF5 file")  # a named pipe would block forever
@@ -166,7 +178,7 @@ def load_d4rl_hdf5(
         nodes = {k: _safety.checked_h5_dataset(f, k, name) for k in keys}
         if to is not None:
             dataset = _stream(name, nodes, to, int(chunk_rows), action_space, action_size,
-                              transition_picker, trajectory_slicer)
+                              transition_picker, trajectory_slicer, layout)
             if return_extras:
                 try:
                     return dataset, {"infos": _collect(f, "infos"), "metadata": _collect(f, "metadata")}
@@ -256,7 +268,7 @@ def _flags(node: Any, name: str, key: str, n: int) -> np.ndarray:
 
 def _stream(
     name: str, nodes: dict, to: PathLike, chunk_rows: int, action_space: Any, action_size: Optional[int],
-    transition_picker: Any, trajectory_slicer: Any,
+    transition_picker: Any, trajectory_slicer: Any, layout: str = "rows",
 ) -> MDPDataset:
     """``load_d4rl_hdf5(..., to=...)``: episodes written to a disk dataset a
     chunk of rows at a time, with the in-memory import's checks."""
@@ -299,7 +311,7 @@ def _stream(
     if action_space is None:
         dtype = nodes["actions"].dtype
         action_space = ActionSpace.DISCRETE if np.issubdtype(dtype, np.integer) else ActionSpace.CONTINUOUS
-    writer = DiskDatasetWriter(to, action_space=action_space, action_size=action_size)
+    writer = DiskDatasetWriter(to, action_space=action_space, action_size=action_size, layout=layout)
     try:
         first = 0
         while first < starts.shape[0]:

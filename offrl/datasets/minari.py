@@ -73,6 +73,7 @@ from ._minari_format import (
     _space_to_dict,
     _unbounded_box,
 )
+from .streaming import check_layout
 
 __all__ = ["get_minari", "to_minari", "MINARI_LAYOUT_VERSION"]
 
@@ -142,6 +143,7 @@ def get_minari(
     tuple_observation: Optional[bool] = None,
     load_env: bool = True,
     to: Optional[PathLike] = None,
+    layout: Optional[str] = None,
 ) -> tuple[MDPDataset, Any]:
     """Read a Minari dataset from disk (no ``minari`` package needed).
 
@@ -172,6 +174,14 @@ def get_minari(
             space is checked before writing (from the episodes' sizes for
             HDF5, from ``total_steps`` and ``total_episodes`` for Arrow), and
             an error leaves nothing at ``to``.
+        layout: with ``to``, the disk layout written
+            (:class:`offrl.dataset.DiskDatasetWriter`'s): ``"rows"`` (what
+            ``None``, the default, writes: each step's fields in one
+            record, one read per sampled transition) or ``"columns"`` (one
+            file per field, schema version 1, readable by offrls before the
+            rows layout). Both read back identically. A ``layout`` not in
+            ``("rows", "columns")``, or given without ``to``, is a
+            ``ValueError`` raised before anything is read.
 
     Returns:
         ``(dataset, env)``: an :class:`MDPDataset` and the environment whose
@@ -188,9 +198,11 @@ def get_minari(
         and stored in sorted key order.
         Discrete actions become indices ``value - start``.
     """
+    disk_layout = check_layout(layout, to is not None)
     folder = _data_folder(dataset_id_or_path)
     try:
-        return _get_minari(folder, transition_picker, trajectory_slicer, render_mode, load_env, to, tuple_observation)
+        return _get_minari(folder, transition_picker, trajectory_slicer, render_mode, load_env, to, tuple_observation,
+                           disk_layout)
     except _WriteError as e:
         raise e.error from None
     except (KeyError, IndexError, AttributeError, OSError) as e:
@@ -218,7 +230,7 @@ class _Layout:
 
 def _get_minari(
     folder: pathlib.Path, transition_picker: Any, trajectory_slicer: Any, render_mode: Optional[str], load_env: bool,
-    to: Optional[PathLike] = None, tuple_observation: Optional[bool] = None,
+    to: Optional[PathLike] = None, tuple_observation: Optional[bool] = None, disk_layout: str = "rows",
 ) -> tuple[MDPDataset, Any]:
     if tuple_observation is not None and not isinstance(tuple_observation, (bool, np.bool_)):
         raise TypeError(f"tuple_observation must be None or a bool, got {type(tuple_observation).__name__}")
@@ -266,7 +278,7 @@ def _get_minari(
             env = GoalConcatWrapper(env, tuple_observation=goal_form)
     layout = _Layout(metadata, meta_path, data_format, dict_observations, obs_leaves, act_leaf, space, size, goal_form)
     if to is not None:
-        return _stream(folder, layout, to, transition_picker, trajectory_slicer), env
+        return _stream(folder, layout, to, transition_picker, trajectory_slicer, disk_layout), env
     read = _read_hdf5 if data_format == "hdf5" else _read_arrow
     data = read(folder, obs_leaves, act_leaf)
     _check_totals(layout, data.lengths)
@@ -365,6 +377,7 @@ def _goal_observations(columns: list, layout: _Layout) -> list:
 
 def _stream(
     folder: pathlib.Path, layout: _Layout, to: PathLike, transition_picker: Any, trajectory_slicer: Any,
+    disk_layout: str = "rows",
 ) -> MDPDataset:
     """``get_minari(..., to=...)``: each episode read, checked and converted
     as the in-memory read does (one episode's rows at a time), then
@@ -376,7 +389,7 @@ def _stream(
     try:
         try:
             writer = DiskDatasetWriter(to, action_space=layout.action_space, action_size=layout.action_size,
-                                       expected_bytes=source.expected_bytes)
+                                       expected_bytes=source.expected_bytes, layout=disk_layout)
         except OSError as e:
             raise _WriteError(e) from None
         try:

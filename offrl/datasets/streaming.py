@@ -25,6 +25,26 @@ __all__ = ["from_dataframe_chunks"]
 PathLike = Union[str, os.PathLike]
 
 
+def check_layout(layout: Optional[str], writes_to_disk: bool) -> str:
+    """The disk layout a streaming importer writes at ``to``: ``layout``
+    checked against :data:`offrl.dataset.disk.LAYOUTS` before anything is
+    read or written (``None``: ``"rows"``, the writer's default). A layout
+    without ``to`` means nothing (an in-memory read has no layout) and is
+    refused."""
+    from ..dataset.disk import LAYOUTS
+
+    if layout is not None and not writes_to_disk:
+        raise ValueError(
+            f"layout={layout!r} is the layout of the disk dataset written at to=; "
+            "pass to=<a new directory> as well, or leave layout out for an in-memory read"
+        )
+    if layout is None:
+        return "rows"
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    return layout
+
+
 def _show(value: Any) -> str:
     return repr(value.item() if isinstance(value, np.generic) else value)
 
@@ -41,6 +61,7 @@ def from_dataframe_chunks(
     action_size: Optional[int] = None,
     transition_picker: Any = None,
     trajectory_slicer: Any = None,
+    layout: str = "rows",
     **options: Any,
 ) -> MDPDataset:
     """Build a disk dataset at ``to`` from DataFrame chunks of one table.
@@ -53,10 +74,18 @@ def from_dataframe_chunks(
     ``behaviour_probability_column``). Returns the dataset opened with
     ``in_memory=False``; on any error the partial directory is removed.
 
+    ``layout`` is the disk layout written (:class:`DiskDatasetWriter`'s):
+    ``"rows"`` (the default: each step's fields in one record, one read per
+    sampled transition) or ``"columns"`` (one file per field, schema
+    version 1, readable by offrls before the rows layout). Both read back
+    identically.
+
     Raises:
         ValueError naming the chunk and the episode when an episode's rows
-        are not contiguous (it reappears after a later episode started), and
-        ``from_dataframe``'s errors prefixed with the chunk number.
+        are not contiguous (it reappears after a later episode started),
+        ``from_dataframe``'s errors prefixed with the chunk number, and
+        a ``layout`` not in ``("rows", "columns")`` (before anything is
+        written).
     """
     import pandas as pd
 
@@ -68,8 +97,9 @@ def from_dataframe_chunks(
             "chunks must be an iterable of DataFrames (e.g. pandas.read_csv(path, chunksize=100_000)); "
             f"got {type(chunks).__name__}: for one table use from_dataframe"
         )
+    layout = check_layout(layout, True)
     space = None if action_space is None else ActionSpace.parse(action_space)
-    writer = DiskDatasetWriter(to, action_space=space, action_size=action_size)
+    writer = DiskDatasetWriter(to, action_space=space, action_size=action_size, layout=layout)
     seen: set = set()
     state = {"space": space}
 

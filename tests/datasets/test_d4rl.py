@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
+from disk_rows import assert_layout, assert_same_rows
 from offrl import ActionSpace
 from offrl.datasets import load_d4rl_hdf5
 
@@ -213,3 +214,69 @@ def test_named_pipe_is_refused_without_opening_it(tmp_path):
     path = tmp_path / "pipe.hdf5"
     os.mkfifo(path)
     _fails(path, ValueError, path, "is a named pipe")
+
+
+# ------------------------------------------ streaming to disk (to=, layout=)
+
+
+def _streamable(path, discrete):
+    rng = np.random.default_rng(3)
+    arrays = _arrays(actions=rng.integers(0, 4, N) if discrete else None)
+    if not discrete:
+        arrays["actions"] = rng.uniform(-1, 1, (N, 2)).astype(np.float32)
+    arrays["next_observations"] = arrays["observations"] + 1
+    return _write(path, arrays, infos={"action_log_probs": np.log(rng.uniform(0.1, 1, N))})
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+@pytest.mark.parametrize("discrete", [True, False])
+@pytest.mark.parametrize("chunk_rows", [1, 6, 1000])
+def test_to_disk_in_either_layout_equals_the_in_memory_read(tmp_path, layout, discrete, chunk_rows):
+    import offrl
+
+    path = _streamable(tmp_path / "d.hdf5", discrete)
+    memory = load_d4rl_hdf5(path)
+    disk = load_d4rl_hdf5(path, to=tmp_path / "out", chunk_rows=chunk_rows, layout=layout)
+    assert_layout(tmp_path / "out", layout)
+    assert_same_rows(memory, disk)
+    # the terminal episode has no final observation; the timed-out and the cut-off ones keep next_observations' row
+    assert [e.final_observation is None for e in disk.episodes] == [True, False, False]
+    for a_episode, b_episode in zip(memory.episodes, disk.episodes):
+        if a_episode.final_observation is not None:
+            np.testing.assert_array_equal(a_episode.final_observation, b_episode.final_observation)
+    offrl.seed(0)
+    a = memory.sample_transition_batch(32)
+    offrl.seed(0)
+    b = disk.sample_transition_batch(32)
+    for name in ("observations", "actions", "rewards", "next_observations", "terminals"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def test_to_disk_writes_the_rows_layout_by_default(tmp_path):
+    load_d4rl_hdf5(_streamable(tmp_path / "d.hdf5", False), to=tmp_path / "out")
+    assert_layout(tmp_path / "out", "rows")
+
+
+@pytest.mark.parametrize("layout", ["Columns", "record", "", 1, ["rows"]])
+def test_to_disk_refuses_an_unknown_layout_before_writing(tmp_path, layout):
+    path = _streamable(tmp_path / "d.hdf5", False)
+    with pytest.raises(ValueError, match=re.escape(f"layout must be one of ('columns', 'rows'), got {layout!r}")):
+        load_d4rl_hdf5(path, to=tmp_path / "out", layout=layout)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.hdf5"]
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_a_layout_without_to_is_refused(tmp_path, layout):
+    path = _streamable(tmp_path / "d.hdf5", False)
+    with pytest.raises(ValueError, match=rf"layout='{layout}' is the layout of the disk dataset written at to="):
+        load_d4rl_hdf5(path, layout=layout)
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_to_disk_error_in_a_late_chunk_leaves_nothing_in_either_layout(tmp_path, layout):
+    rewards = np.arange(N, dtype=np.float32)
+    rewards[12] = np.nan  # in the last episode, read in the last chunk
+    path = _write(tmp_path / "d.hdf5", _arrays(rewards=rewards))
+    with pytest.raises(ValueError, match=r"d\.hdf5: steps 10\.\.13: .*reward"):
+        load_d4rl_hdf5(path, to=tmp_path / "out", chunk_rows=4, layout=layout)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.hdf5"]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import offrl
+from disk_rows import assert_layout, assert_same_rows
 from offrl.dataset import MDPDataset
 from offrl.datasets import get_minari, to_minari
 
@@ -582,33 +583,6 @@ def test_overwrite_replaces_by_rename_and_leaves_no_temporary_folders(tmp_path, 
 # ------------------------------------------------------- streaming to disk (to=)
 
 
-def assert_same_rows(memory, disk):
-    """Every stored column, row for row (final-observation rows included),
-    the episode table and the dataset info of the two datasets are equal."""
-    from offrl.dataset import DiskStore
-
-    a, b = memory.buffer, disk.buffer
-    assert isinstance(b, DiskStore) and not isinstance(a, DiskStore)
-    assert type(disk) is type(memory) and disk.dataset_info == memory.dataset_info
-    assert disk.transition_count == memory.transition_count
-    rows_a, rows_b = slice(a.head, a.tail), slice(b.head, b.tail)
-    assert len(a.observations) == len(b.observations)
-    for x, y in zip(a.observations, b.observations):
-        assert x.dtype == y.dtype
-        np.testing.assert_array_equal(x[rows_a], y[rows_b])
-    for name in ("actions", "rewards"):
-        x, y = getattr(a, name)[rows_a], getattr(b, name)[rows_b]
-        assert x.dtype == y.dtype, name
-        np.testing.assert_array_equal(x, y, err_msg=name)
-    if a.behaviour_probabilities is None:
-        assert b.behaviour_probabilities is None
-    else:
-        np.testing.assert_array_equal(a.behaviour_probabilities[rows_a], b.behaviour_probabilities[rows_b])
-    for x, y in zip(a.episode_table(), b.episode_table()):
-        np.testing.assert_array_equal(x - (a.head if x.dtype.kind == "i" else 0),
-                                      y - (b.head if y.dtype.kind == "i" else 0))
-
-
 def _leftovers(parent):
     return sorted(p.name for p in parent.iterdir())
 
@@ -724,6 +698,57 @@ def test_to_disk_refuses_an_existing_directory(tmp_path):
     with pytest.raises(ValueError, match=r"already exists"):
         get_minari(folder, to=tmp_path / "out")
     assert _leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+@pytest.mark.parametrize("data_format", FORMATS)
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_to_disk_in_either_layout_equals_the_in_memory_read(tmp_path, layout, data_format, kind):
+    folder = to_minari(KINDS[kind](), tmp_path / "ds-v0", data_format=data_format)
+    memory, _ = get_minari(folder)
+    disk, _ = get_minari(folder, to=tmp_path / "out", layout=layout)
+    assert_layout(tmp_path / "out", layout)
+    assert_same_rows(memory, disk)
+    offrl.seed(0)
+    a = memory.sample_transition_batch(16)
+    offrl.seed(0)
+    b = disk.sample_transition_batch(16)
+    np.testing.assert_array_equal(a.rewards, b.rewards)
+    for x, y in zip(_columns(a.next_observations), _columns(b.next_observations), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_to_disk_writes_the_rows_layout_by_default(tmp_path):
+    folder = to_minari(_discrete_with_finals(), tmp_path / "ds-v0")
+    get_minari(folder, to=tmp_path / "out")
+    assert_layout(tmp_path / "out", "rows")
+
+
+@pytest.mark.parametrize("layout", ["Rows", "row", "", 2, ("rows",)])
+def test_to_disk_refuses_an_unknown_layout_before_writing(tmp_path, layout):
+    folder = to_minari(_discrete_with_finals(), tmp_path / "ds-v0")
+    (tmp_path / "parent").mkdir()
+    with pytest.raises(ValueError, match=re.escape(f"layout must be one of ('columns', 'rows'), got {layout!r}")):
+        get_minari(folder, to=tmp_path / "parent" / "out", layout=layout)
+    assert _leftovers(tmp_path / "parent") == []
+
+
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_a_layout_without_to_is_refused(tmp_path, layout):
+    folder = to_minari(_discrete_with_finals(), tmp_path / "ds-v0")
+    with pytest.raises(ValueError, match=rf"layout='{layout}' is the layout of the disk dataset written at to="):
+        get_minari(folder, layout=layout)
+
+
+@pytest.mark.parametrize("writer", [_write_minari_hdf5, _write_minari_arrow])
+def test_to_disk_in_columns_layout_error_in_a_late_episode_leaves_nothing(tmp_path, writer):
+    rewards = EPISODES[2]["rewards"].copy()
+    rewards[3] = np.nan
+    root = writer(tmp_path / "d", _with(2, rewards=rewards))
+    (tmp_path / "parent").mkdir()
+    with pytest.raises(ValueError, match=r"(episode_2|data/2): step 3: reward is nan"):
+        get_minari(root, to=tmp_path / "parent" / "out", layout="columns")
+    assert _leftovers(tmp_path / "parent") == []
 
 
 _MEMBER_VALUES = [
