@@ -4,15 +4,20 @@
   against ``--nproc`` (default 2): updates/s, peak resident memory per rank,
   the measured all-reduce time of the gradients and the sampling time, and
   an on-paper model of the cost with N ranks on M machines built from them.
-  ``--disk`` writes the dataset once as a disk dataset that every rank
-  opens with ``in_memory=False`` (its shard a view of the mapped files)
-  and splits each rank's resident memory into private and file pages.
+  ``--disk`` writes the dataset once as a disk dataset (``--layout``,
+  default ``rows``) that every rank opens with ``in_memory=False``: its
+  shard is a view of the same files, read with the store's default
+  ``read_mode`` (``"pread"``: positional reads into private batch
+  buffers, no column pages mapped). Each rank's resident memory is split
+  into private (anonymous) and file pages, and the dataset's files' pages
+  in the page cache (shared by all ranks, in no process's RSS under
+  ``pread``) are counted with ``fincore`` at the end.
 * ``compile``: ``compile_graph=True`` against eager, updates/s per
   algorithm on this machine's CPU, with the warm-up (compile) time.
 
 Run from the repository root::
 
-    python benchmarks/scale.py ddp [--nproc 2] [--steps 300] [--disk]
+    python benchmarks/scale.py ddp [--nproc 2] [--steps 300] [--disk [--layout rows|columns]]
     python benchmarks/scale.py compile [--only iql,sac] [--steps 100]
 
 The machine's load average is printed with every table: on a shared
@@ -58,8 +63,9 @@ def _peak_rss_mib() -> float:
 
 def _rss_parts_mib() -> Dict[str, float]:
     """Current resident memory split as the kernel reports it: private
-    (anonymous) pages, which a rank holds alone, and file pages (a disk
-    dataset's mapped rows, shared with the page cache and the other ranks)."""
+    (anonymous) pages, which a rank holds alone, and file pages (mapped
+    files: torch's libraries, and a disk dataset's rows only under
+    ``read_mode="mmap"``; shared with the page cache and the other ranks)."""
     parts = {"RssAnon": 0.0, "RssFile": 0.0}
     try:
         with open("/proc/self/status") as f:
@@ -70,6 +76,22 @@ def _rss_parts_mib() -> Dict[str, float]:
     except OSError:  # not Linux: reported as 0
         pass
     return parts
+
+
+def _page_cache_mib(directory: str) -> Any:
+    """MiB of the files under ``directory`` held in the page cache (util-linux
+    ``fincore``); ``None`` where it is not available."""
+    import shutil
+
+    if shutil.which("fincore") is None:
+        return None
+    files = [os.path.join(directory, n) for n in sorted(os.listdir(directory))]
+    try:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *files],
+                             capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sum(int(v) for v in out.split()) / 2**20
 
 
 # ------------------------------------------------------------------ ddp
@@ -91,8 +113,10 @@ def ddp_worker(argv: List[str]) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     offrl.seed(0)
-    if args.disk:  # each rank maps the same files; its shard is a view of them
+    if args.disk:  # each rank opens the same files; its shard is a view of them
         data = offrl.dataset.ReplayBuffer.load(args.disk, in_memory=False)
+        with open(os.path.join(args.disk, "manifest.json")) as f:
+            layout = json.load(f).get("layout", "columns")
     else:
         data = _dataset(args.episodes, 100)
     rss_data = _peak_rss_mib()
@@ -107,6 +131,8 @@ def ddp_worker(argv: List[str]) -> None:
                            "sample_s": metrics["time_sample_batch"], "update_s": metrics["time_algorithm_update"],
                            "rss_after_data_mib": rss_data, "peak_rss_mib": _peak_rss_mib(), **_rss_parts_mib(),
                            "n_params": sum(p.numel() for p in algo.modules.parameters() if p.requires_grad)}
+    if args.disk:
+        out.update(read_mode=data.buffer.read_mode, layout=layout, cached_mib=_page_cache_mib(args.disk))
     if world > 1:
         import torch.distributed as dist
 
@@ -121,6 +147,14 @@ def ddp_worker(argv: List[str]) -> None:
         json.dump(out, f)
 
 
+def ddp_build(argv: List[str]) -> None:
+    """Write the synthetic dataset (``argv``: path, episodes, layout) as a disk dataset."""
+    import offrl
+
+    path, episodes, layout = argv
+    offrl.dataset.dump_disk_dataset(_dataset(int(episodes), 100), path, layout=layout)
+
+
 def run_ddp(argv: List[str]) -> None:
     """``scale.py ddp``: 1 process, then ``--nproc`` under torchrun."""
     parser = argparse.ArgumentParser(prog="scale.py ddp")
@@ -129,16 +163,20 @@ def run_ddp(argv: List[str]) -> None:
     parser.add_argument("--episodes", type=int, default=500, help="episodes of 100 steps in the synthetic dataset")
     parser.add_argument("--disk", action="store_true",
                         help="write the dataset once as a disk dataset; every rank opens it with in_memory=False")
+    parser.add_argument("--layout", default="rows", choices=("rows", "columns"),
+                        help="the disk dataset's layout with --disk (DiskDatasetWriter's layout)")
     args = parser.parse_args(argv)
     print_load("before")
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scale.py")
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as data_dir:
         common = ["_ddp-worker", "--out", out, "--steps", str(args.steps), "--episodes", str(args.episodes)]
         if args.disk:
-            import offrl
-
             path = os.path.join(data_dir, "data")
-            offrl.dataset.dump_disk_dataset(_dataset(args.episodes, 100), path)
+            # built in a child: a process started from this one would inherit its peak RSS
+            # (Linux carries ru_maxrss over fork and exec), so this one never holds the data
+            subprocess.run([sys.executable, here, "_ddp-build", path, str(args.episodes), args.layout], check=True)
+            size = sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+            print(f"disk dataset: layout {args.layout!r}, {size / 2**20:.0f} MiB of files", flush=True)
             common += ["--disk", path]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         log("1 process ...")
@@ -157,10 +195,15 @@ def run_ddp(argv: List[str]) -> None:
                      f"{r['updates_per_s'] * BATCH * r['world']:.0f}", f"{r['sample_s'] * 1e3:.2f}",
                      f"{r['update_s'] * 1e3:.2f}", f"{r.get('allreduce_s', 0) * 1e3:.3f}",
                      f"{r['rss_after_data_mib']:.0f}", f"{r['peak_rss_mib']:.0f}", f"{r['RssAnon']:.0f}",
-                     f"{r['RssFile']:.0f}"])
-    where = "a disk dataset opened in place by every rank" if args.disk else "in memory on every rank"
+                     f"{r['RssFile']:.0f}", "-" if r.get("cached_mib") is None else f"{r['cached_mib']:.0f}"])
+    where = "in memory on every rank"
+    if args.disk:
+        r = runs["rank0_of1.json"]
+        where = (f"a disk dataset, layout {r['layout']!r}, opened in place by every rank, "
+                 f"read_mode {r['read_mode']!r}")
     print_table(["run", "updates/s", "transitions/s (all ranks)", "sample ms", "update ms", "all-reduce ms",
-                 "RSS after data MiB", "peak RSS MiB", "anon RSS MiB (end)", "file RSS MiB (end)"], rows,
+                 "RSS after data MiB", "peak RSS MiB", "anon RSS MiB (end)", "file RSS MiB (end)",
+                 "dataset in page cache MiB (end)"], rows,
                 title=f"IQL, batch {BATCH} per rank, {args.episodes * 100} transitions ({where}), "
                       "1 torch thread per process")
     one = runs["rank0_of1.json"]
@@ -290,4 +333,4 @@ def _discrete_dataset() -> Any:
 
 
 SUBCOMMANDS = {"ddp": run_ddp, "compile": run_compile}
-PHASES = {"_ddp-worker": ddp_worker}
+PHASES = {"_ddp-worker": ddp_worker, "_ddp-build": ddp_build}
