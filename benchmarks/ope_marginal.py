@@ -18,7 +18,8 @@ network) and d3rlpy's default FQE batch of 100. The cases are those of
   data), against a DualDICE ratio model of the same policy (one update =
   ``nu`` and ``zeta`` forward on the batch, ``nu`` on the next and initial
   states with one action drawn per row from the target's actions sampled
-  beforehand, one backward pass, two Adam steps);
+  beforehand, the backward pass through both networks, two Adam steps;
+  with these default MLPs the backward is written out, not autograd's);
 * ``DiscreteFQE``: d3rlpy's ``DiscreteFQE`` evaluating a ``DQN`` (CartPole-
   like data), against a DualDICE model of the same policy
   (epsilon-greedy-smoothed probabilities computed beforehand).

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-__all__ = ["Linear", "linear", "EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled"]
+__all__ = ["Linear", "linear", "linear_backward", "EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled"]
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -197,6 +197,29 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         out = _ONEDNN["op"](flat, weight, bias, "none", [], "")
     # a 2-D input's output as is: an in-place activation on a view of it would make autograd copy slices
     return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])
+
+
+def linear_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, input_grad: bool = True):
+    """The gradients of ``linear(x, weight, bias)`` for 2-D ``x`` ``(N, in)``
+    given the output's ``grad`` ``(N, out)``: ``(grad_x or None, grad_weight,
+    grad_bias)``, by the products :func:`linear`'s own backward uses (oneDNN
+    for wide float32 CPU products, else torch's), for code that writes a
+    network's backward out instead of recording an autograd graph."""
+    wide = min(weight.shape) >= _NARROW and _use_onednn(x, weight) and x.shape[0] * weight.numel() >= _ONEDNN["min_product"]
+    grad = grad.contiguous()
+    grad_x = None
+    if input_grad:
+        if wide:
+            grad_x = _ONEDNN["op"](grad, weight.t(), None, "none", [], "")
+        elif weight.shape[0] == 1:  # an outer product: no sum, exactly the product's value
+            grad_x = grad * weight
+        else:
+            grad_x = torch.mm(grad, weight)
+    if wide:
+        grad_w = _ONEDNN["op"](grad.t(), x.t(), None, "none", [], "")
+    else:  # (x.T grad).T: for few inputs ~4x faster than grad.T x on the CPU (225 x 4 inputs: 11 against 48 us)
+        grad_w = torch.mm(x.t(), grad).t().contiguous()
+    return grad_x, grad_w, grad.sum(dim=0)
 
 
 class Linear(nn.Linear):

@@ -247,6 +247,111 @@ def test_batched_forward_gives_the_loss_and_gradients_of_three_separate_forwards
         torch.testing.assert_close(a, sign * w, rtol=1e-5, atol=1e-7)
 
 
+def _random_batch(discrete, b, b0, obs_dim, action_size, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    obs, nxt = torch.randn(b, obs_dim, generator=g), torch.randn(b, obs_dim, generator=g)
+    first = torch.randn(b0, obs_dim, generator=g)
+    not_last = (torch.rand(b, generator=g) > 0.2).float()
+    if discrete:
+        actions = torch.randint(0, action_size, (b,), generator=g)
+        next_policy = torch.softmax(torch.randn(b, action_size, generator=g), dim=1)
+        initial_policy = torch.softmax(torch.randn(b0, action_size, generator=g), dim=1)
+    else:
+        actions = torch.randn(b, action_size, generator=g)
+        next_policy, initial_policy = torch.randn(b, action_size, generator=g), torch.randn(b0, action_size, generator=g)
+    return obs, actions, nxt, next_policy, not_last, first, initial_policy
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+@pytest.mark.parametrize("hidden", [[256, 256], [40, 16]])
+def test_the_written_out_update_steps_by_autograds_gradients(discrete, hidden):
+    # plain ReLU MLPs train without autograd (each layer's backward written out); one SGD step of rate 1
+    # moves nu by -dJ/dnu and zeta by +dJ/dzeta, autograd's gradients of loss(); [256, 256] on 2.25 x 100 rows
+    # takes the oneDNN products, [40, 16] torch's (and a narrow first layer either way)
+    torch.manual_seed(0)
+    config = DensityRatioConfig(encoder_factory=VectorEncoderFactory(hidden), optim_factory=OptimizerFactory("SGD"),
+                                nu_learning_rate=1.0, zeta_learning_rate=1.0)
+    model = DensityRatioModel(config, (5,), 3, discrete, 0.9, torch.device("cpu"))
+    assert model._plain is not None
+    batch = _random_batch(discrete, 100, 25, 5, 3)
+    params = list(model.nu.parameters()) + list(model.zeta.parameters())
+    before = [p.detach().clone() for p in params]
+    j = model.loss(*batch)
+    grads = torch.autograd.grad(j, params)
+    got_j = model.update(batch)
+    assert got_j.item() == pytest.approx(j.item(), rel=1e-5, abs=1e-7)
+    n_nu = len(list(model.nu.parameters()))
+    for i, (p, b, g) in enumerate(zip(params, before, grads)):
+        sign = 1.0 if i >= n_nu else -1.0  # zeta ascends
+        torch.testing.assert_close(p.detach() - b, sign * g, rtol=1e-4, atol=1e-7)
+        assert p.grad is None  # no gradient kept between steps
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_the_written_out_update_with_adam_follows_the_autograd_update(discrete):
+    # the default Adam (fused, stepped by calling torch's kernel on the optimizer's state) over several updates
+    config = DensityRatioConfig(encoder_factory=VectorEncoderFactory([64, 64]))
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(DensityRatioModel(config, (5,), 3, discrete, 0.9, torch.device("cpu")))
+    plain, autograd = models
+    autograd._plain = None
+    assert plain._nu_step._fusable and plain._zeta_step._fusable
+    for k in range(5):
+        batch = _random_batch(discrete, 64, 16, 5, 3, seed=k)
+        j_plain, j_autograd = plain.update(batch), autograd.update(batch)
+        assert j_plain.item() == pytest.approx(j_autograd.item(), rel=1e-4, abs=1e-7)
+    for a, b in zip(list(plain.nu.parameters()) + list(plain.zeta.parameters()),
+                    list(autograd.nu.parameters()) + list(autograd.zeta.parameters())):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)  # 5 Adam steps of 1e-4 / 1e-3 per weight
+    for optim in (plain._nu_optim, plain._zeta_optim):
+        assert all(int(s["step"]) == 5 for s in optim.optim.state.values())
+
+
+def test_the_direct_fused_adam_step_is_adams_own_step():
+    from offrl.models.optimizers import AdamFactory
+    from offrl.ope.marginal import _Stepper
+
+    torch.manual_seed(0)
+    nets = [torch.nn.Linear(6, 4) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    factory = AdamFactory(weight_decay=1e-3)
+    wrappers = [factory.create(list(n.named_parameters()), lr=1e-2) for n in nets]
+    stepper = _Stepper(wrappers[0], list(nets[0].parameters()))
+    assert stepper._fusable
+    g = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        grads = [torch.randn(p.shape, generator=g) for p in nets[0].parameters()]
+        stepper(grads)
+        for p, grad in zip(nets[1].parameters(), grads):
+            p.grad = grad.clone()
+        wrappers[1].step()
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)
+    for pa, pb in zip(nets[0].parameters(), nets[1].parameters()):
+        sa, sb = wrappers[0].optim.state[pa], wrappers[1].optim.state[pb]
+        assert torch.equal(sa["exp_avg"], sb["exp_avg"]) and torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+        assert int(sa["step"]) == int(sb["step"]) == 4
+    # anything but a plain fused Adam steps through the optimizer
+    assert not _Stepper(AdamFactory(clip_grad_norm=1.0).create(list(nets[0].named_parameters()), lr=1e-2),
+                        list(nets[0].parameters()))._fusable
+    assert not _Stepper(OptimizerFactory("SGD").create(list(nets[0].named_parameters()), lr=1e-2),
+                        list(nets[0].parameters()))._fusable
+
+
+@pytest.mark.parametrize("factory", [VectorEncoderFactory([8], activation="tanh"),
+                                     VectorEncoderFactory([8], use_batch_norm=True),
+                                     VectorEncoderFactory([8], dropout_rate=0.1)])
+def test_other_encoders_train_through_autograd(factory):
+    torch.manual_seed(0)
+    model = DensityRatioModel(DensityRatioConfig(encoder_factory=factory), (5,), 3, True, 0.9, torch.device("cpu"))
+    assert model._plain is None
+    before = [p.detach().clone() for p in model.nu.parameters()]
+    model.update(_random_batch(True, 16, 4, 5, 3))
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.nu.parameters()))
+
+
 def test_the_average_is_the_running_mean_of_zeta():
     torch.manual_seed(0)
     model = DensityRatioModel(DensityRatioConfig(encoder_factory=VectorEncoderFactory([4])), (3,), 2, True, 0.9,
