@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Iterator, List, Tuple
+from typing import Any, Iterator, List, Tuple
 
 import torch
 from torch import nn
@@ -47,6 +47,23 @@ def hard_update(target: nn.Module, source: nn.Module) -> None:
     torch._foreach_copy_(target_params, source_params)
     if target_buffers:
         torch._foreach_copy_(target_buffers, source_buffers)
+
+
+def mixes_rows(module: nn.Module) -> bool:
+    """Whether a forward pass of ``module`` in training mode makes one row's
+    output depend on the other rows of its batch (batch normalisation,
+    offrl's ensemble one included): calls on different inputs may then not
+    be merged into one call over their stacked rows."""
+    from ..models.layers import EnsembleBatchNorm
+
+    return any(isinstance(m, (nn.modules.batchnorm._BatchNorm, EnsembleBatchNorm)) for m in module.modules())
+
+
+def stack_observations(x: Any, y: Any) -> Any:
+    """Rows of ``x`` then rows of ``y`` (tuple observations element-wise)."""
+    if isinstance(x, (list, tuple)):
+        return [torch.cat([u, v]) for u, v in zip(x, y)]
+    return torch.cat([x, y])
 
 
 def freeze(module: nn.Module) -> nn.Module:

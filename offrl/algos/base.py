@@ -445,6 +445,9 @@ class QLearningAlgoBase:
             next_actions = self._action_scaler.transform(next_actions)
         if self._reward_scaler is not None:
             rewards = self._reward_scaler.transform(rewards)
+        if (obs is batch.observations and next_obs is batch.next_observations and actions is batch.actions
+                and next_actions is batch.next_actions and rewards is batch.rewards):
+            return batch  # nothing to scale or convert
         return dataclasses.replace(
             batch, observations=obs, actions=actions, rewards=rewards, next_observations=next_obs, next_actions=next_actions
         )

@@ -63,7 +63,7 @@ from ..models.parameters import ScalarParameter
 from ..models.policies import squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
-from ._common import hard_update, soft_update, td_target
+from ._common import hard_update, mixes_rows, soft_update, stack_observations, td_target
 from .base import TrainStepResult
 from .config import (
     BOOL,
@@ -175,17 +175,6 @@ def _uniform_actions(batch: int, n: int, action_size: int, device: torch.device)
     return torch.rand((batch, n, action_size), device=device) * 2.0 - 1.0
 
 
-def _has_batch_norm(module: torch.nn.Module) -> bool:
-    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules())
-
-
-def _stack_observations(x: Any, y: Any) -> Any:
-    """Rows of ``x`` then rows of ``y`` (tuple observations element-wise)."""
-    if isinstance(x, (list, tuple)):
-        return [torch.cat([u, v]) for u, v in zip(x, y)]
-    return torch.cat([x, y])
-
-
 def _repeat_observations(x: Any, n: int) -> Any:
     """Each row repeated ``n`` times in place: row ``b * n + k`` is row ``b``."""
     if isinstance(x, (list, tuple)):
@@ -206,8 +195,8 @@ class CQL(SAC):
             # step: keep them in the heap rather than page-faulting them back
             retain_freed_memory()
         # rows of one call share batch-norm statistics: merge calls only without it
-        self._one_policy_call = not _has_batch_norm(self._nets["policy"])
-        self._one_critic_call = isinstance(cfg.q_func_factory, MeanQFunctionFactory) and not _has_batch_norm(
+        self._one_policy_call = not mixes_rows(self._nets["policy"])
+        self._one_critic_call = isinstance(cfg.q_func_factory, MeanQFunctionFactory) and not mixes_rows(
             self._nets["q_function"])
         log_alpha = self._add_module("log_alpha", ScalarParameter(cfg.initial_alpha))
         if cfg.alpha_learning_rate > 0:
@@ -259,7 +248,7 @@ class CQL(SAC):
         policy = self._nets["policy"]
         with torch.no_grad():
             if self._one_policy_call:  # one policy pass serves s (proposals) and s' (target, proposals)
-                mean, logstd = policy(_stack_observations(observations, batch.next_observations))
+                mean, logstd = policy(stack_observations(observations, batch.next_observations))
                 next_mean, next_logstd = mean[batch_size:], logstd[batch_size:]
             else:
                 next_mean, next_logstd = policy(batch.next_observations)
@@ -270,7 +259,7 @@ class CQL(SAC):
             # one critic call for the dataset's actions and the 3n proposals:
             # rows [0, B) hold (s, a), then row B + b * 3n + k holds (s_b, a_k)
             values = q.expected(
-                _stack_observations(observations, _repeat_observations(observations, 3 * n)),
+                stack_observations(observations, _repeat_observations(observations, 3 * n)),
                 torch.cat([batch.actions.reshape(batch_size, size), actions.reshape(-1, size)]),
             )  # (E, B + 3nB, 1)
             pred, taus = values[:, :batch_size], None

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, td_target
 from .base import QLearningAlgoBase, TrainStepResult
@@ -110,6 +112,22 @@ def abs_td_errors(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (target.mean(dim=-1).unsqueeze(0) - pred.mean(dim=-1)).abs().mean(dim=0)
 
 
+def greedy_value(values: torch.Tensor, chooser: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``min_j values_j(s', a*)`` with ``a* = argmax_a mean_j chooser_j(s', a)``
+    (``chooser`` defaults to ``values``), ``(B, 1)``; ``values`` and
+    ``chooser`` are a mean Q-function's ``(E, B, A)``. The same numbers as
+    the distribution path of :meth:`DQN._next_value` with fewer ops."""
+    if chooser is None and values.shape[0] == 1:
+        return values[0].max(dim=1, keepdim=True).values
+    best = (values if chooser is None else chooser).mean(dim=0).argmax(dim=-1)  # (B,)
+    return _at_actions(values, best).min(dim=0).values
+
+
+def _at_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """``values[:, b, actions[b]]`` of ``(E, B, A)`` values, ``(E, B, 1)``."""
+    return values.gather(2, actions.reshape(1, -1, 1).long().expand(values.shape[0], -1, 1))
+
+
 class DQN(QLearningAlgoBase):
     """Deep Q-Network (see the module docstring).
 
@@ -134,6 +152,10 @@ class DQN(QLearningAlgoBase):
         if self._has_target_network:
             self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
         self._add_optimizer("optim", cfg.optim_factory, [q], cfg.learning_rate)
+        #: mean Q-function: values read straight from Q(s, .) (no distribution axis)
+        self._mean_q = isinstance(q, MeanQFunction)
+        #: and a single critic: (B, A) values without the ensemble axis (d3rlpy's default DQN / NFQ)
+        self._single_mean_q = self._mean_q and int(cfg.n_critics) == 1
 
     def _target_q_function(self) -> nn.Module:
         """The network the target bootstraps from (the online one without a target network)."""
@@ -141,6 +163,8 @@ class DQN(QLearningAlgoBase):
 
     def _update(self, batch, grad_step: int) -> TrainStepResult:
         q, targ = self._nets["q_function"], self._target_q_function()
+        if self._single_mean_q and batch.weights is None:
+            return self._update_single(batch, grad_step)
         with torch.no_grad():
             target = td_target(
                 batch.rewards, self._next_value(batch.next_observations), batch.terminals, self._config.gamma, batch.intervals
@@ -156,10 +180,35 @@ class DQN(QLearningAlgoBase):
             hard_update(targ, q)
         return TrainStepResult({"loss": loss.detach()}, td_errors)
 
+    def _update_single(self, batch, grad_step: int) -> TrainStepResult:
+        """:meth:`_update` for one mean critic and no importance weights:
+        the same loss on ``(B, A)`` values, with fewer ops."""
+        q, targ = self._nets["q_function"], self._target_q_function()
+        with torch.no_grad():
+            next_values = targ.single(batch.next_observations)  # (B, A)
+            if self._double:
+                best = q.single(batch.next_observations).argmax(dim=1, keepdim=True)
+                next_value = next_values.gather(1, best)
+            else:
+                next_value = next_values.max(dim=1, keepdim=True).values
+            target = td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
+        actions = batch.actions if batch.actions.dtype == torch.int64 else batch.actions.long()
+        pred = q.single(batch.observations).gather(1, actions.view(-1, 1))
+        loss = F.smooth_l1_loss(pred, target, beta=1.0)
+        optim = self._optims["optim"]
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        if self._has_target_network and (grad_step + 1) % int(self._config.target_update_interval) == 0:
+            hard_update(targ, q)
+        return TrainStepResult({"loss": loss.detach()}, None)
+
     def _next_value(self, next_observations) -> torch.Tensor:
         """``Q_target(s', a*)`` reduced over the ensemble, ``(B, N)``: one
         target forward pass for all actions, then a gather."""
         q, targ = self._nets["q_function"], self._target_q_function()
+        if self._mean_q:
+            return greedy_value(targ.expected(next_observations), q.expected(next_observations) if self._double else None)
         dist = targ.distribution(next_observations, greedy_taus=False)  # (E, B, A, N)
         chooser = q.expected(next_observations) if self._double else dist.mean(dim=-1)
         next_action = chooser.mean(dim=0).argmax(dim=-1)  # (B,)

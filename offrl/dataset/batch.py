@@ -38,7 +38,10 @@ def _to_tensor(array: np.ndarray, device: Any):
     import torch
 
     tensor = torch.from_numpy(np.ascontiguousarray(array))
-    if torch.device(device).type == "cuda":
+    kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    if kind == "cpu":
+        return tensor
+    if kind == "cuda":
         return tensor.pin_memory().to(device, non_blocking=True)
     return tensor.to(device)
 

@@ -184,7 +184,9 @@ class VectorEncoder(nn.Module):
         self.mlp = mlp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(x.reshape(x.shape[0], -1).float())
+        if x.dim() != 2 or x.dtype != torch.float32:
+            x = x.reshape(x.shape[0], -1).float()
+        return self.mlp.layers(x)  # _MLP.forward, without a module call's overhead (the hot loop of small networks)
 
 
 class VectorEncoderWithAction(nn.Module):

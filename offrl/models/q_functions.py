@@ -210,10 +210,21 @@ class MeanQFunction(QFunction):
 
     # the same results as the generic paths with fewer ops (this is the hot loop)
     def expected(self, x, action: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.n_critics == 1:  # the plain encoder and head, one view at the end (no (1, B, F) round trip)
+            return self.single(x, action).unsqueeze(0)
         return self.head(self._features(x, action))
 
+    def single(self, x, action: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """A one-critic function's values without the ensemble axis,
+        ``(B, A)`` (discrete) or ``(B, 1)``."""
+        if self.n_critics != 1:
+            raise ValueError(f"single() needs n_critics == 1, this Q-function has {self.n_critics}")
+        encoder = self.encoder.encoder
+        h = encoder(x) if self.discrete else encoder(x, action)
+        return F.linear(h, self.head.weight, self.head.bias)
+
     def at_action(self, x, action: torch.Tensor, greedy_taus: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        values = self.head(self._features(x, None if self.discrete else action))
+        values = self.expected(x, None if self.discrete else action)
         if self.discrete:
             index = action.reshape(1, -1, 1).long().expand(values.shape[0], -1, 1)
             values = values.gather(2, index)

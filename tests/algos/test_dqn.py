@@ -121,3 +121,40 @@ def test_predict_value_checks_actions():
         algo.predict_value(x, np.array([0, 3]))
     with pytest.raises(ValueError, match="shape"):
         algo.predict_value(x, np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("name", ["DQNConfig", "DoubleDQNConfig", "NFQConfig"])
+def test_single_critic_path_takes_the_generic_paths_steps(name):
+    """One mean critic without importance weights trains on ``(B, A)``
+    values (``DQN._update_single``); the ensemble/distribution path must
+    give the same losses and weights step after step."""
+    import copy as copy_module
+
+    config = getattr(offrl.algos, name)(encoder_factory=VectorEncoderFactory(hidden_units=[8]), learning_rate=1e-2,
+                                         gamma=0.9, **({} if name == "NFQConfig" else {"target_update_interval": 2}))
+    offrl.seed(0)
+    fast = config.create()
+    fast.create_impl((2,), 3)
+    generic = copy_module.deepcopy(fast)
+    generic._single_mean_q = False
+    calls = {"single": 0}
+    original = type(fast)._update_single
+
+    def counting(self, batch, grad_step):
+        calls["single"] += 1
+        return original(self, batch, grad_step)
+
+    fast._update_single = counting.__get__(fast)
+    for step in range(5):
+        batch = discrete_batch(last_reward=float(step))
+        assert fast.update(batch)["loss"] == pytest.approx(generic.update(batch)["loss"], rel=1e-5, abs=1e-6), step
+    assert calls["single"] == 5
+    for a, b in zip(fast.modules["q_function"].parameters(), generic.modules["q_function"].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_single_values_need_one_critic():
+    algo = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), n_critics=2).create()
+    algo.create_impl((2,), 3)
+    with pytest.raises(ValueError, match="n_critics == 1"):
+        algo.modules["q_function"].single(torch.zeros(4, 2))
