@@ -10,6 +10,8 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
     python benchmarks/fqe_convergence.py --figure docs/tutorials/fqe_convergence.png
     python benchmarks/fqe_convergence.py --configs recommended-cap --json run.json
     python benchmarks/fqe_convergence.py --replay run.json [--window 5 --tolerance 0.03]
+    python benchmarks/fqe_convergence.py --only pendulum-bc --configs recommended-cap \
+        --set target_update_interval=50 --policy-cache /tmp/fqe-policies --json tu50.json
 
 Cases: the built-in ``replay`` datasets (``offrl.datasets.get_cartpole`` /
 ``get_pendulum``), each with a behaviour-cloning policy and a conservative
@@ -136,13 +138,13 @@ def _truth(algo: Any, env: Any, dataset: Any, n_trials: int) -> Tuple[float, flo
 
 
 def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int,
-         early_stopping: Any = None) -> Dict[str, Any]:
+         early_stopping: Any = None, changes: Any = None) -> Dict[str, Any]:
     import offrl
     from offrl.logging import NoopAdapterFactory
 
     config_cls = offrl.ope.DiscreteFQEConfig if discrete else offrl.ope.FQEConfig
     fqe_cls = offrl.ope.DiscreteFQE if discrete else offrl.ope.FQE
-    config = config_cls.recommended(gamma=GAMMA) if recommended else config_cls(gamma=GAMMA)
+    config = config_cls.recommended(gamma=GAMMA, **(changes or {})) if recommended else config_cls(gamma=GAMMA)
     offrl.seed(SEED)
     fqe = fqe_cls(algo=algo, config=config, device="cpu")
     start = time.perf_counter()
@@ -165,17 +167,47 @@ def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int,
     }
 
 
-def run_case(case: str, cap: int, n_trials: int, configs: Tuple[str, ...] = CONFIGS) -> Dict[str, Any]:
+def _cached_policy(case: str, dataset: Any, env: Any, n_trials: int, cache: Any) -> Tuple[Any, float, float]:
+    """``(policy, truth, truth under the time limit)``, trained and measured
+    here, or read from ``cache`` (a folder: ``CASE.d3`` holds the policy
+    saved by ``algo.save``, ``CASE.json`` its truths and how they were
+    measured) and written there after training. Policies are trained with
+    fixed seeds, so a cached one is the one this script would train (on the
+    same machine and library version: delete the folder after changing
+    either)."""
+    import offrl
+
+    if cache is None:
+        algo = _policy(case, dataset)
+        return (algo, *_truth(algo, env, dataset, n_trials))
+    os.makedirs(cache, exist_ok=True)
+    model, record = os.path.join(cache, f"{case}.d3"), os.path.join(cache, f"{case}.json")
+    if os.path.exists(model) and os.path.exists(record):
+        with open(record) as f:
+            saved = json.load(f)
+        if saved.get("trials") == n_trials and saved.get("policy_steps") == CASES[case][2]:
+            return offrl.load_learnable(model, device="cpu"), float(saved["truth"]), float(saved["truth_time_limit"])
+    algo = _policy(case, dataset)
+    truth, truncated = _truth(algo, env, dataset, n_trials)
+    algo.save(model)
+    with open(record, "w") as f:
+        json.dump({"case": case, "truth": truth, "truth_time_limit": truncated, "trials": n_trials,
+                   "policy_steps": CASES[case][2]}, f, indent=1)
+    return algo, truth, truncated
+
+
+def run_case(case: str, cap: int, n_trials: int, configs: Tuple[str, ...] = CONFIGS,
+             policy_cache: Any = None, changes: Any = None) -> Dict[str, Any]:
     import offrl
 
     env_name = CASES[case][0]
     dataset, env = (offrl.datasets.get_cartpole if env_name == "cartpole" else offrl.datasets.get_pendulum)("replay")
-    algo = _policy(case, dataset)
-    truth, truncated = _truth(algo, env, dataset, n_trials)
+    algo, truth, truncated = _cached_policy(case, dataset, env, n_trials, policy_cache)
     discrete = env_name == "cartpole"
-    out = {"case": case, "truth": truth, "truth_time_limit": truncated}
+    out = {"case": case, "truth": truth, "truth_time_limit": truncated, "recommended_changes": changes or {}}
     for name in configs:
-        out[name] = _fqe(algo, dataset, discrete, name != "default", cap, early_stopping=name == "recommended")
+        out[name] = _fqe(algo, dataset, discrete, name != "default", cap, early_stopping=name == "recommended",
+                         changes=changes)
     return out
 
 
@@ -264,6 +296,12 @@ def main(argv: Any = None) -> None:
     parser.add_argument("--configs", default="default,recommended",
                         help="FQE configs to run, comma-separated, of default, recommended, recommended-cap "
                              "(default: default,recommended)")
+    parser.add_argument("--policy-cache", default=None, metavar="DIR",
+                        help="read the trained policies and their true values from DIR, training and writing "
+                             "those missing (CQL's training is the slow part of a run)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="change a field of recommended() (repeatable; VALUE is a JSON number or string), "
+                             "e.g. --set target_update_interval=50 --set learning_rate=3e-3")
     parser.add_argument("--replay", nargs="+", default=None, metavar="JSON",
                         help="no training: replay the settling rule on the curves of earlier --json files")
     parser.add_argument("--window", type=int, default=None,
@@ -284,12 +322,28 @@ def main(argv: Any = None) -> None:
     configs = tuple(c.strip() for c in args.configs.split(",") if c.strip())
     if not configs or any(c not in CONFIGS for c in configs):
         parser.error(f"--configs takes a comma-separated subset of {','.join(CONFIGS)}, got {args.configs!r}")
+    changes = {}
+    for item in args.set:
+        field, sep, value = item.partition("=")
+        if not sep or not field:
+            parser.error(f"--set takes FIELD=VALUE, got {item!r}")
+        import dataclasses
+
+        from offrl.ope import FQEConfig
+
+        known = sorted(f.name for f in dataclasses.fields(FQEConfig))
+        if field not in known:
+            parser.error(f"--set {field}: FQEConfig has no such field (fields: {', '.join(known)})")
+        try:
+            changes[field] = json.loads(value)
+        except json.JSONDecodeError:
+            changes[field] = value
     if args.quick:
         cases, cap, trials = ["cartpole-bc"], min(cap, 10000), min(trials, 10)
     print_load("start")
     rows = []
     for case in cases:
-        rows.append(run_case(case, cap, trials, configs))
+        rows.append(run_case(case, cap, trials, configs, args.policy_cache, changes))
         print(f"{case} done", file=sys.stderr, flush=True)
     report(rows)
     print_load("end")
