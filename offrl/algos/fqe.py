@@ -55,8 +55,7 @@ import torch.nn.functional as F
 from ._common import freeze, hard_update, td_target
 from .base import DeviceArg, QLearningAlgoBase, normalise_shape
 from .training import prepare_algorithm
-from .config import (NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, UNIT_INTERVAL, LearnableConfig, check_positive_int,
-                     instance_of, param)
+from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL, LearnableConfig, check_positive_int, instance_of, param
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
 from ..dataset.episode import retrieve_observation
@@ -64,7 +63,7 @@ from ..dataset.replay_buffer import ReplayBuffer
 from ..dataset.split import split_episodes
 from ..dataset.storage import ColumnStore
 from ..metrics._sequence import SequencePolicy
-from ..metrics.evaluators import TDErrorEvaluator, discounted_suffix_sums
+from ..metrics.evaluators import TDErrorEvaluator
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
@@ -81,7 +80,6 @@ __all__ = [
     "heldout_split",
     "initial_observations",
     "off_support_fraction",
-    "warm_start_returns",
 ]
 
 
@@ -114,15 +112,6 @@ class FQEConfig(LearnableConfig):
         gamma: discount factor of the estimated value.
         n_critics: ensemble size.
         target_update_interval: steps between target network copies.
-        warm_start_steps: offrl's addition, off by default (d3rlpy has no
-            such field). The first ``warm_start_steps`` gradient steps of
-            ``fit`` regress ``Q(s, a)`` on the data's discounted
-            Monte-Carlo returns-to-go of the logged actions (the behaviour
-            policy's value, see :func:`warm_start_returns`) instead of the
-            bootstrapped target; the target network is copied when they
-            end, and the Bellman updates then only correct the difference
-            between the evaluated policy and the behaviour one. The steps
-            count towards ``n_steps`` and ``grad_step``.
     """
 
     learning_rate: float = param(1e-4, check=POSITIVE)
@@ -133,7 +122,6 @@ class FQEConfig(LearnableConfig):
     gamma: float = param(0.99, check=UNIT_INTERVAL)
     n_critics: int = param(1, check=POSITIVE_INT)
     target_update_interval: int = param(100, check=POSITIVE_INT)
-    warm_start_steps: int = param(0, check=NON_NEGATIVE_INT)
 
     @classmethod
     def recommended(cls, **changes: Any) -> "FQEConfig":
@@ -447,64 +435,6 @@ def replay_convergence(values: Any, residuals: Any = None, window: int = CONVERG
     _check_convergence_args(False, 0.0, window, tolerance)
     return np.array([is_settled(values[:k + 1], None if residuals is None else residuals[:k], window, tolerance)
                      for k in range(1, values.shape[0])], dtype=bool)
-
-
-def warm_start_returns(rewards: np.ndarray, starts: np.ndarray, ends: np.ndarray, terminated: np.ndarray,
-                       gamma: float) -> np.ndarray:
-    """The warm start's regression targets (``FQEConfig.warm_start_steps``):
-    for every row ``t`` of episode ``[start, end)`` the discounted return of
-    the logged trajectory,
-
-        G_t = sum_{k < end - t} gamma^k r_{t+k} + gamma^(end - t) * tail,
-
-    with ``tail = 0`` for a terminated episode and, for one cut by a time
-    limit (or still running), ``tail = rbar / (1 - gamma)``, ``rbar`` the
-    mean reward of its last ``min(length, ceil(1 / (1 - gamma)))`` steps.
-
-    Why a tail: FQE bootstraps through timeouts (a timeout is not a
-    terminal), so the value it converges to includes what follows the cut;
-    a return cut at the timeout understates it by up to ``gamma^(end - t)``
-    of the value, the whole value near the cut, which is the gap the warm
-    start is meant to remove. Continuing the episode's recent reward rate
-    is exact for a behaviour that has reached a steady state (CartPole's
-    +1 per step, a balanced pendulum's ~0) and a rough guess otherwise; the
-    Bellman updates that follow correct what it gets wrong. With
-    ``gamma = 1`` the tail is left out.
-
-    ``rewards``: ``(N,)`` (or ``(N, 1)``) rewards of the store's rows;
-    ``starts`` / ``ends`` / ``terminated``: ``(E,)`` the episodes' row
-    ranges (end exclusive) and terminal flags. Returns ``(N,)`` float64;
-    rows in no episode are 0.
-    """
-    rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
-    starts = np.asarray(starts, dtype=np.int64).reshape(-1)
-    ends = np.asarray(ends, dtype=np.int64).reshape(-1)
-    terminated = np.asarray(terminated, dtype=bool).reshape(-1)
-    if not starts.shape == ends.shape == terminated.shape:
-        raise ValueError(f"starts {starts.shape}, ends {ends.shape} and terminated {terminated.shape} must have "
-                         f"one entry per episode")
-    if np.any(ends <= starts) or np.any(starts < 0) or np.any(ends > rewards.shape[0]):
-        bad = int(np.flatnonzero((ends <= starts) | (starts < 0) | (ends > rewards.shape[0]))[0])
-        raise ValueError(f"episode {bad} spans rows [{starts[bad]}, {ends[bad]}), outside the {rewards.shape[0]} "
-                         f"rewards or empty")
-    gamma = float(gamma)
-    out = np.zeros(rewards.shape[0], dtype=np.float64)
-    if starts.shape[0] == 0:
-        return out
-    lengths = ends - starts
-    rows = np.repeat(starts - np.cumsum(np.concatenate([[0], lengths[:-1]])), lengths) + np.arange(lengths.sum())
-    last = np.zeros(rows.shape[0], dtype=bool)
-    last[np.cumsum(lengths) - 1] = True
-    returns = discounted_suffix_sums(rewards[rows], gamma, last)
-    if gamma < 1.0:
-        window = np.minimum(lengths, int(np.ceil(1.0 / (1.0 - gamma))))
-        cumulative = np.concatenate([[0.0], np.cumsum(rewards)])
-        rate = (cumulative[ends] - cumulative[ends - window]) / window
-        tail = np.where(terminated, 0.0, rate / (1.0 - gamma))
-        episode = np.repeat(np.arange(starts.shape[0]), lengths)
-        returns += gamma ** (ends[episode] - rows).astype(np.float64) * tail[episode]
-    out[rows] = returns
-    return out
 
 
 #: the off-support share above which ``estimate_policy_value`` warns (a policy acting like the data gives about 0.05)
@@ -882,50 +812,19 @@ class FQE(QLearningAlgoBase):
         sequence = isinstance(self._algo, SequencePolicy)
         if sequence:  # pi(s') depends on the history: replayed by the picker fit puts on the data
             self._algo.check_replayed(batch)
-        returns = self._warm_start_targets(batch) if self.grad_step < int(self._config.warm_start_steps) else None
         if isinstance(batch, TransitionMiniBatch):
             batch = batch.to_torch(self._device)
         elif not isinstance(batch, TorchTransitionMiniBatch):
             raise TypeError(f"batch must be a TransitionMiniBatch, got {type(batch).__name__}")
         next_actions = batch.next_actions if sequence else self._policy_actions(batch.next_observations)
-        batch = dataclasses.replace(batch, next_actions=next_actions,
-                                    returns_to_go=batch.returns_to_go if returns is None else returns)
-        return super().preprocess_batch(batch)
-
-    def _warm_start_targets(self, batch: Any) -> torch.Tensor:
-        """``(B, 1)`` regression targets of a warm-start step: the rows'
-        :func:`warm_start_returns` (time-limit tails included) when the
-        batch was sampled from the buffer ``fit`` measured, else the
-        batch's own returns-to-go, cut at the episodes' ends."""
-        if isinstance(batch, TorchTransitionMiniBatch):
-            if batch.returns_to_go is None:
-                raise ValueError("warm_start_steps: a warm-start step needs the batch's returns_to_go; give a "
-                                 "TransitionMiniBatch from a transition picker, or set warm_start_steps=0")
-            return batch.returns_to_go
-        rewards_to_go = getattr(batch, "rewards_to_go", None)
-        if rewards_to_go is None:
-            raise ValueError("warm_start_steps: a warm-start step needs each transition's rewards_to_go, which "
-                             "this batch's transition picker did not fill; set warm_start_steps=0")
-        table = getattr(self, "_warm_returns", None)
-        if (table is not None and rewards_to_go.rewards is table[0] and len(rewards_to_go)
-                and int(rewards_to_go.starts.max()) < table[1].shape[0]):
-            targets = table[1][rewards_to_go.starts][:, None]
-        else:
-            transform = None if self._reward_scaler is None else self._reward_scaler.transform_numpy
-            targets = rewards_to_go.compute_returns(self._config.gamma, transform)
-        return torch.from_numpy(np.ascontiguousarray(targets, dtype=np.float32)).to(self._device)
+        return super().preprocess_batch(dataclasses.replace(batch, next_actions=next_actions))
 
     # ------------------------------------------------------------ training
     def _update(self, batch: TorchTransitionMiniBatch, grad_step: int) -> Dict[str, torch.Tensor]:
         q, targ = self._nets["q_function"], self._nets["targ_q_function"]
-        warm_start = int(self._config.warm_start_steps)
-        if grad_step < warm_start:  # regression on the logged returns (see FQEConfig.warm_start_steps)
-            target = batch.returns_to_go
-        else:
-            with torch.no_grad():
-                next_dist, _ = targ.at_action(batch.next_observations, batch.next_actions)
-                target = td_target(batch.rewards, targ.reduce(next_dist, "min"), batch.terminals, self._config.gamma,
-                                   batch.intervals)
+        with torch.no_grad():
+            next_dist, _ = targ.at_action(batch.next_observations, batch.next_actions)
+            target = td_target(batch.rewards, targ.reduce(next_dist, "min"), batch.terminals, self._config.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         if taus is None and pred.shape[0] == 1:  # one mean Q-function: squared error
             loss = F.mse_loss(pred[0], target)
@@ -937,7 +836,7 @@ class FQE(QLearningAlgoBase):
         optim.zero_grad()
         loss.backward()
         optim.step()
-        if (grad_step + 1) % int(self._config.target_update_interval) == 0 or grad_step + 1 == warm_start:
+        if (grad_step + 1) % int(self._config.target_update_interval) == 0:
             hard_update(targ, q)
         return {"loss": loss.detach()}
 
@@ -1037,7 +936,6 @@ class FQE(QLearningAlgoBase):
                        early_stopping: bool) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         try:
             prepare_algorithm(self, train)  # as fit does first: builds FQE to measure V(s0) before the first update
-            self._warm_returns = self._warm_start_table(train)
             monitor.start()
             for epoch, metrics in inner:
                 yield epoch, metrics
@@ -1045,21 +943,6 @@ class FQE(QLearningAlgoBase):
                     return
         finally:
             inner.close()  # closes the run's logger when stopping early
-
-    def _warm_start_table(self, dataset: Any) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-        """``(the store's reward column, warm_start_returns per row)`` when
-        warm-start steps remain and ``dataset`` is a columnar buffer, in
-        FQE's reward units; else None (the batches' own returns are used)."""
-        store = getattr(dataset, "_store", None)
-        if (int(self._config.warm_start_steps) <= self.grad_step or not isinstance(store, ColumnStore)
-                or not store.is_initialized):
-            return None
-        starts, ends, terminated, _ = store.episode_table()
-        rewards = np.asarray(store.rewards, dtype=np.float64).reshape(store.rewards.shape[0], -1)[:, 0]
-        if self._reward_scaler is not None:
-            rewards = np.asarray(self._reward_scaler.transform_numpy(rewards.reshape(-1, 1)), dtype=np.float64)
-        returns = warm_start_returns(rewards, starts, ends, terminated, self._config.gamma)
-        return store.rewards, returns.astype(np.float32)
 
     def _convergence_monitor(self, dataset: Any, fraction: float, window: int,
                              tolerance: float) -> Tuple[Any, _ConvergenceMonitor]:

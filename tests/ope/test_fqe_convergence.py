@@ -16,8 +16,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from torch import nn
 
 import offrl
@@ -26,8 +24,7 @@ from offrl.algos.fqe import (CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW, OFF_SUPP
                               ConvergenceDiagnostic, heldout_split, is_settled, off_support_fraction,
                               projected_drift, relative_change, replay_convergence)
 from offrl.constants import ActionSpace
-from offrl.dataset import MDPDataset, TransitionMiniBatch
-from offrl.dataset.batch import RewardsToGo
+from offrl.dataset import MDPDataset
 from offrl.logging import NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
 from offrl.ope import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig, PolicyValueEstimate
@@ -530,112 +527,6 @@ def test_discrete_fqe_does_not_measure_support():
     fqe = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config())
     _fit(fqe, dataset, steps=2, per_epoch=2)
     assert fqe.convergence.n_heldout_episodes == 2 and np.isnan(fqe.convergence.off_support)
-
-
-# ------------------------------------------------------------- warm start
-def _naive_warm_start_returns(rewards, starts, ends, terminated, gamma):
-    out = np.zeros(len(rewards))
-    for start, end, done in zip(starts, ends, terminated):
-        window = min(end - start, int(np.ceil(1.0 / (1.0 - gamma)))) if gamma < 1.0 else 0
-        tail = 0.0 if done or gamma == 1.0 else float(np.mean(rewards[end - window:end])) / (1.0 - gamma)
-        for t in range(start, end):
-            total = sum(gamma ** (k - t) * rewards[k] for k in range(t, end))
-            out[t] = total + gamma ** (end - t) * tail
-    return out
-
-
-def test_warm_start_returns_exact_values():
-    """Terminated [1, 2, 3] at gamma 0.5: 1 + 0.5 * 2 + 0.25 * 3 = 2.75, 3.5, 3.
-    Cut [1, 1] (no terminal): the tail continues the rate 1 forever, so every
-    step is worth 1 / (1 - 0.5) = 2 (a cut return would give 1.5 and 1).
-    Row 5 is in no episode: 0."""
-    rewards = np.array([1.0, 2.0, 3.0, 1.0, 1.0, 7.0])
-    returns = offrl.algos.fqe.warm_start_returns(rewards, np.array([0, 3]), np.array([3, 5]),
-                                                 np.array([True, False]), 0.5)
-    np.testing.assert_allclose(returns, [2.75, 3.5, 3.0, 2.0, 2.0, 0.0], rtol=1e-12)
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(1, 30), min_size=1, max_size=6), st.integers(0, 2 ** 16), st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0]))
-def test_warm_start_returns_match_a_naive_loop(lengths, seed, gamma):
-    rng = np.random.default_rng(seed)
-    gaps = rng.integers(0, 3, size=len(lengths))  # rows between episodes belong to none
-    sizes = np.array(lengths, dtype=np.int64)
-    starts = np.cumsum(gaps + np.concatenate([[0], sizes[:-1]]))
-    ends = starts + sizes
-    rewards = rng.normal(size=int(ends[-1]) + 2)
-    terminated = rng.random(len(lengths)) < 0.5
-    np.testing.assert_allclose(offrl.algos.fqe.warm_start_returns(rewards, starts, ends, terminated, gamma),
-                               _naive_warm_start_returns(rewards, starts, ends, terminated, gamma),
-                               rtol=1e-9, atol=1e-9)
-
-
-def test_warm_start_returns_bad_episodes_are_named():
-    with pytest.raises(ValueError, match="episode 1 spans rows"):
-        offrl.algos.fqe.warm_start_returns(np.zeros(4), np.array([0, 3]), np.array([3, 6]), np.array([True, True]), 0.9)
-    with pytest.raises(ValueError, match="one entry per episode"):
-        offrl.algos.fqe.warm_start_returns(np.zeros(4), np.array([0]), np.array([3]), np.array([True, True]), 0.9)
-
-
-def _rtg_batch() -> TransitionMiniBatch:
-    """4 transitions of 2-dim observations with each one's remaining rewards."""
-    obs = np.array([[0.1, 0.2], [0.3, -0.1], [-0.5, 0.4], [1.0, -1.0]], dtype=np.float32)
-    remaining = [np.array([1.0, 2.0]), np.array([0.5]), np.array([-1.0, 0.0, 4.0]), np.array([3.0])]
-    return TransitionMiniBatch(
-        observations=obs, actions=np.array([[0], [1], [1], [0]]), rewards=np.array([[1.0], [0.5], [-1.0], [3.0]], np.float32),
-        next_observations=obs[::-1].copy(), next_actions=np.zeros((4, 1), np.int64),
-        terminals=np.array([[0.0], [1.0], [0.0], [1.0]], np.float32), intervals=np.ones((4, 1), np.float32),
-        rewards_to_go=RewardsToGo.from_arrays(remaining))
-
-
-def test_warm_start_steps_regress_on_the_returns_then_copy_the_target():
-    """Steps 0 and 1 (warm_start_steps=2): loss = mean (Q(s, a) - G)^2 with G
-    the batch's discounted returns-to-go (gamma 0.5: 1 + 0.5 * 2 = 2, 0.5,
-    -1 + 0 + 0.25 * 4 = 0, 3); the target network is copied after step 1;
-    step 2 is the usual TD loss against that copy."""
-    policy = FixedPolicy(np.array([[1.0, -1.0], [0.5, 0.2]]))
-    offrl.seed(0)
-    fqe = DiscreteFQE(algo=policy, config=_small_config(gamma=0.5, warm_start_steps=2, target_update_interval=100,
-                                                       learning_rate=1e-2))
-    fqe.create_impl((2,), 2)
-    q, targ = fqe.modules["q_function"], fqe.modules["targ_q_function"]
-    batch = _rtg_batch()
-    returns = np.array([2.0, 0.5, 0.0, 3.0])
-    for step in range(2):
-        q_now = fqe.predict_value(batch.observations, batch.actions[:, 0]).astype(np.float64)
-        before = [p.detach().clone() for p in targ.parameters()]
-        assert fqe.update(batch)["loss"] == pytest.approx(float(np.mean((q_now - returns) ** 2)), rel=1e-5)
-        if step == 0:  # the target is left alone during the warm start ...
-            assert all(torch.equal(a, b) for a, b in zip(before, targ.parameters()))
-    assert all(torch.equal(a, b) for a, b in zip(q.parameters(), targ.parameters()))  # ... and copied at its end
-    q_now = fqe.predict_value(batch.observations, batch.actions[:, 0]).astype(np.float64)
-    nxt = batch.next_observations
-    next_v = fqe.predict_value(nxt, policy.predict(nxt)).astype(np.float64)
-    td = q_now - batch.rewards[:, 0] - 0.5 * (1.0 - batch.terminals[:, 0]) * next_v
-    assert fqe.update(batch)["loss"] == pytest.approx(float(np.mean(td ** 2)), rel=1e-5)
-
-
-def test_warm_start_in_fit_continues_cut_episodes_at_their_reward_rate():
-    """Every step rewards 1 and episodes are cut by a time limit (no terminal):
-    the behaviour's value is 1 / (1 - 0.5) = 2 at every step. fit's warm
-    start regresses on that (tail included; cut returns would give 1, 1.5,
-    1.75, mean 1.42), so after warm-start steps alone Q is about 2 on average
-    (a 16-unit network on random observations fits each state to ~0.2)."""
-    rng = np.random.default_rng(0)
-    n_episodes, length = 20, 3
-    n = n_episodes * length
-    timeouts = np.zeros(n, dtype=np.float32)
-    timeouts[length - 1::length] = 1.0
-    dataset = MDPDataset(rng.normal(size=(n, 2)).astype(np.float32), rng.integers(0, 2, size=n),
-                         np.ones(n, dtype=np.float32), np.zeros(n, dtype=np.float32), timeouts=timeouts, action_size=2)
-    offrl.seed(0)
-    fqe = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config(gamma=0.5, warm_start_steps=300,
-                                                                        learning_rate=1e-2))
-    _fit(fqe, dataset, steps=300, per_epoch=300)
-    assert fqe.grad_step == 300
-    arrays = dataset.to_arrays()
-    values = fqe.predict_value(arrays["observations"], arrays["actions"].reshape(-1))
-    assert abs(float(np.mean(values)) - 2.0) < 0.05, np.mean(values)
 
 
 # -------------------------------------------------------------- configs
