@@ -407,14 +407,23 @@ def restricted_argmax(values: torch.Tensor, logits: torch.Tensor, action_flexibi
 class DiscreteBCQGreedyPolicy(nn.Module):
     """DiscreteBCQ's greedy action as a module (for export)."""
 
-    def __init__(self, q_function: QFunction, imitator: CategoricalPolicy, action_flexibility: float) -> None:
+    def __init__(self, q_function: QFunction, imitator: CategoricalPolicy, action_flexibility: float,
+                 shared: bool = False) -> None:
         super().__init__()
         self.q_function = q_function
         self.imitator = imitator
         self.action_flexibility = float(action_flexibility)
+        #: the imitator reads the Q-network's (first member's) features and the
+        #: Q-function is a mean one: one encoder pass gives both (see DiscreteBCQ._shares_features)
+        self.shared = bool(shared)
 
     def forward(self, x: Any) -> torch.Tensor:
-        return restricted_argmax(self.q_function.expected(x).mean(dim=0), self.imitator(x), self.action_flexibility)
+        if self.shared:
+            features = self.q_function.encoder(x)  # (E, B, F)
+            values, logits = self.q_function.head(features).mean(dim=0), self.imitator.fc(features[0])
+        else:
+            values, logits = self.q_function.expected(x).mean(dim=0), self.imitator(x)
+        return restricted_argmax(values, logits, self.action_flexibility)
 
 
 class DiscreteBCQ(DoubleDQN):
@@ -492,4 +501,5 @@ class DiscreteBCQ(DoubleDQN):
         return self.policy_module()(x)
 
     def policy_module(self) -> nn.Module:
-        return DiscreteBCQGreedyPolicy(self._nets["q_function"], self._nets["imitator"], float(self._config.action_flexibility))
+        return DiscreteBCQGreedyPolicy(self._nets["q_function"], self._nets["imitator"], float(self._config.action_flexibility),
+                                       shared=self._shares_features())

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import offrl
+from offrl.models.layers import EnsembleLinear
 from hand_losses import discrete_batch, huber
 from offrl.algos.bcq import BCQConfig, DiscreteBCQConfig, restricted_argmax, soft_clipped_max
 from offrl.models import QRQFunctionFactory, VectorEncoderFactory
@@ -283,15 +284,24 @@ def test_discrete_bcq_shares_the_q_encoder_once_in_the_optimizer():
     assert not {id(p) for p in separate.modules["imitator"].parameters()} & {id(p) for p in separate.modules["q_function"].parameters()}
 
 
-def test_discrete_bcq_predict_is_the_restricted_greedy_action():
+@pytest.mark.parametrize("n_critics,share_encoder", [(1, True), (2, True), (1, False)])
+def test_discrete_bcq_predict_is_the_restricted_greedy_action(monkeypatch, n_critics, share_encoder):
     offrl.seed(0)
-    algo = DiscreteBCQConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), action_flexibility=0.5).create()
+    algo = DiscreteBCQConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]), action_flexibility=0.5,
+                             n_critics=n_critics, share_encoder=share_encoder).create()
     algo.create_impl((2,), 3)
     x = np.random.default_rng(0).normal(size=(20, 2)).astype(np.float32)
     with torch.no_grad():
         values = algo.modules["q_function"].expected(torch.from_numpy(x)).mean(dim=0)
         expected = restricted_argmax(values, algo.modules["imitator"](torch.from_numpy(x)), 0.5).numpy()
+    first = next(m for m in algo.modules["q_function"].modules() if isinstance(m, (torch.nn.Linear, EnsembleLinear)))
+    calls = []
+    original = first.forward
+    monkeypatch.setattr(first, "forward", lambda *args: calls.append(1) or original(*args))
     np.testing.assert_array_equal(algo.predict(x), expected)
+    # the Q-network's encoder runs once: shared, one pass gives the values and the imitator's logits
+    assert len(calls) == 1
+    monkeypatch.undo()
     algo.set_params(action_flexibility=0.0)
     algo.create_impl((2,), 3)
     with torch.no_grad():
