@@ -10,8 +10,7 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
     python benchmarks/fqe_convergence.py --figure docs/tutorials/fqe_convergence.png
     python benchmarks/fqe_convergence.py --configs recommended-cap --json run.json
     python benchmarks/fqe_convergence.py --replay run.json [--window 5 --tolerance 0.03]
-    python benchmarks/fqe_convergence.py --only pendulum-bc --configs recommended-cap \
-        --set target_update_interval=50 --policy-cache /tmp/fqe-policies --json tu50.json
+    python benchmarks/fqe_convergence.py --only pendulum-bc --configs recommended-cap --set target_update_interval=50 --policy-cache /tmp/fqe-policies --json tu50.json
 
 Cases: the built-in ``replay`` datasets (``offrl.datasets.get_cartpole`` /
 ``get_pendulum``), each with a behaviour-cloning policy and a conservative
@@ -204,7 +203,8 @@ def run_case(case: str, cap: int, n_trials: int, configs: Tuple[str, ...] = CONF
     dataset, env = (offrl.datasets.get_cartpole if env_name == "cartpole" else offrl.datasets.get_pendulum)("replay")
     algo, truth, truncated = _cached_policy(case, dataset, env, n_trials, policy_cache)
     discrete = env_name == "cartpole"
-    out = {"case": case, "truth": truth, "truth_time_limit": truncated, "recommended_changes": changes or {}}
+    recorded = {k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in (changes or {}).items()}
+    out = {"case": case, "truth": truth, "truth_time_limit": truncated, "recommended_changes": recorded}
     for name in configs:
         out[name] = _fqe(algo, dataset, discrete, name != "default", cap, early_stopping=name == "recommended",
                          changes=changes)
@@ -300,8 +300,10 @@ def main(argv: Any = None) -> None:
                         help="read the trained policies and their true values from DIR, training and writing "
                              "those missing (CQL's training is the slow part of a run)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="change a field of recommended() (repeatable; VALUE is a JSON number or string), "
-                             "e.g. --set target_update_interval=50 --set learning_rate=3e-3")
+                        help="change a field of recommended() (repeatable; VALUE is JSON: a number, a string, or "
+                             "a factory as offrl's to_dict writes it), e.g. --set target_update_interval=50 --set "
+                             "'encoder_factory={\"kind\": \"encoder\", \"type\": \"vector\", \"params\": "
+                             "{\"hidden_units\": [256, 256, 256]}}'")
     parser.add_argument("--replay", nargs="+", default=None, metavar="JSON",
                         help="no training: replay the settling rule on the curves of earlier --json files")
     parser.add_argument("--window", type=int, default=None,
@@ -338,6 +340,10 @@ def main(argv: Any = None) -> None:
             changes[field] = json.loads(value)
         except json.JSONDecodeError:
             changes[field] = value
+        if isinstance(changes[field], dict):  # a factory or scaler as offrl writes it, e.g. {"kind": "encoder", ...}
+            from offrl.serialization import from_json_value
+
+            changes[field] = from_json_value(changes[field])
     if args.quick:
         cases, cap, trials = ["cartpole-bc"], min(cap, 10000), min(trials, 10)
     print_load("start")
