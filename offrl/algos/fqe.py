@@ -156,17 +156,17 @@ class FQEConfig(LearnableConfig):
         Neither a warm start (Q first regressed on the data's returns-to-go:
         +7.7 % / +25 % at 20,000) nor other settings (target interval 10, 50
         or 100, learning rate 3e-3, batch 1024, ``n_critics=2``, which reads
-        -27 %) did better at 20,000 updates; a third hidden layer of 256
-        halved the plateau's bias (+6 % for both to 40,000 updates) but
-        jitters too much to settle in 20,000, CartPole included
-        (``benchmarks/README.md``). An IQL policy's estimate sat near -172
-        (true -460) for 11,000 updates, then diverged (-5075 at 20,000, the
-        held-out residual rising 16 -> 87,814): its actions lie as near the
-        data as the logged ones, but it spins the pendulum into states the
-        data barely covers, where FQE's Q is a guess. The earlier 3-epoch
-        rule called the CQL and IQL runs settled, on +21 % and +62 %; the
-        current one (see :func:`is_settled`) calls neither within 20,000
-        updates.
+        -27 %) did better at 20,000 updates; a third hidden layer of 256 at
+        learning rate 5e-4 brings the plateaus to +6 % / +4 % (over
+        20,000-40,000 updates) but jitters by 2-3 % between epochs and so
+        settles on neither (``benchmarks/README.md``). An IQL policy's
+        estimate sat near -172 (true -460) for 11,000 updates, then diverged
+        (-5075 at 20,000, the held-out residual rising 16 -> 87,814): its
+        actions lie as near the data as the logged ones, but it spins the
+        pendulum into states the data barely covers, where FQE's Q is a
+        guess. The earlier 3-epoch rule called the CQL and IQL runs settled,
+        on +21 % and +62 %; the current one (see :func:`is_settled`) calls
+        neither within 20,000 updates.
         """
         settings: Dict[str, Any] = {"learning_rate": 1e-3, "batch_size": 256, "target_update_interval": 20,
                                     "observation_scaler": StandardObservationScaler()}
