@@ -657,7 +657,9 @@ def _on_dataset(evaluator: Any, dataset: Any) -> Any:
 
 def _not_settled_message(name: str, diagnostic: Optional[ConvergenceDiagnostic]) -> str:
     advice = (f"train longer (a larger n_steps with fit(..., early_stopping=True, n_steps_per_epoch=1000)) "
-              f"or use {name}Config.recommended(), whose settings converge")
+              f"or use {name}Config.recommended() (measured to settle on the CartPole cases; on Pendulum its estimate "
+              f"still jitters a few percent per epoch, so it may stay unsettled: read the diagnostic's values before "
+              f"trusting the estimate)")
     if diagnostic is None:
         return (f"{name} has no convergence record (it was not fitted in this session): the estimate may not "
                 f"have settled; {advice}")
