@@ -10,7 +10,7 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
     python benchmarks/fqe_convergence.py --figure docs/tutorials/fqe_convergence.png
     python benchmarks/fqe_convergence.py --configs recommended-cap --json run.json
     python benchmarks/fqe_convergence.py --replay run.json [--window 5 --tolerance 0.03]
-    python benchmarks/fqe_convergence.py --only pendulum-bc --configs recommended-cap --set target_update_interval=50 --policy-cache /tmp/fqe-policies --json tu50.json
+    python benchmarks/fqe_convergence.py --only pendulum-bc --configs recommended-cap --set target_update_interval=50 --policy-cache fqe-policies --json tu50.json
 
 Cases: the built-in ``replay`` datasets (``offrl.datasets.get_cartpole`` /
 ``get_pendulum``), each with a behaviour-cloning policy and a conservative

@@ -162,7 +162,7 @@ class DQN(QLearningAlgoBase):
         return self._nets["targ_q_function" if self._has_target_network else "q_function"]
 
     def _update(self, batch, grad_step: int) -> TrainStepResult:
-        q, targ = self._nets["q_function"], self._target_q_function()
+        q = self._nets["q_function"]
         if self._single_mean_q and batch.weights is None:
             return self._update_single(batch, grad_step)
         with torch.no_grad():
@@ -172,12 +172,7 @@ class DQN(QLearningAlgoBase):
         pred, taus = q.at_action(batch.observations, batch.actions)
         loss = q.loss(pred, target, taus, batch.weights)
         td_errors = abs_td_errors(pred.detach(), target) if batch.weights is not None else None
-        optim = self._optims["optim"]
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
-        if self._has_target_network and (grad_step + 1) % int(self._config.target_update_interval) == 0:
-            hard_update(targ, q)
+        self._minimise(loss, grad_step)
         return TrainStepResult({"loss": loss.detach()}, td_errors)
 
     def _update_single(self, batch, grad_step: int) -> TrainStepResult:
@@ -195,13 +190,18 @@ class DQN(QLearningAlgoBase):
         actions = batch.actions if batch.actions.dtype == torch.int64 else batch.actions.long()
         pred = q.single(batch.observations).gather(1, actions.view(-1, 1))
         loss = F.smooth_l1_loss(pred, target, beta=1.0)
+        self._minimise(loss, grad_step)
+        return TrainStepResult({"loss": loss.detach()}, None)
+
+    def _minimise(self, loss: torch.Tensor, grad_step: int) -> None:
+        """One optimizer step on ``loss``, then the target network's copy
+        every ``target_update_interval`` steps."""
         optim = self._optims["optim"]
         optim.zero_grad()
         loss.backward()
         optim.step()
         if self._has_target_network and (grad_step + 1) % int(self._config.target_update_interval) == 0:
-            hard_update(targ, q)
-        return TrainStepResult({"loss": loss.detach()}, None)
+            hard_update(self._nets["targ_q_function"], self._nets["q_function"])
 
     def _next_value(self, next_observations) -> torch.Tensor:
         """``Q_target(s', a*)`` reduced over the ensemble, ``(B, N)``: one
