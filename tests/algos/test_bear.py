@@ -149,6 +149,30 @@ def test_warmup_minimises_only_the_mmd(hand_batch, build_algo, bear_config):
         assert (nets["log_alpha"]().item() == alpha) == warm
 
 
+def test_constraint_gradient_reaches_the_policy_after_warmup(hand_batch, build_algo, bear_config):
+    """After the warm-up the policy's step includes alpha * d MMD / d theta
+    (d3rlpy 2.8.1's alpha step cancels it: see docs/COMPATIBILITY.md). Two
+    copies draw the same noise; one sees the MMD without its gradient."""
+    offrl.seed(0)
+    algo = build_algo(bear_config(warmup_steps=0, n_mmd_action_samples=3, n_target_samples=2))
+    no_gradient = copy.deepcopy(algo)
+    mmd_of = type(algo)._mmd
+    no_gradient._mmd = lambda x: mmd_of(no_gradient, x).detach()
+    before = [p.detach().clone() for p in algo.modules["policy"].parameters()]
+    for model in (algo, no_gradient):  # Adam's first step is the gradient's sign: take three
+        torch.manual_seed(1)
+        for _ in range(3):
+            model.update(hand_batch())
+    moved = [p.detach() for p in algo.modules["policy"].parameters()]
+    unconstrained = [p.detach() for p in no_gradient.modules["policy"].parameters()]
+    assert any(not torch.equal(a, b) for a, b in zip(moved, before))
+    assert any(not torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(moved, unconstrained))
+    # everything the constraint's gradient does not touch took the same step
+    for name in ("q_function", "vae"):
+        for a, b in zip(algo.modules[name].parameters(), no_gradient.modules[name].parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("threshold,bound", [(0.0, 10.0), (100.0, -5.0)])
 def test_log_alpha_stays_in_its_bounds(threshold, bound, hand_batch, build_algo, bear_config):
     offrl.seed(0)
