@@ -481,53 +481,6 @@ def test_hdf5_dump_refuses_a_full_disk_before_writing(tmp_path, monkeypatch):
     assert ReplayBuffer.load(tmp_path / "x.h5").transition_count == memory.transition_count
 
 
-def _table(discrete: bool, n_episodes: int = 7):
-    pd = pytest.importorskip("pandas", reason="from_dataframe needs pandas")
-    rng = np.random.default_rng(11)
-    rows = []
-    for e in range(n_episodes):
-        n = int(rng.integers(2, 9))
-        for t in range(n):
-            rows.append({
-                "episode": e, "t": t, "x0": rng.normal(), "x1": rng.normal(),
-                "a": int(rng.integers(0, 3)) if discrete else rng.uniform(-1, 1),
-                "r": rng.normal(), "done": int(e % 2 == 0 and t == n - 1), "p": rng.uniform(0.2, 1),
-            })
-    return pd.DataFrame(rows)
-
-
-@pytest.mark.parametrize("discrete", [True, False])
-@pytest.mark.parametrize("chunk", [1, 5, 1000])
-def test_from_dataframe_chunks_streams_the_same_dataset_as_from_dataframe(tmp_path, discrete, chunk):
-    from offrl.datasets import from_dataframe, from_dataframe_chunks
-
-    df = _table(discrete)
-    kwargs = dict(terminal_column="done", step_column="t", behaviour_probability_column="p")
-    memory = from_dataframe(df, "episode", ["x0", "x1"], "a", "r", **kwargs)
-    chunks = (df.iloc[i : i + chunk] for i in range(0, len(df), chunk))
-    disk = from_dataframe_chunks(chunks, tmp_path / "out", "episode", ["x0", "x1"], "a", "r", **kwargs)
-    assert isinstance(disk.buffer, DiskStore) and disk.dataset_info == memory.dataset_info
-    expected, found = memory.to_arrays(), disk.to_arrays()
-    for key in expected:
-        np.testing.assert_array_equal(expected[key], found[key], err_msg=key)
-
-
-def test_from_dataframe_chunks_refuses_scattered_episodes_and_bad_rows(tmp_path):
-    from offrl.datasets import from_dataframe_chunks
-
-    df = _table(False)
-    scattered = [df[df.episode == 0], df[df.episode == 1], df[df.episode == 0].assign(t=lambda d: d.t + 100)]
-    with pytest.raises(ValueError, match=r"the last chunk: episode 0 .* contiguous"):
-        from_dataframe_chunks(scattered, tmp_path / "a", "episode", ["x0", "x1"], "a", "r", step_column="t")
-    bad = df.copy()
-    bad.loc[3, "r"] = np.nan
-    with pytest.raises(ValueError, match=r"chunk 0: reward column 'r' is nan in row 3"):
-        from_dataframe_chunks((bad.iloc[i : i + 6] for i in range(0, len(bad), 6)), tmp_path / "b",
-                              "episode", ["x0", "x1"], "a", "r")
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
-    assert [p.name for p in tmp_path.iterdir()] == []
-
-
 def test_resident_limit_releases_mapped_pages_and_sampling_is_unchanged(tmp_path, monkeypatch):
     pair = _pair(tmp_path)
     store = pair.disk.buffer

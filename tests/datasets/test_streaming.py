@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from disk_rows import assert_layout, assert_same_rows
+from offrl.dataset import DiskStore
 from offrl.datasets import from_dataframe, from_dataframe_chunks
 
 pd = pytest.importorskip("pandas", reason="from_dataframe needs pandas")
@@ -44,6 +45,7 @@ def test_either_layout_equals_from_dataframe_row_for_row(tmp_path, layout, discr
     memory = from_dataframe(df, *COLUMNS, **OPTIONS)
     disk = from_dataframe_chunks(_chunks(df, chunk), tmp_path / "out", *COLUMNS, layout=layout, **OPTIONS)
     assert_layout(tmp_path / "out", layout)
+    assert isinstance(disk.buffer, DiskStore) and disk.dataset_info == memory.dataset_info
     assert_same_rows(memory, disk)
     expected, found = memory.to_arrays(), disk.to_arrays()
     for key in expected:
@@ -74,4 +76,16 @@ def test_a_bad_row_in_a_late_chunk_leaves_nothing_in_either_layout(tmp_path, lay
     df.loc[len(df) - 2, "r"] = np.nan
     with pytest.raises(ValueError, match=r"reward column 'r' is nan"):
         from_dataframe_chunks(_chunks(df, 5), tmp_path / "out", *COLUMNS, layout=layout, **OPTIONS)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_scattered_episodes_and_bad_rows_are_refused_and_leave_nothing(tmp_path):
+    df = _table(False)
+    scattered = [df[df.episode == 0], df[df.episode == 1], df[df.episode == 0].assign(t=lambda d: d.t + 100)]
+    with pytest.raises(ValueError, match=r"the last chunk: episode 0 .* contiguous"):
+        from_dataframe_chunks(scattered, tmp_path / "a", "episode", ["x0", "x1"], "a", "r", step_column="t")
+    bad = df.copy()
+    bad.loc[3, "r"] = np.nan
+    with pytest.raises(ValueError, match=r"chunk [01]: reward column 'r' is nan in row 3"):
+        from_dataframe_chunks(_chunks(bad, 6), tmp_path / "b", "episode", ["x0", "x1"], "a", "r")
     assert list(tmp_path.iterdir()) == []
