@@ -34,22 +34,28 @@ def stack_observations(observations: Sequence[Any]) -> ObservationBatch:
     return np.stack(observations)
 
 
-def _to_tensor(array: np.ndarray, device: Any):
+def _converter(device: Any) -> Callable[[np.ndarray], Any]:
+    """A function turning a numpy array into a tensor on ``device`` (the
+    device is resolved once per batch, not per array)."""
     import torch
 
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
     kind = device.type if isinstance(device, torch.device) else torch.device(device).type
+    from_numpy, contiguous = torch.from_numpy, np.ascontiguousarray
     if kind == "cpu":
-        return tensor
+        return lambda array: from_numpy(contiguous(array))
     if kind == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
+        return lambda array: from_numpy(contiguous(array)).pin_memory().to(device, non_blocking=True)
+    return lambda array: from_numpy(contiguous(array)).to(device)
 
 
-def _observations_to_tensor(observations: ObservationBatch, device: Any):
+def _to_tensor(array: np.ndarray, device: Any):
+    return _converter(device)(array)
+
+
+def _observations_to_tensor(observations: ObservationBatch, convert: Callable[[np.ndarray], Any]):
     if isinstance(observations, (list, tuple)):
-        return [_to_tensor(o, device) for o in observations]
-    return _to_tensor(observations, device)
+        return [convert(o) for o in observations]
+    return convert(observations)
 
 
 def _shape_of(observations: ObservationBatch):
@@ -260,18 +266,19 @@ class TransitionMiniBatch:
         """Tensors on ``device``. With ``returns_to_go_gamma`` the torch batch
         also holds ``returns_to_go`` (``(B, 1)``, see
         :meth:`compute_returns_to_go`); otherwise that field is None."""
+        convert = _converter(device)
         returns_to_go = None
         if returns_to_go_gamma is not None:
-            returns_to_go = _to_tensor(self.compute_returns_to_go(returns_to_go_gamma, reward_transform), device)
+            returns_to_go = convert(self.compute_returns_to_go(returns_to_go_gamma, reward_transform))
         return TorchTransitionMiniBatch(
-            observations=_observations_to_tensor(self.observations, device),
-            actions=_to_tensor(self.actions, device),
-            rewards=_to_tensor(self.rewards, device),
-            next_observations=_observations_to_tensor(self.next_observations, device),
-            next_actions=_to_tensor(self.next_actions, device),
-            terminals=_to_tensor(self.terminals, device),
-            intervals=_to_tensor(self.intervals, device),
-            weights=None if self.weights is None else _to_tensor(self.weights, device),
+            observations=_observations_to_tensor(self.observations, convert),
+            actions=convert(self.actions),
+            rewards=convert(self.rewards),
+            next_observations=_observations_to_tensor(self.next_observations, convert),
+            next_actions=convert(self.next_actions),
+            terminals=convert(self.terminals),
+            intervals=convert(self.intervals),
+            weights=None if self.weights is None else convert(self.weights),
             indices=None if self.indices is None else _ids_tensor(self.indices),
             returns_to_go=returns_to_go,
         )
@@ -342,14 +349,15 @@ class TrajectoryMiniBatch:
         return int(self.actions.shape[0])
 
     def to_torch(self, device: Any = "cpu") -> "TorchTrajectoryMiniBatch":
+        convert = _converter(device)
         return TorchTrajectoryMiniBatch(
-            observations=_observations_to_tensor(self.observations, device),
-            actions=_to_tensor(self.actions, device),
-            rewards=_to_tensor(self.rewards, device),
-            returns_to_go=_to_tensor(self.returns_to_go, device),
-            terminals=_to_tensor(self.terminals, device),
-            timesteps=_to_tensor(self.timesteps, device),
-            masks=_to_tensor(self.masks, device),
+            observations=_observations_to_tensor(self.observations, convert),
+            actions=convert(self.actions),
+            rewards=convert(self.rewards),
+            returns_to_go=convert(self.returns_to_go),
+            terminals=convert(self.terminals),
+            timesteps=convert(self.timesteps),
+            masks=convert(self.masks),
             length=self.length,
         )
 

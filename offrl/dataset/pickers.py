@@ -118,6 +118,39 @@ class BasicTransitionPicker:
             rewards_to_go=RewardsToGo(store.rewards, rows, ends),
         )
 
+    def pick_transitions(self, store: ColumnStore, indices: np.ndarray) -> TransitionMiniBatch:
+        """:meth:`pick_batch` of transitions ``indices`` (in ``[0,
+        transition_count)``), through the store's :class:`TransitionTable`
+        when it has one: the same batch with fewer operations."""
+        table = store.transition_table()
+        if table is None:
+            return self.pick_batch(store, *store.locate_transitions(indices))
+        rows = table.rows[indices]
+        next_rows = table.next_rows[indices]
+        is_terminal = table.is_terminal[indices]
+        any_terminal = bool(is_terminal.any())
+        next_observations = []
+        for column in store.observations:
+            nxt = column[next_rows]
+            if any_terminal:
+                nxt[is_terminal] = 0
+            next_observations.append(nxt)
+        actions = store.actions
+        next_actions = actions[table.next_action_rows[indices]]
+        valid = table.next_valid[indices]
+        if not valid.all():
+            next_actions[~valid] = 0
+        return TransitionMiniBatch(
+            observations=_unwrap([column[rows] for column in store.observations]),
+            actions=actions[rows],
+            rewards=store.rewards[rows],
+            next_observations=_unwrap(next_observations),
+            next_actions=next_actions,
+            terminals=table.terminals[indices],
+            intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
+            rewards_to_go=RewardsToGo(store.rewards, rows, table.ends[indices]),
+        )
+
     def __repr__(self) -> str:
         return "BasicTransitionPicker()"
 

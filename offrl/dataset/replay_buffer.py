@@ -76,9 +76,10 @@ def _signature_bytes(signature: Signature) -> int:
     return sum(np.dtype(d).itemsize * math.prod(int(n) for n in s) for d, s in zip(signature.dtype, signature.shape))
 
 
-def _check_sample_memory(info: DatasetInfo, batch_size: int, length: Optional[int]) -> None:
+def _check_sample_memory(info: DatasetInfo, batch_size: int, length: Optional[int]) -> bool:
     """Refuse, before allocating, a mini-batch whose arrays would need more
     than half the memory available now, saying what was asked and needed.
+    True when the batch is small enough never to need asking.
     A transition holds two observations, an action, a reward and a few
     float32/int64 scalars and indices; a trajectory of ``length`` steps
     holds per step an observation, an action, a reward, a return-to-go, a
@@ -94,7 +95,7 @@ def _check_sample_memory(info: DatasetInfo, batch_size: int, length: Optional[in
         what = f"sample_trajectory_batch(batch_size={batch_size}, length={length})"
     needed = per_item * batch_size
     if needed <= _ALWAYS_AFFORDABLE:
-        return  # the training loop's batches: no /proc read per sampled batch
+        return True  # the training loop's batches: no /proc read per sampled batch
     available = _available_memory()
     if available is not None and needed > available // 2:
         raise ValueError(
@@ -102,6 +103,7 @@ def _check_sample_memory(info: DatasetInfo, batch_size: int, length: Optional[in
             f"({per_item} bytes a {'transition' if length is None else 'trajectory'}), more than half of the "
             f"{available / 2**30:.3g} GiB of memory available: ask for a smaller batch"
         )
+    return False
 
 
 def _is_user_component(component: Any, batch_method: str) -> bool:
@@ -284,6 +286,8 @@ class ReplayBuffer(ReplayBufferBase):
         self._user_picker = _is_user_component(self._transition_picker, "pick_batch")
         self._user_slicer = _is_user_component(self._trajectory_slicer, "slice_batch")
         self._batch_picker = not self._user_picker and self._store is not None
+        #: ``(dataset_info, batch_size)`` last found small enough for :func:`_check_sample_memory` to pass
+        self._affordable: tuple = ()
         self._batch_slicer = not self._user_slicer and self._store is not None
 
         if action_space is not None:
@@ -598,11 +602,15 @@ class ReplayBuffer(ReplayBufferBase):
     def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
         batch_size = _positive_int(batch_size, "batch_size")
         total = self._require_transitions()
-        _check_sample_memory(self.dataset_info, batch_size, None)
+        info = self.dataset_info
+        if self._affordable != (info, batch_size) and _check_sample_memory(info, batch_size, None):
+            self._affordable = (info, batch_size)  # the next batch of this size needs no check
         indices = get_rng().integers(total, size=batch_size)
         if self._batch_picker:
-            episode_ids, rows = self._store.locate_transitions(indices)
-            return self._transition_picker.pick_batch(self._store, episode_ids, rows)
+            picker = self._transition_picker
+            if type(picker) is BasicTransitionPicker:
+                return picker.pick_transitions(self._store, indices)
+            return picker.pick_batch(self._store, *self._store.locate_transitions(indices))
         picker = self._transition_picker
         if self._user_picker and self._store is not None:
             return TransitionMiniBatch.from_transitions(

@@ -22,7 +22,7 @@ newest ``limit`` transitions. Both also implement d3rlpy's ``BufferProtocol``
 
 from __future__ import annotations
 
-from typing import Iterator, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import Iterator, NamedTuple, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import numpy as np
 
@@ -35,7 +35,26 @@ __all__ = [
     "InfiniteBuffer",
     "FIFOBuffer",
     "EpisodeSequence",
+    "TransitionTable",
 ]
+
+
+class TransitionTable(NamedTuple):
+    """Per-transition lookups of a store at one version, for one-step
+    sampling without locating episodes per batch. Transition ``i`` (in
+    ``[0, transition_count)``) is at ``rows[i]``; its next observation at
+    ``next_rows[i]`` (the row itself for a terminal step, whose next
+    observation is zeros); its next action at ``next_action_rows[i]`` where
+    ``next_valid[i]`` (zeros otherwise); its episode ends at ``ends[i]``.
+    ``terminals`` is ``(N, 1)`` float32, ``is_terminal`` the same as bools."""
+
+    rows: np.ndarray
+    next_rows: np.ndarray
+    next_action_rows: np.ndarray
+    ends: np.ndarray
+    terminals: np.ndarray
+    is_terminal: np.ndarray
+    next_valid: np.ndarray
 
 
 @runtime_checkable
@@ -123,6 +142,8 @@ class ColumnStore:
         self._cum_cache: tuple[int, np.ndarray, np.ndarray] | None = None
         self._prefix_cache: tuple[int, np.ndarray] | None = None
         self._step_cache: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._table_cache: tuple[int, Optional[TransitionTable]] | None = None
+        self._table_asked: int = -1
         self.observation_signature: Optional[Signature] = None
         self.action_signature: Optional[Signature] = None
         self.reward_signature: Optional[Signature] = None
@@ -331,6 +352,57 @@ class ColumnStore:
         starts = self._ep_start[self._ep_head + episode_ids]
         rows = starts + (indices - (cum[episode_ids] - counts[episode_ids]))
         return episode_ids, rows
+
+    #: bytes of a :class:`TransitionTable` per transition
+    _TABLE_BYTES = 4 * 8 + 4 + 2
+    #: a table is built when it needs at most this many bytes, or at most a
+    #: quarter of the stored columns' bytes
+    _TABLE_FLOOR_BYTES = 32 << 20
+
+    def transition_table(self) -> Optional[TransitionTable]:
+        """The :class:`TransitionTable` of the current data, or None.
+
+        Built (vectorised, once) at the second call that finds the data
+        unchanged, so a buffer written between samples (online training)
+        never builds one; None as well when it would take more than
+        ``max(32 MiB, a quarter of the columns' bytes)`` or when a subclass
+        customises :meth:`locate_transitions` (the disk store counts the
+        rows it reads there)."""
+        cache = self._table_cache
+        version = self._version
+        if cache is not None and cache[0] == version:
+            return cache[1]
+        if self._table_asked != version:
+            self._table_asked = version
+            return None
+        table = None
+        if type(self).locate_transitions is ColumnStore.locate_transitions and self.episode_count:
+            counts, cum = self._cumulative()
+            total = int(cum[-1])
+            columns = sum(int(c.nbytes) for c in self._observations or ()) + int(self._actions.nbytes) + int(
+                self._rewards.nbytes
+            )
+            if total and total * self._TABLE_BYTES <= max(self._TABLE_FLOOR_BYTES, columns // 4):
+                table = self._build_table(counts, cum, total)
+        self._table_cache = (version, table)
+        return table
+
+    def _build_table(self, counts: np.ndarray, cum: np.ndarray, total: int) -> TransitionTable:
+        starts, ends, terminated, _ = self.episode_table()
+        first = np.repeat(starts - (cum - counts), counts)  # row of transition i is first[i] + i
+        rows = first + np.arange(total, dtype=np.int64)
+        ends_t = np.repeat(ends, counts)
+        is_terminal = np.repeat(terminated, counts) & (rows == ends_t - 1)
+        next_valid = rows + 1 < ends_t
+        return TransitionTable(
+            rows=rows,
+            next_rows=np.where(is_terminal, rows, rows + 1),
+            next_action_rows=np.where(next_valid, rows + 1, 0),
+            ends=ends_t,
+            terminals=is_terminal.astype(np.float32)[:, None],
+            is_terminal=is_terminal,
+            next_valid=next_valid,
+        )
 
     def locate_steps(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Map step indices in ``[0, step_count)`` to ``(episode positions, rows)``."""

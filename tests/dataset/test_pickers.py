@@ -209,8 +209,25 @@ def check_picker_against_reference(rb, picker, source):
         with pytest.raises(IndexError):
             picker(views[e], ep.n_transitions)
 
+    if type(picker) is BasicTransitionPicker:  # the transition-table path gives the same batches
+        all_ids = np.arange(len(expected))
+        store.transition_table()  # the first call at a version only notes it
+        assert store.transition_table() is not None
+        for ids in (all_ids, order):
+            assert_same_batch(picker.pick_transitions(store, ids), picker.pick_batch(store, episode_ids[ids], rows[ids]))
+
     # the replay buffer's sampling path: every sampled item is a reference transition
     check_sampled_batch(rb, picker, source, expected, refs)
+
+
+def assert_same_batch(got, want):
+    for name, value in _batch_arrays(want).items():
+        other = _batch_arrays(got)[name]
+        assert other.dtype == value.dtype and other.shape == value.shape, name
+        np.testing.assert_array_equal(other, value, err_msg=name)
+    assert len(got.rewards_to_go) == len(want.rewards_to_go)
+    for i in range(len(want.rewards_to_go)):
+        np.testing.assert_array_equal(got.rewards_to_go[i], want.rewards_to_go[i], err_msg=f"rewards_to_go[{i}]")
 
 
 def check_sampled_batch(rb, picker, source, expected, refs, batch_size=64):
@@ -226,6 +243,10 @@ def check_sampled_batch(rb, picker, source, expected, refs, batch_size=64):
         assert float(i) in by_id, f"sampled a row that is not a transition: id {i}"
         sampled.append(by_id[float(i)])
     assert_batch_matches(batch, sampled, source, "(sample_transition_batch)")
+    # sampled again with the same seed: the second call at an unchanged version may take the
+    # buffer's cached per-transition table (the basic picker); the batch is the same
+    offrl.seed(1234)
+    assert_same_batch(rb.sample_transition_batch(batch_size), batch)
 
 
 # --------------------------------------------------------------------------
@@ -425,6 +446,68 @@ def _pick(rb, picker, indices):
     store = rb.buffer
     episode_ids, rows = store.locate_transitions(np.asarray(indices))
     return picker.pick_batch(store, episode_ids, rows)
+
+
+@pytest.mark.parametrize(
+    "next_observations, expected",
+    [
+        # no final observations stored: rows 0-6, episode 1 loses its last step, episode 2 has none
+        (False, dict(rows=[0, 1, 2, 3, 4], next_rows=[1, 2, 2, 4, 5], next_action_rows=[1, 2, 0, 4, 5],
+                     ends=[3, 3, 3, 6, 6], terminal=[0, 0, 1, 0, 0], next_valid=[1, 1, 0, 1, 1])),
+        # final observations in rows 6 and 8 (after episodes 1 and 2)
+        (True, dict(rows=[0, 1, 2, 3, 4, 5, 7], next_rows=[1, 2, 2, 4, 5, 6, 8], next_action_rows=[1, 2, 0, 4, 5, 0, 0],
+                    ends=[3, 3, 3, 6, 6, 6, 8], terminal=[0, 0, 1, 0, 0, 0, 0], next_valid=[1, 1, 0, 1, 1, 0, 0])),
+    ],
+)
+def test_transition_table_exact_values(next_observations, expected):
+    _, _, _, ds = _tiny(next_observations=next_observations)
+    store = ds.buffer
+    assert store.transition_table() is None  # the first call at a version only notes it
+    table = store.transition_table()
+    assert store.transition_table() is table  # cached while the data is unchanged
+    for name in ("rows", "next_rows", "next_action_rows", "ends"):
+        np.testing.assert_array_equal(getattr(table, name), expected[name], err_msg=name)
+    np.testing.assert_array_equal(table.terminals, np.array(expected["terminal"], np.float32)[:, None])
+    np.testing.assert_array_equal(table.is_terminal, np.array(expected["terminal"], bool))
+    np.testing.assert_array_equal(table.next_valid, np.array(expected["next_valid"], bool))
+
+
+def test_transition_table_not_built_while_written_between_samples():
+    """Online training appends between batches: the table would be rebuilt
+    per batch, so none is built; it is once the data stays unchanged."""
+    rb = create_fifo_replay_buffer(limit=1000)
+    rng = np.random.default_rng(0)
+    for step in range(60):
+        rb.append(rng.normal(size=3).astype(np.float32), rng.normal(size=2).astype(np.float32), 1.0)
+        if step % 10 == 9:
+            rb.clip_episode(terminated=True)
+        if step >= 10:
+            rb.sample_transition_batch(4)
+            assert rb.buffer._table_cache is None
+    rb.sample_transition_batch(4)
+    rb.sample_transition_batch(4)
+    assert rb.buffer._table_cache is not None and rb.buffer._table_cache[1] is not None
+
+
+def test_transition_table_refused_by_size_and_by_a_custom_locator(monkeypatch):
+    _, _, _, ds = _tiny(next_observations=False)
+    store = ds.buffer
+    monkeypatch.setattr(type(store), "_TABLE_FLOOR_BYTES", 0)  # 5 transitions * 38 bytes > a quarter of 7 rows' columns
+    store.transition_table()
+    assert store.transition_table() is None
+
+    class Counting(InfiniteBuffer):
+        def locate_transitions(self, indices):
+            return super().locate_transitions(indices)
+
+    _, _, _, rb = _tiny(next_observations=False, build="episodes")
+    custom = ReplayBuffer(Counting(), episodes=list(rb.episodes))
+    custom.buffer.transition_table()
+    assert custom.buffer.transition_table() is None
+    offrl.seed(3)
+    got = custom.sample_transition_batch(8)
+    offrl.seed(3)
+    assert_same_batch(rb.sample_transition_batch(8), got)
 
 
 @pytest.mark.parametrize("build", ["mdp", "episodes"])
