@@ -127,17 +127,18 @@ class BasicTransitionPicker:
             return self.pick_batch(store, *store.locate_transitions(indices))
         rows = table.rows[indices]
         next_rows = table.next_rows[indices]
-        is_terminal = table.is_terminal[indices]
-        any_terminal = bool(is_terminal.any())
+        terminals = table.terminals[indices]
+        is_terminal = terminals[:, 0] > 0 if terminals.any() else None
         next_observations = []
         for column in store.observations:
             nxt = column[next_rows]
-            if any_terminal:
+            if is_terminal is not None:
                 nxt[is_terminal] = 0
             next_observations.append(nxt)
         actions = store.actions
-        next_actions = actions[table.next_action_rows[indices]]
         valid = table.next_valid[indices]
+        # a terminal step's next row is itself, and its next action is invalid: zeroed like the rest
+        next_actions = actions[np.where(valid, next_rows, 0)]
         if not valid.all():
             next_actions[~valid] = 0
         return TransitionMiniBatch(
@@ -146,7 +147,7 @@ class BasicTransitionPicker:
             rewards=store.rewards[rows],
             next_observations=_unwrap(next_observations),
             next_actions=next_actions,
-            terminals=table.terminals[indices],
+            terminals=terminals,
             intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
             rewards_to_go=RewardsToGo(store.rewards, rows, table.ends[indices]),
         )

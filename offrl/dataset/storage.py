@@ -44,16 +44,14 @@ class TransitionTable(NamedTuple):
     sampling without locating episodes per batch. Transition ``i`` (in
     ``[0, transition_count)``) is at ``rows[i]``; its next observation at
     ``next_rows[i]`` (the row itself for a terminal step, whose next
-    observation is zeros); its next action at ``next_action_rows[i]`` where
-    ``next_valid[i]`` (zeros otherwise); its episode ends at ``ends[i]``.
-    ``terminals`` is ``(N, 1)`` float32, ``is_terminal`` the same as bools."""
+    observation is zeros); its next action at ``next_rows[i]`` where
+    ``next_valid[i]`` (zeros otherwise); its episode ends at ``ends[i]``;
+    ``terminals`` is ``(N, 1)`` float32."""
 
     rows: np.ndarray
     next_rows: np.ndarray
-    next_action_rows: np.ndarray
     ends: np.ndarray
     terminals: np.ndarray
-    is_terminal: np.ndarray
     next_valid: np.ndarray
 
 
@@ -354,10 +352,10 @@ class ColumnStore:
         return episode_ids, rows
 
     #: bytes of a :class:`TransitionTable` per transition
-    _TABLE_BYTES = 4 * 8 + 4 + 2
-    #: a table is built when it needs at most this many bytes, or at most a
-    #: quarter of the stored columns' bytes
-    _TABLE_FLOOR_BYTES = 32 << 20
+    _TABLE_BYTES = 3 * 8 + 4 + 1
+    #: a table is built when it needs at most this many bytes, or at most
+    #: half the stored columns' bytes
+    _TABLE_FLOOR_BYTES = 64 << 20
 
     def transition_table(self) -> Optional[TransitionTable]:
         """The :class:`TransitionTable` of the current data, or None.
@@ -365,7 +363,7 @@ class ColumnStore:
         Built (vectorised, once) at the second call that finds the data
         unchanged, so a buffer written between samples (online training)
         never builds one; None as well when it would take more than
-        ``max(32 MiB, a quarter of the columns' bytes)`` or when a subclass
+        ``max(64 MiB, half the columns' bytes)`` (29 bytes a transition) or when a subclass
         customises :meth:`locate_transitions` (the disk store counts the
         rows it reads there)."""
         cache = self._table_cache
@@ -382,7 +380,7 @@ class ColumnStore:
             columns = sum(int(c.nbytes) for c in self._observations or ()) + int(self._actions.nbytes) + int(
                 self._rewards.nbytes
             )
-            if total and total * self._TABLE_BYTES <= max(self._TABLE_FLOOR_BYTES, columns // 4):
+            if total and total * self._TABLE_BYTES <= max(self._TABLE_FLOOR_BYTES, columns // 2):
                 table = self._build_table(counts, cum, total)
         self._table_cache = (version, table)
         return table
@@ -397,10 +395,8 @@ class ColumnStore:
         return TransitionTable(
             rows=rows,
             next_rows=np.where(is_terminal, rows, rows + 1),
-            next_action_rows=np.where(next_valid, rows + 1, 0),
             ends=ends_t,
             terminals=is_terminal.astype(np.float32)[:, None],
-            is_terminal=is_terminal,
             next_valid=next_valid,
         )
 

@@ -452,10 +452,10 @@ def _pick(rb, picker, indices):
     "next_observations, expected",
     [
         # no final observations stored: rows 0-6, episode 1 loses its last step, episode 2 has none
-        (False, dict(rows=[0, 1, 2, 3, 4], next_rows=[1, 2, 2, 4, 5], next_action_rows=[1, 2, 0, 4, 5],
+        (False, dict(rows=[0, 1, 2, 3, 4], next_rows=[1, 2, 2, 4, 5],
                      ends=[3, 3, 3, 6, 6], terminal=[0, 0, 1, 0, 0], next_valid=[1, 1, 0, 1, 1])),
         # final observations in rows 6 and 8 (after episodes 1 and 2)
-        (True, dict(rows=[0, 1, 2, 3, 4, 5, 7], next_rows=[1, 2, 2, 4, 5, 6, 8], next_action_rows=[1, 2, 0, 4, 5, 0, 0],
+        (True, dict(rows=[0, 1, 2, 3, 4, 5, 7], next_rows=[1, 2, 2, 4, 5, 6, 8],
                     ends=[3, 3, 3, 6, 6, 6, 8], terminal=[0, 0, 1, 0, 0, 0, 0], next_valid=[1, 1, 0, 1, 1, 0, 0])),
     ],
 )
@@ -465,10 +465,9 @@ def test_transition_table_exact_values(next_observations, expected):
     assert store.transition_table() is None  # the first call at a version only notes it
     table = store.transition_table()
     assert store.transition_table() is table  # cached while the data is unchanged
-    for name in ("rows", "next_rows", "next_action_rows", "ends"):
+    for name in ("rows", "next_rows", "ends"):
         np.testing.assert_array_equal(getattr(table, name), expected[name], err_msg=name)
     np.testing.assert_array_equal(table.terminals, np.array(expected["terminal"], np.float32)[:, None])
-    np.testing.assert_array_equal(table.is_terminal, np.array(expected["terminal"], bool))
     np.testing.assert_array_equal(table.next_valid, np.array(expected["next_valid"], bool))
 
 
@@ -492,7 +491,7 @@ def test_transition_table_not_built_while_written_between_samples():
 def test_transition_table_refused_by_size_and_by_a_custom_locator(monkeypatch):
     _, _, _, ds = _tiny(next_observations=False)
     store = ds.buffer
-    monkeypatch.setattr(type(store), "_TABLE_FLOOR_BYTES", 0)  # 5 transitions * 38 bytes > a quarter of 7 rows' columns
+    monkeypatch.setattr(type(store), "_TABLE_FLOOR_BYTES", 0)  # 5 transitions * 29 bytes > half of 7 rows' columns
     store.transition_table()
     assert store.transition_table() is None
 
