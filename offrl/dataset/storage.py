@@ -141,7 +141,8 @@ class ColumnStore:
         self._prefix_cache: tuple[int, np.ndarray] | None = None
         self._step_cache: tuple[int, np.ndarray, np.ndarray] | None = None
         self._table_cache: tuple[int, Optional[TransitionTable]] | None = None
-        self._table_asked: int = -1
+        #: (version, calls of transition_table at that version)
+        self._table_asked: tuple[int, int] = (-1, 0)
         self.observation_signature: Optional[Signature] = None
         self.action_signature: Optional[Signature] = None
         self.reward_signature: Optional[Signature] = None
@@ -360,9 +361,12 @@ class ColumnStore:
     def transition_table(self) -> Optional[TransitionTable]:
         """The :class:`TransitionTable` of the current data, or None.
 
-        Built (vectorised, once) at the second call that finds the data
-        unchanged, so a buffer written between samples (online training)
-        never builds one; None as well when it would take more than
+        Built (vectorised, once) when more than ``transition_count // 256``
+        calls (at least one) have found the data unchanged since it last
+        changed: building costs about as much as that many batches save, so
+        a buffer written between samples (online training, even with
+        several updates per step) never builds one. None as well when it
+        would take more than
         ``max(64 MiB, half the columns' bytes)`` (29 bytes a transition) or when a subclass
         customises :meth:`locate_transitions` (the disk store counts the
         rows it reads there)."""
@@ -370,18 +374,22 @@ class ColumnStore:
         version = self._version
         if cache is not None and cache[0] == version:
             return cache[1]
-        if self._table_asked != version:
-            self._table_asked = version
+        asked = self._table_asked
+        if asked[0] != version:
+            self._table_asked = (version, 1)
             return None
+        if type(self).locate_transitions is not ColumnStore.locate_transitions or not self.episode_count:
+            self._table_cache = (version, None)
+            return None
+        counts, cum = self._cumulative()
+        total = int(cum[-1])
+        if asked[1] <= total // 256:
+            self._table_asked = (version, asked[1] + 1)
+            return None
+        columns = sum(int(c.nbytes) for c in self._observations or ()) + int(self._actions.nbytes) + int(self._rewards.nbytes)
         table = None
-        if type(self).locate_transitions is ColumnStore.locate_transitions and self.episode_count:
-            counts, cum = self._cumulative()
-            total = int(cum[-1])
-            columns = sum(int(c.nbytes) for c in self._observations or ()) + int(self._actions.nbytes) + int(
-                self._rewards.nbytes
-            )
-            if total and total * self._TABLE_BYTES <= max(self._TABLE_FLOOR_BYTES, columns // 2):
-                table = self._build_table(counts, cum, total)
+        if total and total * self._TABLE_BYTES <= max(self._TABLE_FLOOR_BYTES, columns // 2):
+            table = self._build_table(counts, cum, total)
         self._table_cache = (version, table)
         return table
 

@@ -488,6 +488,22 @@ def test_transition_table_not_built_while_written_between_samples():
     assert rb.buffer._table_cache is not None and rb.buffer._table_cache[1] is not None
 
 
+def test_transition_table_built_after_calls_that_pay_for_it():
+    """A table of N transitions is built once more than N // 256 calls found
+    the data unchanged (at least one); a change starts the count again."""
+    n = 1000  # one episode of 1001 steps, terminated: 1001 transitions, 1001 // 256 == 3
+    ds = MDPDataset(np.zeros((n + 1, 2), np.float32), np.zeros((n + 1, 1), np.float32), np.zeros(n + 1, np.float32),
+                    np.eye(1, n + 1, n).ravel())
+    store = ds.buffer
+    assert store.transition_count == n + 1
+    assert [store.transition_table() is None for _ in range(5)] == [True] * 4 + [False]
+    rb = create_fifo_replay_buffer(limit=10_000, episodes=list(ds.episodes))
+    calls = [rb.buffer.transition_table() is None for _ in range(4)]
+    rb.append(np.zeros(2, np.float32), np.zeros(1, np.float32), 0.0)  # a change: counted again from one
+    calls += [rb.buffer.transition_table() is None for _ in range(5)]
+    assert calls == [True] * 8 + [False]
+
+
 def test_transition_table_refused_by_size_and_by_a_custom_locator(monkeypatch):
     _, _, _, ds = _tiny(next_observations=False)
     store = ds.buffer
