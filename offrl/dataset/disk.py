@@ -166,6 +166,10 @@ class _ColumnFile:
         #: the last scattered gather: its rows and the bytes of rows - 1, rows and rows + 1
         self._last: Optional[tuple[np.ndarray, np.ndarray]] = None
 
+    def recent(self, rows: np.ndarray) -> Optional[np.ndarray]:
+        """A gather served without reading (None: a column file reads every gather)."""
+        return None
+
     def _check(self, data: bytes, n: int, size: int) -> None:
         if len(data) != n * size:
             raise DiskDatasetChangedError(
@@ -214,6 +218,10 @@ class _ColumnFile:
 _RECORD_WINDOW = 3
 #: scattered gathers read windows only while they stay this small (bytes per row)
 _WINDOW_RECORD_BYTES = 4096
+#: gathers of records remembered by content (see _RecordFile.records)
+_RECENT_GATHERS = 3
+#: a gather is remembered only while its records take at most this many bytes
+_RECENT_BYTES = 1 << 20
 
 
 class _RecordFile(_ColumnFile):
@@ -223,44 +231,82 @@ class _RecordFile(_ColumnFile):
 
     A scattered gather (no two rows adjacent) reads the window of
     ``_RECORD_WINDOW`` records around each row (one ``os.pread`` per row)
-    and keeps it: the gathers of a transition batch that follow (the other
-    fields at ``rows``, next observations and next actions at ``rows + 1``)
-    are served from it without a system call. A gather of runs of adjacent
-    rows (episode slices, trajectories) is one read per run."""
+    and keeps it: a gather of the rows next to these (next observations
+    and next actions at ``rows + 1``) is served from it without a system
+    call. The records of the last few gathers are remembered by the bytes
+    of their row array, so the fields of one batch gathered at the same
+    rows one after another (observations, actions, rewards) cost one
+    gather of whole records and a copy of each field. A gather of runs of
+    adjacent rows (episode slices, trajectories) is one read per run."""
 
     def __init__(self, file: str, rows: int, record_bytes: int) -> None:
         super().__init__(file, rows, record_bytes)
-        #: the last scattered gather: the first row of each window, the windows, arange(n)
-        self._windows: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None
+        #: the last scattered read: first row of each window, the windows as
+        #: ``(n * width, record_bytes)`` uint8, width, ``arange(n) * width``
+        self._windows: Optional[tuple[np.ndarray, np.ndarray, int, np.ndarray]] = None
+        #: ``(rows.tobytes(), records)`` of the last gathers, oldest first;
+        #: replaced, never mutated, so a reader's snapshot stays consistent
+        self._recent: tuple[tuple[bytes, np.ndarray], ...] = ()
+
+    def served(self, rows: np.ndarray) -> Optional[np.ndarray]:
+        """The records at ``rows`` (1-D int64) without a read, else None:
+        rows gathered lately (the same bytes) or all inside the last
+        windows (so in range either way). Shared: copy fields."""
+        key = rows.tobytes()
+        for known, records in self._recent:
+            if known == key:
+                return records
+        cached = self._windows
+        if cached is not None and cached[0].shape[0] == rows.shape[0]:
+            firsts, windows, width, base = cached
+            position = rows - firsts
+            if (position.view(np.uint64) < width).all():  # a negative position is huge as uint64
+                records = np.take(windows, base + position, axis=0)
+                self._remember(key, records)
+                return records
+        return None
+
+    def records(self, rows: np.ndarray) -> np.ndarray:
+        """The whole records at ``rows`` (1-D int64, in range),
+        ``(len(rows), record_bytes)`` uint8; shared with later calls:
+        callers copy what they return."""
+        records = self.served(rows)
+        if records is None:
+            records = self._read_records(rows)
+            self._remember(rows.tobytes(), records)
+        return records
+
+    def _remember(self, key: bytes, records: np.ndarray) -> None:
+        if records.nbytes <= _RECENT_BYTES:
+            self._recent = self._recent[1 - _RECENT_GATHERS:] + ((key, records),)
+
+    def _read_records(self, rows: np.ndarray) -> np.ndarray:
+        n, size = rows.shape[0], self.row_bytes
+        cached = self._windows
+        if cached is not None and cached[0].shape[0] == n:
+            firsts, windows, width, base = cached
+            position = rows - firsts
+            held = position.view(np.uint64) < width
+            count = int(np.count_nonzero(held))
+            if 2 * count >= n:  # mostly held: read the others (a next action past an episode's end)
+                out = np.take(windows, base + np.where(held, position, 0), axis=0)
+                out[~held] = self._runs(rows[~held])
+                return out
+        if size > _WINDOW_RECORD_BYTES or 2 * int(np.count_nonzero(rows[1:] - rows[:-1] == 1)) > n:
+            return self._runs(rows)
+        width = min(_RECORD_WINDOW, self.rows)
+        firsts = np.minimum(np.maximum(rows - (_RECORD_WINDOW // 2), 0), self.rows - width)
+        data = b"".join(map(os.pread, repeat(self.fd, n), repeat(width * size), (firsts * size).tolist()))
+        self._check(data, width * n, size)
+        windows = np.frombuffer(data, np.uint8).reshape(n * width, size)
+        base = np.arange(0, n * width, width)
+        self._windows = (firsts, windows, width, base)
+        return np.take(windows, base + (rows - firsts), axis=0)
 
     def gather_field(self, rows: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
         """Bytes ``offset:offset + nbytes`` of the records at ``rows`` (1-D,
         in range), ``(len(rows), nbytes)`` uint8, a new contiguous array."""
-        n = rows.shape[0]
-        field = slice(offset, offset + nbytes)
-        cached = self._windows
-        if cached is not None and cached[0].shape[0] == n:
-            firsts, windows, order = cached
-            position = rows - firsts
-            held = (position >= 0) & (position < windows.shape[1])
-            count = int(np.count_nonzero(held))
-            if count == n:
-                return windows[order, position, field]
-            if 2 * count >= n:  # mostly held: read the others (a next action past an episode's end)
-                out = windows[order, np.where(held, position, 0), field]
-                out[~held] = self._runs(rows[~held])[:, field]
-                return out
-        if self.row_bytes > _WINDOW_RECORD_BYTES or 2 * int(np.count_nonzero(np.diff(rows) == 1)) > n:
-            return self._runs(rows)[:, field].copy()
-        width = min(_RECORD_WINDOW, self.rows)
-        firsts = np.clip(rows - (_RECORD_WINDOW // 2), 0, self.rows - width)
-        size = self.row_bytes
-        data = b"".join(map(os.pread, repeat(self.fd, n), repeat(width * size), (firsts * size).tolist()))
-        self._check(data, width * n, size)
-        windows = np.frombuffer(data, np.uint8).reshape(n, width, size)
-        order = np.arange(n)
-        self._windows = (firsts, windows, order)
-        return windows[order, rows - firsts, field]
+        return self.records(rows)[:, offset : offset + nbytes].copy()
 
 
 class _RecordField:
@@ -272,6 +318,12 @@ class _RecordField:
     @property
     def positional(self) -> bool:
         return self.records.positional
+
+    def recent(self, rows: np.ndarray) -> Optional[np.ndarray]:
+        """The field at ``rows`` when the record file gathered these rows
+        lately (a new array), else None."""
+        records = self.records.served(rows)
+        return None if records is None else records[:, self.offset : self.offset + self.nbytes].copy()
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         return self.records.gather_field(rows, self.offset, self.nbytes)
@@ -330,14 +382,17 @@ class _DiskColumn(np.ndarray):
         return np.ndarray.__getitem__(self.view(np.ndarray), key)
 
     def _gather(self, file: Any, rows: np.ndarray, rest: tuple) -> np.ndarray:
-        n = self.shape[0]
-        flat = rows.reshape(-1).astype(np.int64, copy=False)
-        low, high = int(flat.min()), int(flat.max())
-        if low < -n or high >= n:
-            raise IndexError(f"index {high if high >= n else low} is out of bounds for axis 0 with size {n}")
-        if low < 0:
-            flat = np.where(flat < 0, flat + n, flat)
-        out = file.gather(flat).view(self.dtype).reshape(rows.shape + self.shape[1:])
+        flat = rows if rows.ndim == 1 and rows.dtype == np.int64 else rows.reshape(-1).astype(np.int64)
+        data = file.recent(flat)  # rows gathered just before (checked then): no bounds check, no read
+        if data is None:
+            n = self.shape[0]
+            low, high = int(flat.min()), int(flat.max())
+            if low < -n or high >= n:
+                raise IndexError(f"index {high if high >= n else low} is out of bounds for axis 0 with size {n}")
+            if low < 0:
+                flat = np.where(flat < 0, flat + n, flat)
+            data = file.gather(flat)
+        out = data.view(self.dtype).reshape(rows.shape + self.shape[1:])
         return out[(slice(None),) * rows.ndim + rest] if rest else out
 
     def __array_wrap__(self, array: Any, context: Any = None, return_scalar: bool = False) -> Any:

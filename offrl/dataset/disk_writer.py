@@ -29,6 +29,14 @@ from .storage import ColumnStore, InfiniteBuffer
 __all__ = ["DiskDatasetWriter", "dump_disk_dataset"]
 
 _COPY_ROWS = 1 << 18  # rows copied per chunk when dumping a buffer
+#: the record file is written through a buffer of this size: written in
+#: episodes of ~100 kB, the page cache holds it in small folios, in which a
+#: random 288-byte ``os.pread`` costs ~1.2 us against ~0.8 us in the 2 MB
+#: folios that multi-megabyte writes get (measured on Linux 6.18, ext4: 256
+#: reads 310 us against 196 us; what sampling right after writing pays).
+#: 4 MB: the bytes held here plus the 8 MB written between free-space checks
+#: stay below the 16 MB margin each check keeps free
+_RECORD_WRITE_BUFFER = 4 << 20
 
 
 def _row_spans(store: ColumnStore) -> list[tuple[int, int]]:
@@ -124,7 +132,7 @@ class DiskDatasetWriter:
         for name, dtype, shape in fields:
             self._shapes[name] = (np.dtype(dtype), tuple(shape))
         self._record = record_dtype(fields)
-        self._files["records"] = open(os.path.join(self._tmp, RECORDS_FILE), "wb")
+        self._files["records"] = open(os.path.join(self._tmp, RECORDS_FILE), "wb", buffering=_RECORD_WRITE_BUFFER)
 
     def _write(self, columns: dict[str, np.ndarray]) -> None:
         """Append rows of every field (``columns``: name -> rows, all fields)."""
@@ -136,7 +144,7 @@ class DiskDatasetWriter:
         records = np.zeros(n, self._record)  # zeros: the padding bytes are written as 0
         for name, column in columns.items():
             records[name] = column
-        records.tofile(self._files["records"])
+        self._files["records"].write(records.view(np.uint8))  # through the file's buffer (tofile bypasses it)
 
     def _add_behaviour_column(self) -> None:
         """Behaviour probabilities first seen after ``self._rows`` rows
@@ -166,7 +174,7 @@ class DiskDatasetWriter:
                 out.tofile(dst)
         os.replace(wider, file)
         self._record = new
-        self._files["records"] = open(file, "ab")
+        self._files["records"] = open(file, "ab", buffering=_RECORD_WRITE_BUFFER)
 
     def _open_column(self, name: str, dtype: np.dtype, row_shape: tuple[int, ...]) -> Any:
         self._shapes[name] = (np.dtype(dtype), tuple(row_shape))

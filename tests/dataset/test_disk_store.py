@@ -768,6 +768,45 @@ def test_a_scattered_transition_batch_is_one_read_per_transition(tmp_path, monke
     _assert_batches_equal(batch, BasicTransitionPicker().pick_batch(memory.buffer, ids, rows))
 
 
+def test_gathers_at_rows_gathered_before_read_nothing_and_return_new_arrays(tmp_path, monkeypatch):
+    """The fields of a batch gathered one after another at the same rows
+    (by content, not by array identity) cost one read; every result is a
+    fresh writable array, and rows changed in place are gathered anew."""
+    rng = np.random.default_rng(5)
+    episodes = [Episode(observations=rng.normal(size=(40, 3)).astype(np.float32),
+                        actions=rng.uniform(-1, 1, (40, 2)).astype(np.float32),
+                        rewards=rng.normal(size=(40, 1)).astype(np.float32), terminated=False) for _ in range(10)]
+    with DiskDatasetWriter(tmp_path / "d", layout="rows") as writer:
+        writer.add_episodes(episodes)
+    store = ReplayBuffer.load(tmp_path / "d", in_memory=False).buffer
+    obs, actions, rewards = store.observations[0], store.actions, store.rewards
+    mapped = store._maps[0]
+    calls = []
+    real = os.pread
+    monkeypatch.setattr(disk_module.os, "pread", lambda fd, size, offset: (calls.append(size), real(fd, size, offset))[1])
+    rows = np.array([5, 90, 33, 207, 150, 371, 12])  # scattered
+    first = obs[rows]
+    assert len(calls) == 7
+    first[:] = -1.0  # the caller owns its result
+    for column, name in ((obs, "observations_0"), (actions, "actions"), (rewards, "rewards")):
+        for key in (rows, rows.copy(), rows.astype(np.int32), list(rows)):
+            got = column[np.asarray(key)]
+            assert got.flags.writeable and got.flags.c_contiguous
+            np.testing.assert_array_equal(got, mapped[name][rows])
+    assert len(calls) == 7  # observations, actions, rewards at the same rows: no further read
+    got = actions[rows + 1]  # the rows after: inside the windows already read
+    np.testing.assert_array_equal(got, mapped["actions"][rows + 1])
+    assert len(calls) == 7
+    rows[2] = 301  # changed in place: its content is new, so it is gathered anew
+    np.testing.assert_array_equal(obs[rows], mapped["observations_0"][rows])
+    np.testing.assert_array_equal(rewards[rows], mapped["rewards"][rows])
+    assert len(calls) == 8  # one read for the row no window holds
+    for bad in (np.array([5, 400]), np.array([-401])):  # bounds still checked for rows not gathered before
+        with pytest.raises(IndexError, match="out of bounds for axis 0 with size 400"):
+            obs[bad]
+    np.testing.assert_array_equal(obs[np.array([-1, -400])], mapped["observations_0"][[399, 0]])
+
+
 def test_record_gathers_in_any_sequence_equal_the_mapped_gathers(tmp_path):
     """Sequences of gathers that hit, partly hit and miss the windows kept
     from the gather before, on every field, against numpy's gathers of the
