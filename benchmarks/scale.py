@@ -1,6 +1,7 @@
 """Beyond one machine and beyond memory (issue 21): one subcommand per topic.
 
     python benchmarks/scale.py disk [--steps N] [--dir DIR] [--keep] [--layout rows|columns] [--no-columns]
+    python benchmarks/scale.py disk --existing DIR [--no-h5] [--resident-limit-mb]
 
 ``disk``: a dataset larger than comfortable in memory, built by streaming
 (``offrl.dataset.DiskDatasetWriter``, ``--layout``: ``rows``, the default,
@@ -16,7 +17,9 @@ process (so peak memory is that phase's own):
   CPU time), with each ``DiskStore.read_mode`` (``pread``, the default:
   positional reads; ``mmap``: through the memory maps), and with ``pread``
   from a copy in the other layout (built for this comparison unless
-  ``--no-columns``), from a cold cache
+  ``--no-columns``), and the floor under positional reads: the same
+  number of ``os.pread`` calls (one window of 3 records per transition at
+  random rows) without building a batch; from a cold cache
   (``posix_fadvise(DONTNEED)`` on every column file first), and the same
   random-row reads through ``h5py`` from offrl's HDF5 file (the
   alternative layout, measured to choose between them);
@@ -26,6 +29,11 @@ process (so peak memory is that phase's own):
   32 MB by default: mapped pages released as sampling goes);
 * speed: IQL updates (sampling included) from memory, ``pread`` and
   ``mmap`` in interleaved blocks, wall and CPU time per update.
+
+``--existing DIR``: sample and train from a disk dataset already written
+(layout ``rows``, not built, not deleted; no copy in the other layout), e.g.
+one kept with ``--keep``; ``--no-h5`` skips the HDF5 comparison (which
+writes a copy of the dataset).
 
 Peak memory is reported as ``VmHWM`` (everything resident, including clean
 file pages the process has mapped) and split into anonymous memory (the
@@ -196,8 +204,27 @@ def _per_call_cpu(fn: Callable[[], Any], n: int) -> tuple:
     return (time.perf_counter() - start) / n, (time.thread_time() - cpu) / n
 
 
+def _reads_only(path: str, batch: int) -> Callable[[], Any]:
+    """The positional reads a scattered transition batch makes from a
+    ``layout="rows"`` file (one window of 3 records per transition at random
+    rows), without the rest of the batch: the floor under ``read_mode="pread"``."""
+    with open(os.path.join(path, "manifest.json")) as f:
+        record_bytes = int(json.load(f)["record_bytes"])
+    fd = os.open(os.path.join(path, "records.bin"), os.O_RDONLY)
+    rows = os.path.getsize(os.path.join(path, "records.bin")) // record_bytes
+    rng = np.random.default_rng(1)
+    fds, sizes = [fd] * batch, [3 * record_bytes] * batch
+
+    def reads() -> bytes:
+        offsets = ((rng.integers(1, rows - 1, batch) - 1) * record_bytes).tolist()
+        return b"".join(map(os.pread, fds, sizes, offsets))
+
+    return reads
+
+
 def phase_sample(path: str, other_path: str, h5_path: str, batch: int, calls: int) -> None:
-    """``other_path``: the same data in the other layout ("-": none)."""
+    """``other_path``: the same data in the other layout ("-": none);
+    ``h5_path`` "-": no HDF5 comparison."""
     import h5py
 
     import offrl
@@ -217,14 +244,17 @@ def phase_sample(path: str, other_path: str, h5_path: str, batch: int, calls: in
     with open(os.path.join(path, "manifest.json")) as f:
         layout = json.load(f).get("layout", "columns")
     result: Dict[str, Any] = {"batch": batch, "read_mode": disk.buffer.read_mode, "layout": layout}
+    calls_of = {name: (lambda data=data: data.sample_transition_batch(batch)) for name, data in sources.items()}
+    if layout == "rows":
+        calls_of["reads_only"] = _reads_only(path, batch)
     # warm cache: every file read once, then interleaved rounds
     _warm(columns)
     for _ in range(calls):  # mmap: map every page first (its steady state in a long run)
         mapped.sample_transition_batch(batch)
-    times: Dict[str, list] = {name: [] for name in sources}
+    times: Dict[str, list] = {name: [] for name in calls_of}
     for _ in range(5):
-        for name, data in sources.items():
-            times[name].append(_per_call_cpu(lambda: data.sample_transition_batch(batch), calls))
+        for name, fn in calls_of.items():
+            times[name].append(_per_call_cpu(fn, calls))
     for name, t in times.items():
         t = np.array(t)
         result[f"{name}_s"], result[f"{name}_cpu_s"] = float(np.median(t[:, 0])), float(np.median(t[:, 1]))
@@ -239,7 +269,10 @@ def phase_sample(path: str, other_path: str, h5_path: str, batch: int, calls: in
         result["fadvise"] = _drop_cache(columns)
         result[f"{name}_cold_first_s"] = _per_call(lambda: data.sample_transition_batch(batch), 1)
         result[f"{name}_cold_s"] = _per_call(lambda: data.sample_transition_batch(batch), 20)
-    mapped = sources = None
+    mapped = sources = calls_of = None
+    if h5_path == "-":
+        _emit(result)
+        return
     # the HDF5 alternative: offrl's file, h5py fancy-index reads
     memory.dump(h5_path)
     memory = None  # freed before the HDF5 reads
@@ -344,41 +377,57 @@ def run_disk(argv: List[str]) -> None:
     parser.add_argument("--speed-rounds", type=int, default=8, help="interleaved rounds of the IQL update timing")
     parser.add_argument("--resident-limit-mb", type=int, nargs="*", default=[32],
                         help="also train with DiskStore.resident_limit set to these sizes (MB)")
+    parser.add_argument("--existing", metavar="DIR",
+                        help="sample and train from this disk dataset (not built, not deleted, no other-layout copy)")
+    parser.add_argument("--no-h5", action="store_true", help="skip the HDF5 comparison (it writes a copy)")
     args = parser.parse_args(argv)
 
+    existing = os.path.abspath(args.existing) if args.existing else None
+    if existing:
+        args.no_columns, args.keep = True, True
+        if not os.path.isfile(os.path.join(existing, "manifest.json")):
+            raise SystemExit(f"--existing {existing}: not a disk dataset (no manifest.json)")
+        args.dir = os.path.dirname(existing)
     os.makedirs(args.dir, exist_ok=True)
-    path = os.path.join(args.dir, "dataset")
+    path = existing or os.path.join(args.dir, "dataset")
     other = "columns" if args.layout == "rows" else "rows"
     other_path = os.path.join(args.dir, f"dataset-{other}")
     h5_path = os.path.join(args.dir, "dataset.h5")
-    for p in (path, other_path):
+    for p in (() if existing else (path, other_path)):
         if os.path.exists(p):
             shutil.rmtree(p)
     free = shutil.disk_usage(args.dir).free
     steps = args.steps
     # the directory + the HDF5 copy (+ the other layout) for the comparison + a margin
     copies = 2.5 if args.no_columns else 3.5
-    if copies * steps * ROW_BYTES > free:
+    if not existing and copies * steps * ROW_BYTES > free:
         steps = int(free / copies / ROW_BYTES)
         log(f"only {_gb(free)} free under {args.dir}: using {steps} steps instead of {args.steps}")
     _harness.print_load("start")
     print(f"free disk under {args.dir}: {_gb(free)}")
     try:
-        log(f"building {steps} steps in {path} (layout {args.layout!r}) ...")
-        build = _run_phase(["_disk-build", path, str(steps), args.layout])
-        size = build["bytes"]
-        print(f"build: {steps} steps, layout {args.layout!r}, {_gb(size)} on disk in {build['seconds']:.1f} s "
-              f"({size / build['seconds'] / 1e6:.0f} MB/s)")
-        for key in ("VmHWM", "RssAnon", "RssFile"):
-            print(f"  peak {key}: {_gb(build[key])} = {_pct(build[key], size)} of the file size")
-        print(f"  (interpreter + offrl import before writing: {_gb(build['base_rss'])})")
+        if existing:
+            size = _dir_bytes(path)
+            with open(os.path.join(path, "manifest.json")) as f:
+                manifest = json.load(f)
+            print(f"existing dataset {path}: {manifest['rows']} steps, layout {manifest.get('layout', 'columns')!r}, "
+                  f"{_gb(size)} on disk (not built here)")
+        else:
+            log(f"building {steps} steps in {path} (layout {args.layout!r}) ...")
+            build = _run_phase(["_disk-build", path, str(steps), args.layout])
+            size = build["bytes"]
+            print(f"build: {steps} steps, layout {args.layout!r}, {_gb(size)} on disk in {build['seconds']:.1f} s "
+                  f"({size / build['seconds'] / 1e6:.0f} MB/s)")
+            for key in ("VmHWM", "RssAnon", "RssFile"):
+                print(f"  peak {key}: {_gb(build[key])} = {_pct(build[key], size)} of the file size")
+            print(f"  (interpreter + offrl import before writing: {_gb(build['base_rss'])})")
         if not args.no_columns:
             log(f"building the same steps in {other_path} (layout {other!r}, for the sampling comparison) ...")
             other_build = _run_phase(["_disk-build", other_path, str(steps), other])
             print(f"  the same steps in layout {other!r}: {_gb(other_build['bytes'])} in {other_build['seconds']:.1f} s")
         log("sampling ...")
-        sample = _run_phase(["_disk-sample", path, "-" if args.no_columns else other_path, h5_path,
-                             str(args.batch), str(args.calls)])
+        sample = _run_phase(["_disk-sample", path, "-" if args.no_columns else other_path,
+                             "-" if args.no_h5 else h5_path, str(args.batch), str(args.calls)])
         b = sample["batch"]
         print(f"sample_transition_batch({b}), warm page cache, median of 5 interleaved rounds (wall / CPU time): "
               f"memory {sample['memory_s'] * 1e6:.0f} / {sample['memory_cpu_s'] * 1e6:.0f} us")
@@ -392,8 +441,13 @@ def run_disk(argv: List[str]) -> None:
                   f"(ratio {sample[name + '_ratio']:.2f}x wall, {sample[name + '_ratio_cpu']:.2f}x CPU); cold cache "
                   f"{sample[name + '_cold_s'] * 1e6:.0f} us (first call {sample[name + '_cold_first_s'] * 1e3:.1f} ms; "
                   f"fadvise DONTNEED applied: {sample['fadvise']})")
-        print(f"h5py fancy-index reads of the same rows ({sample['h5_layout']} layout): warm "
-              f"{sample['h5_warm_s'] * 1e6:.0f} us, cold {sample['h5_cold_s'] * 1e6:.0f} us per batch")
+        if "reads_only_s" in sample:
+            print(f"  floor: the {b} positional reads of a batch alone (3 records at random rows, no batch built): "
+                  f"{sample['reads_only_s'] * 1e6:.0f} / {sample['reads_only_cpu_s'] * 1e6:.0f} us "
+                  f"({sample['reads_only_ratio']:.2f}x wall, {sample['reads_only_ratio_cpu']:.2f}x CPU of memory's whole batch)")
+        if "h5_warm_s" in sample:
+            print(f"h5py fancy-index reads of the same rows ({sample['h5_layout']} layout): warm "
+                  f"{sample['h5_warm_s'] * 1e6:.0f} us, cold {sample['h5_cold_s'] * 1e6:.0f} us per batch")
         for mode, limit in (("pread", 0), ("mmap", 0), *(("mmap", mb) for mb in args.resident_limit_mb)):
             log(f"training IQL from disk (read_mode {mode}, resident_limit {limit or None} MB) ...")
             train = _run_phase(["_disk-train", path, str(args.train_steps), str(args.steps_per_epoch),
