@@ -263,17 +263,20 @@ class _RecordFile(_ColumnFile):
         """The records at ``rows`` (1-D int64) without a read, else None:
         rows gathered lately (the same bytes) or all inside the last
         windows (so in range either way). Shared: copy fields."""
-        key = rows.tobytes()
-        for known, records in self._recent:
-            if known == key:
-                return records
+        # only small gathers are remembered: a large one is not turned into bytes
+        key = rows.tobytes() if rows.shape[0] * self.row_bytes <= _RECENT_BYTES else None
+        if key is not None:
+            for known, records in self._recent:
+                if known == key:
+                    return records
         cached = self._windows
         if cached is not None and cached[0].shape[0] == rows.shape[0]:
             firsts, windows, width, base = cached
             position = rows - firsts
             if (position.view(np.uint64) < width).all():  # a negative position is huge as uint64
                 records = np.take(windows, base + position, axis=0)
-                self._remember(key, records)
+                if key is not None:
+                    self._remember(key, records)
                 return records
         return None
 
@@ -284,12 +287,12 @@ class _RecordFile(_ColumnFile):
         records = self.served(rows)
         if records is None:
             records = self._read_records(rows)
-            self._remember(rows.tobytes(), records)
+            if records.nbytes <= _RECENT_BYTES:
+                self._remember(rows.tobytes(), records)
         return records
 
     def _remember(self, key: bytes, records: np.ndarray) -> None:
-        if records.nbytes <= _RECENT_BYTES:
-            self._recent = self._recent[1 - _RECENT_GATHERS:] + ((key, records),)
+        self._recent = self._recent[1 - _RECENT_GATHERS:] + ((key, records),)
 
     def _read_records(self, rows: np.ndarray) -> np.ndarray:
         n, size = rows.shape[0], self.row_bytes

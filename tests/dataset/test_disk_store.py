@@ -805,6 +805,14 @@ def test_gathers_at_rows_gathered_before_read_nothing_and_return_new_arrays(tmp_
         with pytest.raises(IndexError, match="out of bounds for axis 0 with size 400"):
             obs[bad]
     np.testing.assert_array_equal(obs[np.array([-1, -400])], mapped["observations_0"][[399, 0]])
+    # gathers too large to be remembered (5 records of 24 bytes > 64): served from the windows, else read again
+    monkeypatch.setattr(disk_module, "_RECENT_BYTES", 64)
+    calls.clear()
+    big, other = np.array([20, 220, 120, 320, 60]), np.array([80, 180, 280, 380, 40])
+    for key in (big, big, other, big):
+        for column, name in ((obs, "observations_0"), (actions, "actions")):
+            np.testing.assert_array_equal(column[key], mapped[name][key])
+    assert len(calls) == 3 * 5  # big, other, big again: one read per row each time
 
 
 def test_record_gathers_in_any_sequence_equal_the_mapped_gathers(tmp_path):
