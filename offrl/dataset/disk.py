@@ -449,6 +449,9 @@ class DiskStore(InfiniteBuffer):
     with the default ``in_memory=True``) to append.
     """
 
+    #: no in-memory per-transition table: it would take 29 bytes a transition
+    keeps_transition_table = False
+
     def __init__(self) -> None:
         super().__init__()
         self.path: str = ""

@@ -352,6 +352,9 @@ class ColumnStore:
         rows = starts + (indices - (cum[episode_ids] - counts[episode_ids]))
         return episode_ids, rows
 
+    #: False: :meth:`transition_table` is always None (the disk store: a
+    #: table in memory would outgrow its memory budget)
+    keeps_transition_table = True
     #: bytes of a :class:`TransitionTable` per transition
     _TABLE_BYTES = 3 * 8 + 4 + 1
     #: a table is built when it needs at most this many bytes, or at most
@@ -367,7 +370,8 @@ class ColumnStore:
         a buffer written between samples (online training, even with
         several updates per step) never builds one. None as well when it
         would take more than
-        ``max(64 MiB, half the columns' bytes)`` (29 bytes a transition) or when a subclass
+        ``max(64 MiB, half the columns' bytes)`` (29 bytes a transition), for
+        a store whose ``keeps_transition_table`` is False, or when a subclass
         customises :meth:`locate_transitions` (the disk store counts the
         rows it reads there)."""
         cache = self._table_cache
@@ -378,7 +382,8 @@ class ColumnStore:
         if asked[0] != version:
             self._table_asked = (version, 1)
             return None
-        if type(self).locate_transitions is not ColumnStore.locate_transitions or not self.episode_count:
+        if (not self.keeps_transition_table or type(self).locate_transitions is not ColumnStore.locate_transitions
+                or not self.episode_count):
             self._table_cache = (version, None)
             return None
         counts, cum = self._cumulative()

@@ -141,6 +141,10 @@ def test_transition_batches_from_disk_equal_memory(tmp_path, picker, read_mode, 
         offrl.seed(seed)
         b = pair.disk.sample_transition_batch(64)
         _assert_batches_equal(a, b)
+    # the in-memory buffer now samples through its per-transition table; the disk store never keeps one
+    assert [pair.disk.buffer.transition_table() for _ in range(3)] == [None] * 3
+    if isinstance(picker, BasicTransitionPicker):
+        assert pair.memory.buffer.transition_table() is not None
     offrl.seed(3)
     t = pair.memory.sample_transition()
     offrl.seed(3)
