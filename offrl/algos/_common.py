@@ -76,7 +76,8 @@ def freeze(module: nn.Module) -> nn.Module:
 def td_target(rewards: torch.Tensor, next_values: torch.Tensor, terminals: torch.Tensor, gamma: float, intervals: torch.Tensor) -> torch.Tensor:
     """``r + gamma**interval * (1 - terminal) * next_values``; ``next_values``
     is ``(B, N)`` (``N`` quantiles, 1 for a scalar value)."""
-    return torch.addcmul(rewards, (gamma**intervals) * (1.0 - terminals), next_values)
+    # torch.pow(float, tensor) directly: ``gamma ** intervals`` goes through Tensor.__rpow__'s Python wrapper
+    return torch.addcmul(rewards, torch.pow(gamma, intervals) * (1.0 - terminals), next_values)
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
