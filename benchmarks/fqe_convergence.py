@@ -11,6 +11,7 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
     python benchmarks/fqe_convergence.py --configs recommended-cap --json run.json
     python benchmarks/fqe_convergence.py --replay run.json [--window 5 --tolerance 0.03]
     python benchmarks/fqe_convergence.py --only pendulum-bc --configs recommended-cap --set target_update_interval=50 --policy-cache fqe-policies --json tu50.json
+    python benchmarks/fqe_convergence.py --configs recommended --policy-cache fqe-policies --fqe-seed 1
 
 Cases: the built-in ``replay`` datasets (``offrl.datasets.get_cartpole`` /
 ``get_pendulum``), each with a behaviour-cloning policy and a conservative
@@ -137,14 +138,14 @@ def _truth(algo: Any, env: Any, dataset: Any, n_trials: int) -> Tuple[float, flo
 
 
 def _fqe(algo: Any, dataset: Any, discrete: bool, recommended: bool, cap: int,
-         early_stopping: Any = None, changes: Any = None) -> Dict[str, Any]:
+         early_stopping: Any = None, changes: Any = None, fqe_seed: int = SEED) -> Dict[str, Any]:
     import offrl
     from offrl.logging import NoopAdapterFactory
 
     config_cls = offrl.ope.DiscreteFQEConfig if discrete else offrl.ope.FQEConfig
     fqe_cls = offrl.ope.DiscreteFQE if discrete else offrl.ope.FQE
     config = config_cls.recommended(gamma=GAMMA, **(changes or {})) if recommended else config_cls(gamma=GAMMA)
-    offrl.seed(SEED)
+    offrl.seed(fqe_seed)
     fqe = fqe_cls(algo=algo, config=config, device="cpu")
     start = time.perf_counter()
     results = fqe.fit(dataset, n_steps=cap, n_steps_per_epoch=1000, logger_adapter=NoopAdapterFactory(),
@@ -196,7 +197,7 @@ def _cached_policy(case: str, dataset: Any, env: Any, n_trials: int, cache: Any)
 
 
 def run_case(case: str, cap: int, n_trials: int, configs: Tuple[str, ...] = CONFIGS,
-             policy_cache: Any = None, changes: Any = None) -> Dict[str, Any]:
+             policy_cache: Any = None, changes: Any = None, fqe_seed: int = SEED) -> Dict[str, Any]:
     import offrl
 
     env_name = CASES[case][0]
@@ -204,10 +205,11 @@ def run_case(case: str, cap: int, n_trials: int, configs: Tuple[str, ...] = CONF
     algo, truth, truncated = _cached_policy(case, dataset, env, n_trials, policy_cache)
     discrete = env_name == "cartpole"
     recorded = {k: v.to_dict() if hasattr(v, "to_dict") else v for k, v in (changes or {}).items()}
-    out = {"case": case, "truth": truth, "truth_time_limit": truncated, "recommended_changes": recorded}
+    out = {"case": case, "truth": truth, "truth_time_limit": truncated, "recommended_changes": recorded,
+           "fqe_seed": fqe_seed}
     for name in configs:
         out[name] = _fqe(algo, dataset, discrete, name != "default", cap, early_stopping=name == "recommended",
-                         changes=changes)
+                         changes=changes, fqe_seed=fqe_seed)
     return out
 
 
@@ -304,6 +306,8 @@ def main(argv: Any = None) -> None:
                              "a factory as offrl's to_dict writes it), e.g. --set target_update_interval=50 --set "
                              "'encoder_factory={\"kind\": \"encoder\", \"type\": \"vector\", \"params\": "
                              "{\"hidden_units\": [256, 256, 256]}}'")
+    parser.add_argument("--fqe-seed", type=int, default=SEED,
+                        help="the seed FQE trains with (the policies keep seed 0; default 0)")
     parser.add_argument("--replay", nargs="+", default=None, metavar="JSON",
                         help="no training: replay the settling rule on the curves of earlier --json files")
     parser.add_argument("--window", type=int, default=None,
@@ -349,7 +353,7 @@ def main(argv: Any = None) -> None:
     print_load("start")
     rows = []
     for case in cases:
-        rows.append(run_case(case, cap, trials, configs, args.policy_cache, changes))
+        rows.append(run_case(case, cap, trials, configs, args.policy_cache, changes, args.fqe_seed))
         print(f"{case} done", file=sys.stderr, flush=True)
     report(rows)
     print_load("end")

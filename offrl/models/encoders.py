@@ -36,6 +36,7 @@ __all__ = [
     "VectorEncoderFactory",
     "PixelEncoderFactory",
     "DefaultEncoderFactory",
+    "ByShapeEncoderFactory",
     "DictEncoderFactory",
     "register_encoder_factory",
     "compute_output_size",
@@ -435,6 +436,41 @@ class DefaultEncoderFactory(EncoderFactory):
         if not is_tuple_shape(observation_shape):
             return self._factory_for(observation_shape).create_ensemble(observation_shape, n, action_size, discrete_action)  # type: ignore[arg-type]
         return super().create_ensemble(observation_shape, n, action_size, discrete_action)
+
+
+@register("encoder")
+@dataclasses.dataclass
+class ByShapeEncoderFactory(DefaultEncoderFactory):
+    """:class:`DefaultEncoderFactory` with the vector MLP chosen (offrl's
+    addition): an MLP of ``vector_hidden_units``, with layer normalisation
+    after each linear layer when ``vector_layer_norm``, for vector
+    observations (and the vector elements of tuple observations); the same
+    Nature-DQN convolutions as the default for images. For a config meant
+    for any observation kind that wants a deeper MLP on vectors without
+    forcing an MLP on pixels (``FQEConfig.recommended()``)."""
+
+    vector_hidden_units: List[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    vector_layer_norm: bool = False
+
+    def __post_init__(self) -> None:
+        units = self.vector_hidden_units
+        if (not isinstance(units, (list, tuple)) or not units
+                or any(isinstance(u, bool) or not isinstance(u, int) or u <= 0 for u in units)):
+            raise ValueError(f"vector_hidden_units must be a non-empty list of positive ints, got {units!r}")
+        self.vector_hidden_units = [int(u) for u in units]
+        if not isinstance(self.vector_layer_norm, bool):
+            raise ValueError(f"vector_layer_norm must be True or False, got {self.vector_layer_norm!r}")
+
+    @staticmethod
+    def get_type() -> str:
+        return "by_shape"
+
+    def _factory_for(self, shape: Sequence[int]) -> EncoderFactory:
+        if len(shape) == 3:
+            return super()._factory_for(shape)
+        return VectorEncoderFactory(hidden_units=list(self.vector_hidden_units), activation=self.activation,
+                                    use_batch_norm=self.use_batch_norm, use_layer_norm=self.vector_layer_norm,
+                                    dropout_rate=self.dropout_rate)
 
 
 # ------------------------------------------------------------------ dict
