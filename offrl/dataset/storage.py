@@ -357,9 +357,9 @@ class ColumnStore:
     keeps_transition_table = True
     #: bytes of a :class:`TransitionTable` per transition
     _TABLE_BYTES = 3 * 8 + 4 + 1
-    #: a table is built when it needs at most this many bytes, or at most
-    #: half the stored columns' bytes
-    _TABLE_FLOOR_BYTES = 64 << 20
+    #: a table is built when it needs at most this many bytes, or at most a
+    #: quarter of the stored columns' bytes
+    _TABLE_FLOOR_BYTES = 128 << 20
 
     def transition_table(self) -> Optional[TransitionTable]:
         """The :class:`TransitionTable` of the current data, or None.
@@ -370,7 +370,7 @@ class ColumnStore:
         a buffer written between samples (online training, even with
         several updates per step) never builds one. None as well when it
         would take more than
-        ``max(64 MiB, half the columns' bytes)`` (29 bytes a transition), for
+        ``max(128 MiB, a quarter of the columns' bytes)`` (29 bytes a transition), for
         a store whose ``keeps_transition_table`` is False, or when a subclass
         customises :meth:`locate_transitions` (the disk store counts the
         rows it reads there)."""
@@ -393,7 +393,7 @@ class ColumnStore:
             return None
         columns = sum(int(c.nbytes) for c in self._observations or ()) + int(self._actions.nbytes) + int(self._rewards.nbytes)
         table = None
-        if total and total * self._TABLE_BYTES <= max(self._TABLE_FLOOR_BYTES, columns // 2):
+        if total and total * self._TABLE_BYTES <= max(self._TABLE_FLOOR_BYTES, columns // 4):
             table = self._build_table(counts, cum, total)
         self._table_cache = (version, table)
         return table

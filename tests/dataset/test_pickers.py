@@ -507,7 +507,7 @@ def test_transition_table_built_after_calls_that_pay_for_it():
 def test_transition_table_refused_by_size_and_by_a_custom_locator(monkeypatch):
     _, _, _, ds = _tiny(next_observations=False)
     store = ds.buffer
-    monkeypatch.setattr(type(store), "_TABLE_FLOOR_BYTES", 0)  # 5 transitions * 29 bytes > half of 7 rows' columns
+    monkeypatch.setattr(type(store), "_TABLE_FLOOR_BYTES", 0)  # 5 transitions * 29 bytes > a quarter of 7 rows' columns
     store.transition_table()
     assert store.transition_table() is None
 
