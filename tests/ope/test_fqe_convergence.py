@@ -633,6 +633,19 @@ def test_weight_averaging_survives_save_and_load(tmp_path):
     assert not np.allclose(online.predict_value(obs, actions), fqe.predict_value(obs, actions))
 
 
+def test_copy_q_function_from_sets_the_averaged_network_too():
+    dataset, policy = _episodes_dataset(), FixedPolicy(np.eye(2))
+    averaged = DiscreteFQE(algo=policy, config=_small_config(ema_decay=0.9))
+    averaged.build_with_dataset(dataset)
+    plain = DiscreteFQE(algo=policy, config=_small_config())
+    plain.build_with_dataset(dataset)
+    averaged.copy_q_function_from(plain)
+    for a, b in zip(_flat_weights(averaged._nets["averaged_q_function"]), _flat_weights(plain._nets["q_function"])):
+        assert torch.equal(a, b)  # values are read from the copied weights, not the old initial ones
+    obs = dataset.to_arrays()["observations"]
+    np.testing.assert_array_equal(averaged.predict_value(obs, policy.predict(obs)), plain.predict_value(obs, policy.predict(obs)))
+
+
 @pytest.mark.parametrize("value", [0, 0.0, 1, 1.0, -0.5, 1.5, float("nan"), float("inf"), "0.99", True])
 @pytest.mark.parametrize("cls", [FQEConfig, DiscreteFQEConfig])
 def test_bad_ema_decay_names_the_field_and_range(cls, value):
