@@ -94,6 +94,14 @@ class RewardsToGo:
         self._parts: Optional[list["RewardsToGo"]] = None
 
     @classmethod
+    def _trusted(cls, rewards: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> "RewardsToGo":
+        """:class:`RewardsToGo` of int64 ``starts`` and ``ends`` of one
+        shape, without checking them (the sampler's per-batch path)."""
+        out = cls.__new__(cls)
+        out.rewards, out.starts, out.ends, out.override, out._parts = rewards, starts, ends, None, None
+        return out
+
+    @classmethod
     def concatenate(cls, parts: Sequence["RewardsToGo"]) -> "RewardsToGo":
         """The items of ``parts`` in order (e.g. the two halves of a mixed
         batch drawn from different buffers), without copying rewards."""

@@ -135,21 +135,15 @@ class BasicTransitionPicker:
             if is_terminal is not None:
                 nxt[is_terminal] = 0
             next_observations.append(nxt)
-        actions = store.actions
-        valid = table.next_valid[indices]
-        # a terminal step's next row is itself, and its next action is invalid: zeroed like the rest
-        next_actions = actions[np.where(valid, next_rows, 0)]
-        if not valid.all():
-            next_actions[~valid] = 0
         return TransitionMiniBatch(
             observations=_unwrap([column[rows] for column in store.observations]),
-            actions=actions[rows],
+            actions=store.actions[rows],
             rewards=store.rewards[rows],
             next_observations=_unwrap(next_observations),
-            next_actions=next_actions,
+            next_actions=table.next_actions[indices],
             terminals=terminals,
             intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
-            rewards_to_go=RewardsToGo(store.rewards, rows, table.ends[indices]),
+            rewards_to_go=RewardsToGo._trusted(store.rewards, rows, table.ends[indices]),
         )
 
     def __repr__(self) -> str:

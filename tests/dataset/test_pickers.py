@@ -468,7 +468,8 @@ def test_transition_table_exact_values(next_observations, expected):
     for name in ("rows", "next_rows", "ends"):
         np.testing.assert_array_equal(getattr(table, name), expected[name], err_msg=name)
     np.testing.assert_array_equal(table.terminals, np.array(expected["terminal"], np.float32)[:, None])
-    np.testing.assert_array_equal(table.next_valid, np.array(expected["next_valid"], bool))
+    next_actions = np.where(np.array(expected["next_valid"], bool)[:, None], ds.buffer.actions[table.rows + 1], 0)
+    np.testing.assert_array_equal(table.next_actions, next_actions)  # the step after, zeros after an episode's last step
 
 
 def test_transition_table_not_built_while_written_between_samples():
@@ -507,7 +508,7 @@ def test_transition_table_built_after_calls_that_pay_for_it():
 def test_transition_table_refused_by_size_and_by_a_custom_locator(monkeypatch):
     _, _, _, ds = _tiny(next_observations=False)
     store = ds.buffer
-    monkeypatch.setattr(type(store), "_TABLE_FLOOR_BYTES", 0)  # 5 transitions * 29 bytes > a quarter of 7 rows' columns
+    monkeypatch.setattr(type(store), "_TABLE_FLOOR_BYTES", 0)  # 5 transitions * (28 + 4) bytes > a quarter of 7 rows' columns
     store.transition_table()
     assert store.transition_table() is None
 
