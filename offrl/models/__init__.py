@@ -1,6 +1,7 @@
 """Network building blocks: encoders, Q-function ensembles, policies, optimizers."""
 
 from .encoders import (
+    ByShapeEncoderFactory,
     DefaultEncoderFactory,
     DictEncoderFactory,
     EncoderFactory,
@@ -21,6 +22,7 @@ __all__ = [
     "VectorEncoderFactory",
     "PixelEncoderFactory",
     "DefaultEncoderFactory",
+    "ByShapeEncoderFactory",
     "DictEncoderFactory",
     "SimBaEncoderFactory",
     "register_encoder_factory",
