@@ -352,6 +352,13 @@ class ColumnStore:
         rows = starts + (indices - (cum[episode_ids] - counts[episode_ids]))
         return episode_ids, rows
 
+    def __getstate__(self) -> dict:
+        # a copy or pickle does not carry the sampling table (up to 128 MiB or more); it is rebuilt if used
+        state = self.__dict__.copy()
+        state["_table_cache"] = None
+        state["_table_asked"] = (-1, 0)
+        return state
+
     #: False: :meth:`transition_table` is always None (the disk store: a
     #: table in memory would outgrow its memory budget)
     keeps_transition_table = True

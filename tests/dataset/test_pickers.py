@@ -505,6 +505,21 @@ def test_transition_table_built_after_calls_that_pay_for_it():
     assert calls == [True] * 8 + [False]
 
 
+def test_transition_table_is_not_copied_or_pickled():
+    import copy
+    import pickle
+
+    _, _, _, ds = _tiny(next_observations=True)
+    ds.buffer.transition_table()
+    assert ds.buffer.transition_table() is not None
+    for other in (copy.deepcopy(ds), pickle.loads(pickle.dumps(ds))):
+        assert other.buffer._table_cache is None
+        offrl.seed(4)
+        got = other.sample_transition_batch(6)
+        offrl.seed(4)
+        assert_same_batch(got, ds.sample_transition_batch(6))
+
+
 def test_transition_table_refused_by_size_and_by_a_custom_locator(monkeypatch):
     _, _, _, ds = _tiny(next_observations=False)
     store = ds.buffer
