@@ -10,7 +10,7 @@ uses that path whenever the picker has it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Protocol, Sequence, runtime_checkable
+from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -69,6 +69,31 @@ def _gather_next_actions(store: ColumnStore, next_rows: np.ndarray, ends: np.nda
     return next_actions
 
 
+def _one_step_batch(store: ColumnStore, rows: np.ndarray, next_rows: np.ndarray, is_terminal: Optional[np.ndarray],
+                    terminals: np.ndarray, next_actions: Callable[[], np.ndarray],
+                    rewards_to_go: RewardsToGo) -> TransitionMiniBatch:
+    """The one-step batch at ``rows``: next observations at ``next_rows``,
+    zeroed where ``is_terminal`` (None: no terminal step in the batch).
+    ``next_actions`` is called after the other columns are gathered: the
+    disk store merges the reads of gathers at rows it has just read."""
+    next_observations = []
+    for column in store.observations:
+        nxt = column[next_rows]
+        if is_terminal is not None:
+            nxt[is_terminal] = 0
+        next_observations.append(nxt)
+    return TransitionMiniBatch(
+        observations=_unwrap([column[rows] for column in store.observations]),
+        actions=store.actions[rows],
+        rewards=store.rewards[rows],
+        next_observations=_unwrap(next_observations),
+        next_actions=next_actions(),
+        terminals=terminals,
+        intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
+        rewards_to_go=rewards_to_go,
+    )
+
+
 class BasicTransitionPicker:
     """One-step transitions: the next observation is the next step's, zeros
     after a terminal step, the stored final observation after the last step
@@ -100,22 +125,9 @@ class BasicTransitionPicker:
         is_terminal = terminated & (rows == ends - 1)
         # a terminal row may be the very last stored row: read any valid row, then zero it
         next_rows = np.where(is_terminal, rows, rows + 1)
-        any_terminal = bool(is_terminal.any())
-        next_observations = []
-        for column in store.observations:
-            nxt = column[next_rows]
-            if any_terminal:
-                nxt[is_terminal] = 0
-            next_observations.append(nxt)
-        return TransitionMiniBatch(
-            observations=_unwrap([column[rows] for column in store.observations]),
-            actions=store.actions[rows],
-            rewards=store.rewards[rows],
-            next_observations=_unwrap(next_observations),
-            next_actions=_gather_next_actions(store, rows + 1, ends),
-            terminals=is_terminal.astype(np.float32)[:, None],
-            intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
-            rewards_to_go=RewardsToGo(store.rewards, rows, ends),
+        return _one_step_batch(
+            store, rows, next_rows, is_terminal if is_terminal.any() else None, is_terminal.astype(np.float32)[:, None],
+            lambda: _gather_next_actions(store, rows + 1, ends), RewardsToGo(store.rewards, rows, ends),
         )
 
     def pick_transitions(self, store: ColumnStore, indices: np.ndarray) -> TransitionMiniBatch:
@@ -126,24 +138,10 @@ class BasicTransitionPicker:
         if table is None:
             return self.pick_batch(store, *store.locate_transitions(indices))
         rows = table.rows[indices]
-        next_rows = table.next_rows[indices]
         terminals = table.terminals[indices]
-        is_terminal = terminals[:, 0] > 0 if terminals.any() else None
-        next_observations = []
-        for column in store.observations:
-            nxt = column[next_rows]
-            if is_terminal is not None:
-                nxt[is_terminal] = 0
-            next_observations.append(nxt)
-        return TransitionMiniBatch(
-            observations=_unwrap([column[rows] for column in store.observations]),
-            actions=store.actions[rows],
-            rewards=store.rewards[rows],
-            next_observations=_unwrap(next_observations),
-            next_actions=table.next_actions[indices],
-            terminals=terminals,
-            intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
-            rewards_to_go=RewardsToGo._trusted(store.rewards, rows, table.ends[indices]),
+        return _one_step_batch(
+            store, rows, table.next_rows[indices], terminals[:, 0] > 0 if terminals.any() else None, terminals,
+            lambda: table.next_actions[indices], RewardsToGo._trusted(store.rewards, rows, table.ends[indices]),
         )
 
     def __repr__(self) -> str:
