@@ -48,10 +48,6 @@ def _converter(device: Any) -> Callable[[np.ndarray], Any]:
     return lambda array: from_numpy(contiguous(array)).to(device)
 
 
-def _to_tensor(array: np.ndarray, device: Any):
-    return _converter(device)(array)
-
-
 def _observations_to_tensor(observations: ObservationBatch, convert: Callable[[np.ndarray], Any]):
     if isinstance(observations, (list, tuple)):
         return [convert(o) for o in observations]
