@@ -62,7 +62,11 @@ def _batch_context(store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray
 
 
 def _gather_next_actions(store: ColumnStore, next_rows: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    valid = next_rows < ends
+    return _next_actions_at(store, next_rows, next_rows < ends)
+
+
+def _next_actions_at(store: ColumnStore, next_rows: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """The actions at ``next_rows``, zeros where not ``valid``."""
     next_actions = store.actions[np.where(valid, next_rows, 0)]
     if not valid.all():
         next_actions[~valid] = 0
@@ -138,10 +142,11 @@ class BasicTransitionPicker:
         if table is None:
             return self.pick_batch(store, *store.locate_transitions(indices))
         rows = table.rows[indices]
+        next_rows = table.next_rows[indices]
         terminals = table.terminals[indices]
         return _one_step_batch(
-            store, rows, table.next_rows[indices], terminals[:, 0] > 0 if terminals.any() else None, terminals,
-            lambda: table.next_actions[indices], RewardsToGo._trusted(store.rewards, rows, table.ends[indices]),
+            store, rows, next_rows, terminals[:, 0] > 0 if terminals.any() else None, terminals,
+            lambda: _next_actions_at(store, next_rows, table.next_valid[indices]), RewardsToGo._trusted(store.rewards, rows, table.ends[indices]),
         )
 
     def __repr__(self) -> str:

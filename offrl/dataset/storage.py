@@ -44,15 +44,17 @@ class TransitionTable(NamedTuple):
     sampling without locating episodes per batch. Transition ``i`` (in
     ``[0, transition_count)``) is at ``rows[i]``; its next observation at
     ``next_rows[i]`` (the row itself for a terminal step, whose next
-    observation is zeros); its episode ends at ``ends[i]``; ``terminals``
-    is ``(N, 1)`` float32; ``next_actions[i]`` the next step's action
-    (zeros after the last step of an episode)."""
+    observation is zeros); its next action at ``next_rows[i]`` where
+    ``next_valid[i]`` (zeros after the last step of an episode); its
+    episode ends at ``ends[i]``; ``terminals`` is ``(N, 1)`` float32. Rows,
+    not values: data written into the columns in place (through an
+    episode's views) is sampled as written."""
 
     rows: np.ndarray
     next_rows: np.ndarray
     ends: np.ndarray
     terminals: np.ndarray
-    next_actions: np.ndarray
+    next_valid: np.ndarray
 
 
 @runtime_checkable
@@ -362,8 +364,8 @@ class ColumnStore:
     #: False: :meth:`transition_table` is always None (the disk store: a
     #: table in memory would outgrow its memory budget)
     keeps_transition_table = True
-    #: bytes of a :class:`TransitionTable` per transition, besides its next action
-    _TABLE_BYTES = 3 * 8 + 4
+    #: bytes of a :class:`TransitionTable` per transition
+    _TABLE_BYTES = 3 * 8 + 4 + 1
     #: a table is built when it needs at most this many bytes, or at most a
     #: quarter of the stored columns' bytes
     _TABLE_FLOOR_BYTES = 128 << 20
@@ -377,8 +379,8 @@ class ColumnStore:
         a buffer written between samples (online training, even with
         several updates per step) never builds one. None as well when it
         would take more than
-        ``max(128 MiB, a quarter of the columns' bytes)`` (28 bytes a transition
-        and a next action), for
+        ``max(128 MiB, a quarter of the columns' bytes)`` (29 bytes a
+        transition), for
         a store whose ``keeps_transition_table`` is False, or when a subclass
         customises :meth:`locate_transitions` (the disk store counts the
         rows it reads there)."""
@@ -401,8 +403,7 @@ class ColumnStore:
             return None
         columns = sum(int(c.nbytes) for c in self._observations or ()) + int(self._actions.nbytes) + int(self._rewards.nbytes)
         table = None
-        per_transition = self._TABLE_BYTES + self._actions.itemsize * int(np.prod(self._actions.shape[1:], dtype=np.int64))
-        if total and total * per_transition <= max(self._TABLE_FLOOR_BYTES, columns // 4):
+        if total and total * self._TABLE_BYTES <= max(self._TABLE_FLOOR_BYTES, columns // 4):
             table = self._build_table(counts, cum, total)
         self._table_cache = (version, table)
         return table
@@ -414,14 +415,12 @@ class ColumnStore:
         ends_t = np.repeat(ends, counts)
         is_terminal = np.repeat(terminated, counts) & (rows == ends_t - 1)
         next_valid = rows + 1 < ends_t
-        next_actions = self._actions[np.where(next_valid, rows + 1, 0)]
-        next_actions[~next_valid] = 0
         return TransitionTable(
             rows=rows,
             next_rows=np.where(is_terminal, rows, rows + 1),
             ends=ends_t,
             terminals=is_terminal.astype(np.float32)[:, None],
-            next_actions=next_actions,
+            next_valid=next_valid,
         )
 
     def locate_steps(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

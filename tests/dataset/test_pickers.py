@@ -468,8 +468,7 @@ def test_transition_table_exact_values(next_observations, expected):
     for name in ("rows", "next_rows", "ends"):
         np.testing.assert_array_equal(getattr(table, name), expected[name], err_msg=name)
     np.testing.assert_array_equal(table.terminals, np.array(expected["terminal"], np.float32)[:, None])
-    next_actions = np.where(np.array(expected["next_valid"], bool)[:, None], ds.buffer.actions[table.rows + 1], 0)
-    np.testing.assert_array_equal(table.next_actions, next_actions)  # the step after, zeros after an episode's last step
+    np.testing.assert_array_equal(table.next_valid, np.array(expected["next_valid"], bool))
 
 
 def test_transition_table_not_built_while_written_between_samples():
@@ -505,6 +504,25 @@ def test_transition_table_built_after_calls_that_pay_for_it():
     assert calls == [True] * 8 + [False]
 
 
+def test_table_path_samples_data_written_in_place_through_episode_views():
+    """The table holds rows, not values: actions, rewards and observations
+    changed in place through an episode's views are sampled as changed."""
+    _, _, _, ds = _tiny(next_observations=True)
+    store = ds.buffer
+    store.transition_table()
+    assert store.transition_table() is not None
+    for episode in ds.episodes:
+        episode.actions[:] *= -3.0
+        episode.rewards[:] += 7.0
+        episode.observations[:] *= 2.0
+    ids = np.arange(store.transition_count)
+    assert_same_batch(BasicTransitionPicker().pick_transitions(store, ids),
+                      BasicTransitionPicker().pick_batch(store, *store.locate_transitions(ids)))
+    batch = BasicTransitionPicker().pick_transitions(store, ids)
+    np.testing.assert_array_equal(batch.next_actions[:2, 0], (np.array([1, 2]) * 0.5 + 0.25) * -3.0)
+    np.testing.assert_array_equal(batch.rewards[:2, 0], np.array([10.0, 11.0]) + 7.0)
+
+
 def test_transition_table_is_not_copied_or_pickled():
     import copy
     import pickle
@@ -523,7 +541,7 @@ def test_transition_table_is_not_copied_or_pickled():
 def test_transition_table_refused_by_size_and_by_a_custom_locator(monkeypatch):
     _, _, _, ds = _tiny(next_observations=False)
     store = ds.buffer
-    monkeypatch.setattr(type(store), "_TABLE_FLOOR_BYTES", 0)  # 5 transitions * (28 + 4) bytes > a quarter of 7 rows' columns
+    monkeypatch.setattr(type(store), "_TABLE_FLOOR_BYTES", 0)  # 5 transitions * 29 bytes > a quarter of 7 rows' columns
     store.transition_table()
     assert store.transition_table() is None
 
