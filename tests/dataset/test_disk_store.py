@@ -742,13 +742,20 @@ def test_records_hold_exactly_the_columns_and_read_back_like_them(case, rows_see
             _assert_batches_equal(a, stores["rows"].sample_transition_batch(16))
 
 
+def _rows_dataset(path, rng, n_episodes: int, length: int, terminated: bool) -> list:
+    """``n_episodes`` random episodes (3-dim observations, 2-dim actions) written at ``path`` in the rows layout."""
+    episodes = [Episode(observations=rng.normal(size=(length, 3)).astype(np.float32),
+                        actions=rng.uniform(-1, 1, (length, 2)).astype(np.float32),
+                        rewards=rng.normal(size=(length, 1)).astype(np.float32), terminated=terminated)
+                for _ in range(n_episodes)]
+    with DiskDatasetWriter(path, layout="rows") as writer:
+        writer.add_episodes(episodes)
+    return episodes
+
+
 def test_a_scattered_transition_batch_is_one_read_per_transition(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
-    episodes = [Episode(observations=rng.normal(size=(50, 3)).astype(np.float32),
-                        actions=rng.uniform(-1, 1, (50, 2)).astype(np.float32),
-                        rewards=rng.normal(size=(50, 1)).astype(np.float32), terminated=True) for _ in range(20)]
-    with DiskDatasetWriter(tmp_path / "d", layout="rows") as writer:
-        writer.add_episodes(episodes)
+    episodes = _rows_dataset(tmp_path / "d", rng, n_episodes=20, length=50, terminated=True)
     disk = ReplayBuffer.load(tmp_path / "d", in_memory=False)
     memory = ReplayBuffer(InfiniteBuffer(), episodes=episodes)
     record_bytes = json.loads((tmp_path / "d" / "manifest.json").read_text())["record_bytes"]
@@ -777,11 +784,7 @@ def test_gathers_at_rows_gathered_before_read_nothing_and_return_new_arrays(tmp_
     (by content, not by array identity) cost one read; every result is a
     fresh writable array, and rows changed in place are gathered anew."""
     rng = np.random.default_rng(5)
-    episodes = [Episode(observations=rng.normal(size=(40, 3)).astype(np.float32),
-                        actions=rng.uniform(-1, 1, (40, 2)).astype(np.float32),
-                        rewards=rng.normal(size=(40, 1)).astype(np.float32), terminated=False) for _ in range(10)]
-    with DiskDatasetWriter(tmp_path / "d", layout="rows") as writer:
-        writer.add_episodes(episodes)
+    _rows_dataset(tmp_path / "d", rng, n_episodes=10, length=40, terminated=False)
     store = ReplayBuffer.load(tmp_path / "d", in_memory=False).buffer
     obs, actions, rewards = store.observations[0], store.actions, store.rewards
     mapped = store._maps[0]
