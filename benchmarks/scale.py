@@ -196,12 +196,12 @@ def _per_call(fn: Callable[[], Any], n: int) -> float:
 
 
 def _per_call_cpu(fn: Callable[[], Any], n: int) -> tuple:
-    """(wall, CPU) seconds per call; CPU time is this thread's own (less
-    sensitive to other processes on a loaded machine)."""
-    start, cpu = time.perf_counter(), time.thread_time()
+    """(wall, CPU) seconds per call; CPU time is the process's, all its
+    threads (the disk store's reader thread included)."""
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(n):
         fn()
-    return (time.perf_counter() - start) / n, (time.thread_time() - cpu) / n
+    return (time.perf_counter() - start) / n, (time.process_time() - cpu) / n
 
 
 def _reads_only(path: str, batch: int) -> Callable[[], Any]:
@@ -234,7 +234,9 @@ def phase_sample(path: str, other_path: str, h5_path: str, batch: int, calls: in
     mapped = ReplayBuffer.load(path, in_memory=False)
     mapped.buffer.read_mode = "mmap"
     columns = [os.path.join(path, n) for n in os.listdir(path) if n.endswith(".bin")]
-    sources = {"pread": disk, "mmap": mapped}
+    one_thread = ReplayBuffer.load(path, in_memory=False)
+    one_thread.buffer.split_reads = False
+    sources = {"pread": disk, "pread_one_thread": one_thread, "mmap": mapped}
     if other_path != "-":
         sources["pread_other"] = ReplayBuffer.load(other_path, in_memory=False)
         columns += [os.path.join(other_path, n) for n in os.listdir(other_path) if n.endswith(".bin")]
@@ -262,8 +264,8 @@ def phase_sample(path: str, other_path: str, h5_path: str, batch: int, calls: in
         result[f"{name}_ratio"] = float(np.median(t[:, 0] / m[:, 0]))
         result[f"{name}_ratio_cpu"] = float(np.median(t[:, 1] / m[:, 1]))
     # cold cache: the first batches after dropping the files' pages
-    for name, data in (("pread", disk), ("mmap", mapped), *((("pread_other", sources["pread_other"]),)
-                                                            if "pread_other" in sources else ())):
+    for name, data in (("pread", disk), ("pread_one_thread", one_thread), ("mmap", mapped),
+                       *((("pread_other", sources["pread_other"]),) if "pread_other" in sources else ())):
         disk.buffer.release_pages()
         mapped.buffer.release_pages()  # mapped pages would stay cached whatever fadvise says
         result["fadvise"] = _drop_cache(columns)
@@ -431,11 +433,13 @@ def run_disk(argv: List[str]) -> None:
         b = sample["batch"]
         print(f"sample_transition_batch({b}), warm page cache, median of 5 interleaved rounds (wall / CPU time): "
               f"memory {sample['memory_s'] * 1e6:.0f} / {sample['memory_cpu_s'] * 1e6:.0f} us")
-        for name in ("pread", "mmap", "pread_other"):
+        for name in ("pread", "pread_one_thread", "mmap", "pread_other"):
             if name + "_s" not in sample:
                 continue
             label = (f"layout {other!r}, read_mode='pread'" if name == "pread_other" else
-                     f"layout {sample['layout']!r}, read_mode={name!r}{' (default)' if name == sample['read_mode'] else ''}")
+                     f"layout {sample['layout']!r}, read_mode='pread', split_reads=False" if name == "pread_one_thread"
+                     else f"layout {sample['layout']!r}, read_mode={name!r}"
+                          f"{' (default)' if name == sample['read_mode'] else ''}")
             print(f"  disk {label}: "
                   f"{sample[name + '_s'] * 1e6:.0f} / {sample[name + '_cpu_s'] * 1e6:.0f} us "
                   f"(ratio {sample[name + '_ratio']:.2f}x wall, {sample[name + '_ratio_cpu']:.2f}x CPU); cold cache "

@@ -10,7 +10,7 @@ uses that path whenever the picker has it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
+from typing import Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -74,24 +74,35 @@ def _next_actions_at(store: ColumnStore, next_rows: np.ndarray, valid: np.ndarra
 
 
 def _one_step_batch(store: ColumnStore, rows: np.ndarray, next_rows: np.ndarray, is_terminal: Optional[np.ndarray],
-                    terminals: np.ndarray, next_actions: Callable[[], np.ndarray],
-                    rewards_to_go: RewardsToGo) -> TransitionMiniBatch:
+                    terminals: np.ndarray, next_valid: np.ndarray, rewards_to_go: RewardsToGo) -> TransitionMiniBatch:
     """The one-step batch at ``rows``: next observations at ``next_rows``,
-    zeroed where ``is_terminal`` (None: no terminal step in the batch).
-    ``next_actions`` is called after the other columns are gathered: the
-    disk store merges the reads of gathers at rows it has just read."""
-    next_observations = []
-    for column in store.observations:
-        nxt = column[next_rows]
+    zeroed where ``is_terminal`` (None: no terminal step in the batch); next
+    actions at ``next_rows`` where ``next_valid``, else zeros (``next_rows``
+    is ``rows + 1`` wherever ``next_valid``)."""
+    fields = store.one_step_fields(rows, next_rows)
+    if fields is None:
+        next_observations = []
+        for column in store.observations:
+            nxt = column[next_rows]
+            if is_terminal is not None:
+                nxt[is_terminal] = 0
+            next_observations.append(nxt)
+        observations = [column[rows] for column in store.observations]
+        actions, rewards = store.actions[rows], store.rewards[rows]
+        next_actions = _next_actions_at(store, next_rows, next_valid)
+    else:
+        observations, actions, rewards, next_observations, next_actions = fields
         if is_terminal is not None:
-            nxt[is_terminal] = 0
-        next_observations.append(nxt)
+            for nxt in next_observations:
+                nxt[is_terminal] = 0
+        if not next_valid.all():
+            next_actions[~next_valid] = 0
     return TransitionMiniBatch(
-        observations=_unwrap([column[rows] for column in store.observations]),
-        actions=store.actions[rows],
-        rewards=store.rewards[rows],
+        observations=_unwrap(observations),
+        actions=actions,
+        rewards=rewards,
         next_observations=_unwrap(next_observations),
-        next_actions=next_actions(),
+        next_actions=next_actions,
         terminals=terminals,
         intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
         rewards_to_go=rewards_to_go,
@@ -131,7 +142,7 @@ class BasicTransitionPicker:
         next_rows = np.where(is_terminal, rows, rows + 1)
         return _one_step_batch(
             store, rows, next_rows, is_terminal if is_terminal.any() else None, is_terminal.astype(np.float32)[:, None],
-            lambda: _gather_next_actions(store, rows + 1, ends), RewardsToGo(store.rewards, rows, ends),
+            rows + 1 < ends, RewardsToGo(store.rewards, rows, ends),
         )
 
     def pick_transitions(self, store: ColumnStore, indices: np.ndarray) -> TransitionMiniBatch:
@@ -146,7 +157,7 @@ class BasicTransitionPicker:
         terminals = table.terminals[indices]
         return _one_step_batch(
             store, rows, next_rows, terminals[:, 0] > 0 if terminals.any() else None, terminals,
-            lambda: _next_actions_at(store, next_rows, table.next_valid[indices]), RewardsToGo._trusted(store.rewards, rows, table.ends[indices]),
+            table.next_valid[indices], RewardsToGo._trusted(store.rewards, rows, table.ends[indices]),
         )
 
     def __repr__(self) -> str:

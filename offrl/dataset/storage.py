@@ -423,6 +423,17 @@ class ColumnStore:
             next_valid=next_valid,
         )
 
+    def one_step_fields(self, rows: np.ndarray, next_rows: np.ndarray) -> Optional[tuple]:
+        """The fields of a one-step batch gathered by the store itself, or
+        None (the default): the picker gathers each column.
+
+        Returns ``(observation columns at rows, actions at rows, rewards at
+        rows, observation columns at next_rows, actions at next_rows)``, new
+        arrays; ``rows`` and ``next_rows`` are in range, ``next_rows`` is
+        ``rows`` or ``rows + 1``. The disk store reads the two records of a
+        transition in one system call here."""
+        return None
+
     def locate_steps(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Map step indices in ``[0, step_count)`` to ``(episode positions, rows)``."""
         sizes, cum = self._step_cumulative()
