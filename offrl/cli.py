@@ -148,9 +148,13 @@ def _config_from_args(config_cls: type, config_file: Optional[str], overrides: S
 # -------------------------------------------------------------- datasets
 def load_dataset(spec: str) -> Tuple[Any, Any]:
     """``(dataset, env or None)`` for a dataset file (offrl HDF5, D4RL-format
-    HDF5), a Minari dataset directory, or a built-in dataset name."""
+    HDF5), an offrl disk dataset directory (sampled in place, never loaded
+    whole), a Minari dataset directory, or a built-in dataset name."""
     from .dataset import MDPDataset
+    from .dataset.disk import is_disk_dataset
 
+    if is_disk_dataset(spec):
+        return MDPDataset.load(spec, in_memory=False), None
     if os.path.isdir(spec):
         from .datasets import get_minari
 
@@ -761,7 +765,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("fit", help="train an algorithm on a dataset",
                             description="Train ALGO on DATASET (a built-in dataset name, an offrl or D4RL-format HDF5 "
-                                        "file, or a Minari dataset directory). Config values: key=value overrides "
+                                        "file, an offrl disk dataset directory (sampled in place), or a Minari "
+                                        "dataset directory). Config values: key=value overrides "
                                         "(JSON values; dotted keys reach inside factories, e.g. "
                                         "encoder_factory=vector encoder_factory.hidden_units=[64,64]) and/or --config FILE.json.")
     p.add_argument("dataset")

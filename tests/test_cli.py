@@ -148,6 +148,23 @@ def test_fit_writes_model_logs_and_policy(dataset_file, tmp_path, capsys):
     np.testing.assert_array_equal(load_onnx_policy(tmp_path / "p.onnx").predict(x), algo.predict(x))
 
 
+def test_fit_and_info_open_a_disk_dataset_in_place(dataset_file, tmp_path, capsys, monkeypatch):
+    from offrl import cli
+    from offrl.dataset import DiskStore, dump_disk_dataset
+
+    dump_disk_dataset(MDPDataset.load(str(dataset_file)), tmp_path / "disk")
+    opened = []
+    real = cli.load_dataset
+    monkeypatch.setattr(cli, "load_dataset", lambda spec: (lambda got: (opened.append(got[0]), got)[1])(real(spec)))
+    assert main(["info", str(tmp_path / "disk")]) == 0
+    assert "  episodes: 6\n" in capsys.readouterr().out
+    assert main(["fit", str(tmp_path / "disk"), "dqn", "batch_size=8", "encoder_factory=vector",
+                 "encoder_factory.hidden_units=[8]", "--steps", "4", "--output-dir", str(tmp_path / "run"),
+                 "--no-progress"]) == 0
+    assert [type(d.buffer) for d in opened] == [DiskStore, DiskStore]  # sampled from the files, not loaded
+    assert load_learnable(str(tmp_path / "run" / "model.d3")).grad_step == 4
+
+
 def test_fit_takes_a_json_config_file(dataset_file, tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"batch_size": 4, "learning_rate": 0.01}))
     assert main(["fit", str(dataset_file), "dqn", "--config", str(tmp_path / "c.json"), "target_update_interval=5",

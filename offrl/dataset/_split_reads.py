@@ -12,7 +12,9 @@ between batches (the reader thread sleeps on a lock).
 
 Used where it works: Linux with io_uring (5.6 or later: ``IORING_OP_READ``)
 that the process may use (not disabled by ``kernel.io_uring_disabled`` or a
-seccomp filter), and more than one CPU available to the process. Anywhere
+seccomp filter), and two CPUs per process (the process's CPU affinity
+against ``torchrun``'s ``LOCAL_WORLD_SIZE``: ranks that already fill the
+machine's CPUs read in their own thread). Anywhere
 else, and for small batches, the calling thread reads everything itself
 (:func:`read_rows` gives the same bytes either way). Any read the ring did
 not complete in full is read again with ``os.pread`` by the caller, whose
@@ -45,8 +47,8 @@ __all__ = ["read_rows", "reader_available"]
 MIN_SPLIT_ROWS = 32
 #: the share of a batch's rows the calling thread reads itself: the reader
 #: thread starts later (it is woken), so it takes a smaller share (measured
-#: on 2 CPUs: 55-60 % in the caller gave the shortest batch)
-CALLER_SHARE = 0.58
+#: on 2 CPUs: 53 % in the caller gave the shortest batch)
+CALLER_SHARE = 0.53
 #: the ring's submission entries: the most rows the reader thread takes per batch
 RING_ENTRIES = 1024
 
@@ -113,23 +115,46 @@ class _Ring:
         self._sq_array = words[params.sq_array // 4 : params.sq_array // 4 + params.sq_entries]
         self._sqes = np.frombuffer(self._sqe_map, _SQE)
         self._sqes["opcode"] = _IORING_OP_READ
+        self._sqes["user_data"] = np.arange(self.entries, dtype=np.uint64)
+        self._indices = np.arange(self.entries, dtype=np.uint32)
+        self._steps = np.arange(self.entries, dtype=np.uint64)
+        #: (fd, size, count) the first ``count`` entries were last prepared with
+        self._prepared = (-1, -1, 0)
         self._cqes = np.frombuffer(self._ring_map, _CQE, count=params.cq_entries, offset=params.cq_cqes)
         self._pending = 0
 
+    def _ring_slice(self, array: np.ndarray, first: int, k: int, mask: int, values: Optional[np.ndarray] = None):
+        """``array`` at ring positions ``first, first + 1, ...`` (``k`` of
+        them, wrapping at ``mask + 1``): set to ``values``, or returned."""
+        start = first & mask
+        stop = start + k
+        if stop <= mask + 1:
+            if values is None:
+                return array[start:stop]
+            array[start:stop] = values
+            return None
+        head = mask + 1 - start
+        if values is None:
+            return np.concatenate((array[start:], array[: k - head]))
+        array[start:] = values[:head]
+        array[: k - head] = values[head:]
+        return None
+
     def prepare(self, fd: int, offsets: np.ndarray, size: int, address: int) -> None:
         """Queue reads of ``size`` bytes at ``offsets`` into consecutive
-        ``size``-byte slots from ``address`` (not yet submitted)."""
+        ``size``-byte slots from ``address`` (not yet submitted). Entry
+        ``i`` of the submission array reads row ``i`` (its ``user_data``)."""
         k = offsets.shape[0]
+        sqes = self._sqes[:k]
+        held_fd, held_size, held = self._prepared
+        if held_fd != fd or held_size != size or held < k:
+            sqes["fd"] = fd
+            sqes["len"] = size
+            self._prepared = (fd, size, k)
+        sqes["off"] = offsets
+        sqes["addr"] = self._steps[:k] * np.uint64(size) + np.uint64(address)
         tail = int(self._words[self._sq_tail])
-        slots = (tail + np.arange(k, dtype=np.int64)) & self._sq_mask
-        sqes = self._sqes
-        sqes["flags"][slots] = 0
-        sqes["fd"][slots] = fd
-        sqes["off"][slots] = offsets
-        sqes["len"][slots] = size
-        sqes["addr"][slots] = address + np.arange(k, dtype=np.uint64) * np.uint64(size)
-        sqes["user_data"][slots] = np.arange(k, dtype=np.uint64)
-        self._sq_array[slots] = slots
+        self._ring_slice(self._sq_array, tail, k, self._sq_mask, self._indices[:k])
         self._words[self._sq_tail] = (tail + k) & 0xFFFFFFFF
         self._pending = k
         self._count_arg = ctypes.c_long(k)
@@ -159,17 +184,22 @@ class _Ring:
                 continue  # some reads are in flight: keep waiting for them
             submitted += got
 
-    def results(self) -> np.ndarray:
-        """The bytes read by each queued read, in queue order (negative:
-        an errno), and the completions consumed."""
+    def results(self, size: int) -> Optional[np.ndarray]:
+        """Consume the completions of the queued reads: None when every one
+        read ``size`` bytes, else the bytes each read (in queue order;
+        negative: an errno)."""
         k = self._pending
         head = int(self._words[self._cq_head])
-        completions = self._cqes[(head + np.arange(k, dtype=np.int64)) & self._cq_mask]
-        self._words[self._cq_head] = (head + k) & 0xFFFFFFFF
+        res = self._ring_slice(self._cqes["res"], head, k, self._cq_mask)
         self._pending = 0
-        res = np.empty(k, np.int64)
-        res[completions["user_data"].astype(np.int64)] = completions["res"]
-        return res
+        if (res == size).all():
+            self._words[self._cq_head] = (head + k) & 0xFFFFFFFF
+            return None
+        order = self._ring_slice(self._cqes["user_data"], head, k, self._cq_mask).astype(np.int64)
+        self._words[self._cq_head] = (head + k) & 0xFFFFFFFF
+        out = np.empty(k, np.int64)
+        out[order] = res
+        return out
 
     def close(self) -> None:
         self._sqes = self._cqes = self._words = self._sq_array = None
@@ -225,7 +255,7 @@ class _Reader:
             self._done.acquire()
             self._in_flight = False
             if self._ring._pending:
-                self._ring.results()
+                self._ring.results(-1)
             self._target, self._error = None, None
 
     def read(self, fd: int, offsets: np.ndarray, size: int) -> np.ndarray:
@@ -244,13 +274,16 @@ class _Reader:
             self._done.acquire()
             self._in_flight = False
             error, self._error, self._target = self._error, None, None
-            res = self._ring.results() if self._ring._pending else None
+            consumed = self._ring._pending > 0
+            res = self._ring.results(size) if consumed else None
         if len(mine) != caller * size:
             return np.frombuffer(mine, np.uint8)  # the file ended early: the caller's size check reports it
         out[: caller * size] = np.frombuffer(mine, np.uint8)
-        if error is not None or res is None:
+        if error is not None or not consumed:
             _disable()  # the ring failed: this process reads in the calling thread from now on
             failed = np.arange(n - caller)
+        elif res is None:
+            return out
         else:
             failed = np.flatnonzero(res != size)
         for i in failed.tolist():
@@ -287,6 +320,17 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _spare_cpu() -> bool:
+    """Whether this process may count on a CPU of its own for the reader:
+    at least two per process on this machine (``torchrun`` says how many
+    processes it started here in ``LOCAL_WORLD_SIZE``)."""
+    try:
+        local = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
+    except ValueError:
+        local = 1
+    return _usable_cpus() >= 2 * local
+
+
 def _get_reader() -> Optional[_Reader]:
     global _reader, _state
     if _state is False:
@@ -297,7 +341,7 @@ def _get_reader() -> Optional[_Reader]:
         if _state is None:
             _state = False
             if (
-                sys.platform.startswith("linux") and hasattr(os, "pread") and _usable_cpus() > 1
+                sys.platform.startswith("linux") and hasattr(os, "pread") and _spare_cpu()
                 and os.environ.get("OFFRL_SPLIT_READS", "1") != "0"
             ):
                 try:

@@ -42,14 +42,20 @@ the records (or column rows) around it, kept so that the gathers of the
 same batch that follow (other fields, next observations, next actions)
 need no read; for runs of consecutive rows one read per run. Nothing is
 mapped into the process, so its resident memory stays its own however
-many rows training samples. Measured on 25,000,000 steps (load 2-5, 2
-CPUs): ``sample_transition_batch(256)`` 314 us against 130 us in memory
-(2.5x); the batch's 256 reads alone take 218 us (1.7x memory's whole
-batch), and with the reads replaced by no-ops the rest of the disk batch
-takes ~100 us, less than the memory batch: the system calls are the
-cost. Splitting them over two threads made a batch slower (each read
-hands the GIL over), not faster. ``read_mode="mmap"`` gathers
-through the memory maps instead: faster per batch (115 us), but every
+many rows training samples. A one-step transition batch of the rows
+layout skips the per-column gathers (:meth:`DiskStore.one_step_fields`):
+one read of each transition's two records (its step and the next), every
+field taken from them, and the reads of a batch split between the calling
+thread and a reader thread (:mod:`._split_reads`: its share goes to the
+kernel in one io_uring call, so both CPUs read at once;
+:attr:`DiskStore.split_reads`). Each small read costs ~0.8 us of kernel
+time (a page-cache lookup and copy; the same through io_uring), so the
+count of reads is the cost. Measured on 25,000,000 steps (2 CPUs, load
+~0.3; ``benchmarks/scale.py disk``): ``sample_transition_batch(256)`` 265 us
+against 155 us in memory (1.70x) with the reads split, for 372 us of CPU
+time (both threads); 322 us (2.06x) in one thread; the 256 reads alone
+250 us. ``read_mode="mmap"`` gathers
+through the memory maps instead: faster per batch (0.83x memory), but every
 random row maps the cached pages around it (the kernel's 64 kB
 "fault-around", and on Linux 6.18 with large folios the whole folio,
 whatever the madvise hint, ``MADV_NOHUGEPAGE`` included: 428 MB after one

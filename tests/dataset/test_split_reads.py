@@ -90,9 +90,10 @@ def test_failed_ring_reads_are_read_again_by_the_caller(data_file, monkeypatch):
     reader = _split_reads._get_reader()
     real = reader._ring.results
 
-    def failing() -> np.ndarray:
-        res = real()
-        res[::3] = -5  # EIO from the kernel for every third read of the reader's share
+    def failing(size: int) -> np.ndarray:
+        res = np.full(reader._ring._pending, size)
+        assert real(size) is None  # the completions consumed: every read was whole
+        res[::3] = -5  # now say EIO for every third read of the reader's share
         res[1] = 7  # and one short read
         return res
 
@@ -151,11 +152,14 @@ def test_a_forked_child_reads_with_its_own_reader(data_file):
     assert _split_reads._reader is parent and _split_reads.read_rows(fd, offsets, 40).tobytes() == expected
 
 
-def test_the_environment_can_turn_the_reader_off(data_file, monkeypatch):
+@pytest.mark.parametrize("env", [{"OFFRL_SPLIT_READS": "0"}, {"LOCAL_WORLD_SIZE": "100000"}],
+                         ids=["turned-off", "ranks-fill-the-cpus"])
+def test_the_environment_can_turn_the_reader_off(data_file, monkeypatch, env):
     fd, contents = data_file
     monkeypatch.setattr(_split_reads, "_reader", None)
     monkeypatch.setattr(_split_reads, "_state", None)
-    monkeypatch.setenv("OFFRL_SPLIT_READS", "0")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     assert not _split_reads.reader_available()
     offsets = np.random.default_rng(6).integers(0, FILE_BYTES - 8, 64).astype(np.int64)
     assert _split_reads.read_rows(fd, offsets, 8).tobytes() == _expected(contents, offsets.tolist(), 8)
