@@ -33,6 +33,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import platform
 import signal
 import sys
 import threading
@@ -52,8 +53,11 @@ CALLER_SHARE = 0.53
 #: the ring's submission entries: the most rows the reader thread takes per batch
 RING_ENTRIES = 1024
 
-_SYS_IO_URING_SETUP = 425  # the same number on every Linux architecture since 5.1
+_SYS_IO_URING_SETUP = 425  # the unified system call numbers (Linux 5.1+) ...
 _SYS_IO_URING_ENTER = 426
+#: ... of these architectures (alpha, ia64 and mips number them otherwise: no reader there)
+_SYSCALL_MACHINES = {"x86_64", "amd64", "i386", "i686", "aarch64", "arm64", "armv7l", "armv8l", "ppc64", "ppc64le",
+                     "s390x", "riscv64", "loongarch64"}
 _IORING_OP_READ = 22
 _IORING_ENTER_GETEVENTS = 1
 _IORING_FEAT_SINGLE_MMAP = 1
@@ -292,6 +296,8 @@ class _Reader:
             if len(again) != size:
                 return out[: (caller + i) * size]  # shorter than asked: the caller's size check reports it
             out[(caller + i) * size : (caller + i + 1) * size] = np.frombuffer(again, np.uint8)
+        if res is not None and (res < 0).any():
+            _disable()  # the ring failed reads that os.pread does (an old kernel without IORING_OP_READ)
         return out
 
     def close(self) -> None:
@@ -341,7 +347,8 @@ def _get_reader() -> Optional[_Reader]:
         if _state is None:
             _state = False
             if (
-                sys.platform.startswith("linux") and hasattr(os, "pread") and _spare_cpu()
+                sys.platform.startswith("linux") and platform.machine().lower() in _SYSCALL_MACHINES
+                and hasattr(os, "pread") and _spare_cpu()
                 and os.environ.get("OFFRL_SPLIT_READS", "1") != "0"
             ):
                 try:
@@ -375,6 +382,11 @@ def read_rows(fd: int, offsets: np.ndarray, size: int, split: bool = True) -> np
 def _after_fork_in_child() -> None:
     # the parent's ring and thread are not this process's: make a new one on first use
     global _reader, _state
+    if _reader is not None:
+        try:
+            os.close(_reader._ring.fd)
+        except OSError:
+            pass
     _reader, _state = None, None
 
 

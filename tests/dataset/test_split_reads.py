@@ -98,17 +98,23 @@ def test_failed_ring_reads_are_read_again_by_the_caller(data_file, monkeypatch):
         return res
 
     monkeypatch.setattr(reader._ring, "results", failing)
+    monkeypatch.setattr(_split_reads, "_state", _split_reads._state)  # restored after the test
     offsets = np.random.default_rng(3).integers(0, FILE_BYTES - 50, 300).astype(np.int64)
+    assert _split_reads.read_rows(fd, offsets, 50).tobytes() == _expected(contents, offsets.tolist(), 50)
+    # reads the ring failed and os.pread did not: the process reads in the calling thread from now on
+    assert not _split_reads.reader_available()
     assert _split_reads.read_rows(fd, offsets, 50).tobytes() == _expected(contents, offsets.tolist(), 50)
 
 
 def test_an_error_in_the_calling_thread_leaves_the_reader_usable(data_file):
     fd, contents = data_file
     offsets = np.random.default_rng(4).integers(0, FILE_BYTES - 16, 100).astype(np.int64)
+    before = _split_reads.reader_available()
     spare = os.dup(fd)
     os.close(spare)  # a closed descriptor: the reads fail in both threads
     with pytest.raises(OSError):
         _split_reads.read_rows(spare, offsets, 16)
+    assert _split_reads.reader_available() == before  # the file's error, not the ring's: the reader stays
     # the next batches come back whole and right (no completion of the failed batch left in the ring)
     for seed in range(3):
         offsets = np.random.default_rng(seed).integers(0, FILE_BYTES - 16, 100).astype(np.int64)
