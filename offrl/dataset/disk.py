@@ -181,6 +181,8 @@ class _ColumnFile:
         weakref.finalize(self, os.close, self.fd)
         #: False: gathers go through the memory map (read_mode "mmap")
         self.positional = True
+        #: the reads of large scattered gathers split over the reader thread (DiskStore.split_reads)
+        self.split = True
         #: the last scattered gather: its rows and the bytes of rows - 1, rows and rows + 1
         self._last: Optional[tuple[np.ndarray, np.ndarray]] = None
 
@@ -224,7 +226,7 @@ class _ColumnFile:
             and not np.any(np.diff(rows) == 1)
         ):
             # scattered rows: each read with its neighbours, kept for a gather of the next (or previous) rows
-            data = b"".join(map(os.pread, repeat(self.fd, n), repeat(3 * size), ((rows - 1) * size).tolist()))
+            data = read_rows(self.fd, (rows - 1) * size, 3 * size, self.split)
             self._check(data, 3 * n, size)
             windows = np.frombuffer(data, np.uint8).reshape(n, 3 * size)
             self._last = (rows.copy(), windows)
@@ -317,7 +319,7 @@ class _RecordFile(_ColumnFile):
             return self._runs(rows)
         width = min(_RECORD_WINDOW, self.rows)
         firsts = np.minimum(np.maximum(rows - (_RECORD_WINDOW // 2), 0), self.rows - width)
-        data = b"".join(map(os.pread, repeat(self.fd, n), repeat(width * size), (firsts * size).tolist()))
+        data = read_rows(self.fd, firsts * size, width * size, self.split)
         self._check(data, width * n, size)
         windows = np.frombuffer(data, np.uint8).reshape(n * width, size)
         base = np.arange(0, n * width, width)
@@ -518,14 +520,23 @@ class DiskStore(InfiniteBuffer):
         for file in self._files:
             file.positional = mode == "pread"
 
-    #: ``read_mode="pread"``, ``layout="rows"``: split the reads of a
-    #: transition batch between the calling thread and a reader thread (see
-    #: :func:`offrl.dataset._split_reads.read_rows`; Linux with io_uring and
-    #: more than one CPU, else ignored). Measured in ``benchmarks/scale.py
-    #: disk``: a batch of 256 takes ~20 % less wall time for ~20 % more CPU
-    #: time. False: every read in the calling thread (for instance when each
-    #: CPU already runs a training process of its own).
-    split_reads: bool = True
+    @property
+    def split_reads(self) -> bool:
+        """With ``read_mode="pread"``: split the reads of a scattered gather
+        of 32 rows or more (a sampled batch) between the calling thread and
+        a reader thread (:func:`offrl.dataset._split_reads.read_rows`; Linux
+        with io_uring and two CPUs per process, else ignored). Measured in
+        ``benchmarks/scale.py disk``: ``sample_transition_batch(256)`` ~15 %
+        less wall time for ~20 % more CPU time. False: every read in the
+        calling thread. A store and its split views share the setting."""
+        return bool(self._files) and self._files[0].split
+
+    @split_reads.setter
+    def split_reads(self, split: bool) -> None:
+        if not isinstance(split, (bool, np.bool_)):
+            raise TypeError(f"split_reads must be a bool, got {type(split).__name__}")
+        for file in self._files:
+            file.split = bool(split)
 
     #: with ``read_mode="mmap"``: bytes of mapped column pages this process
     #: may keep resident between calls of :meth:`release_pages` (None, the
@@ -571,7 +582,7 @@ class DiskStore(InfiniteBuffer):
         # both records inside each window (a negative position is huge as uint64), windows inside the file
         if (current.view(np.uint64) > 1).any() or (following.view(np.uint64) > 1).any() or int(firsts.min()) < 0:
             return None
-        data = read_rows(records.fd, firsts * size, 2 * size, self.split_reads)
+        data = read_rows(records.fd, firsts * size, 2 * size, records.split)
         records._check(data, 2 * n, size)
         steps = data.view(self._maps[0].dtype)
         base = np.arange(0, 2 * n, 2)
@@ -909,7 +920,6 @@ def subset_view(store: DiskStore, episode_indices: np.ndarray) -> DiskStore:
     view.path, view._stats, view._maps = store.path, dict(store._stats), list(store._maps)
     view._files = list(store._files)
     view._manifest_text, view.resident_limit = store._manifest_text, store.resident_limit
-    view.split_reads = store.split_reads
     view.is_view = True
     view.set_columns(
         list(store.observations), store.actions, store.rewards, starts[idx], ends[idx], terminated[idx],

@@ -590,6 +590,11 @@ def test_read_mode_is_validated_and_shared_with_split_views(tmp_path):
     assert train.buffer.read_mode == "mmap"
     store.read_mode = "pread"
     assert train.buffer.read_mode == "pread"
+    with pytest.raises(TypeError, match="split_reads must be a bool, got str"):
+        store.split_reads = "no"
+    assert store.split_reads and train.buffer.split_reads
+    store.split_reads = False
+    assert not train.buffer.split_reads
 
 
 def _mapped_kb(file) -> int:
