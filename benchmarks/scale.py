@@ -14,12 +14,16 @@ process (so peak memory is that phase's own):
   disk, against the files' size;
 * sample: ``sample_transition_batch(256)`` from disk with a warm page cache
   against the same data loaded in memory (interleaved rounds, wall and
-  CPU time), with each ``DiskStore.read_mode`` (``pread``, the default:
-  positional reads; ``mmap``: through the memory maps), and with ``pread``
-  from a copy in the other layout (built for this comparison unless
-  ``--no-columns``), and the floor under positional reads: the same
-  number of ``os.pread`` calls (one window of 3 records per transition at
-  random rows) without building a batch; from a cold cache
+  CPU time of the whole process, reader thread included), with each
+  ``DiskStore.read_mode`` (``pread``, the default: positional reads, split
+  over the reader thread; the same with ``split_reads=False``; ``mmap``:
+  through the memory maps), and with ``pread`` from a copy in the other
+  layout (built for this comparison unless ``--no-columns``), and the floor
+  under positional reads in one thread: the same number of ``os.pread``
+  calls (a transition's two records at random rows) without building a
+  batch; the warm state is the files dropped from the page cache and read
+  once in order (large page-cache folios, as after any sequential read);
+  from a cold cache
   (``posix_fadvise(DONTNEED)`` on every column file first), and the same
   random-row reads through ``h5py`` from offrl's HDF5 file (the
   alternative layout, measured to choose between them);
@@ -206,14 +210,15 @@ def _per_call_cpu(fn: Callable[[], Any], n: int) -> tuple:
 
 def _reads_only(path: str, batch: int) -> Callable[[], Any]:
     """The positional reads a scattered transition batch makes from a
-    ``layout="rows"`` file (one window of 3 records per transition at random
-    rows), without the rest of the batch: the floor under ``read_mode="pread"``."""
+    ``layout="rows"`` file (its step's record and the next, per transition,
+    at random rows) in one thread, without the rest of the batch: the floor
+    under ``read_mode="pread"`` with ``split_reads=False``."""
     with open(os.path.join(path, "manifest.json")) as f:
         record_bytes = int(json.load(f)["record_bytes"])
     fd = os.open(os.path.join(path, "records.bin"), os.O_RDONLY)
     rows = os.path.getsize(os.path.join(path, "records.bin")) // record_bytes
     rng = np.random.default_rng(1)
-    fds, sizes = [fd] * batch, [3 * record_bytes] * batch
+    fds, sizes = [fd] * batch, [2 * record_bytes] * batch
 
     def reads() -> bytes:
         offsets = ((rng.integers(1, rows - 1, batch) - 1) * record_bytes).tolist()
@@ -450,7 +455,8 @@ def run_disk(argv: List[str]) -> None:
                   f"{sample[name + '_cold_s'] * 1e6:.0f} us (first call {sample[name + '_cold_first_s'] * 1e3:.1f} ms; "
                   f"fadvise DONTNEED applied: {sample['fadvise']})")
         if "reads_only_s" in sample:
-            print(f"  floor: the {b} positional reads of a batch alone (3 records at random rows, no batch built): "
+            print(f"  floor: the {b} positional reads of a batch alone in one thread (2 records at random rows, no batch "
+                  "built): "
                   f"{sample['reads_only_s'] * 1e6:.0f} / {sample['reads_only_cpu_s'] * 1e6:.0f} us "
                   f"({sample['reads_only_ratio']:.2f}x wall, {sample['reads_only_ratio_cpu']:.2f}x CPU of memory's whole batch)")
         if "h5_warm_s" in sample:
