@@ -51,11 +51,12 @@ kernel in one io_uring call, so both CPUs read at once;
 :attr:`DiskStore.split_reads`). Each small read costs ~0.8 us of kernel
 time (a page-cache lookup and copy; the same through io_uring), so the
 count of reads is the cost. Measured on 25,000,000 steps (2 CPUs, load
-~0.3; ``benchmarks/scale.py disk``): ``sample_transition_batch(256)`` 265 us
-against 155 us in memory (1.70x) with the reads split, for 372 us of CPU
-time (both threads); 322 us (2.06x) in one thread; the 256 reads alone
-250 us. ``read_mode="mmap"`` gathers
-through the memory maps instead: faster per batch (0.83x memory), but every
+~0.8; ``benchmarks/scale.py disk``, medians of 5 interleaved rounds):
+``sample_transition_batch(256)`` 221-242 us against 123-143 us in memory
+(1.73-1.78x) with the reads split, for 307-335 us of CPU time (both
+threads); 246-286 us (2.0x) in one thread, of which the 256 reads are
+188-209 us. ``read_mode="mmap"`` gathers
+through the memory maps instead: faster per batch (0.77x memory), but every
 random row maps the cached pages around it (the kernel's 64 kB
 "fault-around", and on Linux 6.18 with large folios the whole folio,
 whatever the madvise hint, ``MADV_NOHUGEPAGE`` included: 428 MB after one
