@@ -223,7 +223,7 @@ class _Reader:
         syscall = libc.syscall
         syscall.restype = ctypes.c_long
         self._syscall = syscall
-        self._ring = _Ring(syscall, RING_ENTRIES)
+        self._uring = _Ring(syscall, RING_ENTRIES)
         self._go = threading.Lock()
         self._go.acquire()
         self._done = threading.Lock()
@@ -247,7 +247,7 @@ class _Reader:
             if self._closed:
                 return
             try:
-                self._ring.submit_and_wait(self._syscall)
+                self._uring.submit_and_wait(self._syscall)
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 self._error = e
             finally:
@@ -258,17 +258,17 @@ class _Reader:
         if self._in_flight:
             self._done.acquire()
             self._in_flight = False
-            if self._ring._pending:
-                self._ring.results(-1)
+            if self._uring._pending:
+                self._uring.results(-1)
             self._target, self._error = None, None
 
     def read(self, fd: int, offsets: np.ndarray, size: int) -> np.ndarray:
         n = offsets.shape[0]
-        caller = max(n - self._ring.entries, int(n * CALLER_SHARE))
+        caller = max(n - self._uring.entries, int(n * CALLER_SHARE))
         out = np.empty(n * size, np.uint8)
         theirs = offsets[caller:]
         self._settle()
-        self._ring.prepare(fd, theirs, size, out.ctypes.data + caller * size)
+        self._uring.prepare(fd, theirs, size, out.ctypes.data + caller * size)
         self._target, self._in_flight = out, True
         self._go.release()
         try:
@@ -278,8 +278,8 @@ class _Reader:
             self._done.acquire()
             self._in_flight = False
             error, self._error, self._target = self._error, None, None
-            consumed = self._ring._pending > 0
-            res = self._ring.results(size) if consumed else None
+            consumed = self._uring._pending > 0
+            res = self._uring.results(size) if consumed else None
         if len(mine) != caller * size:
             return np.frombuffer(mine, np.uint8)  # the file ended early: the caller's size check reports it
         out[: caller * size] = np.frombuffer(mine, np.uint8)
@@ -305,7 +305,7 @@ class _Reader:
         self._closed = True
         self._go.release()
         self._thread.join(timeout=1.0)
-        self._ring.close()
+        self._uring.close()
 
 
 _reader: Optional[_Reader] = None
@@ -384,7 +384,7 @@ def _after_fork_in_child() -> None:
     global _reader, _state
     if _reader is not None:
         try:
-            os.close(_reader._ring.fd)
+            os.close(_reader._uring.fd)
         except OSError:
             pass
     _reader, _state = None, None

@@ -88,16 +88,16 @@ def test_a_read_past_the_end_comes_back_short(data_file, where):
 def test_failed_ring_reads_are_read_again_by_the_caller(data_file, monkeypatch):
     fd, contents = data_file
     reader = _split_reads._get_reader()
-    real = reader._ring.results
+    real = reader._uring.results
 
     def failing(size: int) -> np.ndarray:
-        res = np.full(reader._ring._pending, size)
+        res = np.full(reader._uring._pending, size)
         assert real(size) is None  # the completions consumed: every read was whole
         res[::3] = -5  # now say EIO for every third read of the reader's share
         res[1] = 7  # and one short read
         return res
 
-    monkeypatch.setattr(reader._ring, "results", failing)
+    monkeypatch.setattr(reader._uring, "results", failing)
     monkeypatch.setattr(_split_reads, "_state", _split_reads._state)  # restored after the test
     offsets = np.random.default_rng(3).integers(0, FILE_BYTES - 50, 300).astype(np.int64)
     assert _split_reads.read_rows(fd, offsets, 50).tobytes() == _expected(contents, offsets.tolist(), 50)
