@@ -60,7 +60,8 @@ from .utils import (
     stack_recent_observations,
 )
 from .writer import BasicWriterPreprocess, ExperienceWriter, LastFrameWriterPreprocess, WriterPreprocessProtocol
-from .disk import DiskDatasetChangedError, DiskFIFOBuffer, DiskStore, open_disk_dataset
+from .disk import DiskDatasetChangedError, DiskStore, open_disk_dataset
+from .disk_fifo import DiskFIFOBuffer
 from .disk_writer import DiskDatasetWriter, dump_disk_dataset
 
 __all__ = [

@@ -34,6 +34,7 @@ from offrl.dataset import (
     dump_disk_dataset,
     train_test_split,
 )
+from offrl.dataset import _disk_files
 from offrl.dataset import disk as disk_module
 from offrl.logging import NoopAdapterFactory
 from offrl.metrics import (
@@ -820,7 +821,7 @@ def test_gathers_at_rows_gathered_before_read_nothing_and_return_new_arrays(tmp_
             obs[bad]
     np.testing.assert_array_equal(obs[np.array([-1, -400])], mapped["observations_0"][[399, 0]])
     # gathers too large to be remembered (5 records of 24 bytes > 64): served from the windows, else read again
-    monkeypatch.setattr(disk_module, "_RECENT_BYTES", 64)
+    monkeypatch.setattr(_disk_files, "_RECENT_BYTES", 64)
     calls.clear()
     big, other = np.array([20, 220, 120, 320, 60]), np.array([80, 180, 280, 380, 40])
     for key in (big, big, other, big):
