@@ -19,14 +19,13 @@ from .decision_transformer import (
     IdentityTransformerActionSampler,
     SoftmaxTransformerActionSampler,
     StatefulTransformerWrapper,
-    TACR,
-    TACRConfig,
     TransformerActionSampler,
     TransformerAlgoBase,
     TransformerConfig,
     TransformerInput,
 )
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
+from .tacr import TACR, TACRConfig
 from .fqe import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig  # noqa: F401 (registered; offrl.ope re-exports them)
 from .explorers import (
     AdditiveOU,

@@ -598,3 +598,20 @@ def test_cli_auto_evaluators_leave_out_what_does_not_apply_to_sequence_models():
 
     algo = _built(_small(DecisionTransformerConfig))
     assert build_evaluators(["auto"], algo, _episodes_dataset([4, 4]).episodes, None) == {}
+
+
+@pytest.mark.parametrize("config_cls", [DecisionTransformerConfig, DiscreteDecisionTransformerConfig, TACRConfig])
+def test_the_wrapper_keeps_step_tokens_for_the_built_in_predictors_only(config_cls):
+    algo = _built(_small(config_cls, position_encoding_type=PositionEncodingType.SIMPLE))
+    transformer = algo.modules["transformer"]
+    assert algo.as_stateful_wrapper(target_return=1.0)._caches_tokens(transformer)  # SIMPLE encoding, built-in path
+
+    class Overriding(type(algo)):  # a subclass with its own prediction: the whole context is embedded each step
+        def _predict_sequence(self, observations, actions, returns_to_go, timesteps):
+            return super()._predict_sequence(observations, actions, returns_to_go, timesteps)
+
+    algo.__class__ = Overriding
+    assert not algo.as_stateful_wrapper(target_return=1.0)._caches_tokens(transformer)
+    # GLOBAL encoding (the discrete model's default) embeds a token by its place in the window: never kept
+    by_place = _built(_small(config_cls, position_encoding_type=PositionEncodingType.GLOBAL))
+    assert not by_place.as_stateful_wrapper(target_return=1.0)._caches_tokens(by_place.modules["transformer"])
