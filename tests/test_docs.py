@@ -100,6 +100,28 @@ def test_architecture_notes_cite_only_paths_that_exist():
     assert not missing, f"docs/ARCHITECTURE.md names paths that do not exist: {missing}"
 
 
+def test_the_large_datasets_guide_names_what_exists():
+    """docs/LARGE_DATASETS.md: every ``from offrl... import`` of its code
+    imports, every ``x.attribute`` it names on a store or config exists, and
+    its ``offrl fit`` lines parse."""
+    from offrl.cli import build_parser
+    from offrl.dataset import DiskStore
+
+    text = (ROOT / "docs" / "LARGE_DATASETS.md").read_text(encoding="utf-8")
+    assert "](docs/LARGE_DATASETS.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+    imports = re.findall(r"^from (offrl[\w.]*) import ([\w, ]+)$", text, flags=re.M)
+    assert len(imports) >= 3, imports
+    for module, names in imports:
+        loaded = importlib.import_module(module)
+        for name in names.split(","):
+            assert hasattr(loaded, name.strip()), f"{module}.{name.strip()}"
+    for attribute in re.findall(r"`dataset\.buffer\.(\w+)`", text) + re.findall(r"`DiskStore\.(\w+)`", text):
+        assert hasattr(DiskStore, attribute), attribute
+    for line in re.findall(r"^(offrl fit [^#\n]*)", text, flags=re.M):
+        args = build_parser().parse_args(line.split()[1:])
+        assert args.nproc >= 1 and args.dataset and args.algo, line
+
+
 #: where a file may refer to documentation outside the repository (built or
 #: vendored trees, not the project's own files)
 SKIPPED_DIRS = {".git", "__pycache__", "build", "dist", "node_modules", ".venv", "venv", ".hypothesis",
