@@ -91,7 +91,7 @@ class _Params(ctypes.Structure):
     )
 
 
-class _Ring:
+class _Uring:
     """One io_uring (submission and completion rings mapped into the process)."""
 
     def __init__(self, syscall: "ctypes._CFuncPtr", entries: int) -> None:
@@ -215,15 +215,116 @@ class _Ring:
         os.close(self.fd)
 
 
+#: Linux AIO system call numbers (io_setup, io_destroy, io_submit, io_getevents)
+#: of the little-endian architectures whose ``struct iocb`` layout is below
+_AIO_SYSCALLS = {"x86_64": (206, 207, 209, 208), "amd64": (206, 207, 209, 208),
+                 "aarch64": (0, 1, 2, 4), "arm64": (0, 1, 2, 4)}
+_IOCB = np.dtype({"names": ["data", "opcode", "fd", "buf", "nbytes", "offset"],
+                  "formats": [np.uint64, np.uint16, np.uint32, np.uint64, np.uint64, np.int64],
+                  "offsets": [0, 16, 20, 24, 32, 40], "itemsize": 64})
+_IO_EVENT = np.dtype({"names": ["data", "res"], "formats": [np.uint64, np.int64], "offsets": [0, 16], "itemsize": 32})
+
+
+class _Aio:
+    """Linux AIO (``io_submit``), where io_uring is refused (Docker's default
+    seccomp profile allows AIO, not io_uring). On a file opened without
+    ``O_DIRECT`` the kernel reads inside ``io_submit``, in the calling
+    thread: one call reads all of the reader's share with the GIL released,
+    as the io_uring call does."""
+
+    def __init__(self, syscall: "ctypes._CFuncPtr", entries: int) -> None:
+        numbers = _AIO_SYSCALLS.get(platform.machine().lower())
+        if numbers is None:
+            raise OSError(f"no Linux AIO system call numbers for {platform.machine()}")
+        self._setup, self._destroy, self._submit, self._getevents = (ctypes.c_long(n) for n in numbers)
+        context = ctypes.c_ulong(0)
+        if syscall(self._setup, ctypes.c_long(entries), ctypes.byref(context)) < 0:
+            raise OSError(ctypes.get_errno(), "io_setup failed")
+        self._context = context
+        self.fd = -1  # no descriptor of its own
+        self.entries = entries
+        self._iocbs = np.zeros(entries, _IOCB)  # opcode 0: IOCB_CMD_PREAD
+        self._iocbs["data"] = np.arange(entries, dtype=np.uint64)
+        self._pointers = np.uint64(self._iocbs.ctypes.data) + np.arange(entries, dtype=np.uint64) * np.uint64(64)
+        self._events = np.zeros(entries, _IO_EVENT)
+        self._prepared = (-1, -1, 0)
+        self._pending = 0
+        self._refused: tuple[int, int] = (0, 0)  # (first entry the kernel refused, its errno)
+        self._syscall = syscall
+
+    def prepare(self, fd: int, offsets: np.ndarray, size: int, address: int) -> None:
+        k = offsets.shape[0]
+        iocbs = self._iocbs[:k]
+        held_fd, held_size, held = self._prepared
+        if held_fd != fd or held_size != size or held < k:
+            iocbs["fd"] = fd
+            iocbs["nbytes"] = size
+            self._prepared = (fd, size, k)
+        iocbs["offset"] = offsets
+        iocbs["buf"] = np.arange(k, dtype=np.uint64) * np.uint64(size) + np.uint64(address)
+        self._pending = k
+
+    def submit_and_wait(self, syscall: "ctypes._CFuncPtr") -> None:
+        k, submitted = self._pending, 0
+        pointers, events = self._pointers.ctypes.data, self._events.ctypes.data
+        self._refused = (k, 0)
+        while submitted < k:
+            got = syscall(self._submit, self._context, ctypes.c_long(k - submitted),
+                          ctypes.c_void_p(pointers + 8 * submitted))
+            if got < 0:
+                error = ctypes.get_errno()
+                if error in (4, 11):  # EINTR, EAGAIN: try again
+                    continue
+                self._refused = (submitted, error)  # this entry (a bad descriptor, say) and those after it
+                break
+            submitted += got
+        done = 0
+        while done < submitted:
+            got = syscall(self._getevents, self._context, ctypes.c_long(submitted - done),
+                          ctypes.c_long(submitted - done), ctypes.c_void_p(events + 32 * done), _NULL)
+            if got < 0:
+                if ctypes.get_errno() == 4:
+                    continue
+                raise OSError(ctypes.get_errno(), "io_getevents failed")  # the submitted reads are lost: give up AIO
+            done += got
+
+    def results(self, size: int) -> Optional[np.ndarray]:
+        k, (refused, error) = self._pending, self._refused
+        self._pending = 0
+        got = self._events[: min(refused, k)]
+        if refused == k and (got["res"] == size).all():
+            return None
+        out = np.full(k, -error if error else -5, np.int64)
+        out[got["data"].astype(np.int64)] = got["res"]
+        return out
+
+    def close(self) -> None:
+        self._syscall(self._destroy, self._context)
+
+
+def _make_queue(syscall: "ctypes._CFuncPtr", entries: int, backend: Optional[str] = None) -> "_Uring | _Aio":
+    """``backend`` (``"uring"`` or ``"aio"``), or by default io_uring, else
+    Linux AIO (``OFFRL_SPLIT_READS=aio``: AIO only)."""
+    backend = backend or ("aio" if os.environ.get("OFFRL_SPLIT_READS", "") == "aio" else None)
+    if backend == "uring":
+        return _Uring(syscall, entries)
+    if backend is None:
+        try:
+            return _Uring(syscall, entries)
+        except OSError:
+            pass
+    return _Aio(syscall, entries)
+
+
 class _Reader:
     """The reader thread and its ring: one per process, made on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, backend: Optional[str] = None) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         syscall = libc.syscall
         syscall.restype = ctypes.c_long
         self._syscall = syscall
-        self._uring = _Ring(syscall, RING_ENTRIES)
+        self._queue = _make_queue(syscall, RING_ENTRIES, backend)
         self._go = threading.Lock()
         self._go.acquire()
         self._done = threading.Lock()
@@ -247,7 +348,7 @@ class _Reader:
             if self._closed:
                 return
             try:
-                self._uring.submit_and_wait(self._syscall)
+                self._queue.submit_and_wait(self._syscall)
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 self._error = e
             finally:
@@ -258,17 +359,17 @@ class _Reader:
         if self._in_flight:
             self._done.acquire()
             self._in_flight = False
-            if self._uring._pending:
-                self._uring.results(-1)
+            if self._queue._pending:
+                self._queue.results(-1)
             self._target, self._error = None, None
 
     def read(self, fd: int, offsets: np.ndarray, size: int) -> np.ndarray:
         n = offsets.shape[0]
-        caller = max(n - self._uring.entries, int(n * CALLER_SHARE))
+        caller = max(n - self._queue.entries, int(n * CALLER_SHARE))
         out = np.empty(n * size, np.uint8)
         theirs = offsets[caller:]
         self._settle()
-        self._uring.prepare(fd, theirs, size, out.ctypes.data + caller * size)
+        self._queue.prepare(fd, theirs, size, out.ctypes.data + caller * size)
         self._target, self._in_flight = out, True
         self._go.release()
         try:
@@ -278,8 +379,8 @@ class _Reader:
             self._done.acquire()
             self._in_flight = False
             error, self._error, self._target = self._error, None, None
-            consumed = self._uring._pending > 0
-            res = self._uring.results(size) if consumed else None
+            consumed = self._queue._pending > 0
+            res = self._queue.results(size) if consumed else None
         if len(mine) != caller * size:
             return np.frombuffer(mine, np.uint8)  # the file ended early: the caller's size check reports it
         out[: caller * size] = np.frombuffer(mine, np.uint8)
@@ -305,7 +406,7 @@ class _Reader:
         self._closed = True
         self._go.release()
         self._thread.join(timeout=1.0)
-        self._uring.close()
+        self._queue.close()
 
 
 _reader: Optional[_Reader] = None
@@ -382,9 +483,9 @@ def read_rows(fd: int, offsets: np.ndarray, size: int, split: bool = True) -> np
 def _after_fork_in_child() -> None:
     # the parent's ring and thread are not this process's: make a new one on first use
     global _reader, _state
-    if _reader is not None:
+    if _reader is not None and _reader._queue.fd >= 0:
         try:
-            os.close(_reader._uring.fd)
+            os.close(_reader._queue.fd)
         except OSError:
             pass
     _reader, _state = None, None

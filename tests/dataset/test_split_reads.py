@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 
@@ -38,14 +39,31 @@ def _expected(contents: bytes, offsets, size: int) -> bytes:
 
 requires_reader = pytest.mark.skipif(
     not _split_reads.reader_available(),
-    reason="no reader thread here: io_uring is not usable by this process (not Linux, Linux < 5.6, "
-           "io_uring disabled or filtered) or it has one CPU",
+    reason="no reader thread here: neither io_uring nor Linux AIO is usable by this process (not Linux, "
+           "an architecture without their system call numbers here, both filtered) or it has one CPU",
 )
+
+
+@pytest.fixture(scope="module", params=["uring", "aio"])
+def backend(request):
+    """The process's reader made with each kernel interface in turn (the
+    one in use before is put back afterwards)."""
+    if not _split_reads.reader_available():
+        pytest.skip("no reader thread in this process (see requires_reader)")
+    try:
+        reader = _split_reads._Reader(request.param)
+    except OSError as e:
+        pytest.skip(f"{request.param} is not usable by this process here: {e}")
+    saved = _split_reads._reader, _split_reads._state
+    _split_reads._reader, _split_reads._state = reader, True
+    yield request.param
+    _split_reads._reader, _split_reads._state = saved
+    reader.close()
 
 
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(0, 600), size=st.integers(1, 300), split=st.booleans(), seed=st.integers(0, 2**16))
-def test_read_rows_equals_a_loop_of_positional_reads(data_file, n, size, split, seed):
+def test_read_rows_equals_a_loop_of_positional_reads(backend, data_file, n, size, split, seed):
     fd, contents = data_file
     offsets = np.random.default_rng(seed).integers(0, FILE_BYTES - size + 1, n).astype(np.int64)
     got = _split_reads.read_rows(fd, offsets, size, split)
@@ -54,7 +72,7 @@ def test_read_rows_equals_a_loop_of_positional_reads(data_file, n, size, split, 
 
 
 @requires_reader
-def test_a_large_batch_is_read_partly_by_the_reader_thread(data_file, monkeypatch):
+def test_a_large_batch_is_read_partly_by_the_reader_thread(backend, data_file, monkeypatch):
     fd, contents = data_file
     calls = []
     real = os.pread
@@ -73,7 +91,7 @@ def test_a_large_batch_is_read_partly_by_the_reader_thread(data_file, monkeypatc
 
 
 @pytest.mark.parametrize("where", ["caller", "reader"])
-def test_a_read_past_the_end_comes_back_short(data_file, where):
+def test_a_read_past_the_end_comes_back_short(backend, data_file, where):
     fd, contents = data_file
     offsets = np.random.default_rng(2).integers(0, FILE_BYTES - 100, 200).astype(np.int64)
     bad = 10 if where == "caller" else 190  # in the calling thread's share, or the reader's
@@ -85,19 +103,19 @@ def test_a_read_past_the_end_comes_back_short(data_file, where):
 
 
 @requires_reader
-def test_failed_ring_reads_are_read_again_by_the_caller(data_file, monkeypatch):
+def test_failed_ring_reads_are_read_again_by_the_caller(backend, data_file, monkeypatch):
     fd, contents = data_file
     reader = _split_reads._get_reader()
-    real = reader._uring.results
+    real = reader._queue.results
 
     def failing(size: int) -> np.ndarray:
-        res = np.full(reader._uring._pending, size)
+        res = np.full(reader._queue._pending, size)
         assert real(size) is None  # the completions consumed: every read was whole
         res[::3] = -5  # now say EIO for every third read of the reader's share
         res[1] = 7  # and one short read
         return res
 
-    monkeypatch.setattr(reader._uring, "results", failing)
+    monkeypatch.setattr(reader._queue, "results", failing)
     monkeypatch.setattr(_split_reads, "_state", _split_reads._state)  # restored after the test
     offsets = np.random.default_rng(3).integers(0, FILE_BYTES - 50, 300).astype(np.int64)
     assert _split_reads.read_rows(fd, offsets, 50).tobytes() == _expected(contents, offsets.tolist(), 50)
@@ -106,7 +124,7 @@ def test_failed_ring_reads_are_read_again_by_the_caller(data_file, monkeypatch):
     assert _split_reads.read_rows(fd, offsets, 50).tobytes() == _expected(contents, offsets.tolist(), 50)
 
 
-def test_an_error_in_the_calling_thread_leaves_the_reader_usable(data_file):
+def test_an_error_in_the_calling_thread_leaves_the_reader_usable(backend, data_file):
     fd, contents = data_file
     offsets = np.random.default_rng(4).integers(0, FILE_BYTES - 16, 100).astype(np.int64)
     before = _split_reads.reader_available()
@@ -121,7 +139,7 @@ def test_an_error_in_the_calling_thread_leaves_the_reader_usable(data_file):
         assert _split_reads.read_rows(fd, offsets, 16).tobytes() == _expected(contents, offsets.tolist(), 16)
 
 
-def test_threads_reading_at_once_each_get_their_own_rows(data_file):
+def test_threads_reading_at_once_each_get_their_own_rows(backend, data_file):
     fd, contents = data_file
     errors = []
 
@@ -169,3 +187,19 @@ def test_the_environment_can_turn_the_reader_off(data_file, monkeypatch, env):
     assert not _split_reads.reader_available()
     offsets = np.random.default_rng(6).integers(0, FILE_BYTES - 8, 64).astype(np.int64)
     assert _split_reads.read_rows(fd, offsets, 8).tobytes() == _expected(contents, offsets.tolist(), 8)
+
+
+def test_a_refused_io_uring_falls_back_to_linux_aio(monkeypatch):
+    def refused(self, syscall, entries):
+        raise PermissionError(1, "io_uring_setup failed")  # as under Docker's default seccomp profile
+
+    monkeypatch.setattr(_split_reads._Uring, "__init__", refused)
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        queue = _split_reads._make_queue(libc.syscall, 64)
+    except OSError as e:
+        pytest.skip(f"Linux AIO is not usable here either: {e}")
+    assert type(queue) is _split_reads._Aio
+    queue.close()
+    with pytest.raises(PermissionError):
+        _split_reads._make_queue(libc.syscall, 64, "uring")  # asked for by name: not replaced
