@@ -2,29 +2,36 @@
 
 A disk dataset's random mini-batch is one positional read per transition,
 and on Linux a small read from the page cache costs about 0.8 us of kernel
-time whoever asks for it (``os.pread`` in a loop, or io_uring: measured the
-same), so a batch of 256 costs ~200 us on one CPU. :func:`read_rows` splits
-the reads of one batch: a reader thread hands its share to the kernel in
-*one* ``io_uring_enter`` call (a ctypes call, so the thread holds no GIL
-while the kernel reads), and the calling thread meanwhile reads the rest
-with ``os.pread``. The two shares run on two CPUs; nothing polls or spins
-between batches (the reader thread sleeps on a lock).
+time whoever asks for it (``os.pread`` in a loop, io_uring or Linux AIO:
+measured the same), so a batch of 256 costs ~200 us on one CPU.
+:func:`read_rows` splits the reads of one batch: a reader thread hands its
+share to the kernel in *one* system call (a ctypes call, so the thread
+holds no GIL while the kernel reads), and the calling thread meanwhile
+reads the rest with ``os.pread``. The two shares run on two CPUs; nothing
+polls or spins between batches (the reader thread sleeps on a lock).
 
-Used where it works: Linux with io_uring (5.6 or later: ``IORING_OP_READ``)
-that the process may use (not disabled by ``kernel.io_uring_disabled`` or a
-seccomp filter), and two CPUs per process (the process's CPU affinity
-against ``torchrun``'s ``LOCAL_WORLD_SIZE``: ranks that already fill the
-machine's CPUs read in their own thread). Anywhere
-else, and for small batches, the calling thread reads everything itself
-(:func:`read_rows` gives the same bytes either way). Any read the ring did
-not complete in full is read again with ``os.pread`` by the caller, whose
-checks then report it (a truncated file, an I/O error) as they always do.
-``OFFRL_SPLIT_READS=0`` in the environment turns the reader off.
+The one call is ``io_uring_enter`` (Linux 5.6 or later:
+``IORING_OP_READ``), or where io_uring is refused (``kernel.io_uring_disabled``,
+or a seccomp filter such as Docker's default profile since 2023) Linux AIO's
+``io_submit``, which on a file opened without ``O_DIRECT`` reads inside the
+call, in the calling thread (x86-64 and arm64). Both through raw system
+calls: no library to install. The reader runs where one of them works
+and the process has two CPUs of its own (its CPU affinity against
+``torchrun``'s ``LOCAL_WORLD_SIZE``: ranks that already fill the machine's
+CPUs read in their own thread). Anywhere else, and for small batches, the
+calling thread reads everything itself (:func:`read_rows` gives the same
+bytes either way). Any read the kernel did not complete in full is read
+again with ``os.pread`` by the caller, whose checks then report it (a
+truncated file, an I/O error) as they always do; an interface that fails
+reads ``os.pread`` does is given up for the process.
+``OFFRL_SPLIT_READS=0`` in the environment turns the reader off,
+``OFFRL_SPLIT_READS=aio`` uses Linux AIO only.
 
 Safety: the kernel writes only into the output array of the call in flight,
 which the reader keeps referenced until its reads completed (a caller
 interrupted while waiting leaves it to the next call, which waits first).
-The ring is private to the process: a forked child makes its own.
+The ring (or AIO context) is private to the process: a forked child makes
+its own.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ layout skips the per-column gathers (:meth:`DiskStore.one_step_fields`):
 one read of each transition's two records (its step and the next), every
 field taken from them, and the reads of a batch split between the calling
 thread and a reader thread (:mod:`._split_reads`: its share goes to the
-kernel in one io_uring call, so both CPUs read at once;
+kernel in one io_uring or AIO call, so both CPUs read at once;
 :attr:`DiskStore.split_reads`). Each small read costs ~0.8 us of kernel
 time (a page-cache lookup and copy; the same through io_uring), so the
 count of reads is the cost. Measured on 25,000,000 steps (2 CPUs, load
@@ -258,7 +258,7 @@ class DiskStore(InfiniteBuffer):
         """With ``read_mode="pread"``: split the reads of a scattered gather
         of 32 rows or more (a sampled batch) between the calling thread and
         a reader thread (:func:`offrl.dataset._split_reads.read_rows`; Linux
-        with io_uring and two CPUs per process, else ignored). Measured in
+        with io_uring or AIO and two CPUs per process, else ignored). Measured in
         ``benchmarks/scale.py disk``: ``sample_transition_batch(256)`` ~15 %
         less wall time for ~20 % more CPU time. False: every read in the
         calling thread. A store and its split views share the setting."""
