@@ -7,7 +7,7 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
     python benchmarks/ope_marginal.py --quick      # short rounds, a smoke run
     D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/ope_marginal.py
 
-Issue 19's target: the ratio model of ``offrl.ope.marginal`` trains at
+Issue 19's target: the ratio model of ``offrl.ope.density_ratio`` trains at
 >= 1.5x the updates per second of an FQE of the same size in d3rlpy 2.8.1.
 "The same size": both sides use the default encoder (a 256-256 ReLU MLP per
 network) and d3rlpy's default FQE batch of 100. The cases are those of
@@ -66,7 +66,7 @@ class RatioCase:
 
         import offrl
         from offrl.dataset import MDPDataset
-        from offrl.ope import marginal
+        from offrl.ope import density_ratio
         from offrl.ope._logged import logged_data
 
         kind, algo_config = CASES[name]
@@ -76,16 +76,16 @@ class RatioCase:
         algo = getattr(offrl.algos, algo_config)().create(device="cpu")
         algo.build_with_dataset(dataset)
         # averaging from the second update on: every timed update pays for it (a real run averages half of them)
-        config = marginal.DensityRatioConfig(batch_size=BATCH_SIZE, n_steps=10**9, log_interval=1000,
-                                             average_fraction=1 - 1e-9)
+        config = density_ratio.DensityRatioConfig(batch_size=BATCH_SIZE, n_steps=10**9, log_interval=1000,
+                                                  average_fraction=1 - 1e-9)
         t0 = time.perf_counter()
         logged = logged_data(dataset)
         # internal helpers: the setup of fit_density_ratio once, then its update loop in k-step slices
-        self.model, self.batches = marginal._prepare_training(
+        self.model, self.batches = density_ratio._prepare_training(
             algo, logged, 0.99, config, SEED, torch.device("cpu"), False, 0.05, 0.1, 4096)
         self.setup_s = time.perf_counter() - t0
         self.step = 1
-        self._train = marginal._train
+        self._train = density_ratio._train
         self.episodes = len(dataset.episodes)
 
     def run(self, k: int) -> None:

@@ -311,7 +311,7 @@ def test_the_written_out_update_with_adam_follows_the_autograd_update(discrete):
 
 def test_the_direct_fused_adam_step_is_adams_own_step():
     from offrl.models.optimizers import AdamFactory
-    from offrl.ope.marginal import _Stepper
+    from offrl.ope.density_ratio import _Stepper
 
     torch.manual_seed(0)
     nets = [torch.nn.Linear(6, 4) for _ in range(2)]
