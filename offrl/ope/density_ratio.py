@@ -1,7 +1,5 @@
 """The state-action density ratio ``w(s, a) = d_pi(s, a) / d_D(s, a)`` of
-:mod:`offrl.ope.marginal`'s estimators, learned from data.
-
-The ratio is learned by DualDICE (Nachum, Chow, Dai and Li, 2019,
+:mod:`offrl.ope.marginal`'s estimators, learned from data by DualDICE (Nachum, Chow, Dai and Li, 2019,
 "DualDICE: Behavior-Agnostic Estimation of Discounted Stationary
 Distribution Corrections", arXiv:1906.04733), which needs no behaviour
 probabilities. Two networks ``nu(s, a)`` and ``zeta(s, a)`` play
@@ -69,6 +67,7 @@ from ._policies import (
 )
 
 __all__ = ["DensityRatioConfig", "DensityRatioModel", "dualdice_loss", "fit_density_ratio"]
+
 
 @dataclasses.dataclass
 class DensityRatioConfig:
