@@ -1,8 +1,8 @@
 """The state-action density ratio ``w(s, a) = d_pi(s, a) / d_D(s, a)`` of
-:mod:`offrl.ope.marginal`'s estimators, learned from data by DualDICE (Nachum, Chow, Dai and Li, 2019,
-"DualDICE: Behavior-Agnostic Estimation of Discounted Stationary
-Distribution Corrections", arXiv:1906.04733), which needs no behaviour
-probabilities. Two networks ``nu(s, a)`` and ``zeta(s, a)`` play
+:mod:`offrl.ope.marginal`'s estimators, learned from data by DualDICE
+(Nachum, Chow, Dai and Li, 2019, "DualDICE: Behavior-Agnostic Estimation of
+Discounted Stationary Distribution Corrections", arXiv:1906.04733), which
+needs no behaviour probabilities. Two networks ``nu(s, a)`` and ``zeta(s, a)`` play
 
     min_nu max_zeta J = E_D[(nu(s, a) - gamma nu(s', a')) zeta(s, a) - zeta(s, a)^2 / 2]
                         - (1 - gamma) E_{s_0, a_0 ~ pi}[nu(s_0, a_0)]
