@@ -26,8 +26,14 @@ __all__ = [
     "check_h5_dataset_id",
     "read_h5_dataset",
     "sibling_temporary_name",
+    "load_json",
+    "JSON_MAX_DEPTH",
     "NUMERIC_KINDS",
 ]
+
+#: deepest nesting of arrays and objects accepted in JSON read from a file
+#: or a command line (offrl's own files nest fewer than 16 levels)
+JSON_MAX_DEPTH = 64
 
 #: numpy dtype kinds of plain numbers: bool, signed, unsigned, float.
 NUMERIC_KINDS = "biuf"
@@ -198,3 +204,52 @@ def sibling_temporary_name(path: Any, purpose: str = "tmp") -> str:
     path = os.path.abspath(os.fspath(path))
     directory, base = os.path.split(path.rstrip(os.sep))
     return os.path.join(directory, f".{base}.{purpose}-{uuid.uuid4().hex[:12]}")
+
+
+def _json_depth(text: str) -> int:
+    """Deepest nesting of ``[`` / ``{`` in ``text`` outside strings (a
+    linear scan, no recursion: it runs before the parser can recurse)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def load_json(text: Any, source: str, max_depth: int = JSON_MAX_DEPTH) -> Any:
+    """``json.loads(text)`` for text from a file or a command line: a
+    ``ValueError`` naming ``source`` for text that is not JSON, not UTF-8,
+    or nested deeper than ``max_depth`` levels (instead of a
+    ``RecursionError`` from the parser)."""
+    import json
+
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{source}: not UTF-8 text (byte {e.start})") from None
+    if not isinstance(text, str):
+        raise TypeError(f"{source}: expected JSON text, got {type(text).__name__}")
+    depth = _json_depth(text)
+    if depth > max_depth:
+        raise ValueError(f"{source}: JSON nested {depth} levels deep; at most {max_depth} are accepted")
+    try:
+        return json.loads(text)
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise ValueError(f"{source}: JSON nested too deeply") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{source}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
