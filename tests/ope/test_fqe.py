@@ -505,7 +505,7 @@ def test_estimate_is_the_mean_state_value_at_first_observations():
     estimate = fqe.estimate_policy_value(dataset, seed=0, batch_size=3)  # 3 chunks of observations
     assert isinstance(estimate, PolicyValueEstimate)
     np.testing.assert_allclose(estimate.initial_values, values, rtol=1e-5, atol=1e-5 * np.abs(values).max())
-    assert estimate.value == pytest.approx(float(values.mean()), rel=1e-5, abs=1e-5 * np.abs(values).max())
+    assert estimate.value == pytest.approx(float(values.mean()), rel=1e-5, abs=1e-5 * float(np.abs(values).max()))
     assert float(estimate) == estimate.value
     assert estimate.lower <= estimate.value <= estimate.upper
     assert (estimate.confidence, estimate.n_bootstrap) == (0.95, 1000)
@@ -517,7 +517,7 @@ def test_bootstrap_interval_matches_the_normal_approximation():
     from offrl.algos.fqe import _bootstrap_interval
 
     values = np.random.default_rng(0).normal(3.0, 2.0, size=400)
-    half_width = 1.96 * values.std() / np.sqrt(values.size)
+    half_width = float(1.96 * values.std() / np.sqrt(values.size))
     lower, upper = _bootstrap_interval(values, 0.95, 4000, seed=1)  # 1e6 // 400 = 2500 rows a chunk: 2 chunks
     assert lower == pytest.approx(values.mean() - half_width, abs=0.1 * half_width)
     assert upper == pytest.approx(values.mean() + half_width, abs=0.1 * half_width)
