@@ -24,8 +24,10 @@ bytes either way). Any read the kernel did not complete in full is read
 again with ``os.pread`` by the caller, whose checks then report it (a
 truncated file, an I/O error) as they always do; an interface that fails
 reads ``os.pread`` does is given up for the process.
-``OFFRL_SPLIT_READS=0`` in the environment turns the reader off,
-``OFFRL_SPLIT_READS=aio`` uses Linux AIO only.
+``OFFRL_SPLIT_READS`` in the environment: ``0``, ``false``, ``no`` or
+``off`` (any case) turns the reader off, ``aio`` uses Linux AIO only,
+``1``, ``true``, ``yes``, ``on`` or empty is the default; any other value
+is warned about once and read as the default.
 
 Safety: the kernel writes only into the output array of the call in flight,
 which the reader keeps referenced until its reads completed (a caller
@@ -44,6 +46,7 @@ import platform
 import signal
 import sys
 import threading
+import warnings
 from itertools import repeat
 from typing import Optional
 
@@ -81,6 +84,35 @@ _SQE = np.dtype({
 _ENTER, _GETEVENTS = ctypes.c_long(_SYS_IO_URING_ENTER), ctypes.c_long(_IORING_ENTER_GETEVENTS)
 _NULL, _ZERO = ctypes.c_void_p(None), ctypes.c_long(0)
 _CQE = np.dtype({"names": ["user_data", "res"], "formats": [np.uint64, np.int32], "offsets": [0, 8], "itemsize": 16})
+
+
+#: ``OFFRL_SPLIT_READS`` values (lower case, stripped) that turn the reader off / leave the default
+_OFF_VALUES = ("0", "false", "no", "off")
+_ON_VALUES = ("", "1", "true", "yes", "on")
+_warned_setting: Optional[str] = None
+
+
+def split_setting() -> str:
+    """``OFFRL_SPLIT_READS`` read as ``"off"``, ``"aio"`` or ``"default"``;
+    a value that is none of the accepted spellings is warned about (once
+    per process) and read as ``"default"``."""
+    global _warned_setting
+    raw = os.environ.get("OFFRL_SPLIT_READS")
+    if raw is None:
+        return "default"
+    value = raw.strip().lower()
+    if value in _OFF_VALUES:
+        return "off"
+    if value == "aio":
+        return "aio"
+    if value not in _ON_VALUES and _warned_setting is None:
+        _warned_setting = raw
+        warnings.warn(
+            f"OFFRL_SPLIT_READS={raw!r} is not understood: use 0/false/no/off to turn the disk reader thread off, "
+            "aio for Linux AIO only, or 1/true/yes/on for the default; using the default",
+            RuntimeWarning, stacklevel=3,
+        )
+    return "default"
 
 
 class _Params(ctypes.Structure):
@@ -312,7 +344,7 @@ class _Aio:
 def _make_queue(syscall: "ctypes._CFuncPtr", entries: int, backend: Optional[str] = None) -> "_Uring | _Aio":
     """``backend`` (``"uring"`` or ``"aio"``), or by default io_uring, else
     Linux AIO (``OFFRL_SPLIT_READS=aio``: AIO only)."""
-    backend = backend or ("aio" if os.environ.get("OFFRL_SPLIT_READS", "") == "aio" else None)
+    backend = backend or ("aio" if split_setting() == "aio" else None)
     if backend == "uring":
         return _Uring(syscall, entries)
     if backend is None:
@@ -457,7 +489,7 @@ def _get_reader() -> Optional[_Reader]:
             if (
                 sys.platform.startswith("linux") and platform.machine().lower() in _SYSCALL_MACHINES
                 and hasattr(os, "pread") and _spare_cpu()
-                and os.environ.get("OFFRL_SPLIT_READS", "1") != "0"
+                and split_setting() != "off"
             ):
                 try:
                     _reader = _Reader()

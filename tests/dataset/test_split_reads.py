@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -203,3 +204,32 @@ def test_a_refused_io_uring_falls_back_to_linux_aio(monkeypatch):
     queue.close()
     with pytest.raises(PermissionError):
         _split_reads._make_queue(libc.syscall, 64, "uring")  # asked for by name: not replaced
+
+
+@pytest.mark.parametrize("value, setting", [
+    ("0", "off"), ("false", "off"), ("No", "off"), (" OFF ", "off"), ("aio", "aio"), ("AIO", "aio"),
+    ("1", "default"), ("true", "default"), ("Yes", "default"), ("on", "default"), ("", "default"),
+])
+def test_split_reads_setting_accepts_the_usual_spellings_silently(monkeypatch, value, setting):
+    monkeypatch.setattr(_split_reads, "_warned_setting", None)
+    monkeypatch.setenv("OFFRL_SPLIT_READS", value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _split_reads.split_setting() == setting
+    if setting == "off":  # a false spelling turns the reader off, as "0" did
+        monkeypatch.setattr(_split_reads, "_reader", None)
+        monkeypatch.setattr(_split_reads, "_state", None)
+        assert not _split_reads.reader_available()
+
+
+def test_an_unknown_split_reads_setting_warns_once_and_keeps_the_default(monkeypatch):
+    monkeypatch.setattr(_split_reads, "_warned_setting", None)
+    monkeypatch.delenv("OFFRL_SPLIT_READS", raising=False)
+    assert _split_reads.split_setting() == "default"
+    monkeypatch.setenv("OFFRL_SPLIT_READS", "disable")
+    with pytest.warns(RuntimeWarning, match=r"OFFRL_SPLIT_READS='disable' is not understood: use 0/false/no/off"):
+        assert _split_reads.split_setting() == "default"
+    monkeypatch.setenv("OFFRL_SPLIT_READS", "nein")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process: no second warning
+        assert _split_reads.split_setting() == "default"
