@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import tempfile
 import warnings
 from typing import Any, List, Optional
 
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._atomic import atomic_write, check_target
 from ._version import __version__
 from .constants import ActionSpace
 
@@ -148,9 +148,10 @@ def save_policy(algo: Any, fname: str) -> None:
         raise ValueError(f"save_policy chooses the format by extension: use .pt (TorchScript) or .onnx, got {path!r}")
     if not algo.is_built:
         raise ValueError(f"{type(algo).__name__} is not built yet: fit it (or build_with_dataset / build_with_env) before save_policy")
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ValueError(f"cannot write {path}: the directory {directory} does not exist")
+    try:
+        check_target(path)  # before tracing: a missing directory, a file in the way, a name too long
+    except FileNotFoundError as e:
+        raise ValueError(str(e)) from None
     try:
         graph = PolicyGraph(algo)
     except NotImplementedError as e:
@@ -158,15 +159,16 @@ def save_policy(algo: Any, fname: str) -> None:
     discrete = algo.get_action_type() == ActionSpace.DISCRETE
     graph = copy.deepcopy(graph).to("cpu").eval()  # the algorithm keeps its device
     example = [torch.from_numpy(a) for a in _example_inputs(algo, 3)]
-    fd, tmp = tempfile.mkstemp(prefix=".offrl-", suffix=extension, dir=directory)
-    os.close(fd)
-    try:
+
+    def write(tmp: str) -> None:
         with torch.no_grad():
             if extension == ".pt":
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     traced = torch.jit.trace(graph, tuple(example), check_trace=False)
-                    torch.jit.save(traced, tmp, _extra_files={"offrl_metadata.json": json.dumps(_metadata(algo))})
+                    # through a Python file: torch.jit.save to a path aborts the process when a write fails
+                    with open(tmp, "wb") as f:
+                        torch.jit.save(traced, f, _extra_files={"offrl_metadata.json": json.dumps(_metadata(algo))})
             else:
                 _export_onnx(graph, example, algo, tmp)
         for batch in (1, 7):
@@ -174,11 +176,8 @@ def save_policy(algo: Any, fname: str) -> None:
             runner = load_torchscript_policy(tmp) if extension == ".pt" else load_onnx_policy(tmp)
             got = runner(*inputs)
             _compare(path, np.asarray(got), _expected(algo, inputs), discrete)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+
+    atomic_write(path, write)
 
 
 def _export_onnx(graph: nn.Module, example: List[torch.Tensor], algo: Any, tmp: str) -> None:

@@ -487,9 +487,9 @@ def export_sequence_policy(algo: TransformerAlgoBase, fname: str) -> None:
     """See :meth:`TransformerAlgoBase.save_policy`."""
     import json
     import os
-    import tempfile
     import warnings
 
+    from .._atomic import atomic_write, check_target
     from ..export import ExportError, load_onnx_policy, load_torchscript_policy
 
     path = os.fspath(fname)
@@ -499,9 +499,10 @@ def export_sequence_policy(algo: TransformerAlgoBase, fname: str) -> None:
     if not algo.is_built:
         raise ValueError(f"{type(algo).__name__} is not built yet: fit it (or build_with_dataset / build_with_env) "
                          "before save_policy")
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ValueError(f"cannot write {path}: the directory {directory} does not exist")
+    try:
+        check_target(path)  # before tracing: a missing directory, a file in the way, a name too long
+    except FileNotFoundError as e:
+        raise ValueError(str(e)) from None
     graph = copy.deepcopy(SequencePolicyGraph(algo)).to("cpu").eval()
     names = _sequence_input_names(algo)
     shape = algo.observation_shape
@@ -512,14 +513,15 @@ def export_sequence_policy(algo: TransformerAlgoBase, fname: str) -> None:
         "inputs": json.dumps(names), "context_size": str(algo.context_size), "max_timestep": str(algo.max_timestep),
     }
     example = tuple(torch.from_numpy(a) for a in _example_context(algo, 2, min(3, algo.context_size), 0))
-    fd, tmp = tempfile.mkstemp(prefix=".offrl-", suffix=extension, dir=directory)
-    os.close(fd)
-    try:
+
+    def write(tmp: str) -> None:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if extension == ".pt":
                 traced = torch.jit.trace(graph, example, check_trace=False)
-                torch.jit.save(traced, tmp, _extra_files={"offrl_metadata.json": json.dumps(metadata)})
+                # through a Python file: torch.jit.save to a path aborts the process when a write fails
+                with open(tmp, "wb") as f:
+                    torch.jit.save(traced, f, _extra_files={"offrl_metadata.json": json.dumps(metadata)})
             else:
                 import onnx
 
@@ -545,11 +547,8 @@ def export_sequence_policy(algo: TransformerAlgoBase, fname: str) -> None:
                 elif not np.allclose(got[row], expected, atol=1e-4, rtol=1e-4):
                     raise ExportError(f"{path}: the exported policy differs from predict by "
                                       f"{np.abs(got[row] - expected).max():.3g} (context length {length})")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+
+    atomic_write(path, write)
 
 
 def observation_device(observation: Any) -> torch.device:

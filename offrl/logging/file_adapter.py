@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-from .._atomic import atomic_write_json, remove_stale_temporaries
+from .._atomic import append_text, atomic_write_json, make_directory, remove_stale_temporaries
 from .base import LoggerAdapter, split_create_arguments
 
 __all__ = ["FileAdapter", "FileAdapterFactory"]
@@ -29,7 +29,7 @@ class FileAdapter:
             raise TypeError(f"logdir must be a path, got {type(logdir).__name__}")
         logdir = os.fspath(logdir)
         self.logdir = logdir
-        os.makedirs(logdir, exist_ok=True)
+        make_directory(logdir)  # FileWriteError naming it when it cannot be made
         # half-written files of an earlier run that was killed mid-save
         remove_stale_temporaries(logdir, min_age_s=STALE_AFTER_S)
 
@@ -43,9 +43,15 @@ class FileAdapter:
         pass
 
     def write_metric(self, epoch: int, step: int, name: str, value: float) -> None:
-        safe = name.replace(os.sep, "_")
-        with open(os.path.join(self.logdir, f"{safe}.csv"), "a") as f:
-            f.write(f"{int(epoch)},{int(step)},{float(value)!r}\n")
+        """Append the row ``epoch,step,value`` to ``<name>.csv`` (path
+        separators in ``name`` become ``_``); a row is written whole or not
+        at all (:class:`~offrl._atomic.FileWriteError` names the file)."""
+        if not isinstance(name, str):
+            raise TypeError(f"metric name must be a str, got {type(name).__name__}")
+        if "\x00" in name:
+            raise ValueError(f"metric name {name!r} contains a NUL character, which no file name can hold")
+        safe = name.replace(os.sep, "_").replace("/", "_")
+        append_text(os.path.join(self.logdir, f"{safe}.csv"), f"{int(epoch)},{int(step)},{float(value)!r}\n")
 
     def after_write_metric(self, epoch: int, step: int) -> None:
         pass

@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any, Dict, Optional
 
+from .._atomic import make_directory
 from .base import split_create_arguments
 
 __all__ = ["TensorboardAdapter", "TensorboardAdapterFactory"]
@@ -45,7 +46,7 @@ class TensorboardAdapter:
                             f"got {len(args)} arguments")
         writer_class = _summary_writer_class()
         self.logdir = logdir
-        os.makedirs(logdir, exist_ok=True)
+        make_directory(logdir)  # FileWriteError naming it when it cannot be made
         self._writer = writer_class(log_dir=logdir)
 
     def write_params(self, params: Dict[str, Any]) -> None:
