@@ -1,0 +1,450 @@
+"""Locomotion side by side: offrl and d3rlpy 2.8.1 trained on the same locally
+built MuJoCo datasets, with the same configs, updates and seeds, evaluated on
+the same episodes; D4RL-normalised scores with the field's reporting
+conventions (interquartile mean and stratified bootstrap intervals, as
+rliable computes them) and learning curves.
+
+    python benchmarks/locomotion.py run [--jobs 2] [--seeds 3] [--only IQL,BC] [--datasets hopper-medium-v0]
+    python benchmarks/locomotion.py status
+    python benchmarks/locomotion.py report [--plot]      # needs rliable (see benchmarks/README.md)
+
+``run`` is resumable: every (library, algorithm, dataset, seed) job writes
+its result file ``benchmarks/results/locomotion/<library>-<algorithm>-<dataset>-s<seed>.json``
+(atomically) when it ends, and a run skips the jobs whose file exists, so
+stopping it (or the machine) loses at most the jobs in flight; running the
+same command again continues. Jobs are ordered seed-major (every row's
+first seed, in both libraries, before any second seed), so a partial run
+already compares the libraries on paired jobs. Each job runs in its own
+process (offrl in this interpreter, d3rlpy in ``--d3rlpy-python`` /
+``$D3RLPY_PYTHON``), with one torch thread; ``--jobs`` runs that many at
+once (2 on a 2-core machine when nothing else runs).
+
+A job: the dataset (``offrl.datasets.get_mujoco``, exported once as plain
+arrays, so both libraries read identical numbers through their own
+``MDPDataset``), the algorithm's config (:func:`config_kwargs`: the settings of
+d3rlpy's reproduction scripts, the same in both libraries; ReBRAC at batch
+256 instead of 1,024 to fit two cores), ``fitter`` for
+the updates with an evaluation every ``updates / 5`` updates: 10 episodes of
+the greedy policy, environment ``i`` of an evaluation reset with seed
+``EVAL_SEED + i`` (the same episodes in both libraries: gymnasium 1.0.0 and
+1.4.0 give bit-identical MuJoCo v5 trajectories, checked). Training time
+(wall and process CPU) excludes evaluation; updates/s is updates over
+training wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from _harness import find_d3rlpy_python, load_average, quiet_d3rlpy
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "locomotion")
+EVAL_SEED = 900_000
+N_EVAL_EPISODES = 10
+N_EVALS = 5
+LIBRARIES = ("offrl", "d3rlpy")
+
+MEDIUM4 = ("hopper-medium-v0", "halfcheetah-medium-v0", "walker2d-medium-v0", "hopper-medium-replay-v0")
+#: (algorithm, dataset, updates): the issue's minimum table
+TABLE: List[Tuple[str, str, int]] = (
+    [(algo, dataset, 50_000) for dataset in MEDIUM4 for algo in ("BC", "TD3PlusBC", "IQL", "ReBRAC")]
+    + [("CQL", dataset, 10_000) for dataset in ("hopper-medium-v0", "halfcheetah-medium-v0")]
+)
+
+#: ReBRAC's (actor_beta, critic_beta) per dataset, from its paper's table (as d3rlpy's reproduction script)
+REBRAC_BETAS = {"hopper-medium": (0.01, 0.001), "halfcheetah-medium": (0.001, 0.01), "walker2d-medium": (0.05, 0.1),
+                "hopper-medium-replay": (0.05, 0.5), "halfcheetah-medium-replay": (0.01, 0.001),
+                "walker2d-medium-replay": (0.05, 0.01)}
+
+
+def config_kwargs(lib: Any, algo: str, dataset: str) -> Dict[str, Any]:
+    """The config of ``algo`` for ``dataset`` built from ``lib`` (offrl or
+    d3rlpy: the same names), following d3rlpy's reproduction scripts."""
+    standard = lib.preprocessing.StandardObservationScaler
+    if algo == "BC":
+        return {}
+    if algo == "TD3PlusBC":
+        return {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4, "batch_size": 256, "target_smoothing_sigma": 0.2,
+                "target_smoothing_clip": 0.5, "alpha": 2.5, "update_actor_interval": 2, "observation_scaler": standard()}
+    if algo == "IQL":
+        return {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4, "batch_size": 256, "weight_temp": 3.0,
+                "max_weight": 100.0, "expectile": 0.7,
+                "reward_scaler": lib.preprocessing.ReturnBasedRewardScaler(multiplier=1000.0),
+                "observation_scaler": standard()}
+    if algo == "ReBRAC":
+        key = dataset.rsplit("-v", 1)[0]
+        actor_beta, critic_beta = REBRAC_BETAS.get(key, (0.01, 0.01))
+        # the paper's (and d3rlpy's script's) batch is 1,024; 256 here, in both libraries, to fit the
+        # benchmark on 2 CPU cores (a ReBRAC update at 1,024 costs about four of the other algorithms')
+        return {"actor_learning_rate": 1e-3, "critic_learning_rate": 1e-3, "batch_size": 256, "gamma": 0.99,
+                "actor_encoder_factory": lib.models.VectorEncoderFactory([256, 256, 256]),
+                "critic_encoder_factory": lib.models.VectorEncoderFactory([256, 256, 256], use_layer_norm=True),
+                "target_smoothing_sigma": 0.2, "target_smoothing_clip": 0.5, "update_actor_interval": 2,
+                "actor_beta": actor_beta, "critic_beta": critic_beta, "observation_scaler": standard()}
+    if algo == "CQL":
+        encoder = lib.models.VectorEncoderFactory([256, 256, 256])
+        return {"actor_learning_rate": 1e-4, "critic_learning_rate": 3e-4, "temp_learning_rate": 1e-4,
+                "alpha_learning_rate": 0.0, "conservative_weight": 5.0, "batch_size": 256, "n_action_samples": 10,
+                "actor_encoder_factory": encoder, "critic_encoder_factory": encoder}
+    raise ValueError(f"no config for {algo}")
+
+
+# ------------------------------------------------------------------ data
+def data_directory() -> str:
+    base = os.environ.get("OFFRL_BENCH_DATA") or os.path.join(os.path.expanduser("~"), ".cache", "offrl", "bench-locomotion")
+    os.makedirs(base, exist_ok=True)
+    return base
+
+
+def dataset_arrays(name: str) -> str:
+    """``<data>/<name>.npz`` holding the dataset as plain arrays (built and
+    exported on first use): observations, actions, rewards, terminals,
+    timeouts, one row per step, episodes in order."""
+    path = os.path.join(data_directory(), f"{name}.npz")
+    if os.path.exists(path):
+        return path
+    import offrl
+
+    dataset, _ = offrl.datasets.get_mujoco(name)
+    columns: Dict[str, list] = {k: [] for k in ("observations", "actions", "rewards", "terminals", "timeouts")}
+    for episode in dataset.episodes:
+        n = len(episode.rewards)
+        columns["observations"].append(np.asarray(episode.observations, np.float32)[:n])
+        columns["actions"].append(np.asarray(episode.actions, np.float32)[:n])
+        columns["rewards"].append(np.asarray(episode.rewards, np.float32).reshape(n))
+        ends = np.zeros(n, np.float32)
+        ends[-1] = 1.0
+        columns["terminals"].append(ends if episode.terminated else np.zeros(n, np.float32))
+        columns["timeouts"].append(np.zeros(n, np.float32) if episode.terminated else ends)
+    arrays = {k: np.concatenate(v) for k, v in columns.items()}
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".npz")
+    os.close(fd)
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------- a job
+def evaluate(predict: Any, env_id: str) -> List[float]:
+    import gymnasium
+
+    env = gymnasium.make(env_id)
+    returns = []
+    for i in range(N_EVAL_EPISODES):
+        observation, _ = env.reset(seed=EVAL_SEED + i)
+        total, done = 0.0, False
+        while not done:
+            action = predict(np.asarray(observation, np.float32)[None])[0]
+            observation, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return returns
+
+
+def run_job(job: Dict[str, Any]) -> Dict[str, Any]:
+    """Train one (library, algorithm, dataset, seed) and measure it."""
+    import torch
+
+    torch.set_num_threads(1)
+    if job["library"] == "offrl":
+        import offrl as lib
+        from offrl.logging import NoopAdapterFactory
+        device = "cpu"
+    else:
+        import d3rlpy as lib
+        from d3rlpy.logging import NoopAdapterFactory
+
+        quiet_d3rlpy()
+        device = "cpu:0"
+    lib.seed(job["seed"])
+    with np.load(job["data"]) as saved:
+        data = dict(saved)
+    dataset = lib.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
+                                     data["timeouts"])
+    algo = getattr(lib.algos, f"{job['algo']}Config")(**config_kwargs(lib, job["algo"], job["dataset"])).create(device=device)
+    interval = job["updates"] // N_EVALS
+    curve, train_wall, train_cpu, eval_wall = [], 0.0, 0.0, 0.0
+    wall, cpu = time.perf_counter(), time.process_time()
+    for epoch, _metrics in algo.fitter(dataset, n_steps=job["updates"], n_steps_per_epoch=interval, show_progress=False,
+                                       logger_adapter=NoopAdapterFactory(), save_interval=10**9):
+        train_wall += time.perf_counter() - wall
+        train_cpu += time.process_time() - cpu
+        start = time.perf_counter()
+        returns = evaluate(algo.predict, job["env_id"])
+        eval_wall += time.perf_counter() - start
+        curve.append({"updates": epoch * interval, "returns": returns, "mean": float(np.mean(returns))})
+        wall, cpu = time.perf_counter(), time.process_time()
+    return {"curve": curve, "final_returns": curve[-1]["returns"], "train_wall_s": round(train_wall, 2),
+            "train_cpu_s": round(train_cpu, 2), "eval_wall_s": round(eval_wall, 2),
+            "updates_per_s": round(job["updates"] / train_wall, 3), "library_version": lib.__version__,
+            "torch_version": torch.__version__}
+
+
+# ------------------------------------------------------------------ driver
+def job_name(library: str, algo: str, dataset: str, seed: int) -> str:
+    return f"{library}-{algo}-{dataset}-s{seed}"
+
+
+def planned(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    only = set(args.only.split(",")) if args.only else None
+    datasets = set(args.datasets.split(",")) if args.datasets else None
+    jobs = []
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for algo, dataset, updates in TABLE:
+            if (only and algo not in only) or (datasets and dataset not in datasets):
+                continue
+            for library in LIBRARIES:
+                jobs.append({"library": library, "algo": algo, "dataset": dataset, "seed": seed, "updates": updates})
+    return jobs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _claim(name: str) -> bool:
+    """Mark ``name`` as running (a ``.running`` file with this process's id);
+    False when another live process holds it."""
+    marker = os.path.join(RESULTS, name + ".running")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        try:
+            with open(marker) as f:
+                pid = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            pid = 0
+        if pid and _alive(pid):
+            return False
+        os.remove(marker)
+        return _claim(name)
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+def run(args: argparse.Namespace) -> int:
+    from offrl._scores import ENV_IDS
+
+    os.makedirs(RESULTS, exist_ok=True)
+    d3rlpy_python = find_d3rlpy_python(args.d3rlpy_python)
+    jobs = [j for j in planned(args) if not os.path.exists(os.path.join(RESULTS, job_name(**_key(j)) + ".json"))]
+    if not d3rlpy_python:
+        print("d3rlpy: not given (--d3rlpy-python or $D3RLPY_PYTHON); offrl jobs only", flush=True)
+        jobs = [j for j in jobs if j["library"] == "offrl"]
+    print(f"{len(jobs)} jobs to run, {args.jobs} at a time; results in {RESULTS}", flush=True)
+    running: List[Tuple[subprocess.Popen, Dict[str, Any], str, float]] = []
+    queue = list(jobs)
+    while queue or running:
+        while queue and len(running) < args.jobs:
+            job = queue.pop(0)
+            name = job_name(**_key(job))
+            if os.path.exists(os.path.join(RESULTS, name + ".json")) or not _claim(name):
+                continue
+            env = job["dataset"].split("-", 1)[0]
+            spec = dict(job, data=dataset_arrays(job["dataset"]), env_id=ENV_IDS[env],
+                        output=os.path.join(RESULTS, name + ".json"))
+            python = sys.executable if job["library"] == "offrl" else d3rlpy_python
+            log = open(os.path.join(data_directory(), name + ".log"), "w")
+            proc = subprocess.Popen([python, os.path.abspath(__file__), "worker", json.dumps(spec)],
+                                    stdout=log, stderr=subprocess.STDOUT)
+            running.append((proc, job, name, time.time()))
+            print(f"{_now()} start {name}", flush=True)
+        time.sleep(2)
+        for entry in list(running):
+            proc, job, name, started = entry
+            if proc.poll() is None:
+                continue
+            running.remove(entry)
+            marker = os.path.join(RESULTS, name + ".running")
+            if os.path.exists(marker):
+                os.remove(marker)
+            status = "done" if proc.returncode == 0 else f"FAILED ({proc.returncode}; log in {data_directory()})"
+            print(f"{_now()} {status} {name} in {time.time() - started:.0f} s", flush=True)
+    return 0
+
+
+def _key(job: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: job[k] for k in ("library", "algo", "dataset", "seed")}
+
+
+def _now() -> str:
+    return datetime.datetime.now().strftime("%H:%M:%S")
+
+
+def worker(spec_text: str) -> int:
+    job = json.loads(spec_text)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    load_start = load_average()
+    result = run_job(job)
+    record = {k: job[k] for k in ("library", "algo", "dataset", "seed", "updates", "env_id")}
+    record.update(result)
+    record.update({"started": started, "load_start": load_start, "load_end": load_average(),
+                   "machine": f"{platform.machine()} {_cpu_model()}, {os.cpu_count()} CPUs", "threads": 1})
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(job["output"]), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, job["output"])
+    return 0
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+# ------------------------------------------------------------------ report
+def load_results() -> List[Dict[str, Any]]:
+    records = []
+    for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+        with open(path) as f:
+            records.append(json.load(f))
+    return records
+
+
+def status(args: argparse.Namespace) -> int:
+    done = {job_name(**_key(r)) for r in load_results()}
+    jobs = planned(args)
+    left = [job_name(**_key(j)) for j in jobs if job_name(**_key(j)) not in done]
+    cpu = sum(r["train_cpu_s"] for r in load_results())
+    print(f"{len(jobs) - len(left)} of {len(jobs)} jobs done ({cpu / 3600:.1f} CPU-hours of training so far)")
+    for name in left[:10]:
+        print(f"  next: {name}")
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    from offrl._scores import get_normalized_score
+
+    try:
+        from rliable import library as rly
+        from rliable import metrics as rly_metrics
+    except ImportError:
+        rly = None
+    records = load_results()
+    rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, Any]]]] = {}
+    for r in records:
+        rows.setdefault((r["algo"], r["dataset"]), {}).setdefault(r["library"], {})[r["seed"]] = r
+    lines = ["| algorithm | dataset | updates | seeds | offrl score | d3rlpy score | offrl IQM [95% CI] | d3rlpy IQM [95% CI] "
+             "| offrl upd/s | d3rlpy upd/s | speed |", "|" + "---|" * 11]
+    scores_by_lib: Dict[str, List[np.ndarray]] = {lib: [] for lib in LIBRARIES}
+    for algo, dataset, updates in TABLE:
+        by_lib = rows.get((algo, dataset), {})
+        seeds = sorted(set(by_lib.get("offrl", {})) & set(by_lib.get("d3rlpy", {})))
+        if not seeds:
+            continue
+        cells, iqm, speed = {}, {}, {}
+        for lib in LIBRARIES:
+            # one score per seed: the mean normalised return of its last evaluation
+            scores = np.array([np.mean(get_normalized_score(dataset, by_lib[lib][s]["final_returns"])) for s in seeds])
+            scores_by_lib[lib].append(scores)
+            cells[lib] = f"{scores.mean():.1f} ± {scores.std():.1f}"
+            iqm[lib] = _iqm_cell(rly, rly_metrics if rly else None, {lib: scores[:, None]}, lib)
+            speed[lib] = float(np.mean([by_lib[lib][s]["updates_per_s"] for s in seeds]))
+        lines.append(f"| {algo} | {dataset} | {updates:,} | {len(seeds)} | {cells['offrl']} | {cells['d3rlpy']} | {iqm['offrl']} "
+                     f"| {iqm['d3rlpy']} | {speed['offrl']:.1f} | {speed['d3rlpy']:.1f} | {speed['offrl'] / speed['d3rlpy']:.2f}x |")
+    print("\n".join(lines))
+    if rly is not None and all(scores_by_lib[lib] for lib in LIBRARIES):
+        n = min(len(s) for s in scores_by_lib["offrl"])
+        matrix = {lib: np.stack([s[:n] for s in scores_by_lib[lib]], axis=1) for lib in LIBRARIES}  # (seeds, tasks)
+        point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=5000)
+        for lib in LIBRARIES:
+            print(f"{lib}: IQM over all rows {point[lib][0]:.1f} [{interval[lib][0][0]:.1f}, {interval[lib][1][0]:.1f}] "
+                  "(stratified bootstrap, 95 %)")
+    elif rly is None:
+        print("(IQM intervals need rliable: run the report with a Python that has it, see benchmarks/README.md)")
+    if args.plot:
+        plot_curves(rows, os.path.join(RESULTS, "curves.png"))
+    return 0
+
+
+def _iqm_cell(rly: Any, rly_metrics: Any, matrix: Dict[str, np.ndarray], lib: str) -> str:
+    if rly is None or matrix[lib].shape[0] < 2:
+        return "-"
+    point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=2000)
+    return f"{point[lib][0]:.1f} [{interval[lib][0][0]:.1f}, {interval[lib][1][0]:.1f}]"
+
+
+def plot_curves(rows: Dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from offrl._scores import get_normalized_score
+
+    keys = [(a, d) for a, d, _ in TABLE if (a, d) in rows]
+    if not keys:
+        return
+    cols = 4
+    fig, axes = plt.subplots((len(keys) + cols - 1) // cols, cols, figsize=(4 * cols, 3 * ((len(keys) + cols - 1) // cols)),
+                             squeeze=False)
+    for ax, (algo, dataset) in zip(axes.flat, keys):
+        for lib, color in (("offrl", "tab:blue"), ("d3rlpy", "tab:orange")):
+            runs = list(rows[(algo, dataset)].get(lib, {}).values())
+            if not runs:
+                continue
+            steps = [p["updates"] for p in runs[0]["curve"]]
+            curves = np.array([[np.mean(get_normalized_score(dataset, p["returns"])) for p in r["curve"]] for r in runs
+                               if len(r["curve"]) == len(steps)])
+            mean, std = curves.mean(0), curves.std(0)
+            ax.plot(steps, mean, color=color, label=f"{lib} ({len(curves)} seeds)")
+            ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2)
+        ax.set_title(f"{algo} {dataset}", fontsize=9)
+        ax.set_xlabel("updates")
+        ax.set_ylabel("normalised score")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    print(f"learning curves: {path}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        return worker(argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["run", "status", "report"])
+    parser.add_argument("--jobs", type=int, default=1, help="jobs at once (default 1)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--only", default=None, help="algorithms, comma-separated")
+    parser.add_argument("--datasets", default=None, help="datasets, comma-separated")
+    parser.add_argument("--d3rlpy-python", default=None)
+    parser.add_argument("--plot", action="store_true", help="report: also draw the learning curves")
+    args = parser.parse_args(argv)
+    return {"run": run, "status": status, "report": report}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""D4RL-style normalised scores of the locomotion tasks (a base-layer table:
+the metrics and the datasets both use it).
+
+``get_normalized_score(name, returns) = 100 (return - random) / (expert - random)``
+(Fu et al., 2020, "D4RL", arXiv:2004.07219), with the reference returns
+measured locally by ``datasets/build_mujoco.py`` (the uniform random policy's
+and the expert behaviour policy's mean returns over 100 episodes each,
+recorded in the dataset cards): 0 is the random policy, 100 the expert that
+made the ``*-expert-v0`` data. D4RL's own reference returns (its MuJoCo 1.5
+environments and its experts) are not these: scores are comparable between
+libraries on offrl's data, not with D4RL's published tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence, Tuple, Union
+
+import numpy as np
+
+__all__ = ["ENV_IDS", "KINDS", "RECIPE_VERSION", "REFERENCE_RETURNS", "get_normalized_score", "mujoco_dataset_names"]
+
+RECIPE_VERSION = "v0"
+ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5"}
+KINDS = ("random", "medium", "medium-replay", "medium-expert", "expert")
+
+#: ``{env: (random return, expert return)}``, measured (see the cards)
+REFERENCE_RETURNS: Dict[str, Tuple[float, float]] = {}
+try:  # written by datasets/build_mujoco.py
+    from ._mujoco_reference import REFERENCE_RETURNS as _MEASURED
+
+    REFERENCE_RETURNS.update(_MEASURED)
+except ImportError:  # pragma: no cover - before the references are measured
+    pass
+
+
+def mujoco_dataset_names() -> List[str]:
+    """Every locomotion dataset name (``hopper-medium-v0``, ...)."""
+    return [f"{env}-{kind}-{RECIPE_VERSION}" for env in ENV_IDS for kind in KINDS]
+
+
+def environment_of(name: Any) -> str:
+    """``hopper`` for ``hopper``, ``Hopper-v5`` or ``hopper-medium-v0``."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if name in ENV_IDS:
+        return name
+    for env, env_id in ENV_IDS.items():
+        if name == env_id or name in (f"{env}-{kind}-{RECIPE_VERSION}" for kind in KINDS):
+            return env
+    raise ValueError(f"no reference returns for {name!r}; known: {', '.join(list(ENV_IDS) + mujoco_dataset_names())}")
+
+
+def get_normalized_score(name: str, returns: Union[float, Sequence[float], np.ndarray]) -> Any:
+    """D4RL's normalised score of ``returns`` (a number, or an array of
+    them) on the environment of ``name`` (``hopper-medium-v0``, ``hopper``
+    or ``Hopper-v5``): a float for a number, an array for an array."""
+    env = environment_of(name)
+    if env not in REFERENCE_RETURNS:
+        raise ValueError(f"no reference returns recorded for {env!r} yet (datasets/build_mujoco.py measures them)")
+    random_return, expert_return = REFERENCE_RETURNS[env]
+    try:
+        values = np.asarray(returns, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"returns must be a number or an array of numbers, got {type(returns).__name__}") from None
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"returns must be finite, got {returns!r}")
+    scores = 100.0 * (values - random_return) / (expert_return - random_return)
+    return float(scores) if scores.ndim == 0 else scores
