@@ -43,6 +43,7 @@ from typing import Any, Iterator, Optional, Protocol, Sequence, runtime_checkabl
 
 import numpy as np
 
+from .._scores import environment_of, get_normalized_score
 from ..constants import ActionSpace
 from ..dataset.batch import TransitionMiniBatch
 from ..dataset.episode import EpisodeBase
@@ -494,10 +495,13 @@ class EnvironmentEvaluator(EvaluatorProtocol):
     policy in a gymnasium environment, taking a random action with
     probability ``epsilon`` (the dataset is not used). A sequence model
     (``predicts_from_sequences``: the Decision Transformer family) acts
-    through its stateful wrapper conditioned on ``target_return``."""
+    through its stateful wrapper conditioned on ``target_return``.
+    ``normalize`` (offrl's addition: a locomotion dataset or task name such
+    as ``"hopper-medium-v0"``) reports D4RL's normalised score of that mean
+    instead (:func:`offrl.datasets.get_normalized_score`)."""
 
     def __init__(self, env: Any, n_trials: int = 10, epsilon: float = 0.0,
-                 target_return: Optional[float] = None) -> None:
+                 target_return: Optional[float] = None, normalize: Optional[str] = None) -> None:
         if not (isinstance(env, (list, tuple)) or (callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None)))):
             raise TypeError(f"env must be a gymnasium environment (reset and step), a gymnasium.vector env or a list "
                             f"of environments, got {type(env).__name__}")
@@ -506,6 +510,9 @@ class EnvironmentEvaluator(EvaluatorProtocol):
         self._n_trials = int(n_trials)
         self._epsilon = float(epsilon)
         self._target_return = None if target_return is None else check_target_return(target_return)
+        if normalize is not None:
+            environment_of(normalize)  # an unknown name fails here, not after the rollouts
+        self._normalize = normalize
 
     def __call__(self, algo: Any, dataset: Any = None) -> float:
         if getattr(algo, "predicts_from_sequences", False):
@@ -514,5 +521,7 @@ class EnvironmentEvaluator(EvaluatorProtocol):
                 raise ValueError(f"EnvironmentEvaluator: {_name(algo)} is conditioned on a return: give "
                                  "target_return=... (and epsilon=0)")
             actor = algo.as_stateful_wrapper(self._target_return)
-            return evaluate_transformer_with_environment(actor, self._env, self._n_trials)
-        return evaluate_qlearning_with_environment(algo, self._env, self._n_trials, self._epsilon)
+            value = evaluate_transformer_with_environment(actor, self._env, self._n_trials)
+        else:
+            value = evaluate_qlearning_with_environment(algo, self._env, self._n_trials, self._epsilon)
+        return value if self._normalize is None else get_normalized_score(self._normalize, value)

@@ -406,3 +406,26 @@ def test_discounted_suffix_sums_match_a_backward_loop(lengths, gamma, seed):
         running = values[t] + (0.0 if last[t] else gamma * running)
         expected[t] = running
     np.testing.assert_allclose(discounted_suffix_sums(values, gamma, last), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_environment_evaluator_reports_the_normalised_score(monkeypatch):
+    """``normalize`` turns the mean return into D4RL's normalised score with
+    the recorded reference returns; an unknown name fails at construction."""
+    import gymnasium
+
+    import offrl
+    from offrl import _scores
+
+    monkeypatch.setitem(_scores.REFERENCE_RETURNS, "hopper", (10.0, 210.0))
+    env = gymnasium.make("CartPole-v1")  # any environment: the score is computed from its returns
+    algo = offrl.algos.DiscreteRandomPolicyConfig().create()
+    algo.build_with_env(env)
+    offrl.seed(0)
+    env.reset(seed=0)
+    raw = offrl.metrics.EnvironmentEvaluator(env, n_trials=3)(algo)
+    offrl.seed(0)
+    env.reset(seed=0)
+    score = offrl.metrics.EnvironmentEvaluator(env, n_trials=3, normalize="hopper-medium-v0")(algo)
+    assert score == pytest.approx(100.0 * (raw - 10.0) / 200.0)
+    with pytest.raises(ValueError, match="no reference returns for 'pong'"):
+        offrl.metrics.EnvironmentEvaluator(env, normalize="pong")
