@@ -13,6 +13,7 @@ libraries on offrl's data, not with D4RL's published tables.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
@@ -23,14 +24,26 @@ RECIPE_VERSION = "v0"
 ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5"}
 KINDS = ("random", "medium", "medium-replay", "medium-expert", "expert")
 
-#: ``{env: (random return, expert return)}``, measured (see the cards)
-REFERENCE_RETURNS: Dict[str, Tuple[float, float]] = {}
-try:  # written by datasets/build_mujoco.py
-    from ._mujoco_reference import REFERENCE_RETURNS as _MEASURED
+#: the figures ``datasets/build_mujoco.py`` measured (reference returns, each
+#: dataset's default build), shipped beside the behaviour policies
+REFERENCE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datasets", "behaviour", "reference.json")
 
-    REFERENCE_RETURNS.update(_MEASURED)
-except ImportError:  # pragma: no cover - before the references are measured
-    pass
+
+def reference_figures() -> Dict[str, Any]:
+    """``{"returns": {env: [random, expert]}, "details": ..., "datasets": ...}``
+    as recorded (empty before the first measurement)."""
+    from ._safety import load_json
+
+    if not os.path.isfile(REFERENCE_FILE):
+        return {"returns": {}, "details": {}, "datasets": {}}
+    with open(REFERENCE_FILE, "rb") as f:
+        return load_json(f.read(), REFERENCE_FILE)
+
+
+#: ``{env: (random return, expert return)}``, measured (see the cards)
+REFERENCE_RETURNS: Dict[str, Tuple[float, float]] = {
+    env: (float(low), float(high)) for env, (low, high) in reference_figures()["returns"].items()
+}
 
 
 def mujoco_dataset_names() -> List[str]:
