@@ -18,7 +18,7 @@ the behaviour policy, with a learned Lagrange multiplier ``alpha``:
              (during the first ``warmup_steps`` steps only E_s [ alpha (m(s) - alpha_threshold) ])
     alpha    L_alpha = -E_s [ alpha (m(s) - alpha_threshold) ]   (ascent on the constraint),
              log alpha kept in [-5, 10]
-    temp     SAC's: -E [ log_temp (log pi(a|s) - action_size) ]
+    temp     SAC's: -E [ temp (log pi(a|s) - action_size) ], stepped before the actor
 
 The MMD compares samples before the tanh on both sides, as the authors'
 code does (d3rlpy 2.8.1 compares the VAE's squashed actions with the
@@ -275,25 +275,25 @@ class BEAR(SAC):
         else:
             mean, logstd = policy(batch.observations)
             action, log_prob = squashed_sample(mean, logstd)
+            temp_optim, alpha_optim = optims.get("temp_optim"), optims.get("alpha_optim")
+            temp_loss = alpha_loss = self._zero
+            if temp_optim is not None:  # SAC's temperature step first, as d3rlpy 2.8.1
+                temp_loss = -(temp * (log_prob.detach() - float(self._action_size))).mean()
+                temp_optim.zero_grad()
+                temp_loss.backward()
+                temp_optim.step()
+                temp = log_temp()
             with no_param_grads(q):
                 q_value = q.expected(batch.observations, action).min(dim=0).values.squeeze(-1)  # (B,)
             actor_loss = (temp.detach() * log_prob - q_value).mean() + constraint
             loss = actor_loss
-            temp_optim, alpha_optim = optims.get("temp_optim"), optims.get("alpha_optim")
-            temp_loss = alpha_loss = self._zero
-            if temp_optim is not None:
-                temp_loss = -(log_temp.log_value * (log_prob.detach() - float(self._action_size))).mean()
-                loss = loss + temp_loss
-                temp_optim.zero_grad()
             if alpha_optim is not None:
                 alpha_loss = -(alpha * (distance.detach() - float(cfg.alpha_threshold))).mean()
                 loss = loss + alpha_loss
                 alpha_optim.zero_grad()
             optims["actor_optim"].zero_grad()
-            loss.backward()  # the three parts have disjoint parameters
+            loss.backward()  # the two parts have disjoint parameters
             optims["actor_optim"].step()
-            if temp_optim is not None:
-                temp_optim.step()
             if alpha_optim is not None:
                 alpha_optim.step()
                 log_alpha.clamp_(math.exp(LOG_ALPHA_MIN), math.exp(LOG_ALPHA_MAX))

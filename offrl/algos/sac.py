@@ -10,7 +10,7 @@ tanh-squashed Gaussian policy ``pi`` against an ensemble of critics
              y = r + gamma^k (1 - d) ( min_j Q'_j(s', a') - alpha log pi(a'|s') ),   a' ~ pi(.|s')
     actor:   J(phi) = E_{s ~ D, a ~ pi_phi(.|s)} [ alpha log pi_phi(a|s) - min_i Q_i(s, a) ]
     temperature, alpha = exp(log_alpha):
-             J(log_alpha) = E_{s ~ D, a ~ pi(.|s)} [ -log_alpha (log pi(a|s) + H) ],   H = -action_size
+             J(alpha) = E_{s ~ D, a ~ pi(.|s)} [ -alpha (log pi(a|s) + H) ],   H = -action_size
 
 ``Q'`` are target critics, moved towards the critics by ``tau`` after every
 step; ``k`` is the transition's interval and ``d`` its terminal flag. The
@@ -18,8 +18,8 @@ critic losses are summed over the ensemble. The temperature is fixed at
 ``initial_temperature`` when ``temp_learning_rate`` is 0. The greedy action
 is ``tanh(mean)``; ``sample_action`` draws from the squashed Gaussian.
 
-Each step updates the critics, then the actor and the temperature (one
-backward pass: their parameters are disjoint), then the target critics.
+Each step updates the critics, then the temperature, then the actor with
+the updated temperature (d3rlpy 2.8.1's order), then the target critics.
 
 The actor/critic building blocks and the actor/temperature step here are
 shared with :mod:`offrl.algos.cql`.
@@ -57,7 +57,8 @@ class SACConfig(LearnableConfig):
         critics  Σ_i E_(s,a,r,s')~D [ (y − Q_i(s, a))² ],
                  y = r + γ^k (1 − d) (min_j Q'_j(s', a') − α log π(a'|s')), a' ~ π(·|s');
         actor    E_s~D, a~π(·|s) [ α log π(a|s) − min_i Q_i(s, a) ];
-        temperature (α = exp(log_α))  E [ −log_α (log π(a|s) − action_size) ].
+        temperature (α = exp(log_α))  E [ −α (log π(a|s) − action_size) ]
+                 (the paper's objective, linear in α, as d3rlpy 2.8.1).
 
     Defaults:
         d3rlpy 2.8.1's, the paper's values: Adam with learning rate 3e-4
@@ -128,27 +129,31 @@ def actor_temperature_step(
     observations: Any,
     target_entropy: float,
 ) -> Dict[str, torch.Tensor]:
-    """One step of the SAC actor loss and (when ``temp_optim``) of the
-    temperature loss; returns ``actor_loss``, ``temp_loss`` and ``temp``."""
+    """One step of the temperature loss (when ``temp_optim``), then one of
+    the actor loss with the updated temperature, on the same sampled
+    actions (d3rlpy 2.8.1's order); returns ``actor_loss``, ``temp_loss``
+    and the updated ``temp``.
+
+    The temperature loss is the paper's ``-alpha (log pi + H)`` with
+    ``alpha = exp(log_alpha)``: its gradient in ``log_alpha`` is
+    ``-alpha (log pi + H)`` (d3rlpy's maths)."""
     mean, logstd = policy(observations)
     action, log_prob = squashed_sample(mean, logstd)
-    temp = log_temp()
+    if temp_optim is not None:
+        temp_loss = -(log_temp() * (log_prob.detach() + target_entropy)).mean()
+        temp_optim.zero_grad()
+        temp_loss.backward()
+        temp_optim.step()
+    else:
+        temp_loss = torch.zeros((), device=log_prob.device)
+    temp = log_temp().detach()
     with no_param_grads(q):
         q_value = q.expected(observations, action).min(dim=0).values.squeeze(-1)  # (B,)
-    actor_loss = (temp.detach() * log_prob - q_value).mean()
-    loss = actor_loss
-    if temp_optim is not None:
-        temp_loss = -(log_temp.log_value * (log_prob.detach() + target_entropy)).mean()
-        loss = loss + temp_loss
-        temp_optim.zero_grad()
-    else:
-        temp_loss = torch.zeros((), device=actor_loss.device)
+    actor_loss = (temp * log_prob - q_value).mean()
     actor_optim.zero_grad()
-    loss.backward()
+    actor_loss.backward()
     actor_optim.step()
-    if temp_optim is not None:
-        temp_optim.step()
-    return {"actor_loss": actor_loss.detach(), "temp_loss": temp_loss.detach(), "temp": temp.detach()}
+    return {"actor_loss": actor_loss.detach(), "temp_loss": temp_loss.detach(), "temp": temp}
 
 
 class SAC(QLearningAlgoBase):

@@ -116,19 +116,21 @@ def test_bear_losses_on_hand_built_batch(kernel_name, hand_batch, build_algo, be
     assert losses["mmd"] == pytest.approx(distances.mean(), rel=1e-5)
     constraint = np.mean(alpha0 * (distances - thr))
 
-    # actor: SAC's loss against the updated critics plus the constraint; temperature and alpha losses
-    sac, log_probs = [], []
+    # temperature first (SAC's, d3rlpy's maths: -temp (log pi - H)), then the actor: SAC's loss against
+    # the updated critics with the updated temperature, plus the constraint; alpha's loss
+    q_mins, log_probs = [], []
     with torch.no_grad():
         for b in range(4):
             u = mean_s[b] + np.exp(logstd_s[b]) * f64(actor_noise[b])
-            log_prob = squashed_log_density(u, mean_s[b], logstd_s[b])
-            q_min = f64(nets["q_function"].expected(obs[b : b + 1], torch.tensor(np.tanh(u), dtype=torch.float32)[None]))[:, 0, 0].min()
-            sac.append(temp0 * log_prob - q_min)
-            log_probs.append(log_prob)
+            log_probs.append(squashed_log_density(u, mean_s[b], logstd_s[b]))
+            q_mins.append(f64(nets["q_function"].expected(obs[b : b + 1], torch.tensor(np.tanh(u), dtype=torch.float32)[None]))[:, 0, 0].min())
+    gap = np.mean(np.array(log_probs) - 2)
+    temp1 = temp0 * math.exp(cfg.temp_learning_rate * np.sign(gap))  # Adam's first step: lr against the gradient's sign
+    sac = [temp1 * lp - qm for lp, qm in zip(log_probs, q_mins)]
     assert losses["actor_loss"] == pytest.approx(np.mean(sac) + constraint, rel=1e-4, abs=1e-5)
-    assert losses["temp_loss"] == pytest.approx(-math.log(temp0) * np.mean(np.array(log_probs) - 2), rel=1e-4, abs=1e-6)
+    assert losses["temp_loss"] == pytest.approx(-temp0 * gap, rel=1e-4, abs=1e-6)
     assert losses["alpha_loss"] == pytest.approx(-constraint, rel=1e-5, abs=1e-7)
-    assert losses["temp"] == pytest.approx(temp0) and losses["alpha"] == pytest.approx(alpha0)
+    assert losses["temp"] == pytest.approx(temp1, rel=1e-5) and losses["alpha"] == pytest.approx(alpha0)
     # alpha rises when the MMD is above the threshold
     assert (nets["log_alpha"]().item() > alpha0) == (distances.mean() > thr)
 

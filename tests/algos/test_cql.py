@@ -77,14 +77,16 @@ def test_cql_losses_match_hand_computation(monkeypatch, soft_q_backup, small_enc
         alpha_loss = -alpha0 * sum(gaps) / 2
 
         a_pi, logp = fixed_sample(*policy_before(obs))
-        actor_loss = (temp0 * logp - nets["q_function"].expected(obs, a_pi)[:, :, 0].min(dim=0).values).mean()
+        # SAC's temperature step comes first: Adam moves log_temp by lr against its gradient's sign
+        temp1 = temp0 * math.exp(config.temp_learning_rate * np.sign(float((logp - 2.0).mean())))
+        actor_loss = (temp1 * logp - nets["q_function"].expected(obs, a_pi)[:, :, 0].min(dim=0).values).mean()
 
     assert metrics["conservative_loss"] == pytest.approx(float(conservative), rel=1e-5, abs=1e-5)
     assert metrics["critic_loss"] == pytest.approx(float(td_loss + conservative), rel=1e-5, abs=1e-5)
     assert metrics["alpha_loss"] == pytest.approx(float(alpha_loss), rel=1e-5, abs=1e-5)
     assert metrics["alpha"] == pytest.approx(alpha0, abs=1e-6)
     assert metrics["actor_loss"] == pytest.approx(float(actor_loss), rel=1e-5, abs=1e-5)
-    assert metrics["temp"] == pytest.approx(temp0, abs=1e-6)
+    assert metrics["temp"] == pytest.approx(temp1, rel=1e-6)
     assert set(metrics) == {"critic_loss", "actor_loss", "temp_loss", "temp", "alpha_loss", "alpha", "conservative_loss"}
     # Adam's first step moves log_alpha by lr, up while the gap exceeds the threshold
     step = float(nets["log_alpha"].log_value.detach()) - math.log(alpha0)
