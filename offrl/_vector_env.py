@@ -1,9 +1,10 @@
 """Several gymnasium environments stepped as one: a ``gymnasium.vector``
-environment in any autoreset mode (NEXT_STEP, SAME_STEP, DISABLED) or a plain
-list of environments, with observations in offrl's batched form (an array
-``(N, *shape)``, or a list of such arrays for tuple / dict observations).
-Used by online training (``fit_online`` / ``collect``) and by evaluation in
-an environment (``rollout_returns``)."""
+environment in any autoreset mode (NEXT_STEP, SAME_STEP, DISABLED; those of
+gymnasium 1.0 always autoreset NEXT_STEP) or a plain list of environments,
+with observations in offrl's batched form (an array ``(N, *shape)``, or a
+list of such arrays for tuple / dict observations). Used by online training
+(``fit_online`` / ``collect``) and by evaluation in an environment
+(``rollout_returns``)."""
 
 from __future__ import annotations
 
@@ -109,6 +110,28 @@ def copy_observation(observation: Any) -> Any:
     return np.array(observation)
 
 
+# gymnasium's AutoresetMode values (gymnasium.vector.AutoresetMode, 1.1 on)
+_AUTORESET_MODES = {"NextStep": "next", "SameStep": "same", "Disabled": "disabled"}
+
+
+def autoreset_mode(env: Any) -> str:
+    """How a ``gymnasium.vector`` env resets its ended sub-environments:
+    ``"next"``, ``"same"`` or ``"disabled"``, from ``metadata["autoreset_mode"]``
+    (an ``AutoresetMode`` or its string value). gymnasium 1.0 has no such
+    key and always resets on the step after the episode ended (NEXT_STEP),
+    so a missing key means ``"next"``; read by value, so that no version of
+    gymnasium needs the enum to exist."""
+    metadata = getattr(env, "metadata", None)
+    mode = metadata.get("autoreset_mode") if isinstance(metadata, dict) else None
+    if mode is None:
+        return "next"
+    value = getattr(mode, "value", mode)
+    if not isinstance(value, str) or value not in _AUTORESET_MODES:
+        raise ValueError(f"env.metadata['autoreset_mode'] is {mode!r}; offrl steps the vector env autoreset modes "
+                         f"{', '.join(_AUTORESET_MODES)}")
+    return _AUTORESET_MODES[value]
+
+
 class VectorEnv:
     """Steps several environments as one, whatever their form: a
     ``gymnasium.vector`` environment in any autoreset mode, or a list of
@@ -127,13 +150,7 @@ class VectorEnv:
             self.mode = "list"
             self.n = len(env)
         else:
-            from gymnasium.vector import AutoresetMode
-
-            mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) if isinstance(getattr(env, "metadata", None), dict) \
-                else AutoresetMode.NEXT_STEP
-            mode = AutoresetMode(mode) if isinstance(mode, str) else mode
-            self.mode = {AutoresetMode.NEXT_STEP: "next", AutoresetMode.SAME_STEP: "same",
-                         AutoresetMode.DISABLED: "disabled"}[mode]
+            self.mode = autoreset_mode(env)
             self.n = int(env.num_envs)
         self.pending_reset = np.zeros(self.n, dtype=bool)
 

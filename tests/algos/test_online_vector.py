@@ -1,5 +1,7 @@
 """fit_online / collect / rollout_returns on vectorised environments
-(gymnasium.vector in its three autoreset modes, or a list of envs):
+(gymnasium.vector in its three autoreset modes, or a list of envs; gymnasium
+1.0's vector envs have only NEXT_STEP, so the SAME_STEP and DISABLED cases
+run from gymnasium 1.1 on):
 per-environment episodes equal to separate single-environment runs,
 episode boundaries and final observations, the update schedule, logged
 per-environment returns, evaluation, per-environment explorers and bad input."""
@@ -12,7 +14,7 @@ import gymnasium
 import numpy as np
 import pytest
 from gymnasium import spaces
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 import offrl
 from offrl.algos import (AdditiveOU, ConstantEpsilonGreedy, DiscreteRandomPolicyConfig, DQNConfig, NormalNoise,
@@ -84,18 +86,37 @@ def make_fns(n: int, continuous: bool = False) -> List[Any]:
     return [lambda i=i: KnownEnds(i, SCRIPTS[i % len(SCRIPTS)], continuous) for i in range(n)]
 
 
+# gymnasium 1.1 added the autoreset modes; 1.0's vector envs always autoreset NEXT_STEP
+AutoresetMode = getattr(gymnasium.vector, "AutoresetMode", None)
+MODES_ONLY_FROM_1_1 = pytest.mark.skipif(
+    AutoresetMode is None, reason=f"gymnasium {gymnasium.__version__}'s vector envs autoreset NEXT_STEP only "
+                                  "(SAME_STEP and DISABLED came in gymnasium 1.1)")
+
+
+def kinds(*names: str) -> List[Any]:
+    """Parameters for ``vector_env`` kinds, the SAME_STEP and DISABLED ones
+    marked to run only where gymnasium has them."""
+    return [pytest.param(k, marks=MODES_ONLY_FROM_1_1) if k.endswith(("-same", "-disabled")) else k for k in names]
+
+
 def vector_env(kind: str, n: int, continuous: bool = False) -> Any:
     fns = make_fns(n, continuous)
     if kind == "list":
         return [fn() for fn in fns]
-    mode = {"next": AutoresetMode.NEXT_STEP, "same": AutoresetMode.SAME_STEP, "disabled": AutoresetMode.DISABLED}
     cls, _, m = kind.partition("-")
+    if AutoresetMode is None:  # gymnasium 1.0: NEXT_STEP, no autoreset_mode argument
+        if m != "next":
+            raise ValueError(f"gymnasium {gymnasium.__version__} has no {m} autoreset mode")
+        kwargs = {}
+    else:
+        mode = {"next": AutoresetMode.NEXT_STEP, "same": AutoresetMode.SAME_STEP, "disabled": AutoresetMode.DISABLED}
+        kwargs = {"autoreset_mode": mode[m]}
     if cls == "async":
-        return AsyncVectorEnv(fns, autoreset_mode=mode[m], context="fork")
-    return SyncVectorEnv(fns, autoreset_mode=mode[m])
+        return AsyncVectorEnv(fns, context="fork", **kwargs)
+    return SyncVectorEnv(fns, **kwargs)
 
 
-KINDS = ["list", "sync-next", "sync-same", "sync-disabled"]
+KINDS = kinds("list", "sync-next", "sync-same", "sync-disabled")
 
 
 def small_dqn() -> offrl.algos.DQN:
@@ -202,7 +223,7 @@ def test_next_step_reset_steps_write_nothing():
         np.testing.assert_array_equal(episode.observations[:, 2], [0, 1])  # never a step from a reset observation
 
 
-@pytest.mark.parametrize("kind", ["list", "sync-next", "sync-same"])
+@pytest.mark.parametrize("kind", kinds("list", "sync-next", "sync-same"))
 def test_vector_collect_equals_separate_runs_with_an_explorer(kind):
     n = 3
     algo = small_dqn()
@@ -219,7 +240,7 @@ def test_vector_collect_equals_separate_runs_with_an_explorer(kind):
     assert len(np.unique(actions)) == 3  # the explorer did explore
 
 
-@pytest.mark.parametrize("kind", ["list", "sync-same"])
+@pytest.mark.parametrize("kind", kinds("list", "sync-same"))
 def test_vector_collect_equals_plain_single_env_runs_when_deterministic(kind):
     n = 3
     algo = small_dqn()
@@ -232,18 +253,23 @@ def test_vector_collect_equals_plain_single_env_runs_when_deterministic(kind):
         assert_same_episodes(per_env[i], alone.episodes, f"environment {i}")
 
 
-def test_random_steps_per_environment_match_separate_runs():
+@pytest.mark.parametrize("kind", kinds("sync-next", "sync-same"))
+def test_random_steps_per_environment_match_separate_runs(kind):
     n = 2
     algo = small_sac()
-    env = vector_env("sync-same", n, continuous=True)
+    env = vector_env(kind, n, continuous=True)
     buffer = create_infinite_replay_buffer(env=KnownEnds(continuous=True))
     offrl.algos.online.fit_online(algo, env, buffer=buffer, n_steps=20, n_steps_per_epoch=20, random_steps=20,
                                   update_start_step=19, logger_adapter=NOOP, show_progress=False, seed=3)
     per_env = episodes_by_env(buffer)
-    for i in range(n):
+    written = [sum(len(e.actions) for e in per_env[i]) for i in range(n)]
+    assert sum(written) == 20
+    if kind == "sync-same":
+        assert written == [10, 10]
+    for i in range(n):  # environment i's actions are its own generator's first draws (none spent on reset steps)
         space = KnownEnds(continuous=True).action_space
         space.seed(3 + i)
-        want = np.stack([space.sample() for _ in range(10)])
+        want = np.stack([space.sample() for _ in range(written[i])])
         got = np.concatenate([e.actions for e in per_env[i]])
         np.testing.assert_array_equal(got, want)
 
@@ -263,12 +289,13 @@ def test_async_vector_env_collects_like_sync():
             np.testing.assert_array_equal(x.observations, y.observations)
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
-def test_dict_observations_in_a_vector_env(mode):
+@pytest.mark.parametrize("kind", kinds("sync-next", "sync-same"))
+def test_dict_observations_in_a_vector_env(kind):
     from envs import ScriptedEnv, scripted_episodes
 
     script = [(3, "terminated"), (2, "truncated")]
-    env = SyncVectorEnv([lambda: ScriptedEnv(script, dict_obs=True) for _ in range(2)], autoreset_mode=mode)
+    env = SyncVectorEnv([lambda: ScriptedEnv(script, dict_obs=True) for _ in range(2)],
+                        **({} if kind == "sync-next" else {"autoreset_mode": AutoresetMode.SAME_STEP}))
     buffer = collect_fn(DiscreteRandomPolicyConfig().create(), env, n_steps=10, show_progress=False)
     want = scripted_episodes(script, 5)  # each environment's 5 transitions
     assert buffer.size() == 4
@@ -330,10 +357,11 @@ def test_update_schedule_counts_vector_steps(update_interval, n_updates, update_
     assert algo.grad_step == want
 
 
-def test_fit_online_trains_sac_with_per_environment_noise():
+@pytest.mark.parametrize("kind", kinds("sync-next", "sync-same"))
+def test_fit_online_trains_sac_with_per_environment_noise(kind):
     offrl.seed(1)
     algo = small_sac()
-    env = vector_env("sync-same", 3, continuous=True)
+    env = vector_env(kind, 3, continuous=True)
     results = offrl.algos.online.fit_online(algo, env, explorer=NormalNoise(std=0.2), n_steps=45, n_steps_per_epoch=45,
                                             logger_adapter=NOOP, show_progress=False)
     assert algo.grad_step > 0
@@ -434,7 +462,7 @@ def test_normal_noise_and_boltzmann_draw_per_environment_generator():
 
 
 # ------------------------------------------------------------- evaluation
-@pytest.mark.parametrize("kind", ["list", "sync-next", "sync-same", "sync-disabled"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_rollout_returns_split_trials_across_environments(kind):
     env = vector_env(kind, 3)
     algo = small_dqn()
@@ -457,6 +485,25 @@ def test_rollout_returns_vector_discount_and_epsilon():
 
 
 # -------------------------------------------------------------- bad input
+def test_autoreset_mode_is_read_by_value_and_defaults_to_next_step():
+    from offrl._vector_env import autoreset_mode
+
+    # gymnasium's own vector env: NEXT_STEP by default (1.0 states no mode in its metadata at all)
+    assert autoreset_mode(vector_env("sync-next", 2)) == "next"
+
+    class Declared:
+        def __init__(self, mode):
+            self.metadata = {} if mode is None else {"autoreset_mode": mode}
+
+    assert autoreset_mode(Declared(None)) == "next"
+    assert [autoreset_mode(Declared(v)) for v in ("NextStep", "SameStep", "Disabled")] == ["next", "same", "disabled"]
+    if AutoresetMode is not None:
+        assert [autoreset_mode(Declared(m)) for m in AutoresetMode] == ["next", "same", "disabled"]
+    for bad in ("next", "Sometimes", 3, ["NextStep"]):
+        with pytest.raises(ValueError, match=r"autoreset_mode.*NextStep, SameStep, Disabled"):
+            autoreset_mode(Declared(bad))
+
+
 def test_list_of_envs_with_different_spaces_names_the_index():
     envs = [KnownEnds(0), KnownEnds(1), KnownEnds(2, continuous=True)]
     with pytest.raises(ValueError, match=r"env\[2\]\.action_space"):
@@ -540,9 +587,10 @@ def test_epoch_smaller_than_the_vector_and_bad_seed():
         collect_fn(DiscreteRandomPolicyConfig().create(), vector_env("list", 2), n_steps=4, show_progress=False, seed=-1)
 
 
-def test_fifo_buffer_and_vector_env_spaces_build_the_algorithm():
+@pytest.mark.parametrize("kind", kinds("sync-next", "sync-same"))
+def test_fifo_buffer_and_vector_env_spaces_build_the_algorithm(kind):
     algo = small_dqn()
-    env = vector_env("sync-same", 2)
+    env = vector_env(kind, 2)
     buffer = create_fifo_replay_buffer(limit=50, env=KnownEnds())
     offrl.algos.online.fit_online(algo, env, buffer=buffer, n_steps=30, n_steps_per_epoch=30, logger_adapter=NOOP,
                                   show_progress=False)
