@@ -5,6 +5,8 @@ from .combine_adapter import CombineAdapter, CombineAdapterFactory
 from .file_adapter import FileAdapter, FileAdapterFactory
 from .noop_adapter import NoopAdapter, NoopAdapterFactory
 from .tensorboard_adapter import TensorboardAdapter, TensorboardAdapterFactory
+from .wandb_adapter import WanDBAdapter, WanDBAdapterFactory
+from .mlflow_adapter import MLflowAdapter, MLflowAdapterFactory
 
 __all__ = [
     "LoggerAdapter",
@@ -17,5 +19,9 @@ __all__ = [
     "CombineAdapterFactory",
     "TensorboardAdapter",
     "TensorboardAdapterFactory",
+    "WanDBAdapter",
+    "WanDBAdapterFactory",
+    "MLflowAdapter",
+    "MLflowAdapterFactory",
     "create_logger_adapter",
 ]

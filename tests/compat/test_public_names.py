@@ -157,7 +157,7 @@ def test_documented_module_paths_import() -> None:
     for path in ("offrl.algos.qlearning", "offrl.algos.transformer", "offrl.models.encoders",
                  "offrl.models.q_functions", "offrl.preprocessing.observation_scalers",
                  "offrl.preprocessing.action_scalers", "offrl.preprocessing.reward_scalers",
-                 "offrl.metrics.evaluators", "offrl.ope.fqe", "offrl.logging.file_adapter",
+                 "offrl.metrics.evaluators", "offrl.ope.fqe", "offrl.logging.file_adapter", "offrl.logging.wandb_adapter",
                  "offrl.optimizers.lr_schedulers", "offrl.dataset.replay_buffer", "offrl.envs.wrappers"):
         importlib.import_module(path)
 
