@@ -94,10 +94,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import mmap
 import os
 import shutil
+import stat
+import time
 from typing import Any, Optional
 
 import numpy as np
@@ -105,8 +106,12 @@ import numpy as np
 from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
-from ._disk_files import DiskDatasetChangedError, ColumnFile, DiskColumn, RecordField, RecordFile, record_dtype
+from ._disk_files import (
+    ColumnFile, DiskColumn, DiskDatasetChangedError, RecordField, RecordFile, ValueRule, open_member, read_exact,
+    record_dtype,
+)
 from ._split_reads import read_rows
+from .episode import Episode
 from .signature import Signature
 from .storage import InfiniteBuffer
 
@@ -162,8 +167,13 @@ def dtype_string(dtype: Any) -> str:
 
 
 # ------------------------------------------------------------- disk space
+class NoSpaceError(OSError):
+    """``OSError(ENOSPC)`` raised before writing: its message already names
+    the target and the bytes needed (writers pass it on unchanged)."""
+
+
 def check_free_space(path: Any, needed: int, what: str = "the dataset") -> None:
-    """Raise ``OSError(ENOSPC)`` naming the bytes needed and free when the
+    """Raise ``OSError(ENOSPC)`` (:class:`NoSpaceError`) naming the bytes needed and free when the
     file system holding ``path`` (or its nearest existing parent) has less
     than ``needed`` + a 16 MB margin free. Called before writing starts."""
     probe = os.path.abspath(os.fspath(path))
@@ -174,7 +184,7 @@ def check_free_space(path: Any, needed: int, what: str = "the dataset") -> None:
         probe = parent
     free = int(shutil.disk_usage(probe).free)
     if int(needed) + SPACE_MARGIN > free:
-        raise OSError(
+        raise NoSpaceError(
             errno.ENOSPC,
             f"writing {what} to {os.fspath(path)} needs {int(needed)} bytes "
             f"({_safety.format_bytes(int(needed))}) plus a {_safety.format_bytes(SPACE_MARGIN)} margin; "
@@ -203,6 +213,9 @@ class DiskStore(InfiniteBuffer):
         self._files: list[ColumnFile] = []
         #: True for a split's view: its episodes are a subset of the files' rows
         self.is_view = False
+        #: the manifest says its writer checked the values (offrl writes it);
+        #: rows are checked as they are read whatever it says
+        self.values_checked = False
 
     # read-only: every write path of ColumnStore goes through one of these
     def _read_only(self, *args: Any, **kwargs: Any) -> None:
@@ -212,6 +225,75 @@ class DiskStore(InfiniteBuffer):
         )
 
     append_step = close_episode = add_episode = append = _read_only  # type: ignore[assignment]
+
+    def set_columns(self, observations: list[np.ndarray], actions: np.ndarray, rewards: np.ndarray,
+                    starts: np.ndarray, ends: np.ndarray, terminated: np.ndarray, has_final: np.ndarray,
+                    behaviour_probabilities: Optional[np.ndarray] = None,
+                    observation_keys: Optional[tuple[str, ...]] = None) -> None:
+        super().set_columns(observations, actions, rewards, starts, ends, terminated, has_final, None,
+                            observation_keys)
+        # the column itself (an in-memory store makes it contiguous: here that would read it whole)
+        self._behaviour = behaviour_probabilities
+
+    def _named_columns(self) -> dict[str, DiskColumn]:
+        columns = {f"observations_{k}": o for k, o in enumerate(self.observations)}
+        columns.update(actions=self.actions, rewards=self.rewards)
+        if self.behaviour_probabilities is not None:
+            columns["behaviour_probabilities"] = self.behaviour_probabilities
+        return columns  # type: ignore[return-value]
+
+    def read_fields(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Rows ``start:stop`` of every stored field (``observations_<k>``,
+        ``actions``, ``rewards``, ``behaviour_probabilities``), read by
+        positional reads (the record file once, 8 MB at a time) and checked
+        against each field's value rule: new arrays."""
+        columns = self._named_columns()
+        records = self._files[0] if self._files else None
+        if type(records) is not RecordFile:
+            return {name: column._range(start, stop) for name, column in columns.items()}
+        dtype = self._maps[0].dtype
+        out = {name: np.empty((stop - start,) + column.shape[1:], column.dtype) for name, column in columns.items()}
+        step = max(1, (8 << 20) // records.row_bytes)
+        for first in range(start, stop, step):
+            last = min(stop, first + step)
+            chunk = records.read_range(first, last).view(dtype).reshape(last - first)
+            for name, column in columns.items():
+                values = chunk[name]
+                if column._rule is not None:
+                    column._rule.check(values, first)
+                out[name][first - start : last - start] = values
+        return out
+
+    def episode(self, position: int) -> Episode:
+        """The live episode at ``position``: its rows read (a copy), checked."""
+        i = self._ep_head + position
+        start, end, has_final = int(self._ep_start[i]), int(self._ep_end[i]), bool(self._ep_has_final[i])
+        fields = self.read_fields(start, end + has_final)
+        observations = [fields[f"observations_{k}"] for k in range(len(self.observations))]
+        final = None
+        if has_final:
+            final = observations[0][-1] if len(observations) == 1 else [o[-1] for o in observations]
+        behaviour = fields.get("behaviour_probabilities")
+        return Episode(
+            observations=observations[0][: end - start] if len(observations) == 1
+            else [o[: end - start] for o in observations],
+            actions=fields["actions"][: end - start],
+            rewards=fields["rewards"][: end - start],
+            terminated=bool(self._ep_terminated[i]),
+            final_observation=final,
+            behaviour_probabilities=None if behaviour is None else behaviour[: end - start],
+            observation_keys=self.observation_signature.keys,
+        )
+
+    def verify(self) -> None:
+        """Read every row of the files and check every value (as reads do
+        row by row: finite floats, discrete actions in range, behaviour
+        probabilities valid), raising ``ValueError`` naming the file, field
+        and first bad row. Positional reads of 8 MB at a time: no memory
+        map, memory bounded by a chunk per field."""
+        step = 1 << 16
+        for first in range(0, self.tail, step):
+            self.read_fields(first, min(self.tail, first + step))
 
     def initialize(self, observation_signature: Signature, action_signature: Signature,
                    reward_signature: Signature) -> None:
@@ -324,21 +406,40 @@ class DiskStore(InfiniteBuffer):
         observations = [steps[f"observations_{k}"][current] for k in range(len(self.observations))]
         next_observations = [steps[f"observations_{k}"][following] for k in range(len(self.observations))]
         actions = steps["actions"]
-        return observations, actions[current], steps["rewards"][current], next_observations, actions[following]
+        out = observations, actions[current], steps["rewards"][current], next_observations, actions[following]
+        observation_columns = self.observations
+        for k, column in enumerate(observation_columns):
+            rule = column._rule
+            if rule is not None:
+                rule.check(out[0][k], rows)
+                rule.check(out[3][k], next_rows)
+        if self.actions._rule is not None:
+            self.actions._rule.check(out[1], rows)
+            self.actions._rule.check(out[4], next_rows)
+        self.rewards._rule.check(out[2], rows)
+        return out
 
     def check(self) -> None:
         """Raise :class:`DiskDatasetChangedError` when any file of the dataset
         (manifest or column) has a different size, modification time or
-        inode than when it was opened, or the manifest's text changed:
-        another process rewrote it, and its rows must not be read silently."""
+        inode than when it was opened, is now a link, or an opened file is
+        shorter: another process rewrote it, and its rows must not be read
+        silently."""
         for name, expected in self._stats.items():
             file = os.path.join(self.path, name)
             try:
-                st = os.stat(file)
+                st = os.lstat(file)
             except OSError as e:
                 raise DiskDatasetChangedError(
                     f"{file}: the disk dataset's file is gone since it was opened ({e.strerror})"
                 ) from None
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                now = (f"now has {st.st_nlink} hard links" if stat.S_ISREG(st.st_mode)
+                       else "is now a symbolic link" if stat.S_ISLNK(st.st_mode) else "is now not a regular file")
+                raise DiskDatasetChangedError(
+                    f"{file} {now} (it was a regular file with one name when the dataset was opened): another "
+                    "process changed the dataset; reopen it"
+                )
             found = (st.st_size, st.st_mtime_ns, st.st_ino)
             if found != expected:
                 raise DiskDatasetChangedError(
@@ -346,6 +447,8 @@ class DiskStore(InfiniteBuffer):
                     f"mtime_ns {expected[1]} -> {found[1]}, inode {expected[2]} -> {found[2]}): another "
                     "process modified it; reopen the dataset to use the new data"
                 )
+        for file in self._files:  # the files opened (the names may have been given to others meanwhile)
+            file.check_size()
 
     def release_pages(self) -> None:
         """Drop this process's mappings of column pages it has read (they
@@ -383,20 +486,94 @@ def _corrupt(path: str, message: str) -> ValueError:
     return ValueError(f"{path} is not a valid offrl disk dataset: {message}")
 
 
-def _read_manifest(path: str) -> tuple[dict, str]:
-    file = os.path.join(path, MANIFEST)
-    if not os.path.isfile(file):
-        raise _corrupt(path, f"it has no {MANIFEST} (not a directory written by DiskDatasetWriter?)")
-    size = os.path.getsize(file)
-    if size > _MAX_MANIFEST_BYTES:
-        raise _corrupt(path, f"{MANIFEST} is {size} bytes, more than the {_MAX_MANIFEST_BYTES} a manifest may have")
-    with open(file, "rb") as f:
-        raw = f.read(_MAX_MANIFEST_BYTES + 1)
+class _Replaced(Exception):
+    """The dataset's directory was replaced (or removed) while it was being
+    opened: a writer dumping over it. Opening starts again."""
+
+
+#: times opening starts again when the directory is replaced meanwhile
+_OPEN_ATTEMPTS = 8
+
+
+class _Members:
+    """The files of one dataset directory opened by :func:`open_member`
+    relative to that directory (all from the same directory, whatever
+    renames happen meanwhile), their stats, and the fds not handed over
+    to a :class:`ColumnFile` yet (closed by :meth:`close`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.dir_fd: Optional[int] = None
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+        if os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY"):
+            try:
+                self.dir_fd = os.open(path, flags)
+            except FileNotFoundError:
+                raise _Replaced() from None
+            except NotADirectoryError:
+                raise ValueError(f"{path} is not a directory: a disk dataset is a directory written by "
+                                 "DiskDatasetWriter") from None
+        elif not os.path.isdir(path):  # pragma: no cover - platforms without openat
+            raise _Replaced()
+        self.opened: dict[str, tuple[int, os.stat_result]] = {}
+        self.stats: dict[str, tuple[int, int, int]] = {}
+
+    def open(self, name: str, what: str) -> tuple[int, os.stat_result]:
+        """``(fd, stat)`` of the member ``name`` (``what``: how a message
+        calls it when it is missing)."""
+        if name not in self.opened:
+            try:
+                fd, st = open_member(self.dir_fd, self.path, name)
+            except FileNotFoundError:
+                if self.replaced():
+                    raise _Replaced() from None
+                raise _corrupt(self.path, f"{what} {name} is missing") from None
+            self.opened[name] = (fd, st)
+            self.stats[name] = (st.st_size, st.st_mtime_ns, st.st_ino)
+        return self.opened[name]
+
+    def take(self, name: str) -> int:
+        """The fd of ``name``, no longer closed by :meth:`close`."""
+        return self.opened.pop(name)[0]
+
+    def replaced(self) -> bool:
+        """Whether ``path`` no longer names the directory opened."""
+        if self.dir_fd is None:  # pragma: no cover - platforms without openat
+            return not os.path.isdir(self.path)
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return True
+        opened = os.fstat(self.dir_fd)
+        return (now.st_ino, now.st_dev) != (opened.st_ino, opened.st_dev)
+
+    def read(self, name: str, what: str) -> np.ndarray:
+        """All the bytes of the member ``name`` (uint8)."""
+        fd, st = self.open(name, what)
+        return read_exact(fd, st.st_size, 0, os.path.join(self.path, name))
+
+    def close(self) -> None:
+        for fd, _ in self.opened.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.opened.clear()
+        if self.dir_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.dir_fd)
+            self.dir_fd = None
+
+
+def _read_manifest(members: _Members) -> tuple[dict, str]:
+    path = members.path
+    _, st = members.open(MANIFEST, "its manifest")
+    if st.st_size > _MAX_MANIFEST_BYTES:
+        raise _corrupt(path, f"{MANIFEST} is {st.st_size} bytes, more than the {_MAX_MANIFEST_BYTES} a manifest may have")
+    raw = members.read(MANIFEST, "its manifest").tobytes()
     try:
-        text = raw.decode("utf-8")
-        manifest = json.loads(text)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise _corrupt(path, f"{MANIFEST} is not valid JSON ({e}); it may be truncated") from None
+        manifest = _safety.load_json(raw, MANIFEST)
+    except ValueError as e:
+        raise _corrupt(path, f"{e}; it may be truncated or edited by hand") from None
+    text = raw.decode("utf-8")
     if not isinstance(manifest, dict):
         raise _corrupt(path, f"{MANIFEST} holds a {type(manifest).__name__}, expected a JSON object")
     if manifest.get("format") != DISK_FORMAT:
@@ -411,6 +588,9 @@ def _read_manifest(path: str) -> tuple[dict, str]:
     if layout not in LAYOUT_VERSIONS or LAYOUT_VERSIONS[layout] != version:
         raise _corrupt(path, f"{MANIFEST} 'layout' is {layout!r} with schema version {version}, expected "
                              + " or ".join(f"{k!r} with {v}" for k, v in LAYOUT_VERSIONS.items()))
+    checked = manifest.get("values_checked", False)
+    if not isinstance(checked, bool):
+        raise _corrupt(path, f"{MANIFEST} 'values_checked' is {checked!r}, expected true or false")
     return manifest, text
 
 
@@ -440,11 +620,15 @@ def _declared_field(path: str, manifest: dict, key: str, rows: int, what: str) -
         raise _corrupt(path, f"{what} {key!r} has shape {shape!r}, expected a list of 1 to 8 non-negative ints")
     if shape[0] != rows:
         raise _corrupt(path, f"{what} {key!r} declares {shape[0]} rows, the manifest {rows}")
+    if any(s == 0 for s in shape[1:]):
+        raise _corrupt(path, f"{what} {key!r} has shape {shape!r}: a row of zero width (every dimension after "
+                             "the rows must be at least 1)")
     return spec, np.dtype(dtype_str), shape
 
 
-def _column_spec(path: str, manifest: dict, key: str, rows: int) -> tuple[np.dtype, tuple[int, ...], int]:
+def _column_spec(members: _Members, manifest: dict, key: str, rows: int) -> tuple[np.dtype, tuple[int, ...], int]:
     """A column's declared dtype and shape, checked, and its byte size."""
+    path = members.path
     spec, dtype, shape = _declared_field(path, manifest, key, rows, "column")
     count = 1
     for s in shape:
@@ -453,13 +637,7 @@ def _column_spec(path: str, manifest: dict, key: str, rows: int) -> tuple[np.dty
     declared = spec.get("bytes")
     if declared != nbytes:
         raise _corrupt(path, f"column {key!r} declares {declared!r} bytes, its dtype and shape make {nbytes}")
-    file = os.path.join(path, f"{key}.bin")
-    try:
-        st = os.stat(file)
-    except OSError:
-        raise _corrupt(path, f"the column file {key}.bin is missing") from None
-    if not os.path.isfile(file):
-        raise _corrupt(path, f"{key}.bin is not a regular file")
+    _, st = members.open(f"{key}.bin", "the column file")
     if st.st_size != nbytes:
         raise _corrupt(
             path, f"{key}.bin holds {st.st_size} bytes, the manifest declares {nbytes} "
@@ -468,10 +646,11 @@ def _column_spec(path: str, manifest: dict, key: str, rows: int) -> tuple[np.dty
     return dtype, tuple(shape), nbytes
 
 
-def _record_specs(path: str, manifest: dict, names: list[str], rows: int) -> tuple[dict, np.dtype]:
+def _record_specs(members: _Members, manifest: dict, names: list[str], rows: int) -> tuple[dict, np.dtype]:
     """``layout="rows"``: each field's declared dtype, shape and offset,
     checked (aligned, inside the record, not overlapping), the record's
     dtype, and the record file's size against ``rows`` records."""
+    path = members.path
     record_bytes = _int_field(path, manifest, "record_bytes", 1, _MAX_RECORD_BYTES)
     specs: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
     for key in names:
@@ -499,10 +678,8 @@ def _record_specs(path: str, manifest: dict, names: list[str], rows: int) -> tup
                                      for k in names],
         "offsets": [specs[k][2] for k in names], "itemsize": record_bytes,
     })
-    file = os.path.join(path, RECORDS_FILE)
-    if not os.path.isfile(file):
-        raise _corrupt(path, f"the record file {RECORDS_FILE} is missing (or not a regular file)")
-    size, expected = os.stat(file).st_size, rows * record_bytes
+    _, st = members.open(RECORDS_FILE, "the record file")
+    size, expected = st.st_size, rows * record_bytes
     if size != expected:
         raise _corrupt(
             path, f"{RECORDS_FILE} holds {size} bytes, the manifest declares {rows} records of {record_bytes} bytes "
@@ -511,17 +688,68 @@ def _record_specs(path: str, manifest: dict, names: list[str], rows: int) -> tup
     return specs, dtype
 
 
+def field_names(n_columns: int, keys: Optional[tuple[str, ...]]) -> dict[str, str]:
+    """How messages call each stored field: ``observations`` (one
+    column), ``observations[1]`` (tuples), ``observations['pos']`` (dicts)."""
+    out = {}
+    for k in range(n_columns):
+        out[f"observations_{k}"] = (
+            "observations" if n_columns == 1 else f"observations[{keys[k]!r}]" if keys is not None
+            else f"observations[{k}]"
+        )
+    out.update(actions="actions", rewards="rewards", behaviour_probabilities="behaviour_probabilities")
+    return out
+
+
+def value_rule(where: str, field: str, name: str, dtype: np.dtype, action_space: ActionSpace,
+               action_size: int, note: str = ValueRule.FILE_NOTE) -> Optional[ValueRule]:
+    """The rule the values of the stored field ``name`` are checked against
+    as they are read or written (None: integer observations, where any
+    value is valid)."""
+    if name == "behaviour_probabilities":
+        kind = "probability" if action_space == ActionSpace.DISCRETE else "density"
+        return ValueRule(where, field, kind, note=note)
+    if name == "actions" and action_space == ActionSpace.DISCRETE:
+        return ValueRule(where, field, "index", action_size, note=note)
+    if dtype.kind == "f":
+        return ValueRule(where, field, "finite", note=note)
+    return None
+
+
 def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     """Open the disk dataset at ``path``: ``(store, action_space, action_size)``.
 
-    Every declared size is checked against the files before the first one is
-    mapped; the episode table is read into memory (its declared size checked
-    against available memory first) and checked against the rows.
+    Every file is opened relative to the directory opened once, and only
+    when it is a regular file with no other link (symbolic or hard links
+    are refused); every declared size is checked against the files before
+    the first one is mapped; the episode table is read into memory (its
+    declared size checked against available memory first) and checked
+    against the rows. A directory replaced while it is being opened (a
+    writer dumping over it) is opened again: the store is the old dataset
+    or the new one, never a mix.
     """
     path = os.path.abspath(os.fspath(path))
-    if not os.path.isdir(path):
+    if not os.path.exists(path):
         raise ValueError(f"{path} is not a directory: a disk dataset is a directory written by DiskDatasetWriter")
-    manifest, text = _read_manifest(path)
+    for attempt in range(_OPEN_ATTEMPTS):
+        members = None
+        try:
+            members = _Members(path)
+            return _open(members)
+        except _Replaced:
+            time.sleep(0.001 * (attempt + 1))  # the writer's two renames are microseconds apart
+        finally:
+            if members is not None:
+                members.close()
+    raise DiskDatasetChangedError(
+        f"{path} was replaced by another process {_OPEN_ATTEMPTS} times while it was being opened (a writer "
+        "dumping over it?); open it again once that writer is done"
+    )
+
+
+def _open(members: _Members) -> tuple[DiskStore, ActionSpace, int]:
+    path = members.path
+    manifest, text = _read_manifest(members)
     rows = _int_field(path, manifest, "rows", 1)
     episodes = _int_field(path, manifest, "episodes", 1)
     n_columns = _int_field(path, manifest, "n_observation_columns", 1, _MAX_OBSERVATION_COLUMNS)
@@ -544,13 +772,13 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
         names.append("behaviour_probabilities")
     layout = manifest.get("layout", "columns")
     if layout == "rows":
-        specs, records_dtype = _record_specs(path, manifest, names, rows)
+        specs, records_dtype = _record_specs(members, manifest, names, rows)
     else:
-        specs = {name: _column_spec(path, manifest, name, rows) for name in names}
+        specs = {name: _column_spec(members, manifest, name, rows) for name in names}
     table_specs = {}
     committed = 0
     for name, dtype_str in TABLE_COLUMNS:
-        dtype, shape, _ = _column_spec(path, manifest, name, episodes)
+        dtype, shape, _ = _column_spec(members, manifest, name, episodes)
         if dtype.str != dtype_str or len(shape) != 1:
             raise _corrupt(path, f"column {name!r} is {dtype.str} {list(shape)}, expected {dtype_str} [{episodes}]")
         committed += _safety.check_declared_size(path, name, shape, dtype, committed)
@@ -567,18 +795,28 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     elif dtype != np.float32 or shape[1:] != (action_size,):
         raise _corrupt(path, f"continuous actions are {dtype} {list(shape)}, expected float32 [{rows}, {action_size}]")
     for k in range(n_columns):
-        dtype = specs[f"observations_{k}"][0]
+        dtype, shape, _ = specs[f"observations_{k}"]
         if dtype.kind == "f" and dtype != np.float32:
             raise _corrupt(path, f"observations_{k} is {dtype}, expected float32 (or an integer type)")
+        if len(shape) < 2:
+            raise _corrupt(path, f"observations_{k} has shape {list(shape)}, expected [{rows}, ...] with at least "
+                                 "one dimension after the rows")
+        if dtype.kind == "b":
+            raise _corrupt(path, f"observations_{k} is bool, expected float32 or an integer type")
     if "behaviour_probabilities" in specs:
         dtype, shape, _ = specs["behaviour_probabilities"]
         if dtype != np.float64 or len(shape) != 1:
             raise _corrupt(path, f"behaviour_probabilities is {dtype} {list(shape)}, expected float64 [{rows}]")
 
-    table = {
-        name: np.fromfile(os.path.join(path, f"{name}.bin"), dtype=dtype, count=shape[0])
-        for name, (dtype, shape) in table_specs.items()
-    }
+    table = {}
+    for name, (dtype, shape) in table_specs.items():
+        raw = members.read(f"{name}.bin", "the column file")
+        if dtype == np.bool_:
+            bad = raw > 1
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise _corrupt(path, f"{name}.bin byte {i} is {int(raw[i])}, expected 0 or 1 (a bool)")
+        table[name] = raw.view(dtype)
     starts, ends = table["episode_starts"], table["episode_ends"]
     terminated, has_final = table["episode_terminated"], table["episode_has_final"]
     spans_end = ends + has_final
@@ -588,58 +826,61 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     ):
         raise _corrupt(path, f"its episode table does not match its {rows} rows")
 
+    # every member is open (from the same directory) and checked: map and wrap them
+    fields = field_names(n_columns, keys)
     maps: list[np.memmap] = []
     files: list[ColumnFile] = []
-    positional = hasattr(os, "pread")
+
+    def memory_map(name: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.memmap:
+        fd = members.opened[name][0]
+        with os.fdopen(os.dup(fd), "rb") as f:  # the map holds its own descriptor of the same file
+            return np.memmap(f, dtype=dtype, mode="r", shape=shape)
 
     records: Optional[RecordFile] = None
     if layout == "rows":
-        file = os.path.join(path, RECORDS_FILE)
-        maps.append(np.memmap(file, dtype=records_dtype, mode="r", shape=(rows,)))
-        if positional:
-            records = RecordFile(file, rows, records_dtype.itemsize)
-            files.append(records)
+        maps.append(memory_map(RECORDS_FILE, records_dtype, (rows,)))
+        records = RecordFile(members.take(RECORDS_FILE), os.path.join(path, RECORDS_FILE), rows,
+                             records_dtype.itemsize)
+        files.append(records)
 
-    def mapped(name: str) -> np.ndarray:
+    def column(name: str) -> np.ndarray:
         if layout == "rows":
             dtype, shape, offset = specs[name]
-            # a strided view of the record map: slices and reductions read through it
+            # a strided view of the record map, read through the record file
             view = maps[0].view(np.ndarray)[name].view(DiskColumn)
-            if records is not None:
-                view._file = RecordField(records, offset, view.itemsize * int(np.prod(shape[1:], dtype=np.int64)))
-            return view
-        dtype, shape, nbytes = specs[name]
-        file = os.path.join(path, f"{name}.bin")
-        column = np.memmap(file, dtype=dtype, mode="r", shape=shape)
-        maps.append(column)
-        # a view of the map that skips np.memmap's subclass bookkeeping
-        # (measurable per batch); the map stays alive as its base
-        view = column.view(DiskColumn)
-        if positional:
-            view._file = ColumnFile(file, shape[0], nbytes // shape[0] if shape[0] else 0)
+            view._file = RecordField(records, offset, view.itemsize * int(np.prod(shape[1:], dtype=np.int64)))
+            view._guard = records
+            where = records.file
+        else:
+            dtype, shape, nbytes = specs[name]
+            mapped = memory_map(f"{name}.bin", dtype, shape)
+            maps.append(mapped)
+            # a view of the map that skips np.memmap's subclass bookkeeping (measurable per batch)
+            view = mapped.view(DiskColumn)
+            where = os.path.join(path, f"{name}.bin")
+            view._file = view._guard = ColumnFile(members.take(f"{name}.bin"), where, shape[0], nbytes // shape[0])
             files.append(view._file)
+        view._rule = value_rule(where, fields[name], name, view.dtype, action_space, action_size)
         return view
 
     store = DiskStore()
     store._maps = maps
     store.path = path
     store.set_columns(
-        [mapped(f"observations_{k}") for k in range(n_columns)], mapped("actions"), mapped("rewards"),
+        [column(f"observations_{k}") for k in range(n_columns)], column("actions"), column("rewards"),
         starts, ends, terminated, has_final,
-        mapped("behaviour_probabilities") if "behaviour_probabilities" in specs else None,
+        column("behaviour_probabilities") if "behaviour_probabilities" in specs else None,
         observation_keys=keys,
     )
     store._files = files
-    for column in store._maps:
-        mm = getattr(column, "_mmap", None)
+    for mapped in store._maps:
+        mm = getattr(mapped, "_mmap", None)
         if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
             with contextlib.suppress(OSError, ValueError):
                 mm.madvise(mmap.MADV_RANDOM)  # random rows: no read-ahead
-    data_files = [RECORDS_FILE] if layout == "rows" else [f"{n}.bin" for n in names]
-    for name in [MANIFEST] + data_files + [f"{n}.bin" for n, _ in TABLE_COLUMNS]:
-        st = os.stat(os.path.join(path, name))
-        store._stats[name] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    store._stats = dict(members.stats)
     store._manifest_text = text
+    store.values_checked = manifest.get("values_checked", False)
     return store, action_space, action_size
 
 
@@ -653,6 +894,7 @@ def subset_view(store: DiskStore, episode_indices: np.ndarray) -> DiskStore:
     view.path, view._stats, view._maps = store.path, dict(store._stats), list(store._maps)
     view._files = list(store._files)
     view._manifest_text, view.resident_limit = store._manifest_text, store.resident_limit
+    view.values_checked = store.values_checked
     view.is_view = True
     view.set_columns(
         list(store.observations), store.actions, store.rewards, starts[idx], ends[idx], terminated[idx],
@@ -674,18 +916,21 @@ def before_epoch(dataset: Any) -> None:
 
 def read_disk_dataset(path: Any) -> dict:
     """A disk dataset's columns copied into memory, in the layout
-    ``offrl.dataset.io.read_dataset_file`` returns (for ``in_memory=True``)."""
+    ``offrl.dataset.io.read_dataset_file`` returns (for ``in_memory=True``):
+    read by positional reads, every value checked (:meth:`DiskStore.verify`'s
+    rules)."""
     store, space, size = open_disk_dataset(path)
-    for name, column in (("observations", None), ("actions", store.actions), ("rewards", store.rewards)):
-        if column is not None:
-            _safety.check_declared_size(store.path, name, column.shape, column.dtype)
+    committed = 0
+    for name, column in store._named_columns().items():
+        committed += _safety.check_declared_size(store.path, name, column.shape, column.dtype, committed)
     starts, ends, terminated, has_final = store.episode_table()
-    behaviour = store.behaviour_probabilities
+    columns = store.read_fields(0, store.tail)
+    behaviour = columns.get("behaviour_probabilities")
     return {
-        "observations": [np.array(o) for o in store.observations],
-        "actions": np.array(store.actions),
-        "rewards": np.array(store.rewards),
-        "behaviour_probabilities": None if behaviour is None else np.array(behaviour),
+        "observations": [columns[f"observations_{k}"] for k in range(len(store.observations))],
+        "actions": columns["actions"],
+        "rewards": columns["rewards"],
+        "behaviour_probabilities": behaviour,
         "episode_starts": starts.copy(), "episode_ends": ends.copy(),
         "episode_terminated": terminated.copy(), "episode_has_final": has_final.copy(),
         "observation_keys": store.observation_signature.keys,

@@ -3,7 +3,16 @@
 :func:`dump_disk_dataset` writes a buffer's episodes in column chunks.
 Both write into a hidden sibling directory renamed into place on success,
 and check the free disk space before writing (when the size is known) and
-as the data grows."""
+as the data grows. A write that fails (a full disk, a file-size limit)
+removes the hidden directory and raises an ``OSError`` naming the target
+and the reason; a dataset already at the target is left as it was.
+
+Values are checked before they are written (``add_episode`` as
+``ReplayBuffer.append_episode`` checks them, ``dump_disk_dataset`` each
+chunk of rows: finite floats, discrete actions in range, behaviour
+probabilities valid) and the manifest records ``"values_checked": true``;
+readers check rows as they read them all the same (a manifest proves
+nothing about a file from elsewhere)."""
 
 from __future__ import annotations
 
@@ -20,8 +29,8 @@ from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
 from .disk import (
-    DISK_FORMAT, LAYOUT_VERSIONS, LAYOUTS, MANIFEST, RECORDS_FILE, TABLE_COLUMNS, check_free_space, dtype_string,
-    is_disk_dataset, record_dtype,
+    DISK_FORMAT, LAYOUT_VERSIONS, LAYOUTS, MANIFEST, RECORDS_FILE, TABLE_COLUMNS, DiskStore, NoSpaceError,
+    check_free_space, dtype_string, field_names, is_disk_dataset, record_dtype, value_rule,
 )
 from .episode import EpisodeBase
 from .storage import ColumnStore, InfiniteBuffer
@@ -37,6 +46,32 @@ _COPY_ROWS = 1 << 18  # rows copied per chunk when dumping a buffer
 #: 4 MB: the bytes held here plus the 8 MB written between free-space checks
 #: stay below the 16 MB margin each check keeps free
 _RECORD_WRITE_BUFFER = 4 << 20
+
+
+def _sibling(path: str, purpose: str) -> str:
+    """A hidden, unique sibling of ``path`` for ``purpose`` (its name kept
+    within the 255 bytes a file name may have, however long ``path``'s is)."""
+    name = _safety.sibling_temporary_name(path, purpose)
+    base = os.path.basename(path)
+    if len(os.fsencode(os.path.basename(name))) > 255:
+        name = _safety.sibling_temporary_name(os.path.join(os.path.dirname(path), base[:64]), purpose)
+    return name
+
+
+def _write_array(f: Any, array: np.ndarray) -> None:
+    """Append ``array``'s bytes (C order) to the open file ``f``: a failed
+    write raises the system's ``OSError`` (``ndarray.tofile`` reports a
+    short write with no errno)."""
+    array = np.ascontiguousarray(array)
+    if array.size:
+        f.write(memoryview(array.reshape(-1)).cast("B"))
+
+
+def _failure(path: str, error: OSError, kept: bool) -> OSError:
+    """The ``OSError`` a failed write raises: the target, the reason, what is left."""
+    reason = error.strerror or str(error) or type(error).__name__
+    left = "the dataset already there is unchanged" if kept else "nothing was left there"
+    return OSError(error.errno, f"writing the disk dataset {path} failed: {reason} ({left})")
 
 
 def _row_spans(store: ColumnStore) -> list[tuple[int, int]]:
@@ -105,13 +140,22 @@ class DiskDatasetWriter:
             )
         parent = os.path.dirname(self.path)
         if not os.path.isdir(parent):
+            existing = parent
+            while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+                existing = os.path.dirname(existing)
+            if existing == parent or not os.path.isdir(existing):
+                raise ValueError(f"path {self.path}: {existing} is not a directory, so the dataset cannot be "
+                                 "written there")
             raise ValueError(f"path {self.path}: its parent directory {parent} does not exist")
         if expected_bytes is not None:
-            check_free_space(parent, int(expected_bytes))
+            check_free_space(self.path, int(expected_bytes))
         self._action_space = None if action_space is None else ActionSpace.parse(action_space)
         self._declared_size = None if action_size is None else int(action_size)
-        self._tmp = _safety.sibling_temporary_name(self.path, "writing")
-        os.mkdir(self._tmp)
+        self._tmp = _sibling(self.path, "writing")
+        try:
+            os.mkdir(self._tmp)
+        except OSError as e:
+            raise _failure(self.path, e, os.path.exists(self.path)) from None
         self._files: dict[str, Any] = {}
         self._shapes: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
         self._rows = 0
@@ -123,6 +167,19 @@ class DiskDatasetWriter:
         self._record: Optional[np.dtype] = None  # layout "rows": the record's dtype
 
     # ------------------------------------------------------------ helpers
+    @contextlib.contextmanager
+    def _writing(self) -> Any:
+        """Around every write: an ``OSError`` discards what was written (the
+        hidden directory) and is raised again naming the target."""
+        try:
+            yield
+        except NoSpaceError:
+            self.abort()
+            raise
+        except OSError as e:
+            self.abort()
+            raise _failure(self.path, e, os.path.exists(self.path)) from None
+
     def _start(self, fields: list[tuple[str, Any, tuple[int, ...]]]) -> None:
         """Open the data files for ``(name, dtype, row shape)`` fields."""
         if self.layout == "columns":
@@ -138,7 +195,7 @@ class DiskDatasetWriter:
         """Append rows of every field (``columns``: name -> rows, all fields)."""
         if self.layout == "columns":
             for name, column in columns.items():
-                np.ascontiguousarray(column).tofile(self._files[name])
+                _write_array(self._files[name], column)
             return
         n = next(iter(columns.values())).shape[0]
         records = np.zeros(n, self._record)  # zeros: the padding bytes are written as 0
@@ -154,13 +211,13 @@ class DiskDatasetWriter:
             f = self._open_column(name, np.dtype(np.float64), ())
             nan = np.full(min(self._rows, _COPY_ROWS), np.nan)
             for start in range(0, self._rows, _COPY_ROWS):
-                nan[: min(_COPY_ROWS, self._rows - start)].tofile(f)
+                _write_array(f, nan[: min(_COPY_ROWS, self._rows - start)])
             return
         # rows: rewrite the records written so far with the wider record, in chunks
         old = self._record
         self._shapes[name] = (np.dtype(np.float64), ())
         new = record_dtype([(k, d, sh) for k, (d, sh) in self._shapes.items()])
-        check_free_space(self._tmp, self._rows * new.itemsize, "the records rewritten with behaviour probabilities")
+        check_free_space(self.path, self._rows * new.itemsize, "the records rewritten with behaviour probabilities")
         self._files["records"].close()
         file = os.path.join(self._tmp, RECORDS_FILE)
         wider = os.path.join(self._tmp, RECORDS_FILE + ".wider")
@@ -171,7 +228,7 @@ class DiskDatasetWriter:
                 for k in old.names:
                     out[k] = chunk[k]
                 out[name] = np.nan
-                out.tofile(dst)
+                _write_array(dst, out)
         os.replace(wider, file)
         self._record = new
         self._files["records"] = open(file, "ab", buffering=_RECORD_WRITE_BUFFER)
@@ -226,20 +283,21 @@ class DiskDatasetWriter:
         n = tail - head
         nbytes = sum(int(c.nbytes) for c in columns.values())
         self._written_since_check += nbytes
-        # checked again after every 8 MB written: less than the 16 MB margin each check keeps free
-        if self._written_since_check >= (8 << 20) or not self._files:
-            check_free_space(self._tmp, nbytes, "the next episode")
-            self._written_since_check = 0
-        if not self._files:
-            self._start([(name, column.dtype, column.shape[1:]) for name, column in columns.items()])
-        if "behaviour_probabilities" in columns and "behaviour_probabilities" not in self._shapes:
-            self._add_behaviour_column()
-        if "behaviour_probabilities" in self._shapes and "behaviour_probabilities" not in columns:
-            column = np.full(n, np.nan)
-            if store.episode_table()[3][0]:
-                column[-1] = 1.0  # a final-observation row
-            columns["behaviour_probabilities"] = column
-        self._write(columns)
+        with self._writing():
+            # checked again after every 8 MB written: less than the 16 MB margin each check keeps free
+            if self._written_since_check >= (8 << 20) or not self._files:
+                check_free_space(self.path, nbytes, "the next episode")
+                self._written_since_check = 0
+            if not self._files:
+                self._start([(name, column.dtype, column.shape[1:]) for name, column in columns.items()])
+            if "behaviour_probabilities" in columns and "behaviour_probabilities" not in self._shapes:
+                self._add_behaviour_column()
+            if "behaviour_probabilities" in self._shapes and "behaviour_probabilities" not in columns:
+                column = np.full(n, np.nan)
+                if store.episode_table()[3][0]:
+                    column[-1] = 1.0  # a final-observation row
+                columns["behaviour_probabilities"] = column
+            self._write(columns)
         starts, ends, terminated, has_final = store.episode_table()
         self._table["episode_starts"].append(self._rows + int(starts[0]) - head)
         self._table["episode_ends"].append(self._rows + int(ends[0]) - head)
@@ -262,6 +320,13 @@ class DiskDatasetWriter:
         if not self._table["episode_starts"]:
             self.abort()
             raise ValueError(f"no episodes were written to {self.path}: nothing to save")
+        with self._writing():
+            self._finish()
+        self._closed = True
+        return self.path
+
+    def _finish(self) -> None:
+        """Write the table and manifest, then rename the directory into place."""
         for f in self._files.values():
             f.flush()
             os.fsync(f.fileno())
@@ -283,7 +348,8 @@ class DiskDatasetWriter:
                                  "bytes": int(np.prod(shape, dtype=np.int64)) * dtype.itemsize}
         for name, dtype_str in TABLE_COLUMNS:
             array = np.asarray(self._table[name], dtype=np.dtype(dtype_str))
-            array.tofile(os.path.join(self._tmp, f"{name}.bin"))
+            with open(os.path.join(self._tmp, f"{name}.bin"), "wb") as f:
+                _write_array(f, array)
             columns[name] = {"dtype": dtype_str, "shape": [episodes], "bytes": int(array.nbytes)}
         keys = info.observation_signature.keys
         manifest = {
@@ -297,6 +363,8 @@ class DiskDatasetWriter:
             "episodes": episodes,
             "n_observation_columns": len(info.observation_signature.dtype),
             "observation_keys": None if keys is None else list(keys),
+            # every value was checked before it was written (readers check rows as they read them all the same)
+            "values_checked": True,
             "columns": columns,
         }
         if self.layout == "rows":
@@ -307,9 +375,14 @@ class DiskDatasetWriter:
             os.fsync(f.fileno())
         old = None
         if os.path.exists(self.path):
-            old = _safety.sibling_temporary_name(self.path, "replaced")
+            old = _sibling(self.path, "replaced")
             os.rename(self.path, old)
-        os.rename(self._tmp, self.path)
+        try:
+            os.rename(self._tmp, self.path)
+        except OSError:
+            if old is not None:
+                os.rename(old, self.path)  # the old dataset back in place
+            raise
         with contextlib.suppress(OSError):  # make the rename durable where the platform allows
             fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
             try:
@@ -318,14 +391,13 @@ class DiskDatasetWriter:
                 os.close(fd)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        self._closed = True
-        return self.path
 
     def abort(self) -> None:
         """Discard everything written; ``path`` is left untouched."""
         for f in self._files.values():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):
                 f.close()
+        self._files = {}
         shutil.rmtree(self._tmp, ignore_errors=True)
         self._closed = True
 
@@ -352,12 +424,32 @@ def _store_of(dataset: Any) -> ColumnStore:
     return store
 
 
+def _write_rules(store: ColumnStore, info: Any, path: str) -> dict:
+    """The value rules of each stored field of an in-memory ``store``
+    (checked on every chunk ``dump_disk_dataset`` writes)."""
+    fields = field_names(len(store.observations), store.observation_signature.keys)
+    columns = {f"observations_{k}": o for k, o in enumerate(store.observations)}
+    columns.update(actions=store.actions, rewards=store.rewards)
+    if store.behaviour_probabilities is not None:
+        columns["behaviour_probabilities"] = store.behaviour_probabilities
+    rules = {}
+    for name, column in columns.items():
+        rule = value_rule("the buffer being dumped", fields[name], name, column.dtype, info.action_space,
+                          int(info.action_size), note=f"nothing was written to {path}")
+        if rule is not None:
+            rules[name] = rule
+    return rules
+
+
 def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False, layout: str = "rows") -> str:
     """Write a ``ReplayBuffer``'s live episodes as a disk dataset at
     ``path`` in ``layout`` (see :class:`DiskDatasetWriter`), copying rows in
     chunks (a disk-backed source is never loaded whole). The bytes needed
-    are checked against the free space before anything is written. Returns
-    the path."""
+    are checked against the free space before anything is written, the
+    values of every chunk before it is written (``ValueError`` naming the
+    field and the buffer's row), and a disk-backed source's files against
+    the ones it opened (:meth:`DiskStore.check`: no file replaced or turned
+    into a link since). Returns the path."""
     store = _store_of(dataset)
     info = dataset.dataset_info
     starts, ends, terminated, has_final = store.episode_table()
@@ -365,11 +457,15 @@ def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False, layout: 
         raise ValueError("cannot dump a buffer with no episodes")
     if store.has_open_episode:
         raise ValueError("an episode is being written with append(); call clip_episode() before dumping")
+    on_disk = isinstance(store, DiskStore)
+    if on_disk:
+        store.check()
     sources = {f"observations_{k}": o for k, o in enumerate(store.observations)}
     sources["actions"] = store.actions
     sources["rewards"] = store.rewards
     if store.behaviour_probabilities is not None:
         sources["behaviour_probabilities"] = store.behaviour_probabilities
+    rules = {} if on_disk else _write_rules(store, info, os.path.abspath(os.fspath(path)))
     row_bytes = sum(int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize for c in sources.values())
     if layout == "rows":  # with the padding that aligns the fields
         row_bytes = record_dtype([(k, c.dtype, c.shape[1:]) for k, c in sources.items()]).itemsize
@@ -378,11 +474,18 @@ def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False, layout: 
     needed = row_bytes * rows + 18 * int(starts.size)
     writer = DiskDatasetWriter(path, expected_bytes=needed, overwrite=overwrite, layout=layout)
     try:
-        writer._start([(name, column.dtype, column.shape[1:]) for name, column in sources.items()])
-        for first, last in spans:
-            for a in range(first, last, _COPY_ROWS):
-                b = min(a + _COPY_ROWS, last)
-                writer._write({name: column[a:b] for name, column in sources.items()})
+        with writer._writing():
+            writer._start([(name, column.dtype, column.shape[1:]) for name, column in sources.items()])
+            for first, last in spans:
+                for a in range(first, last, _COPY_ROWS):
+                    b = min(a + _COPY_ROWS, last)
+                    if on_disk:  # read by positional reads, every value checked
+                        chunk = store.read_fields(a, b)
+                    else:
+                        chunk = {name: column[a:b] for name, column in sources.items()}
+                        for name, rule in rules.items():
+                            rule.check(chunk[name], a)
+                    writer._write(chunk)
         sizes = ends + has_final - starts
         new_starts = np.cumsum(sizes) - sizes
         writer._info = info
@@ -392,7 +495,7 @@ def dump_disk_dataset(dataset: Any, path: Any, overwrite: bool = False, layout: 
             "episode_terminated": list(terminated), "episode_has_final": list(has_final),
         }
         writer._declared_size = int(info.action_size)
+        return writer.close()
     except BaseException:
         writer.abort()
         raise
-    return writer.close()
