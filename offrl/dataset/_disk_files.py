@@ -127,14 +127,19 @@ def read_exact(fd: int, nbytes: int, offset: int, where: str, out: Optional[np.n
     out = np.empty(nbytes, np.uint8) if out is None else out.reshape(nbytes)
     done = 0
     while done < nbytes:
-        data = _pread(fd, min(nbytes - done, _RANGE_CHUNK), offset + done)
-        if not data:
+        size = min(nbytes - done, _RANGE_CHUNK)
+        if hasattr(os, "preadv"):  # straight into the array: no bytes object to copy from
+            got = os.preadv(fd, [memoryview(out[done : done + size])], offset + done)
+        else:
+            data = _pread(fd, size, offset + done)
+            got = len(data)
+            out[done : done + got] = np.frombuffer(data, np.uint8)
+        if not got:
             raise DiskDatasetChangedError(
                 f"{where}: read {done} of {nbytes} bytes at offset {offset}: the file is shorter than when the "
                 "dataset was opened (another process truncated it); reopen the dataset"
             )
-        out[done : done + len(data)] = np.frombuffer(data, np.uint8)
-        done += len(data)
+        done += got
     return out
 
 
@@ -164,7 +169,8 @@ class ValueRule:
 
     def check(self, values: np.ndarray, rows: Union[int, np.ndarray]) -> None:
         """Check ``values`` (rows on the first axis); ``rows``: the file
-        row of ``values[0]`` (a range) or of each of them (1-D)."""
+        row of ``values[0]`` (a range) or of each of them (1-D, or a
+        function returning them, called only for the message)."""
         kind = self.kind
         if kind == "finite":
             if np.isfinite(values).all():
@@ -183,6 +189,8 @@ class ValueRule:
                 return
         flat = bad.reshape(bad.shape[0], -1).any(axis=1) if bad.ndim > 1 else bad
         i = int(np.argmax(flat))
+        if callable(rows):
+            rows = rows()
         row = rows + i if isinstance(rows, (int, np.integer)) else int(np.asarray(rows).reshape(-1)[i])
         value = np.asarray(values[i]).reshape(-1)
         value = value[np.argmax(bad[i].reshape(-1))] if bad.ndim > 1 else values[i]
