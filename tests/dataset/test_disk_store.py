@@ -542,11 +542,24 @@ def test_positional_gathers_equal_numpy_indexing_for_every_key_shape(tmp_path):
     np.testing.assert_array_equal(disk_rewards[window, 0], rewards[window, 0])  # tuple keys: rows, then a column
     np.testing.assert_array_equal(disk_obs[keys[0], 1:], obs[keys[0], 1:])
     np.testing.assert_array_equal(disk_obs[np.array([], dtype=np.int64)], obs[:0])
-    # everything else is numpy's own indexing of the mapped file
+    # every other key (slices, masks, lists), ufuncs and reductions: checked copies read by position
     np.testing.assert_array_equal(disk_obs[2:5], obs[2:5])
     np.testing.assert_array_equal(disk_obs[obs[:, 0] > 0], obs[obs[:, 0] > 0])
     np.testing.assert_array_equal(disk_obs[[1, 2]], obs[[1, 2]])
+    for key in (5, -1, np.int32(3), (5, 1), (-2, slice(0, 2)), slice(None, None, 3), slice(10, 2, -2), slice(3, 3),
+                slice(-4, None), (Ellipsis, 0), (slice(1, 6), [0, 2]), None, (slice(2, 4), None), slice(n + 5, n + 9)):
+        got, expected = disk_obs[key], obs[key]
+        assert type(got) is type(expected) or np.ndim(expected) == 0, key
+        np.testing.assert_array_equal(got, expected, err_msg=str(key))
+    np.testing.assert_array_equal(disk_rewards[2:7, 0], rewards[2:7, 0])
+    with pytest.raises(IndexError, match=f"index {n} is out of bounds for axis 0 with size {n}"):
+        disk_obs[n]
     assert type(disk_obs * 2) is np.ndarray and type(disk_obs[2:5]) is np.ndarray
+    np.testing.assert_array_equal(np.concatenate([disk_obs, disk_obs[:2]]), np.concatenate([obs, obs[:2]]))
+    np.testing.assert_array_equal(disk_obs.copy(), obs)
+    np.testing.assert_array_equal(disk_obs.astype(np.float64), obs.astype(np.float64))
+    assert disk_obs.tolist() == obs.tolist() and disk_obs.tobytes() == obs.tobytes()
+    assert np.shape(disk_obs) == obs.shape and [r.tolist() for r in disk_obs] == obs.tolist()
     assert float(disk_rewards.sum()) == pytest.approx(float(rewards.sum()), rel=1e-5)
     for bad in (np.array([n]), np.array([0, -n - 1])):
         with pytest.raises(IndexError, match=f"out of bounds for axis 0 with size {n}"):
