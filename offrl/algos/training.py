@@ -27,7 +27,7 @@ import torch
 
 from ..constants import LoggingStrategy
 from ..dataset.disk import before_epoch
-from ..logging import FileAdapter, FileAdapterFactory, NoopAdapterFactory, create_logger_adapter
+from ..logging import FileAdapter, FileAdapterFactory, NoopAdapterFactory, create_logger_adapter, lock_log_directory
 from . import distributed
 from .checkpoint import (CHECKPOINT_NAME, StateGuard, load_checkpoint, non_finite_weights, resolve_checkpoint,
                          save_checkpoint, truncate_metric_files)
@@ -367,9 +367,19 @@ def _fit_loop(algo, dataset, sampler, n_steps, n_steps_per_epoch, experiment_nam
         factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
         logger = create_logger_adapter(factory, algo, experiment_directory_name(algo, experiment_name, with_timestamp), n_steps_per_epoch)
     logdir = getattr(logger, "logdir", None)
-    if resume is not None and logdir is not None and os.path.isdir(logdir):
-        truncate_metric_files(logdir, total_step)
-    logger.write_params(algo.to_params())
+    run_lock = None
+    try:
+        if logdir is not None and os.path.isdir(logdir):
+            # checkpoints go here: one run at a time (shared with the file adapter's own lock)
+            run_lock = lock_log_directory(logdir)
+            if resume is not None:
+                truncate_metric_files(logdir, total_step)
+        logger.write_params(algo.to_params())
+    except BaseException:
+        if run_lock is not None:
+            run_lock.release()
+        logger.close()
+        raise
 
     batch_size = algo.batch_size
     n_epochs = (n_steps + n_steps_per_epoch - 1) // n_steps_per_epoch
@@ -420,4 +430,6 @@ def _fit_loop(algo, dataset, sampler, n_steps, n_steps_per_epoch, experiment_nam
     except NonFiniteLossError as error:
         raise rolled_back(error, guard) from None
     finally:
+        if run_lock is not None:
+            run_lock.release()
         logger.close()

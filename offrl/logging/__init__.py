@@ -3,6 +3,7 @@
 from .base import LoggerAdapter, LoggerAdapterFactory, create_logger_adapter
 from .combine_adapter import CombineAdapter, CombineAdapterFactory
 from .file_adapter import FileAdapter, FileAdapterFactory
+from .lock import LogDirectoryInUseError, lock_log_directory
 from .noop_adapter import NoopAdapter, NoopAdapterFactory
 from .tensorboard_adapter import TensorboardAdapter, TensorboardAdapterFactory
 from .wandb_adapter import WanDBAdapter, WanDBAdapterFactory
@@ -24,4 +25,6 @@ __all__ = [
     "MLflowAdapter",
     "MLflowAdapterFactory",
     "create_logger_adapter",
+    "LogDirectoryInUseError",
+    "lock_log_directory",
 ]

@@ -1,12 +1,21 @@
-"""Logging to files: ``params.json``, one CSV per metric, model snapshots."""
+"""Logging to files: ``params.json``, one CSV per metric, model snapshots.
+
+An adapter holds its directory's lock (:mod:`offrl.logging.lock`) from its
+creation to :meth:`FileAdapter.close`, so a second run logging into the same
+directory from another process is refused instead of mixing its rows into
+this run's files. Files that are symbolic links (a metric CSV linked into a
+dashboard's folder, say) are written through: the link stays.
+"""
 
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Dict, Optional
 
 from .._atomic import append_text, atomic_write_json, make_directory, remove_stale_temporaries
 from .base import LoggerAdapter, split_create_arguments
+from .lock import lock_log_directory
 
 __all__ = ["FileAdapter", "FileAdapterFactory"]
 
@@ -30,14 +39,15 @@ class FileAdapter:
         logdir = os.fspath(logdir)
         self.logdir = logdir
         make_directory(logdir)  # FileWriteError naming it when it cannot be made
+        self._lock = lock_log_directory(logdir)  # LogDirectoryInUseError if another process logs here
+        self._release = weakref.finalize(self, self._lock.release)  # also when never closed
         # half-written files of an earlier run that was killed mid-save
         remove_stale_temporaries(logdir, min_age_s=STALE_AFTER_S)
 
     def write_params(self, params: Dict[str, Any]) -> None:
         """Write ``params.json`` atomically under a unique temporary name, so
-        two runs sharing a log directory never collide and a reader never
-        sees half a file."""
-        atomic_write_json(os.path.join(self.logdir, "params.json"), params)
+        a reader never sees half a file."""
+        atomic_write_json(os.path.join(self.logdir, "params.json"), params, follow_symlinks=True)
 
     def before_write_metric(self, epoch: int, step: int) -> None:
         pass
@@ -63,7 +73,8 @@ class FileAdapter:
         """d3rlpy 2.8's gradient-watch hook (nothing to watch in files)."""
 
     def close(self) -> None:
-        pass
+        """Release the directory's lock (the files stay)."""
+        self._release()
 
 
 class FileAdapterFactory:

@@ -7,16 +7,22 @@ of runs with different epoch lengths line up; the epoch is logged as the
 Models are not saved by this adapter: combine it with
 :class:`~offrl.logging.FileAdapterFactory` through
 :class:`~offrl.logging.CombineAdapterFactory` to keep snapshots.
+
+Like the file adapter, it holds its run directory's lock until closed: a
+second process writing into the same TensorBoard run is refused, instead of
+drawing its curves over this run's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import weakref
 from typing import Any, Dict, Optional
 
 from .._atomic import make_directory
 from .base import split_create_arguments
+from .lock import lock_log_directory
 
 __all__ = ["TensorboardAdapter", "TensorboardAdapterFactory"]
 
@@ -47,7 +53,13 @@ class TensorboardAdapter:
         writer_class = _summary_writer_class()
         self.logdir = logdir
         make_directory(logdir)  # FileWriteError naming it when it cannot be made
-        self._writer = writer_class(log_dir=logdir)
+        lock = lock_log_directory(logdir)  # LogDirectoryInUseError if another process logs here
+        self._release = weakref.finalize(self, lock.release)
+        try:
+            self._writer = writer_class(log_dir=logdir)
+        except BaseException:
+            self._release()
+            raise
 
     def write_params(self, params: Dict[str, Any]) -> None:
         text = json.dumps(params, indent=2, default=str)
@@ -71,7 +83,10 @@ class TensorboardAdapter:
         """d3rlpy 2.8's gradient-watch hook (not used by TensorBoard here)."""
 
     def close(self) -> None:
-        self._writer.close()
+        try:
+            self._writer.close()
+        finally:
+            self._release()
 
 
 class TensorboardAdapterFactory:
