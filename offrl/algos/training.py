@@ -27,10 +27,11 @@ import torch
 
 from ..constants import LoggingStrategy
 from ..dataset.disk import before_epoch
-from ..logging import FileAdapter, FileAdapterFactory, NoopAdapterFactory, create_logger_adapter, lock_log_directory
+from ..logging import (FileAdapter, FileAdapterFactory, NoopAdapterFactory, create_logger_adapter, lock_log_directory,
+                       truncate_metric_files)
 from . import distributed
 from .checkpoint import (CHECKPOINT_NAME, StateGuard, load_checkpoint, non_finite_weights, resolve_checkpoint,
-                         save_checkpoint, truncate_metric_files)
+                         save_checkpoint)
 
 __all__ = [
     "fitter",

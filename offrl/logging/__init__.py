@@ -4,6 +4,7 @@ from .base import LoggerAdapter, LoggerAdapterFactory, create_logger_adapter
 from .combine_adapter import CombineAdapter, CombineAdapterFactory
 from .file_adapter import FileAdapter, FileAdapterFactory
 from .lock import LogDirectoryInUseError, lock_log_directory
+from .metric_files import truncate_metric_files
 from .noop_adapter import NoopAdapter, NoopAdapterFactory
 from .tensorboard_adapter import TensorboardAdapter, TensorboardAdapterFactory
 from .wandb_adapter import WanDBAdapter, WanDBAdapterFactory
@@ -27,4 +28,5 @@ __all__ = [
     "create_logger_adapter",
     "LogDirectoryInUseError",
     "lock_log_directory",
+    "truncate_metric_files",
 ]
