@@ -230,6 +230,8 @@ def _check_target(target: str, shown: str) -> bool:
     """Refuse, before anything is written, a target that cannot be written:
     a directory, a missing directory or one with a file on its path, a name
     longer than the file system allows. Returns whether the target exists."""
+    if "\x00" in target:
+        raise ValueError(f"cannot write {shown!r}: a file name cannot hold a NUL character")
     if os.path.isdir(target):
         raise _write_error(target, errno_codes.EISDIR, True, shown=shown)
     directory = os.path.dirname(target)

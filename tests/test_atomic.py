@@ -553,3 +553,9 @@ def test_a_target_that_cannot_exist_is_named(tmp_path, built, kind, name):
     shown = str(target.parent) if adapter_directory else str(target)
     assert shown in str(info.value)
     assert sorted(os.listdir(tmp_path)) == ["taken"] and (tmp_path / "taken").read_text() == "a file"
+
+
+def test_a_nul_in_the_name_is_a_value_error_before_writing(tmp_path):
+    with pytest.raises(ValueError, match="NUL character"):
+        atomic_write_json(str(tmp_path / "a\x00b.json"), {})
+    assert os.listdir(tmp_path) == []
