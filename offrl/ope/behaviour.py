@@ -79,7 +79,7 @@ class BehaviourModel:
     def probabilities(self, observations: Any, actions: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def _logged_probabilities(self, data: LoggedData) -> np.ndarray:
+    def logged_probabilities(self, data: LoggedData) -> np.ndarray:
         return self.probabilities(data.observations, data.actions)
 
     def __repr__(self) -> str:
@@ -288,7 +288,7 @@ class AlgoBehaviourPolicy(BehaviourModel):
         self.algo = algo
         self.description = f"offrl {type(algo).__name__}"
 
-    def _logged_probabilities(self, data: LoggedData) -> np.ndarray:
+    def logged_probabilities(self, data: LoggedData) -> np.ndarray:
         return policy_probabilities(self.algo, data, role="behaviour policy", allow_smoothing=False).logged
 
     def probabilities(self, observations: Any, actions: np.ndarray) -> np.ndarray:
@@ -299,7 +299,7 @@ class AlgoBehaviourPolicy(BehaviourModel):
             observations, a, np.zeros(a.shape[0]), np.array([a.shape[0]]), discrete,
             int(self.algo.action_size), None,
         )
-        return self._logged_probabilities(data)
+        return self.logged_probabilities(data)
 
 
 def fit_behaviour_model(

@@ -90,7 +90,10 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["CI_METHODS", "ConfidenceInterval", "confidence_interval", "bootstrap_counts", "bootstrap_replicates"]
+__all__ = [
+    "CI_METHODS", "ConfidenceInterval", "confidence_interval", "bootstrap_counts", "bootstrap_replicates",
+    "parse_value_range",
+]
 
 #: the interval methods of :func:`confidence_interval`
 CI_METHODS: Tuple[str, ...] = ("bootstrap", "hoeffding", "bernstein", "ttest")
@@ -169,6 +172,17 @@ def _as_matrix(terms: Any) -> np.ndarray:
     return terms
 
 
+def parse_value_range(value_range: Any) -> Tuple[float, float]:
+    """``value_range`` as finite floats ``(low, high)`` with ``low < high`` (else a ``TypeError`` / ``ValueError``)."""
+    try:
+        low, high = (float(v) for v in value_range)
+    except (TypeError, ValueError):
+        raise TypeError(f"value_range must be a pair of numbers (low, high), got {value_range!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"value_range must be finite numbers with low < high, got {value_range!r}")
+    return low, high
+
+
 def _check_range(terms: np.ndarray, method: str, value_range: Any) -> Tuple[float, float]:
     if value_range is None:
         raise ValueError(
@@ -176,12 +190,7 @@ def _check_range(terms: np.ndarray, method: str, value_range: Any) -> Tuple[floa
             "episode's term (for importance sampling: the clip times the range of the discounted return, so pass "
             "clip= too); unbounded terms have no such interval -- use ci='bootstrap' or 'ttest' instead"
         )
-    try:
-        low, high = (float(v) for v in value_range)
-    except (TypeError, ValueError):
-        raise TypeError(f"value_range must be a pair of numbers (low, high), got {value_range!r}") from None
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"value_range must be finite numbers with low < high, got {value_range!r}")
+    low, high = parse_value_range(value_range)
     outside = (terms < low) | (terms > high) | ~np.isfinite(terms)
     if outside.any():
         i = int(np.argmax(outside))

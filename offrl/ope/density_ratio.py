@@ -505,14 +505,15 @@ def _diverged(what: str, step: int, config: DensityRatioConfig) -> ValueError:
     )
 
 
-def _array_observations(data: LoggedData) -> np.ndarray:
+def array_observations(data: LoggedData) -> np.ndarray:
+    """``data``'s observations as one array (``TypeError`` for tuple observations, which DualDICE does not take)."""
     if isinstance(data.observations, list):
         raise TypeError("the marginal estimators take array observations; tuple observations are not supported")
     return data.observations
 
 
-def _target_actions(target: Any, data: LoggedData, *, discrete: bool, greedy: bool, epsilon: float,
-                    bandwidth: float, n_samples: int, seed: Any, batch_size: int) -> np.ndarray:
+def target_policy_actions(target: Any, data: LoggedData, *, discrete: bool, greedy: bool, epsilon: float,
+                          bandwidth: float, n_samples: int, seed: Any, batch_size: int) -> np.ndarray:
     """Discrete: ``(N, A)`` target probabilities at every logged observation;
     continuous: ``(N, n_samples, action_size)`` target actions drawn there."""
     if discrete:
@@ -555,7 +556,8 @@ def fit_density_ratio(
     if not 0.0 <= gamma < 1.0:
         raise ValueError(f"gamma must be in [0, 1) for the marginal estimators (they divide by 1 - gamma), got {gamma!r}")
     data = dataset if isinstance(dataset, LoggedData) else logged_data(dataset)
-    return _fit(target, data, gamma, config, seed, parse_device(device), greedy, epsilon, bandwidth, batch_size)
+    return fit_ratio_model(target, data, gamma, config, seed, parse_device(device), greedy, epsilon, bandwidth,
+                           batch_size)
 
 
 class _TrainingData:
@@ -568,7 +570,7 @@ class _TrainingData:
         self.discrete = data.discrete
         self.batch_size = int(batch_size)
         self.initial_batch_size = int(initial_batch_size)
-        self.observations = torch.as_tensor(np.asarray(_array_observations(data)), dtype=torch.float32, device=device)
+        self.observations = torch.as_tensor(np.asarray(array_observations(data)), dtype=torch.float32, device=device)
         actions = torch.as_tensor(data.actions, device=device)
         self.actions = actions.long() if data.discrete else actions.float()
         self.policy = torch.as_tensor(target_actions, dtype=torch.float32, device=device)
@@ -622,12 +624,12 @@ def _prepare_training(target: Any, data: LoggedData, gamma: float, config: Densi
                       device: torch.device, greedy: bool, epsilon: float, bandwidth: float, batch_size: int,
                       target_actions: Optional[np.ndarray] = None) -> Tuple[DensityRatioModel, _TrainingData]:
     """A freshly initialised model and its device-resident data (seeded)."""
-    observations = _array_observations(data)
+    observations = array_observations(data)
     check_built(target, "target policy")
     if target_actions is None:
-        target_actions = _target_actions(target, data, discrete=data.discrete, greedy=greedy, epsilon=epsilon,
-                                         bandwidth=bandwidth, n_samples=config.n_action_samples, seed=seed,
-                                         batch_size=batch_size)
+        target_actions = target_policy_actions(target, data, discrete=data.discrete, greedy=greedy, epsilon=epsilon,
+                                               bandwidth=bandwidth, n_samples=config.n_action_samples, seed=seed,
+                                               batch_size=batch_size)
     seed_int = int_seed(seed)
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
@@ -637,17 +639,19 @@ def _prepare_training(target: Any, data: LoggedData, gamma: float, config: Densi
                                 seed_int)
 
 
-def _fit(target: Any, data: LoggedData, gamma: float, config: DensityRatioConfig, seed: Any, device: torch.device,
-         greedy: bool, epsilon: float, bandwidth: float, batch_size: int,
-         target_actions: Optional[np.ndarray] = None) -> DensityRatioModel:
+def fit_ratio_model(target: Any, data: LoggedData, gamma: float, config: DensityRatioConfig, seed: Any,
+                    device: torch.device, greedy: bool, epsilon: float, bandwidth: float, batch_size: int,
+                    target_actions: Optional[np.ndarray] = None) -> DensityRatioModel:
+    """:func:`fit_density_ratio` on checked inputs (logged data, a parsed device), reusing ``target_actions`` if given."""
     model, batches = _prepare_training(target, data, gamma, config, seed, device, greedy, epsilon, bandwidth,
                                        batch_size, target_actions)
     _train(model, batches, 1, config.n_steps)
     return model
 
 
-def _ratio_values(ratio_model: Any, data: LoggedData, config_step: int) -> np.ndarray:
-    observations = _array_observations(data)
+def ratio_values(ratio_model: Any, data: LoggedData, config_step: int) -> np.ndarray:
+    """``(N,)`` ratios of a fitted model or callable at every logged step, checked for shape and finiteness."""
+    observations = array_observations(data)
     if isinstance(ratio_model, DensityRatioModel):
         values = ratio_model.ratios(observations, data.actions)
     elif callable(ratio_model):

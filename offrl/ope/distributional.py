@@ -59,12 +59,12 @@ from ._logged import logged_data
 from ._policies import DEFAULT_BANDWIDTH, DEFAULT_EPSILON, check_built
 from .bounds import bootstrap_counts
 from .importance import (
-    _build_padded,
-    _check_options,
-    _kish,
-    _prepare,
-    _resolve_behaviour,
-    _resolve_gamma,
+    build_padded,
+    check_options,
+    kish_effective_sample_size,
+    prepare,
+    resolve_behaviour,
+    resolve_gamma,
 )
 
 __all__ = ["ReturnDistribution", "estimate_return_distribution"]
@@ -294,15 +294,15 @@ def estimate_return_distribution(
         raise ValueError(f"estimator must be one of {list(_ESTIMATORS)}, got {estimator!r}")
     alpha = _check_alpha(alpha)
     check_built(target, "target policy")
-    gamma = _resolve_gamma(gamma, target)
-    _check_options(gamma, clip, confidence, n_bootstrap, 0.0, epsilon, bandwidth, batch_size, 1)
+    gamma = resolve_gamma(gamma, target)
+    check_options(gamma, clip, confidence, n_bootstrap, 0.0, epsilon, bandwidth, batch_size, 1)
     data = logged_data(dataset)
-    mu, behaviour = _resolve_behaviour(data, behaviour_probabilities, behaviour_policy, seed)
-    prepared = _prepare(
+    mu, behaviour = resolve_behaviour(data, behaviour_probabilities, behaviour_policy, seed)
+    prepared = prepare(
         target, data, mu, behaviour, q_model=None, gamma=gamma, greedy=greedy, epsilon=epsilon,
         bandwidth=bandwidth, n_action_samples=1, seed=seed, batch_size=batch_size,
     )
-    padded, _, _ = _build_padded("is", prepared.ratios, data.rewards, data.lengths, gamma, clip=clip)
+    padded, _, _ = build_padded("is", prepared.ratios, data.rewards, data.lengths, gamma, clip=clip)
     weights = padded.weights[:, -1]
     if not np.isfinite(weights).all():
         raise ValueError("some trajectory importance weights overflowed to infinity: pass clip= to bound them")
@@ -314,5 +314,6 @@ def estimate_return_distribution(
     intervals = _bootstrap(returns, weights, estimator, alpha, confidence, int(n_bootstrap), seed)
     return ReturnDistribution(
         estimator.upper(), returns, probabilities, alpha, float(confidence), int(n_bootstrap), intervals,
-        data.n_episodes, gamma, float(_kish(weights)), float(weights.mean()), prepared.behaviour, prepared.target,
+        data.n_episodes, gamma, float(kish_effective_sample_size(weights)), float(weights.mean()), prepared.behaviour,
+        prepared.target,
     )

@@ -127,7 +127,7 @@ from ._policies import (
 )
 from ._sequence import SequencePolicy
 from .behaviour import AlgoBehaviourPolicy, BehaviourModel, fit_behaviour_model
-from .bounds import CI_METHODS, bootstrap_counts, confidence_interval
+from .bounds import CI_METHODS, confidence_interval
 
 __all__ = [
     "OPEResult",
@@ -140,6 +140,9 @@ __all__ = [
     "weighted_doubly_robust",
     "estimate_policy_value",
 ]
+# also public, for the other estimators of offrl.ope (selection, distributional, marginal), not in __all__:
+# check_options, check_positive_ints, check_ci, resolve_gamma, resolve_behaviour, prepare / Prepared,
+# estimate_prepared, model_terms, build_padded / Padded, kish_effective_sample_size
 
 #: estimator name -> (label, needs a Q model)
 ESTIMATORS: Dict[str, Tuple[str, bool]] = {
@@ -246,8 +249,8 @@ class OPEResult:
 
 # ------------------------------------------------------------ the maths
 @dataclasses.dataclass(frozen=True)
-class _Padded:
-    """``(E, H)`` arrays of the estimators (see the module docstring)."""
+class Padded:
+    """``(E, H)`` arrays of the estimators (see the module docstring); :func:`build_padded` makes them."""
 
     rewards: np.ndarray
     weights: np.ndarray  # clipped cumulative weights w_t (trajectory estimators: only the last column is used)
@@ -263,8 +266,8 @@ def _pad(values: np.ndarray, mask: np.ndarray, fill: float) -> np.ndarray:
     return out
 
 
-def _kish(weights: np.ndarray) -> np.ndarray:
-    """Kish's effective sample size along axis 0 (0 where every weight is 0)."""
+def kish_effective_sample_size(weights: np.ndarray) -> np.ndarray:
+    """Kish's effective sample size ``(sum w)^2 / sum w^2`` along axis 0 (0 where every weight is 0)."""
     total = weights.sum(axis=0)
     squares = (weights**2).sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -277,7 +280,7 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
         return np.where(denominator != 0, numerator / np.where(denominator != 0, denominator, 1.0), np.nan)
 
 
-def _episode_terms(kind: str, p: _Padded) -> np.ndarray:
+def _episode_terms(kind: str, p: Padded) -> np.ndarray:
     """``(E, K)`` per-episode terms whose sums over (resampled) episodes
     determine the estimate (see :func:`_combine`)."""
     d = p.discounts
@@ -309,16 +312,14 @@ def _combine(kind: str, sums: np.ndarray, n: np.ndarray, discounts: np.ndarray) 
     return (_ratio(wr - wq, w) + _ratio(pv, previous)) @ discounts
 
 
-def _statistic(kind: str, p: _Padded, counts: np.ndarray) -> np.ndarray:
+def _statistic(kind: str, p: Padded, counts: np.ndarray) -> np.ndarray:
     """The estimator on resamples given by per-episode ``counts`` ``(B, E)``
     (a row of ones is the data itself): ``(B,)``."""
     return _combine(kind, counts @ _episode_terms(kind, p), counts.sum(axis=1), p.discounts)
 
 
-_bootstrap_counts = bootstrap_counts  # moved to offrl.ope.bounds (shared by every estimator)
 
-
-def _linearised_terms(kind: str, p: _Padded, value: float) -> np.ndarray:
+def _linearised_terms(kind: str, p: Padded, value: float) -> np.ndarray:
     """``(E,)`` delta-method terms of a self-normalised estimator: their mean
     is the estimate ``value`` (the module docstring gives the formulas)."""
     d = p.discounts
@@ -342,7 +343,7 @@ def _linearised_terms(kind: str, p: _Padded, value: float) -> np.ndarray:
 _UNNORMALISED = {"wis": "is", "wpdis": "pdis", "wdr": "dr"}
 
 
-def _interval(kind: str, p: _Padded, terms: np.ndarray, value: float, *, ci: str, confidence: float,
+def _interval(kind: str, p: Padded, terms: np.ndarray, value: float, *, ci: str, confidence: float,
               value_range: Optional[Tuple[float, float]], n_bootstrap: int, seed: Any) -> Any:
     """The interval of :func:`offrl.ope.bounds.confidence_interval` with the
     terms the module docstring names for ``ci``."""
@@ -362,10 +363,10 @@ def _interval(kind: str, p: _Padded, terms: np.ndarray, value: float, *, ci: str
     return confidence_interval(scalar, ci, confidence, value_range=value_range)
 
 
-def _build_padded(
+def build_padded(
     kind: str, ratios: np.ndarray, rewards: np.ndarray, lengths: np.ndarray, gamma: float, *,
     q: Optional[np.ndarray] = None, v: Optional[np.ndarray] = None, clip: Optional[float] = None,
-) -> Tuple[_Padded, np.ndarray, np.ndarray]:
+) -> Tuple[Padded, np.ndarray, np.ndarray]:
     """Padded arrays, the ``(E, H)`` mask of real steps, and which weights
     were clipped (``(E,)`` trajectory weights for IS/WIS, ``(E, H)`` otherwise)."""
     e, h = lengths.shape[0], int(lengths.max())
@@ -377,7 +378,7 @@ def _build_padded(
         clipped = (raw > clip) & mask if clip is not None else np.zeros_like(mask)
     weights = np.minimum(raw, clip) if clip is not None else raw
     previous = np.concatenate([np.ones((e, 1)), weights[:, :-1]], axis=1)
-    padded = _Padded(
+    padded = Padded(
         _pad(rewards, mask, 0.0), weights, previous, gamma ** np.arange(h, dtype=np.float64),
         None if q is None else _pad(q, mask, 0.0), None if v is None else _pad(v, mask, 0.0),
     )
@@ -415,7 +416,7 @@ def _core(
     value_range: Optional[Tuple[float, float]] = None,
 ) -> _Core:
     """The estimate from flat, episode-ordered ``(N,)`` arrays."""
-    padded, mask, clipped = _build_padded(kind, ratios, rewards, lengths, gamma, q=q, v=v, clip=clip)
+    padded, mask, clipped = build_padded(kind, ratios, rewards, lengths, gamma, q=q, v=v, clip=clip)
     e, h = mask.shape
     trajectory = kind in _TRAJECTORY
     n_weights = e if trajectory else int(mask.sum())
@@ -426,7 +427,7 @@ def _core(
         terms = _episode_terms(kind, padded)
         total = terms.sum(axis=0, keepdims=True)
         value = float(_combine(kind, total, np.array([float(e)]), d)[0])
-        ess = float(_kish(weights[:, -1])) if trajectory else float(_kish(weights).min())
+        ess = float(kish_effective_sample_size(weights[:, -1] if trajectory else weights).min())
     interval = _interval(kind, padded, terms, value, ci=ci, confidence=confidence, value_range=value_range,
                          n_bootstrap=n_bootstrap, seed=seed)
     used = weights[:, -1] if trajectory else weights[mask]
@@ -458,18 +459,24 @@ def _warnings(core: _Core, n_episodes: int, clip: Optional[float], min_ess: floa
 
 
 # ------------------------------------------------------------ the inputs
-def _check_options(gamma: float, clip: Optional[float], confidence: float, n_bootstrap: int,
-                   min_effective_sample_size: float, epsilon: float, bandwidth: float, batch_size: int,
-                   n_action_samples: int) -> None:
+def check_positive_ints(**values: Any) -> None:
+    """``ValueError`` naming the first of ``values`` (name=value) that is not an int > 0 (bools refused)."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def check_options(gamma: float, clip: Optional[float], confidence: float, n_bootstrap: int,
+                  min_effective_sample_size: float, epsilon: float, bandwidth: float, batch_size: int,
+                  n_action_samples: int) -> None:
+    """``ValueError`` naming the first estimator option out of its range (before any work is done)."""
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
     if clip is not None and not (np.isfinite(clip) and clip > 0):
         raise ValueError(f"clip must be a finite number > 0 or None, got {clip!r}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    for name, value in (("n_bootstrap", n_bootstrap), ("batch_size", batch_size), ("n_action_samples", n_action_samples)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_positive_ints(n_bootstrap=n_bootstrap, batch_size=batch_size, n_action_samples=n_action_samples)
     if not min_effective_sample_size >= 0:
         raise ValueError(f"min_effective_sample_size must be >= 0, got {min_effective_sample_size!r}")
     if not 0.0 <= epsilon <= 1.0:
@@ -478,7 +485,7 @@ def _check_options(gamma: float, clip: Optional[float], confidence: float, n_boo
         raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth!r}")
 
 
-def _check_ci(ci: str, value_range: Any) -> None:
+def check_ci(ci: str, value_range: Any) -> None:
     """Fail before any work on an unknown ``ci`` or a missing bound."""
     if ci not in CI_METHODS:
         raise ValueError(f"ci must be one of {list(CI_METHODS)}, got {ci!r}")
@@ -490,7 +497,8 @@ def _check_ci(ci: str, value_range: Any) -> None:
         )
 
 
-def _resolve_gamma(gamma: Optional[float], target: Any) -> float:
+def resolve_gamma(gamma: Optional[float], target: Any) -> float:
+    """The discount: ``gamma`` if given, else the target algorithm's (or sequence policy's), else 0.99."""
     if gamma is not None:
         return float(gamma)
     if isinstance(target, (QLearningAlgoBase, SequencePolicy)):
@@ -518,7 +526,7 @@ def _check_behaviour_values(mu: np.ndarray, data: LoggedData, source: str) -> np
     return mu
 
 
-def _resolve_behaviour(
+def resolve_behaviour(
     data: LoggedData,
     behaviour_probabilities: Any,
     behaviour_policy: Any,
@@ -532,7 +540,7 @@ def _resolve_behaviour(
     if behaviour_policy is not None:
         model = AlgoBehaviourPolicy(behaviour_policy) if isinstance(behaviour_policy, QLearningAlgoBase) else behaviour_policy
         if isinstance(model, BehaviourModel):
-            mu = model._logged_probabilities(data)
+            mu = model.logged_probabilities(data)
         elif callable(getattr(model, "probabilities", None)):
             mu = model.probabilities(data.observations, data.actions)
         else:
@@ -545,7 +553,7 @@ def _resolve_behaviour(
     if data.behaviour_probabilities is not None:
         return _check_behaviour_values(data.behaviour_probabilities, data, "dataset.behaviour_probabilities"), "logged"
     model = fit_behaviour_model(data, seed=int_seed(seed))
-    return model._logged_probabilities(data), f"estimated: {model.description}"
+    return model.logged_probabilities(data), f"estimated: {model.description}"
 
 
 def _importance_ratios(pi: np.ndarray, mu: np.ndarray, data: LoggedData, behaviour: str) -> np.ndarray:
@@ -582,7 +590,7 @@ def _call_q(q_model: Any, observations: Any, actions: np.ndarray, rows: int) -> 
     return values
 
 
-def _model_terms(
+def model_terms(
     q_model: Any, target: Any, data: LoggedData, probabilities: PolicyProbabilities, *,
     greedy: bool, bandwidth: float, n_action_samples: int, seed: Any, batch_size: int,
 ) -> Tuple[np.ndarray, np.ndarray]:
@@ -619,7 +627,7 @@ def _model_terms(
 
 
 @dataclasses.dataclass(frozen=True)
-class _Prepared:
+class Prepared:
     """Everything but the estimator's formula: shared by several estimators
     (and, in policy selection, the behaviour part by several targets)."""
 
@@ -632,7 +640,7 @@ class _Prepared:
     gamma: float
 
 
-def _prepare(
+def prepare(
     target: Any,
     data: LoggedData,
     mu: np.ndarray,
@@ -646,7 +654,8 @@ def _prepare(
     n_action_samples: int,
     seed: Any,
     batch_size: int,
-) -> _Prepared:
+) -> Prepared:
+    """The importance ratios of ``target`` against ``mu`` (and, with ``q_model``, its Q and V) at every logged step."""
     check_built(target, "target policy")
     probabilities = policy_probabilities(
         target, data, greedy=greedy, epsilon=epsilon, bandwidth=bandwidth, batch_size=batch_size
@@ -654,17 +663,18 @@ def _prepare(
     ratios = _importance_ratios(probabilities.logged, mu, data, behaviour)
     q = v = None
     if q_model is not None:
-        q, v = _model_terms(
+        q, v = model_terms(
             q_model, target, data, probabilities, greedy=greedy, bandwidth=bandwidth,
             n_action_samples=n_action_samples, seed=seed, batch_size=batch_size,
         )
-    return _Prepared(data, ratios, q, v, behaviour, probabilities.description, gamma)
+    return Prepared(data, ratios, q, v, behaviour, probabilities.description, gamma)
 
 
-def _result(
-    kind: str, prepared: _Prepared, *, clip: Optional[float], confidence: float, n_bootstrap: int, seed: Any,
+def estimate_prepared(
+    kind: str, prepared: Prepared, *, clip: Optional[float], confidence: float, n_bootstrap: int, seed: Any,
     min_effective_sample_size: float, ci: str = "bootstrap", value_range: Optional[Tuple[float, float]] = None,
 ) -> OPEResult:
+    """The estimator ``kind``'s result, interval and warnings on :func:`prepare`'s inputs."""
     label, needs_model = ESTIMATORS[kind]
     if needs_model and prepared.q is None:
         raise ValueError(f"{label} needs q_model: an FQE, an object with predict_value(x, action), or a callable")
@@ -768,23 +778,23 @@ def estimate_policy_value(
             epsilon=epsilon, bandwidth=bandwidth, n_action_samples=n_action_samples, batch_size=batch_size,
             ci=ci, value_range=value_range,
         )
-    _check_ci(ci, value_range)
+    check_ci(ci, value_range)
     check_built(target, "target policy")
-    gamma = _resolve_gamma(gamma, target)
-    _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size,
+    gamma = resolve_gamma(gamma, target)
+    check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size,
                    n_action_samples)
     if ESTIMATORS[estimator][1] and q_model is None:
         raise ValueError(
             f"{ESTIMATORS[estimator][0]} needs q_model: an FQE, an object with predict_value(x, action), or a callable"
         )
     data = logged_data(dataset)
-    mu, behaviour = _resolve_behaviour(data, behaviour_probabilities, behaviour_policy, seed)
-    prepared = _prepare(
+    mu, behaviour = resolve_behaviour(data, behaviour_probabilities, behaviour_policy, seed)
+    prepared = prepare(
         target, data, mu, behaviour, q_model=q_model if ESTIMATORS[estimator][1] else None, gamma=gamma,
         greedy=greedy, epsilon=epsilon, bandwidth=bandwidth, n_action_samples=n_action_samples, seed=seed,
         batch_size=batch_size,
     )
-    return _result(
+    return estimate_prepared(
         estimator, prepared, clip=clip, confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
         min_effective_sample_size=min_effective_sample_size, ci=ci, value_range=value_range,
     )

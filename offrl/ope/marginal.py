@@ -71,8 +71,8 @@ from ._policies import (
 from .bounds import CI_METHODS, confidence_interval
 from .importance import OPEResult
 
-from .density_ratio import (DensityRatioConfig, DensityRatioModel, _array_observations, _fit, _ratio_values,
-                            _target_actions, dualdice_loss, fit_density_ratio)
+from .density_ratio import (DensityRatioConfig, DensityRatioModel, array_observations, dualdice_loss, fit_density_ratio,
+                            fit_ratio_model, ratio_values, target_policy_actions)
 
 __all__ = [
     "MARGINAL_ESTIMATORS",
@@ -214,16 +214,14 @@ def estimate_marginal_value(
         raise ValueError(f"estimator must be one of {list(MARGINAL_ESTIMATORS)}, got {estimator!r}")
     label = MARGINAL_ESTIMATORS[estimator]
     check_built(target, "target policy")
-    gamma = importance._resolve_gamma(gamma, target)
+    gamma = importance.resolve_gamma(gamma, target)
     if not 0.0 <= gamma < 1.0:
         raise ValueError(f"gamma must be in [0, 1) for the marginal estimators (they divide by 1 - gamma), got {gamma!r}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     if ci not in CI_METHODS:
         raise ValueError(f"ci must be one of {list(CI_METHODS)}, got {ci!r}")
-    for name, value in (("n_bootstrap", n_bootstrap), ("batch_size", batch_size), ("n_action_samples", n_action_samples)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    importance.check_positive_ints(n_bootstrap=n_bootstrap, batch_size=batch_size, n_action_samples=n_action_samples)
     if behaviour_probabilities is not None or behaviour_policy is not None:
         raise ValueError(
             f"{label} does not use behaviour_probabilities / behaviour_policy (the density ratio is learned from "
@@ -234,7 +232,7 @@ def estimate_marginal_value(
     if estimator == "mdr" and q_model is None:
         raise ValueError("MDR needs q_model: an FQE, an object with predict_value(x, action), or a callable")
     data = logged_data(dataset)
-    _array_observations(data)
+    array_observations(data)
     probabilities = None
     if data.discrete or estimator == "mdr":
         probabilities = policy_probabilities(target, data, greedy=greedy, epsilon=epsilon, bandwidth=bandwidth,
@@ -246,17 +244,18 @@ def estimate_marginal_value(
         if data.discrete:
             actions = probabilities.all_actions
         else:
-            actions = _target_actions(target, data, discrete=False, greedy=greedy, epsilon=epsilon, bandwidth=bandwidth,
-                                      n_samples=config.n_action_samples, seed=seed, batch_size=batch_size)
-        ratio_model = _fit(target, data, gamma, config, seed, parse_device(device), greedy, epsilon, bandwidth,
-                           batch_size, target_actions=actions)
+            actions = target_policy_actions(target, data, discrete=False, greedy=greedy, epsilon=epsilon,
+                                            bandwidth=bandwidth, n_samples=config.n_action_samples, seed=seed,
+                                            batch_size=batch_size)
+        ratio_model = fit_ratio_model(target, data, gamma, config, seed, parse_device(device), greedy, epsilon,
+                                      bandwidth, batch_size, target_actions=actions)
         trained_steps = config.n_steps
     if isinstance(ratio_model, DensityRatioModel):
         source = f"DualDICE ratio model ({ratio_model.config.n_steps} updates)"
         trained_steps = ratio_model.config.n_steps
         if not math.isclose(ratio_model.gamma, gamma):
             raise ValueError(f"ratio_model was trained with gamma={ratio_model.gamma:g}, the estimate uses gamma={gamma:g}")
-    raw = _ratio_values(ratio_model, data, trained_steps)
+    raw = ratio_values(ratio_model, data, trained_steps)
     negative = raw < 0
     ratios = np.where(negative, 0.0, raw)
     clipped = ratios > clip if clip is not None else np.zeros(data.n_steps, dtype=bool)
@@ -264,7 +263,7 @@ def estimate_marginal_value(
         ratios = np.minimum(ratios, clip)
     q = v = None
     if estimator == "mdr":
-        q, v = importance._model_terms(
+        q, v = importance.model_terms(
             q_model, target, data, probabilities, greedy=greedy, bandwidth=bandwidth,
             n_action_samples=n_action_samples, seed=seed, batch_size=batch_size,
         )
@@ -272,7 +271,7 @@ def estimate_marginal_value(
     interval = _interval(estimator, parts, ci=ci, confidence=confidence, value_range=value_range,
                          n_bootstrap=n_bootstrap, seed=seed)
     episode_sums = _episode_sums(ratios, data.lengths)
-    ess = float(importance._kish(episode_sums))
+    ess = float(importance.kish_effective_sample_size(episode_sums))
     warnings = []
     if not math.isfinite(parts.value):
         warnings.append("the estimate is undefined: every ratio is 0")

@@ -53,7 +53,8 @@ from ..algos.base import QLearningAlgoBase
 from ._logged import logged_data
 from ._policies import DEFAULT_BANDWIDTH, DEFAULT_EPSILON, check_built
 from ._sequence import SequencePolicy, as_sequence_policy
-from .importance import ESTIMATORS, _check_ci, _check_options, _prepare, _resolve_behaviour, _result
+from .bounds import parse_value_range
+from .importance import ESTIMATORS, check_ci, check_options, estimate_prepared, prepare, resolve_behaviour
 from .marginal import MARGINAL_ESTIMATORS, estimate_marginal_value
 
 __all__ = ["PolicySelection", "select_policies", "selection_metrics", "SELECTION_METRICS"]
@@ -398,17 +399,11 @@ def select_policies(
         selection_metrics(np.zeros(len(names)), np.array(list(truth.values())), k=k, threshold=threshold,
                           behaviour_value=behaviour_value, metrics=metrics)
     gamma = _shared_gamma(policies) if gamma is None else float(gamma)
-    _check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size,
-                   n_action_samples)
-    _check_ci(ci, value_range)
+    check_options(gamma, clip, confidence, n_bootstrap, min_effective_sample_size, epsilon, bandwidth, batch_size,
+                  n_action_samples)
+    check_ci(ci, value_range)
     if value_range is not None:
-        try:
-            low, high = (float(v) for v in value_range)
-        except (TypeError, ValueError):
-            raise TypeError(f"value_range must be a pair of numbers (low, high), got {value_range!r}") from None
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
-            raise ValueError(f"value_range must be finite numbers with low < high, got {value_range!r}")
-        value_range = (low, high)
+        value_range = parse_value_range(value_range)
 
     results: Dict[str, Dict[str, Any]] = {label: {} for label, _ in specs}
     if isinstance(ratio_model, Mapping):
@@ -428,16 +423,16 @@ def select_policies(
                 )
     if any(isinstance(spec, str) and spec not in MARGINAL_ESTIMATORS for _, spec in specs):
         data = logged_data(dataset)
-        mu, behaviour = _resolve_behaviour(data, behaviour_probabilities, behaviour_policy, seed)
+        mu, behaviour = resolve_behaviour(data, behaviour_probabilities, behaviour_policy, seed)
         for name, policy in policies.items():
-            prepared = _prepare(
+            prepared = prepare(
                 policy, data, mu, behaviour, q_model=q_models[name] if needs_model else None, gamma=gamma,
                 greedy=greedy, epsilon=epsilon, bandwidth=bandwidth, n_action_samples=n_action_samples,
                 seed=seed, batch_size=batch_size,
             )
             for label, spec in specs:
                 if isinstance(spec, str) and spec not in MARGINAL_ESTIMATORS:
-                    results[label][name] = _result(
+                    results[label][name] = estimate_prepared(
                         spec, prepared, clip=clip, confidence=confidence, n_bootstrap=n_bootstrap, seed=seed,
                         min_effective_sample_size=min_effective_sample_size, ci=ci, value_range=value_range,
                     )

@@ -23,7 +23,7 @@ from offrl.dataset import MDPDataset
 from offrl.ope import estimate_policy_value
 from offrl.ope._logged import logged_data
 from offrl.ope.bounds import CI_METHODS, bootstrap_counts, bootstrap_replicates, confidence_interval
-from offrl.ope.importance import _build_padded, _core, _episode_terms, _linearised_terms
+from offrl.ope.importance import build_padded, _core, _episode_terms, _linearised_terms
 from tabular_mdp import action_values, make_mdp, sample_dataset
 
 KINDS = ("is", "wis", "pdis", "wpdis", "dr", "wdr")
@@ -155,7 +155,7 @@ def flat(episodes):
 def test_linearised_terms_average_to_the_estimate(episodes, gamma, kind):
     arrays, lengths = flat(episodes)
     core = _core(kind, arrays["ratios"], arrays["rewards"], lengths, gamma, q=arrays["q"], v=arrays["v"], n_bootstrap=1)
-    padded, _, _ = _build_padded(kind, arrays["ratios"], arrays["rewards"], lengths, gamma, q=arrays["q"], v=arrays["v"])
+    padded, _, _ = build_padded(kind, arrays["ratios"], arrays["rewards"], lengths, gamma, q=arrays["q"], v=arrays["v"])
     terms = _linearised_terms(kind, padded, core.value)
     if math.isnan(core.value):
         assert np.isnan(terms).all()
@@ -165,7 +165,7 @@ def test_linearised_terms_average_to_the_estimate(episodes, gamma, kind):
 
 def test_linearised_wis_terms_by_hand():
     # two one-step episodes, weights 3 and 1, returns 1 and 5: WIS = (3 + 5) / 4 = 2, mean weight 2
-    padded, _, _ = _build_padded("wis", np.array([3.0, 1.0]), np.array([1.0, 5.0]), np.array([1, 1]), 0.9)
+    padded, _, _ = build_padded("wis", np.array([3.0, 1.0]), np.array([1.0, 5.0]), np.array([1, 1]), 0.9)
     np.testing.assert_allclose(_linearised_terms("wis", padded, 2.0), [2 + 1.5 * (1 - 2), 2 + 0.5 * (5 - 2)])
 
 
@@ -185,7 +185,7 @@ def test_ttest_through_the_estimator_is_the_t_interval_of_its_terms():
     ratios, q, v = flat_mdp(logged)
     for kind in KINDS:
         result = mdp_estimate(kind, logged, ci="ttest", confidence=0.9)
-        padded, _, _ = _build_padded(kind, ratios, data.rewards, data.lengths, GAMMA, q=q, v=v)
+        padded, _, _ = build_padded(kind, ratios, data.rewards, data.lengths, GAMMA, q=q, v=v)
         terms = (_episode_terms(kind, padded)[:, 0] if kind in ("is", "pdis", "dr")
                  else _linearised_terms(kind, padded, result.value))
         assert terms.mean() == pytest.approx(result.value, rel=1e-9)
@@ -285,7 +285,7 @@ def test_a_priori_ranges_bound_the_terms():
     data = logged_data(logged.dataset)
     ratios, q, v = flat_mdp(logged)
     for kind in ("is", "pdis", "dr"):
-        padded, _, _ = _build_padded(kind, ratios, data.rewards, data.lengths, GAMMA, q=q, v=v)
+        padded, _, _ = build_padded(kind, ratios, data.rewards, data.lengths, GAMMA, q=q, v=v)
         terms = _episode_terms(kind, padded)[:, 0]
         low, high = RANGES[kind]
         assert low <= terms.min() and terms.max() <= high

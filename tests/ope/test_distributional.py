@@ -248,7 +248,7 @@ def test_bootstrap_intervals_cover_the_exact_statistics():
     # datasets of 400 episodes (offrl/ope/distributional.py): IS under-covers its mean and variance most
     from offrl.ope._logged import logged_data
     from offrl.ope.distributional import _bootstrap
-    from offrl.ope.importance import _build_padded
+    from offrl.ope.importance import build_padded
 
     exact_mean = float(EXACT_P @ EXACT_RETURNS)
     order = np.argsort(EXACT_RETURNS)
@@ -259,7 +259,7 @@ def test_bootstrap_intervals_cover_the_exact_statistics():
     logged = sample_dataset(MDP, BEHAVIOUR, n_datasets * n, seed=31)  # cut into datasets: episodes are independent
     data = logged_data(logged.dataset)
     ratios = TARGET[logged.states, logged.actions] / logged.behaviour_probabilities
-    padded, _, _ = _build_padded("is", ratios, data.rewards, data.lengths, GAMMA)
+    padded, _, _ = build_padded("is", ratios, data.rewards, data.lengths, GAMMA)
     weights, returns = padded.weights[:, -1], padded.rewards @ padded.discounts
     for estimator, floor in (("is", 0.7), ("wis", 0.8)):
         hits = dict.fromkeys(exact, 0)

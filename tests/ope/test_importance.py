@@ -34,7 +34,8 @@ from offrl.ope.importance import (
 from offrl.ope._logged import logged_data
 from offrl.models.policies import squashed_log_prob, squashed_sample
 from offrl.ope._policies import policy_probabilities
-from offrl.ope.importance import _bootstrap_counts, _build_padded, _core, _statistic
+from offrl.ope.bounds import bootstrap_counts
+from offrl.ope.importance import build_padded, _core, _statistic
 from offrl.preprocessing import MinMaxActionScaler
 from tabular_mdp import action_values, make_mdp, sample_dataset, table_policy, table_q
 
@@ -255,9 +256,9 @@ def test_vectorised_estimate_matches_the_loop(episodes, gamma, clip, kind):
 def test_bootstrap_resamples_are_the_estimator_on_resampled_episodes(episodes, gamma, kind, seed):
     arrays, lengths = flat(episodes)
     e = len(episodes)
-    counts = _bootstrap_counts(np.random.default_rng(seed), e, 4)
+    counts = bootstrap_counts(np.random.default_rng(seed), e, 4)
     index = np.random.default_rng(seed).integers(0, e, size=(4, e))  # the same draws, as an index matrix
-    padded, _, _ = _build_padded(kind, arrays["ratios"], arrays["rewards"], lengths, gamma, q=arrays["q"], v=arrays["v"])
+    padded, _, _ = build_padded(kind, arrays["ratios"], arrays["rewards"], lengths, gamma, q=arrays["q"], v=arrays["v"])
     resampled = _statistic(kind, padded, counts)
     for b in range(4):
         np.testing.assert_array_equal(counts[b], np.bincount(index[b], minlength=e))
