@@ -145,7 +145,7 @@ def floor_calls(contexts: Dict[str, dict]) -> Dict[str, Callable[[], None]]:
     """Per evaluator key in PASSES: its unavoidable compute, as bare public
     ``predict_value(s, a)`` / ``predict(s)`` calls on contiguous slices of
     as many rows as the dataset has transitions, chunked like the evaluators."""
-    from offrl.metrics import _transitions
+    from offrl.metrics import transitions
 
     calls: Dict[str, Callable[[], None]] = {}
     for name, kind, _ in EVALUATORS:
@@ -157,7 +157,7 @@ def floor_calls(contexts: Dict[str, dict]) -> Dict[str, Callable[[], None]]:
         algo, obs, actions = ctx["algo"], ctx["data"]["observations"][:n], ctx["data"]["actions"][:n]
 
         def run(algo=algo, obs=obs, actions=actions, q_passes=q_passes, pi_passes=pi_passes) -> None:
-            chunk = _transitions.CHUNK_ROWS
+            chunk = transitions.CHUNK_ROWS
             for lo in range(0, obs.shape[0], chunk):
                 for _ in range(q_passes):
                     algo.predict_value(obs[lo:lo + chunk], actions[lo:lo + chunk])

@@ -75,7 +75,7 @@ from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
 from ..dataset.replay_buffer import ReplayBuffer
 from ..dataset.split import split_episodes
-from ..metrics._sequence import SequencePolicy
+from ..metrics.sequence import SequencePolicy
 from ..metrics.evaluators import TDErrorEvaluator
 from ..models.encoders import ByShapeEncoderFactory, DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory

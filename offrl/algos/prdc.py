@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from ..dataset import create_fifo_replay_buffer
-from ..metrics._transitions import TransitionSet, dataset_buffer
+from ..metrics.transitions import TransitionSet, dataset_buffer
 from ..models import nearest
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory

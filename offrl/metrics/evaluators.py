@@ -7,7 +7,7 @@ transition picker (frame stacking, multi-step returns and final
 observations as in training). Values come from the public ``algo.predict``
 and ``algo.predict_value``, so they work for any algorithm, FQE included,
 and are computed in large batched forward passes over all transitions of
-all episodes at once (see :mod:`offrl.metrics._transitions`). As in
+all episodes at once (see :mod:`offrl.metrics.transitions`). As in
 training, the last step of an episode cut by a timeout is a transition only
 when the data holds the observation that followed it (``final_observation``,
 or ``next_observations`` given to ``MDPDataset``); otherwise it has no next
@@ -33,7 +33,7 @@ pass ``offrl.ope.SequencePolicy(algo, target_return=...)`` as the algorithm.
 The policy's action at each logged step is replayed from that episode's own
 logged history (observations, logged actions, returns-to-go from the target
 return, timesteps), exactly the context its stateful wrapper would hold
-there (see :mod:`offrl.metrics._sequence`); discrete actions are the argmax of
+there (see :mod:`offrl.metrics.sequence`); discrete actions are the argmax of
 the logits. ``EnvironmentEvaluator`` runs them through the stateful wrapper.
 """
 
@@ -47,8 +47,8 @@ from .._scores import environment_of, get_normalized_score
 from ..constants import ActionSpace
 from ..dataset.batch import TransitionMiniBatch
 from ..dataset.episode import EpisodeBase
-from ._sequence import ReplayedNextActionPicker, SequencePolicy, check_target_return, is_sequence_model
-from ._transitions import TransitionSet, dataset_buffer, episodes_buffer
+from .sequence import ReplayedNextActionPicker, SequencePolicy, check_target_return, is_sequence_model
+from .transitions import TransitionSet, dataset_buffer, episodes_buffer
 from .utility import check_rollout_args, evaluate_qlearning_with_environment, evaluate_transformer_with_environment
 
 __all__ = [

@@ -22,7 +22,7 @@ from .importance import (
 from .marginal import DensityRatioConfig, DensityRatioModel, estimate_marginal_value, fit_density_ratio
 from .selection import PolicySelection, select_policies, selection_metrics
 from .distributional import ReturnDistribution, estimate_return_distribution
-from ._sequence import SequencePolicy
+from ..metrics.sequence import SequencePolicy
 
 __all__ = [
     "DiscreteFQE",

@@ -31,7 +31,7 @@ they are smoothed, and the estimate is of the smoothed policy:
 Sequence models (the Decision Transformer family) are judged as
 :class:`~offrl.ope.SequencePolicy` ``(algo, target_return=...)``: their
 action at each logged step is replayed from the episode's logged history
-(:mod:`offrl.ope._sequence`); a softmax sampler gives exact discrete
+(:mod:`offrl.metrics.sequence`); a softmax sampler gives exact discrete
 probabilities, a greedy sampler or continuous actions are smoothed as above.
 A bare sequence model is refused with a ``ValueError`` asking for
 ``target_return``.
@@ -48,8 +48,8 @@ import torch
 
 from ..algos.base import QLearningAlgoBase
 from ..constants import ActionSpace
+from ..metrics.sequence import SequencePolicy, as_sequence_policy
 from ._logged import LoggedData, locate, take_rows
-from ._sequence import SequencePolicy, as_sequence_policy
 
 __all__ = [
     "DEFAULT_EPSILON",

@@ -115,6 +115,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from ..algos.base import QLearningAlgoBase
+from ..metrics.sequence import SequencePolicy
 from ._logged import LoggedData, locate, logged_data, take_rows
 from ._policies import (
     DEFAULT_BANDWIDTH,
@@ -125,7 +126,6 @@ from ._policies import (
     policy_probabilities,
     sample_policy_actions,
 )
-from ._sequence import SequencePolicy
 from .behaviour import AlgoBehaviourPolicy, BehaviourModel, fit_behaviour_model
 from .bounds import CI_METHODS, confidence_interval
 
@@ -723,7 +723,7 @@ def estimate_policy_value(
             ``(observations) -> (B, action_size)`` probabilities; continuous
             ``(observations, actions) -> (B,)`` densities; or a sequence
             model as ``SequencePolicy(algo, target_return=...)`` (replayed
-            on each episode's logged history, see :mod:`offrl.ope._sequence`).
+            on each episode's logged history, see :mod:`offrl.metrics.sequence`).
         dataset: a ReplayBuffer / MDPDataset, or a list of episodes.
         estimator: ``"is"``, ``"wis"``, ``"pdis"``, ``"wpdis"``, ``"dr"`` or ``"wdr"``.
         q_model: for DR/WDR: an FQE / DiscreteFQE, any object with

@@ -50,9 +50,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..algos.base import QLearningAlgoBase
+from ..metrics.sequence import SequencePolicy, as_sequence_policy
 from ._logged import logged_data
 from ._policies import DEFAULT_BANDWIDTH, DEFAULT_EPSILON, check_built
-from ._sequence import SequencePolicy, as_sequence_policy
 from .bounds import parse_value_range
 from .importance import ESTIMATORS, check_ci, check_options, estimate_prepared, prepare, resolve_behaviour
 from .marginal import MARGINAL_ESTIMATORS, estimate_marginal_value

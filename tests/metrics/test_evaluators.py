@@ -231,7 +231,7 @@ def test_batched_evaluators_match_a_per_transition_loop(layout, seed, gamma, chu
     expected = _naive_metrics(algo, dataset.episodes, gamma)
     threshold = float(np.median(expected["returns"]))
     success = expected["returns"] >= threshold
-    with mock.patch("offrl.metrics._transitions.CHUNK_ROWS", chunk):
+    with mock.patch("offrl.metrics.transitions.CHUNK_ROWS", chunk):
         assert TDErrorEvaluator()(algo, dataset) == pytest.approx(expected["td"], rel=1e-5, abs=1e-6)
         assert DiscountedSumOfAdvantageEvaluator()(algo, dataset) == pytest.approx(expected["adv"], rel=1e-5, abs=1e-6)
         assert AverageValueEstimationEvaluator()(algo, dataset) == pytest.approx(expected["value"], rel=1e-5, abs=1e-6)
@@ -263,7 +263,7 @@ def test_real_networks_with_scalers_match_a_per_transition_loop(config_class, di
     algo = _small(config_class, gamma=0.9, observation_scaler=StandardObservationScaler())
     algo.build_with_dataset(dataset)
     expected = _naive_metrics(algo, dataset.episodes, 0.9)
-    with mock.patch("offrl.metrics._transitions.CHUNK_ROWS", 16):
+    with mock.patch("offrl.metrics.transitions.CHUNK_ROWS", 16):
         assert TDErrorEvaluator()(algo, dataset) == pytest.approx(expected["td"], rel=1e-4)
         assert DiscountedSumOfAdvantageEvaluator()(algo, dataset) == pytest.approx(expected["adv"], rel=1e-4, abs=1e-6)
         assert InitialStateValueEstimationEvaluator()(algo, dataset) == pytest.approx(expected["initial"], rel=1e-4)

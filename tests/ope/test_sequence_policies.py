@@ -29,7 +29,7 @@ from offrl.models import VectorEncoderFactory
 from offrl.ope import SequencePolicy, estimate_policy_value, select_policies
 from offrl.ope._logged import logged_data
 from offrl.ope._policies import policy_probabilities, sample_policy_actions
-from offrl.ope._sequence import replay_outputs
+from offrl.metrics.sequence import replay_outputs
 
 QUIET = dict(logger_adapter=NoopAdapterFactory(), show_progress=False)
 
@@ -271,7 +271,7 @@ def stepped_next_actions(algo, buffer, target_return: float) -> List[np.ndarray]
 
 @pytest.mark.parametrize("discrete", [False, True], ids=["continuous", "discrete"])
 def test_fqe_batches_carry_the_next_action_replayed_at_the_next_history(discrete):
-    from offrl.metrics._transitions import TransitionSet
+    from offrl.metrics.transitions import TransitionSet
 
     algo = tiny(discrete)
     buffer = truncated_buffer(discrete)

@@ -46,6 +46,10 @@ dataset and looked up by row by :class:`ReplayedNextActionPicker`, which
 FQE's ``fit`` puts on its training data. At an episode's first observation
 the history is that observation alone, so ``V(s_0) = Q(s_0, pi(s_0))``
 (``estimate_policy_value``) needs no replay (:meth:`SequencePolicy.policy_actions`).
+
+This module lives in ``offrl.metrics``, the lowest layer that uses it: the
+metric evaluators need it, and so do FQE (``offrl.algos``) and the OPE
+estimators (``offrl.ope``), which import it from here.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from ..constants import ActionSpace
 from ..dataset.batch import TransitionMiniBatch
 from ..dataset.replay_buffer import ReplayBuffer
 from ..dataset.storage import ColumnStore
-from ._transitions import dataset_buffer
+from .transitions import dataset_buffer
 
 __all__ = [
     "SequencePolicy",
