@@ -9,7 +9,7 @@ import torch
 
 from ..serialization import register
 from ._fitting import FitData
-from .base import Scaler
+from .base import MinMaxScaling, Scaler
 
 __all__ = ["ActionScaler", "MinMaxActionScaler"]
 
@@ -27,33 +27,14 @@ class ActionScaler(Scaler):
         raise NotImplementedError
 
 
-def _span_t(minimum: torch.Tensor, maximum: torch.Tensor) -> torch.Tensor:
-    span = maximum - minimum
-    return torch.where(span > 0, span, torch.ones_like(span))
-
-
-def _span_np(minimum: np.ndarray, maximum: np.ndarray) -> np.ndarray:
-    span = maximum - minimum
-    return np.where(span > 0, span, 1.0)
-
-
 @register("action_scaler")
-class MinMaxActionScaler(ActionScaler):
+class MinMaxActionScaler(MinMaxScaling, ActionScaler):
     """Maps ``[minimum, maximum]`` to ``[-1, 1]`` per action dimension.
 
     ``minimum`` / ``maximum`` are numpy arrays (float64), fitted from the
     data's actions, or from a Box action space's bounds with
     ``fit_with_env``. A constant dimension maps to ``-1`` (d3rlpy divides by
     zero)."""
-
-    _stats = ("minimum", "maximum")
-
-    def __init__(self, minimum: Any = None, maximum: Any = None) -> None:
-        super().__init__(minimum=minimum, maximum=maximum)
-
-    @staticmethod
-    def get_type() -> str:
-        return "min_max"
 
     def _fit(self, data: FitData) -> None:
         actions = data.actions
@@ -70,23 +51,3 @@ class MinMaxActionScaler(ActionScaler):
             raise ValueError("the action space is unbounded; fit MinMaxActionScaler on a dataset instead")
         self._set_stats(minimum=low, maximum=high)
         return self
-
-    def transform(self, x: torch.Tensor) -> torch.Tensor:
-        self._require_built()
-        minimum = self._t("minimum")
-        return (x - minimum) / _span_t(minimum, self._t("maximum")) * 2.0 - 1.0
-
-    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
-        self._require_built()
-        minimum = self._t("minimum")
-        return (x + 1.0) / 2.0 * _span_t(minimum, self._t("maximum")) + minimum
-
-    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
-        self._require_built()
-        minimum = self._np("minimum")
-        return (np.asarray(x) - minimum) / _span_np(minimum, self._np("maximum")) * 2.0 - 1.0
-
-    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
-        self._require_built()
-        minimum = self._np("minimum")
-        return (np.asarray(x) + 1.0) / 2.0 * _span_np(minimum, self._np("maximum")) + minimum

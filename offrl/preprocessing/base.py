@@ -32,7 +32,10 @@ from .._d3rlpy_json import to_d3rlpy_json
 from ..serialization import Serializable, from_json_value, to_json_value
 from ._fitting import FitData
 
-__all__ = ["Scaler", "as_stat", "NotFittableFromEnvError", "add_leading_dims", "add_leading_dims_numpy"]
+__all__ = [
+    "Scaler", "MinMaxScaling", "as_stat", "min_max_span", "NotFittableFromEnvError", "add_leading_dims",
+    "add_leading_dims_numpy",
+]
 
 Stat = Union[np.ndarray, np.float64]
 
@@ -364,6 +367,51 @@ class Scaler(nn.Module, Serializable, metaclass=_ScalerMeta):
         new = type(self).from_dict(self.to_dict())
         new.to(self._device())
         return new
+
+
+def min_max_span(minimum: Any, maximum: Any) -> Any:
+    """``maximum - minimum``, 1 where it is not > 0 (a constant dimension), for tensors, numpy values or floats."""
+    span = maximum - minimum
+    if isinstance(span, torch.Tensor):
+        return torch.where(span > 0, span, torch.ones_like(span))
+    if isinstance(span, (np.ndarray, np.generic)):
+        return np.where(span > 0, span, 1.0)
+    return span if span > 0 else 1.0
+
+
+class MinMaxScaling(Scaler):
+    """Base of the min-max observation and action scalers: maps ``[minimum, maximum]``
+    to ``[-1, 1]`` per dimension (a constant dimension maps to ``-1``), on tensors
+    (float32 statistics) and on numpy arrays (float64)."""
+
+    _stats = ("minimum", "maximum")
+
+    def __init__(self, minimum: Any = None, maximum: Any = None) -> None:
+        super().__init__(minimum=minimum, maximum=maximum)
+
+    @staticmethod
+    def get_type() -> str:
+        return "min_max"
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        self._require_built()
+        minimum = self._t("minimum")
+        return (x - minimum) / min_max_span(minimum, self._t("maximum")) * 2.0 - 1.0
+
+    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
+        self._require_built()
+        minimum = self._t("minimum")
+        return (x + 1.0) / 2.0 * min_max_span(minimum, self._t("maximum")) + minimum
+
+    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        self._require_built()
+        minimum = self._np("minimum")
+        return (np.asarray(x) - minimum) / min_max_span(minimum, self._np("maximum")) * 2.0 - 1.0
+
+    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
+        self._require_built()
+        minimum = self._np("minimum")
+        return (np.asarray(x) + 1.0) / 2.0 * min_max_span(minimum, self._np("maximum")) + minimum
 
 
 def decode_scaler_list(values: Sequence[Any]) -> list:

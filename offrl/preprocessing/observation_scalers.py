@@ -10,7 +10,7 @@ from torch import nn
 
 from ..serialization import from_json_value, lookup, register, to_json_value
 from ._fitting import FitData, Summary
-from .base import NotFittableFromEnvError, Scaler
+from .base import MinMaxScaling, NotFittableFromEnvError, Scaler
 
 __all__ = [
     "ObservationScaler",
@@ -98,32 +98,13 @@ class PixelObservationScaler(ObservationScaler):
         return np.asarray(x) * 255.0
 
 
-def _span_t(minimum: torch.Tensor, maximum: torch.Tensor) -> torch.Tensor:
-    span = maximum - minimum
-    return torch.where(span > 0, span, torch.ones_like(span))
-
-
-def _span_np(minimum: np.ndarray, maximum: np.ndarray) -> np.ndarray:
-    span = maximum - minimum
-    return np.where(span > 0, span, 1.0)
-
-
 @register("observation_scaler")
-class MinMaxObservationScaler(ObservationScaler):
+class MinMaxObservationScaler(MinMaxScaling, ObservationScaler):
     """Maps ``[minimum, maximum]`` to ``[-1, 1]`` per dimension (a constant
     dimension maps to ``-1``, where d3rlpy divides by zero).
 
     ``minimum`` / ``maximum`` are numpy arrays (float64); fitted from the data
     or, with ``fit_with_env``, from a bounded Box observation space."""
-
-    _stats = ("minimum", "maximum")
-
-    def __init__(self, minimum: Any = None, maximum: Any = None) -> None:
-        super().__init__(minimum=minimum, maximum=maximum)
-
-    @staticmethod
-    def get_type() -> str:
-        return "min_max"
 
     def _fit(self, data: FitData) -> None:
         x = _single(data.observations, "MinMaxObservationScaler")
@@ -136,23 +117,7 @@ class MinMaxObservationScaler(ObservationScaler):
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
-        minimum = self._t("minimum")
-        return (x.to(torch.float32) - minimum) / _span_t(minimum, self._t("maximum")) * 2.0 - 1.0
-
-    def reverse_transform(self, x: torch.Tensor) -> torch.Tensor:
-        self._require_built()
-        minimum = self._t("minimum")
-        return (x + 1.0) / 2.0 * _span_t(minimum, self._t("maximum")) + minimum
-
-    def transform_numpy(self, x: np.ndarray) -> np.ndarray:
-        self._require_built()
-        minimum = self._np("minimum")
-        return (np.asarray(x) - minimum) / _span_np(minimum, self._np("maximum")) * 2.0 - 1.0
-
-    def reverse_transform_numpy(self, x: np.ndarray) -> np.ndarray:
-        self._require_built()
-        minimum = self._np("minimum")
-        return (np.asarray(x) + 1.0) / 2.0 * _span_np(minimum, self._np("maximum")) + minimum
+        return super().transform(x.to(torch.float32))  # integer observations (e.g. uint8) become float32
 
 
 @register("observation_scaler")

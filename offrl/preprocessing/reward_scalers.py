@@ -9,7 +9,7 @@ import torch
 
 from ..serialization import register
 from ._fitting import FitData
-from .base import Scaler
+from .base import Scaler, min_max_span
 
 __all__ = [
     "RewardScaler",
@@ -46,10 +46,6 @@ class RewardScaler(Scaler):
         raise NotImplementedError
 
 
-def _span(low: float, high: float) -> float:
-    return high - low if high > low else 1.0
-
-
 @register("reward_scaler")
 class MinMaxRewardScaler(RewardScaler):
     """``(r - minimum) / (maximum - minimum) * multiplier`` (a constant reward
@@ -70,7 +66,7 @@ class MinMaxRewardScaler(RewardScaler):
         self._set_stats(minimum=r.minimum, maximum=r.maximum)
 
     def _base(self) -> float:
-        return _span(float(self.minimum), float(self.maximum))
+        return min_max_span(float(self.minimum), float(self.maximum))
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
@@ -205,7 +201,7 @@ class ReturnBasedRewardScaler(RewardScaler):
         self._set_stats(return_max=returns.max(), return_min=returns.min())
 
     def _base(self) -> float:
-        return _span(float(self.return_min), float(self.return_max))
+        return min_max_span(float(self.return_min), float(self.return_max))
 
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         self._require_built()
