@@ -1,4 +1,5 @@
-"""Network building blocks: encoders, Q-function ensembles, policies, optimizers."""
+"""Network building blocks: encoders, Q-function ensembles, policies; the optimizer factories of
+:mod:`offrl.optimizers` are re-exported here."""
 
 from .encoders import (
     ByShapeEncoderFactory,
@@ -13,7 +14,7 @@ from .encoders import (
 from .mmd import mmd, mmd_squared
 from .perturbation import PerturbationActor, create_perturbation_actor
 from .vae import ConditionalVAE, VAEDecoder, VAEEncoder, create_conditional_vae
-from .optimizers import AdamFactory, GPTAdamWFactory, OptimizerFactory, RMSpropFactory, SGDFactory
+from ..optimizers import AdamFactory, GPTAdamWFactory, OptimizerFactory, RMSpropFactory, SGDFactory
 from .simba import SimBaEncoderFactory
 from .q_functions import IQNQFunctionFactory, MeanQFunctionFactory, QFunction, QFunctionFactory, QRQFunctionFactory
 

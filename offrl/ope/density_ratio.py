@@ -55,7 +55,7 @@ from ..algos.device import DeviceArg, parse_device
 from ..models.encoders import (DefaultEncoderFactory, EncoderFactory, VectorEncoder, VectorEncoderWithAction,
                                compute_output_size)
 from ..models.layers import Linear, linear, linear_backward
-from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ._logged import LoggedData, logged_data
 from ._policies import (
     DEFAULT_BANDWIDTH,

@@ -6,8 +6,8 @@ import dataclasses
 
 import torch
 
-from ..models.optimizers import AdamFactory
 from ..serialization import register
+from .optimizers import AdamFactory
 
 __all__ = ["AdamWFactory"]
 
