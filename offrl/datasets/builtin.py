@@ -48,12 +48,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import tempfile
 import warnings
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
+from .._atomic import atomic_write
 from .._random import seeded
 from ..algos.base import LearnableConfig, QLearningAlgoBase
 from ..constants import ActionSpace
@@ -256,15 +256,11 @@ def _sha256(path: str) -> str:
 
 
 def _write_atomically(path: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+
+    atomic_write(path, write)
 
 
 def _make_env(recipe: DatasetRecipe, render_mode: Optional[str] = None) -> Any:
