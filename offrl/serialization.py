@@ -14,6 +14,9 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 
 import numpy as np
 
+from ._model_file import read_payload, write_payload
+from ._safety import load_json
+
 __all__ = [
     "register",
     "registered",
@@ -135,49 +138,33 @@ def dumps(data: Any) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Model files: one torch zip archive holding only JSON text, tensors and plain
-# numbers (read back with ``torch.load(weights_only=True)``, which refuses
-# anything else), so loading a file never runs code from it.
+# Model files: offrl's JSON and tensors in one safetensors file (the bytes:
+# :mod:`offrl._model_file`), read without any unpickler, so loading a file
+# never runs code from it; then every entry is checked here before anything
+# is built from it.
 
 MODEL_FORMAT = "offrl.model"
-MODEL_FORMAT_VERSION = 1
+MODEL_FORMAT_VERSION = 2
 
 
-def _atomic_torch_save(payload: Dict[str, Any], fname: str) -> None:
-    import os
-    import tempfile
+def model_payload(algo: Any) -> Dict[str, Any]:
+    """What a model file holds: the format marks, offrl's version, the
+    config record (``params``, JSON text) and ``algo.get_state()``."""
+    from ._version import __version__
 
-    import torch
-
-    path = os.fspath(fname)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".offrl-", suffix=".d3.tmp", dir=directory)
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    return {
+        "format": MODEL_FORMAT,
+        "format_version": MODEL_FORMAT_VERSION,
+        "offrl_version": __version__,
+        "params": json.dumps(algo.to_params(), allow_nan=True, separators=(",", ":")),
+        **algo.get_state(),
+    }
 
 
 def save_learnable(algo: Any, fname: str) -> None:
     """Write ``algo`` (config, networks, optimizer states, fitted scalers,
-    grad_step: ``algo.get_state()``) to ``fname``."""
-    from ._version import __version__
-
-    state = algo.get_state()
-    payload = {
-        "format": MODEL_FORMAT,
-        "format_version": MODEL_FORMAT_VERSION,
-        "offrl_version": __version__,
-        "params": dumps(algo.to_params()),
-        **state,
-    }
-    _atomic_torch_save(payload, fname)
+    grad_step: ``algo.get_state()``) to ``fname`` atomically."""
+    write_payload(model_payload(algo), fname)
 
 
 #: the top-level entries of a model file (a checkpoint adds ``resume``, JSON text, and ``random_tensors``)
@@ -200,26 +187,12 @@ def read_model_file(fname: str) -> Dict[str, Any]:
     entry (``modules['q_funcs']['head.weight']``)."""
     import os
 
-    import torch
-
     name = os.fspath(fname)
     if not os.path.exists(name):
         raise FileNotFoundError(f"no model file at {name}")
     if not os.path.isfile(name):
         raise ValueError(f"{name} is not a regular file")
-    try:
-        payload = torch.load(name, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types here (unpickling refused, bad zip, EOF ...)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(
-            f"{name} is not a readable offrl model file (corrupt, truncated, or saved by another program "
-            f"with objects that are not plain tensors): {first}"
-        ) from None
-    if not isinstance(payload, dict) or payload.get("format") != MODEL_FORMAT:
-        raise ValueError(f"{name} is not an offrl model file: it has no {MODEL_FORMAT!r} format mark")
-    version = payload.get("format_version")
-    if version != MODEL_FORMAT_VERSION:
-        raise ValueError(f"{name} has model format version {version}; this offrl reads version {MODEL_FORMAT_VERSION}")
+    payload = read_payload(name)
     missing = [k for k in ("params", "grad_step", "modules", "optimizers", "scalers") if k not in payload]
     if missing:
         raise ValueError(f"{name} is an incomplete offrl model file: it is missing {missing}")
@@ -233,10 +206,7 @@ def read_model_file(fname: str) -> Dict[str, Any]:
         raise ValueError(f"{name}: 'random_tensors' is a {type(payload['random_tensors']).__name__}; expected a dict")
     if not isinstance(payload["params"], str):
         raise ValueError(f"{name} has an unreadable config record: 'params' is a {type(payload['params']).__name__}, not JSON text")
-    try:
-        payload["params"] = json.loads(payload["params"])
-    except (TypeError, ValueError, RecursionError) as e:
-        raise ValueError(f"{name} has an unreadable config record: {e}") from None
+    payload["params"] = load_json(payload["params"], f"{name}: its config record")
     if not isinstance(payload["params"], dict):
         raise ValueError(f"{name} has a malformed config record: expected a JSON object")
     _check_state_entries(payload, name)

@@ -14,7 +14,8 @@ from torch import nn
 import offrl
 from offrl.algos import DQNConfig
 from offrl.models import AdamFactory, EncoderFactory, OptimizerFactory, VectorEncoderFactory, register_encoder_factory
-from offrl.serialization import from_json_value
+from offrl._model_file import read_payload, write_payload
+from offrl.serialization import dumps, from_json_value, model_payload
 
 
 def _trained(tmp_path):
@@ -33,11 +34,22 @@ def test_round_trip_and_no_leftover_temp_files(tmp_path):
     np.testing.assert_array_equal(loaded.predict(x), algo.predict(x))
 
 
-def test_file_loads_with_weights_only(tmp_path):
-    _, path = _trained(tmp_path)
-    payload = torch.load(path, weights_only=True)
-    assert payload["format"] == "offrl.model"
-    assert json.loads(payload["params"])["algorithm"] == "dqn"
+def test_file_is_safetensors_with_offrl_json(tmp_path):
+    """A model file is a safetensors file: any safetensors reader sees its
+    tensors by dotted name and offrl's JSON in the metadata."""
+    from safetensors import safe_open
+
+    algo, path = _trained(tmp_path)
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata()
+        names = set(f.keys())
+        weight = f.get_tensor("modules.q_function.head.weight")
+    assert metadata["format"] == "offrl.model" and metadata["format_version"] == "2"
+    record = json.loads(metadata["offrl"])
+    assert json.loads(record["params"])["algorithm"] == "dqn"
+    assert record["modules"]["q_function"]["head.weight"] == {"$tensor": "modules.q_function.head.weight"}
+    assert names == {f"modules.{m}.{k}" for m, state in algo.get_state()["modules"].items() for k in state}
+    assert torch.equal(weight, algo.get_state()["modules"]["q_function"]["head.weight"])
 
 
 def test_truncated_file(tmp_path):
@@ -78,22 +90,22 @@ def test_foreign_torch_file(tmp_path):
 
 def test_unknown_algorithm_type(tmp_path):
     _, path = _trained(tmp_path)
-    payload = torch.load(path, weights_only=True)
+    payload = read_payload(path)
     params = json.loads(payload["params"])
     params["config"]["type"] = "not_an_algorithm"
     payload["params"] = json.dumps(params)
     bad = tmp_path / "bad.d3"
-    torch.save(payload, bad)
+    write_payload(payload, bad)
     with pytest.raises(ValueError, match=r"bad.d3: unknown algorithm type 'not_an_algorithm'"):
         offrl.load_learnable(bad)
 
 
 def test_missing_weights(tmp_path):
     _, path = _trained(tmp_path)
-    payload = torch.load(path, weights_only=True)
+    payload = read_payload(path)
     del payload["modules"]["q_function"]
     bad = tmp_path / "partial.d3"
-    torch.save(payload, bad)
+    write_payload(payload, bad)
     with pytest.raises(ValueError, match=r"partial.d3 has no weights for \['q_function'\]"):
         offrl.load_learnable(bad)
 
@@ -135,12 +147,14 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     algo, path = _trained(tmp_path)
     before = path.read_bytes()
 
-    def broken_save(obj, f, *args, **kwargs):
-        with open(f, "wb") as fh:
+    def broken_save(tensors, filename, metadata=None):
+        with open(filename, "wb") as fh:
             fh.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(torch, "save", broken_save)
+    import safetensors.torch
+
+    monkeypatch.setattr(safetensors.torch, "save_file", broken_save)
     with pytest.raises(OSError, match="disk full"):
         algo.save(path)
     assert path.read_bytes() == before
@@ -171,12 +185,12 @@ def _rewrite(tmp_path, name, edit, algo_path=None):
     """A copy of a saved model whose payload (config record as a dict) ``edit`` changed."""
     if algo_path is None:
         _, algo_path = _trained(tmp_path)
-    payload = torch.load(algo_path, weights_only=True)
+    payload = read_payload(algo_path)
     params = json.loads(payload["params"])
     edit(payload, params)
     payload["params"] = json.dumps(params)
     out = tmp_path / name
-    torch.save(payload, out)
+    write_payload(payload, out)
     return out
 
 
@@ -383,7 +397,7 @@ def _add(keys, value):
 )
 def test_missing_and_extra_entries_are_refused(tmp_path, edit, message):
     _, path = _scaled(tmp_path)
-    payload = torch.load(path, weights_only=True)
+    payload = read_payload(path)
     assert list(payload["optimizers"]) == ["optim"]
     bad = _rewrite(tmp_path, "entries.d3", edit, path)
     with pytest.raises(ValueError, match="entries.d3.*" + message):
@@ -491,3 +505,241 @@ def test_optimizer_with_a_learning_rate_scheduler_round_trips(tmp_path):
     np.testing.assert_array_equal(loaded.predict(observations), algo.predict(observations))
     assert loaded.optimizers["optim"].lr_scheduler.state_dict() == algo.optimizers["optim"].lr_scheduler.state_dict()
     assert loaded.optimizers["optim"].lr_scheduler.last_epoch == 4
+
+
+# ------------------------------------------------ format version 2: no unpickler (issue 28)
+
+
+def _save_v1(algo, path):
+    """A model file as offrl wrote it before format version 2: a torch.save archive."""
+    payload = {**model_payload(algo), "format_version": 1, "params": dumps(algo.to_params())}
+    torch.save(payload, path)
+
+
+def _forbid_unpickling(monkeypatch):
+    import pickle
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an unpickler was called")
+
+    for owner, name in ((torch, "load"), (torch.serialization, "load"), (pickle, "load"), (pickle, "loads"),
+                        (pickle, "Unpickler")):
+        monkeypatch.setattr(owner, name, refuse)
+
+
+def test_a_version_2_file_loads_without_any_unpickler(tmp_path, monkeypatch):
+    from offrl.preprocessing import StandardObservationScaler
+
+    algo = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]),
+                     observation_scaler=StandardObservationScaler(mean=np.zeros(3), std=np.ones(3))).create()
+    algo.create_impl((3,), 2)
+    path = tmp_path / "model.d3"
+    algo.save(path)
+    _forbid_unpickling(monkeypatch)
+    loaded = offrl.load_learnable(path)
+    other = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8]),
+                      observation_scaler=StandardObservationScaler(mean=np.zeros(3), std=np.ones(3))).create()
+    other.load_model(path)
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict_value(x, [0, 1, 0, 1]), algo.predict_value(x, [0, 1, 0, 1]))
+    np.testing.assert_array_equal(other.predict_value(x, [0, 1, 0, 1]), algo.predict_value(x, [0, 1, 0, 1]))
+
+
+def test_a_version_1_file_still_loads_on_a_torch_whose_unpickler_is_safe(tmp_path):
+    algo, _ = _trained(tmp_path)
+    old = tmp_path / "old.d3"
+    _save_v1(algo, old)
+    assert old.read_bytes()[:4] == b"PK\x03\x04"
+    loaded = offrl.load_learnable(old)
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.predict_value(x, [0, 1, 0, 1]), algo.predict_value(x, [0, 1, 0, 1]))
+    loaded.save(tmp_path / "converted.d3")  # converting: load, save again
+    assert read_payload(tmp_path / "converted.d3")["format_version"] == 2
+
+
+@pytest.mark.parametrize("version", ["2.2.0", "2.5.1+cpu", "2.9.1", "2.10.0a0+git5f3e2a1", "2.10.0rc2"])
+def test_a_version_1_file_is_refused_on_an_older_torch_without_unpickling(tmp_path, monkeypatch, version):
+    algo, _ = _trained(tmp_path)
+    old = tmp_path / "old.d3"
+    _save_v1(algo, old)
+    monkeypatch.setattr(torch, "__version__", version)
+    _forbid_unpickling(monkeypatch)
+    with pytest.raises(ValueError) as info:
+        offrl.load_learnable(old)
+    message = str(info.value)
+    assert message.startswith(f"{old} is a torch archive (offrl model format version 1)")
+    for part in (f"torch {version}'s weights_only unpickler", "CVE-2025-32434", "CVE-2026-24747",
+                 "only with torch >= 2.10", "save it again"):
+        assert part in message, message
+
+
+@pytest.mark.parametrize("version, safe", [("2.10.0", True), ("2.10.1+cpu", True), ("2.13.0+cu126", True),
+                                           ("2.11.0.dev20260101", True), ("3.0.0", True), ("2.9.9", False),
+                                           ("2.10.0a0", False), ("1.13.1", False), ("nightly", False)])
+def test_which_torch_reads_version_1_files(version, safe):
+    from offrl._model_file import weights_only_is_safe
+
+    assert weights_only_is_safe(version) is safe
+
+
+def _split(path):
+    """(header dict, tensor bytes) of a version-2 file."""
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + length]), data[8 + length:]
+
+
+def _join(out, header, body, length=None):
+    text = json.dumps(header).encode()
+    out.write_bytes((len(text) if length is None else length).to_bytes(8, "little") + text + body)
+    return out
+
+
+def _header_edit(edit):
+    def apply(header, body):
+        edit(header)
+        return header, body
+    return apply
+
+
+def _spec(name, **fields):
+    return _header_edit(lambda header: header[name].update(fields))
+
+
+def _record_edit(edit):
+    def apply(header):
+        record = json.loads(header["__metadata__"]["offrl"])
+        edit(record)
+        header["__metadata__"]["offrl"] = json.dumps(record)
+    return _header_edit(apply)
+
+
+WEIGHT = "modules.q_function.head.weight"  # 2 x 8 float32: 64 bytes
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_spec(WEIGHT, shape=[10**12, 10**12]), r"modules\['q_function'\]\['head.weight'\] declares shape "
+                                               r"\(1000000000000, 1000000000000\) of F32 \(4e\+06 EB\), but its data_offsets span 64 B"),
+        (_spec(WEIGHT, shape=[10**12, 10**12], data_offsets=[0, 4 * 10**24]),
+         r"declares bytes 0 to 4000000000000000000000000 of the tensor data, but the file holds \d+ \(truncated"),
+        (_spec(WEIGHT, data_offsets=[8, 72]), r"data_offsets \[8, 72\] (overlaps the tensor before it|leaves bytes)"),
+        (_spec(WEIGHT, data_offsets=[-64, 0]), r"data_offsets \[-64, 0\]; expected \[begin, end\]"),
+        (_spec(WEIGHT, data_offsets=[0, 64, 128]), r"data_offsets \[0, 64, 128\]"),
+        (_spec(WEIGHT, dtype="C64", shape=[2, 4]), r"modules\['q_function'\]\['head.weight'\] holds complex numbers \(dtype C64\)"),
+        (_spec(WEIGHT, dtype="U32"), r"modules\['q_function'\]\['head.weight'\] has dtype 'U32'; offrl model files hold"),
+        (_spec(WEIGHT, dtype=["F32"]), r"has dtype \"\['F32'\]\""),
+        (_spec(WEIGHT, shape=[2, -8]), r"has shape \[2, -8\]; expected at most 32 non-negative ints"),
+        (_spec(WEIGHT, shape=[1] * 40), r"has shape \[1, 1, .*expected at most 32 non-negative ints"),
+        (_spec(WEIGHT, shape="2x8"), r"has shape 2x8"),
+        (_header_edit(lambda h: h[WEIGHT].pop("dtype")), r"its header entry is not a tensor's dtype, shape and data_offsets"),
+        (_header_edit(lambda h: h.update(stray={"dtype": "F32", "shape": [0], "data_offsets": [0, 0]})),
+         r"it holds tensors the offrl record does not name: \['stray'\]"),
+        (_header_edit(lambda h: h.pop(WEIGHT)), r"modules\['q_function'\]\['head.weight'\] names the tensor "
+                                                r"'modules.q_function.head.weight', which the file does not hold"),
+        (_record_edit(lambda r: r["modules"]["q_function"].update(extra={"$tensor": WEIGHT})), r"both name the tensor"),
+        (_record_edit(lambda r: r["modules"].update(x={"$pickle": "os.system"})), r"modules\['x'\] is an unknown tagged value"),
+        (_record_edit(lambda r: r.update(format_version=1)), r"its offrl record holds 'format_version'"),
+        (_record_edit(lambda r: r["optimizers"]["optim"]["state"].update({"$dict": [[True, 1]]})),
+         r"holds \[True, 1\]; expected distinct \[int or text key, value\] pairs"),
+        (_header_edit(lambda h: h["__metadata__"].update(offrl="[" * 5000 + "]" * 5000)),
+         r"its offrl record: JSON nested 5000 levels deep"),
+        (_header_edit(lambda h: h["__metadata__"].update(extra="1")), r"its header metadata is \['extra', 'format'"),
+        (_header_edit(lambda h: h["__metadata__"].update(offrl=7)), r"expected the texts"),
+    ],
+)
+def test_a_header_that_lies_is_refused_before_any_tensor_is_read(tmp_path, monkeypatch, edit, message):
+    import offrl._model_file as model_file
+
+    _, path = _trained(tmp_path)
+    header, body = edit(*_split(path))
+    bad = _join(tmp_path / "lying.d3", header, body)
+
+    def never(*args):
+        raise AssertionError("tensors were read")
+
+    monkeypatch.setattr(model_file, "_read_tensors", never)
+    with pytest.raises(ValueError, match="lying.d3 is not a readable offrl model file: .*" + message):
+        offrl.load_learnable(bad)
+
+
+@pytest.mark.parametrize(
+    "length, message",
+    [(2**40, r"it declares a header of 1.1 TB; at most 16.8 MB are accepted"),
+     (2**63 + 5, r"it declares a header of 9.22 EB"),
+     (10**6, r"it declares a header of 1000000 bytes, but holds \d+ after the length \(truncated\?\)"),
+     (3, r"its safetensors header: not valid JSON")],
+)
+def test_a_header_length_beyond_the_cap_or_the_file_is_refused_unread(tmp_path, length, message):
+    _, path = _trained(tmp_path)
+    header, body = _split(path)
+    bad = _join(tmp_path / "length.d3", header, body, length=length)
+    with pytest.raises(ValueError, match="length.d3 is not a readable offrl model file: " + message):
+        offrl.load_learnable(bad)
+
+
+def test_a_file_that_is_not_offrl_or_of_another_version_is_named(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "plain.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"plain.safetensors is not an offrl model file: it has no 'offrl.model' format mark"):
+        offrl.load_learnable(tmp_path / "plain.safetensors")
+    _, path = _trained(tmp_path)
+    header, body = _split(path)
+    header["__metadata__"]["format_version"] = "3"
+    with pytest.raises(ValueError, match=r"v3.d3 has model format version '3'; this offrl reads version 2 \(and version 1"):
+        offrl.load_learnable(_join(tmp_path / "v3.d3", header, body))
+
+
+def test_bool_tensors_hold_only_zero_and_one(tmp_path):
+    algo, _ = _trained(tmp_path)
+    payload = {**model_payload(algo), "random_tensors": {"flag": torch.ones(4, dtype=torch.bool)}}
+    write_payload(payload, tmp_path / "flags.d3")
+    header, body = _split(tmp_path / "flags.d3")
+    begin = header["random_tensors.flag"]["data_offsets"][0]
+    body = body[:begin + 1] + b"\x07" + body[begin + 2:]
+    with pytest.raises(ValueError, match=r"flags2.d3 is not a readable offrl model file: random_tensors\['flag'\] is a "
+                                         r"bool tensor holding bytes other than 0 and 1"):
+        offrl.load_learnable(_join(tmp_path / "flags2.d3", header, body))
+
+
+def test_tensors_beyond_the_available_memory_are_refused_before_reading(tmp_path, monkeypatch):
+    import offrl._model_file as model_file
+
+    _, path = _trained(tmp_path)
+    monkeypatch.setattr(model_file, "available_memory", lambda: 100)
+    with pytest.raises(ValueError, match=r"model.d3 holds \d+ B of tensors; this machine has 100 B available"):
+        offrl.load_learnable(path)
+
+
+def test_truncated_files_are_refused_at_every_length(tmp_path):
+    _, path = _trained(tmp_path)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.d3"
+    for end in sorted({0, 4, 7, 8, 9, 100, len(data) // 2, len(data) - 64, len(data) - 1}):
+        cut.write_bytes(data[:end])
+        with pytest.raises(ValueError, match="cut.d3 is not a readable offrl model file"):
+            offrl.load_learnable(cut)
+
+
+def test_python_values_json_lacks_round_trip(tmp_path):
+    """Tuples, int keys, floats (nan, inf, -0.0), big ints, shared and
+    non-contiguous tensors come back as they were written."""
+    from offrl._model_file import read_payload as read
+
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    entries = {"betas": (0.9, 0.999), "by_index": {0: {"step": torch.tensor(3.0)}, "5": "text"},
+               "floats": [float("nan"), float("inf"), -0.0, 1e-320, 2**70], "dollar": {"$tensor": "not a tag"},
+               "same": [base, base], "view": base.t(), "empty": torch.zeros(0, 3, dtype=torch.int64),
+               "half": torch.ones(2, dtype=torch.bfloat16)}
+    write_payload({"format": "offrl.model", "format_version": 2, "entries": entries}, tmp_path / "values.d3")
+    back = read(tmp_path / "values.d3")["entries"]
+    assert back["betas"] == (0.9, 0.999) and isinstance(back["betas"], tuple)
+    assert set(back["by_index"]) == {0, "5"} and torch.equal(back["by_index"][0]["step"], torch.tensor(3.0))
+    assert np.isnan(back["floats"][0]) and back["floats"][1:] == [float("inf"), -0.0, 1e-320, 2**70]
+    assert str(back["floats"][2]) == "-0.0"
+    assert back["dollar"] == {"$tensor": "not a tag"}
+    assert torch.equal(back["same"][0], base) and torch.equal(back["same"][1], base)
+    assert torch.equal(back["view"], base.t()) and back["empty"].shape == (0, 3) and back["empty"].dtype == torch.int64
+    assert back["half"].dtype == torch.bfloat16 and torch.equal(back["half"], torch.ones(2, dtype=torch.bfloat16))

@@ -1,9 +1,9 @@
 """Training checkpoints (``checkpoint.d3``) and the in-memory copy of the
 last finite state that ``fit`` / ``fit_online`` roll back to.
 
-A checkpoint is an offrl model file (JSON text and tensors only, read back
-with ``torch.load(weights_only=True)``: loading one runs no code) with one
-more record, ``resume``: the loop's counters, the random states (offrl's
+A checkpoint is an offrl model file (offrl's JSON and tensors in one
+safetensors file, read without an unpickler: loading one runs no code) with
+one more record, ``resume``: the loop's counters, the random states (offrl's
 generator, which replay buffers sample from; Python's ``random``; numpy's
 global state; torch's CPU and CUDA generators) and the logging window, so
 that ``fit(..., resume_from=...)`` continues a run exactly where its last
@@ -13,16 +13,19 @@ epoch ended.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from .. import _random
 from .._atomic import atomic_write
-from ..serialization import MODEL_FORMAT, MODEL_FORMAT_VERSION, dumps, read_model_file
+from .._model_file import write_payload
+from .._safety import load_json
+from ..serialization import model_payload, read_model_file
 
 __all__ = ["CHECKPOINT_NAME", "StateGuard", "non_finite_weights", "save_checkpoint", "load_checkpoint",
            "resolve_checkpoint", "truncate_metric_files"]
@@ -119,6 +122,10 @@ class StateGuard:
 
 
 # ------------------------------------------------------------ random states
+#: Mersenne Twister state length (numpy's legacy global generator, Python's ``random``)
+MT_STATE_N = 624
+
+
 def _random_states() -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
     version, internal, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
@@ -137,46 +144,170 @@ def _random_states() -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
     return record, tensors
 
 
-def _set_random_states(record: Dict[str, Any], tensors: Dict[str, torch.Tensor], source: str) -> None:
+class _Malformed(ValueError):
+    """A random state that is not what offrl wrote (the message names the field)."""
+
+
+def _int_in(value: Any, low: int, high: int, field: str) -> int:
+    """``value`` as an int in ``[low, high]`` (a bool or float is refused)."""
+    if not _whole(value) or not low <= value <= high:
+        raise _Malformed(f"{field} is {value!r:.60}; expected an int in [{low}, {high}]")
+    return value
+
+
+def _checked_generator_state(state: Any, generator: np.random.Generator) -> Dict[str, Any]:
+    """offrl's generator state: the structure of this process's bit
+    generator's state, whole numbers in the ranges its C struct holds
+    (128-bit state words, a 32-bit buffer, 0/1 flags), accepted by a
+    scratch bit generator of the same kind."""
+    template = generator.bit_generator.state
+
+    def check(value: Any, like: Any, field: str) -> None:
+        if isinstance(like, dict):
+            if not isinstance(value, dict) or set(value) != set(like):
+                got = sorted(map(str, value)) if isinstance(value, dict) else type(value).__name__
+                raise _Malformed(f"{field} is {got}; expected the keys {sorted(like)}")
+            for key in like:
+                check(value[key], like[key], f"{field}.{key}")
+        elif isinstance(like, str):
+            if value != like:
+                raise _Malformed(f"{field} is {value!r:.60}; this process uses {like!r}")
+        elif _whole(like):
+            top = 1 if field.endswith(("has_uint32", "has_gauss")) else (
+                2**32 - 1 if field.endswith("uinteger") else 2**128 - 1)
+            _int_in(value, 0, top, field)
+        else:  # a state holding arrays (not the PCG64 offrl uses) cannot come from JSON
+            raise _Malformed(f"{field} cannot be restored from a checkpoint ({type(like).__name__})")
+
+    check(state, template, "offrl_generator")
+    scratch = type(generator.bit_generator)()
     try:
+        scratch.state = state
+    except (ValueError, TypeError, OverflowError) as e:
+        raise _Malformed(f"offrl_generator is refused by numpy: {e}") from None
+    return state
+
+
+def _checked_python_state(state: Any) -> tuple:
+    """Python ``random``'s state: ``[3, 625 words, gauss]``: 624 32-bit
+    Mersenne Twister words, a position in [0, 624], None or a finite float."""
+    if not isinstance(state, list) or len(state) != 3:
+        raise _Malformed(f"python_random is {type(state).__name__}; expected [version, 625 ints, gauss]")
+    version, internal, gauss = state
+    if not _whole(version) or version != 3:
+        raise _Malformed(f"python_random version is {version!r:.60}; expected 3")
+    if not isinstance(internal, list) or len(internal) != MT_STATE_N + 1:
+        size = len(internal) if isinstance(internal, list) else type(internal).__name__
+        raise _Malformed(f"python_random holds {size} state words; expected {MT_STATE_N + 1}")
+    for i, word in enumerate(internal[:MT_STATE_N]):
+        _int_in(word, 0, 2**32 - 1, f"python_random[1][{i}]")
+    _int_in(internal[MT_STATE_N], 0, MT_STATE_N, f"python_random position (python_random[1][{MT_STATE_N}])")
+    if gauss is not None and not (isinstance(gauss, float) and math.isfinite(gauss)):
+        raise _Malformed(f"python_random gauss is {gauss!r:.60}; expected None or a finite float")
+    result = (3, tuple(internal), gauss)
+    random.Random().setstate(result)  # a scratch generator: a state Python refuses fails here, not later
+    return result
+
+
+def _checked_numpy_state(record: Any, keys: Any) -> tuple:
+    """numpy's legacy global state: MT19937, 624 32-bit key words, a
+    position in [0, 624] (a position outside it makes the next draw read
+    outside the key array), a 0/1 gauss flag and a finite cached gaussian."""
+    expected = {"kind", "pos", "has_gauss", "cached"}
+    if not isinstance(record, dict) or set(record) != expected:
+        got = sorted(map(str, record)) if isinstance(record, dict) else type(record).__name__
+        raise _Malformed(f"numpy_global is {got}; expected the keys {sorted(expected)}")
+    if record["kind"] != "MT19937":
+        raise _Malformed(f"numpy_global kind is {record['kind']!r:.60}; expected 'MT19937'")
+    pos = _int_in(record["pos"], 0, MT_STATE_N, "numpy_global pos")
+    has_gauss = _int_in(record["has_gauss"], 0, 1, "numpy_global has_gauss")
+    cached = record["cached"]
+    if not isinstance(cached, float) or not math.isfinite(cached):
+        raise _Malformed(f"numpy_global cached is {cached!r:.60}; expected a finite float")
+    if not torch.is_tensor(keys) or keys.dtype != torch.int64 or tuple(keys.shape) != (MT_STATE_N,):
+        what = f"{keys.dtype} of shape {tuple(keys.shape)}" if torch.is_tensor(keys) else type(keys).__name__
+        raise _Malformed(f"numpy_global_keys is {what}; expected int64 of shape ({MT_STATE_N},)")
+    if bool(((keys < 0) | (keys >= 2**32)).any()):
+        raise _Malformed("numpy_global_keys holds values outside [0, 2**32)")
+    return ("MT19937", keys.numpy().astype(np.uint32), pos, has_gauss, cached)
+
+
+def _checked_torch_state(state: Any, field: str, like: torch.Tensor, scratch: Any) -> torch.Tensor:
+    """A torch generator state: a uint8 tensor of this process's state
+    size, accepted by a scratch generator (torch checks the Mersenne
+    Twister's position fields there, not on the global one)."""
+    if not torch.is_tensor(state) or state.dtype != torch.uint8 or tuple(state.shape) != tuple(like.shape):
+        what = f"{state.dtype} of shape {tuple(state.shape)}" if torch.is_tensor(state) else type(state).__name__
+        raise _Malformed(f"{field} is {what}; expected uint8 of shape {tuple(like.shape)}")
+    if scratch is not None:
+        try:
+            scratch.set_state(state)
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise _Malformed(f"{field} is refused by torch: {str(e).strip().splitlines()[0] if str(e).strip() else e}") from None
+    return state
+
+
+def _checked_random_states(record: Any, tensors: Any, source: str) -> Callable[[], None]:
+    """Check every random state of a resume record (``record``: the JSON
+    part, ``tensors``: the state tensors) before any is set; returns the
+    function that sets them all. Raises ``ValueError`` naming ``source``
+    and the field."""
+    try:
+        if not isinstance(record, dict) or set(record) != {"offrl_generator", "python_random", "numpy_global"}:
+            got = sorted(map(str, record)) if isinstance(record, dict) else type(record).__name__
+            raise _Malformed(f"the record is {got}; expected offrl_generator, python_random and numpy_global")
+        if not isinstance(tensors, dict):
+            raise _Malformed(f"random_tensors is a {type(tensors).__name__}; expected named tensors")
+        cuda_names = sorted(k for k in tensors if isinstance(k, str) and k.startswith("torch_cuda_"))
+        unknown = sorted(map(str, set(tensors) - {"numpy_global_keys", "torch_cpu"} - set(cuda_names)))
+        missing = sorted({"numpy_global_keys", "torch_cpu"} - set(tensors))
+        if unknown or missing:
+            raise _Malformed(f"random_tensors has {'unknown ' + str(unknown) if unknown else ''}"
+                             f"{' and ' if unknown and missing else ''}{'no ' + str(missing) if missing else ''}")
         generator = _random.get_rng()
-        state = record["offrl_generator"]
-        if state.get("bit_generator") != type(generator.bit_generator).__name__:
-            raise ValueError(f"generator {state.get('bit_generator')!r}, this process uses "
-                             f"{type(generator.bit_generator).__name__}")
-        generator.bit_generator.state = state
-        version, internal, gauss = record["python_random"]
-        random.setstate((int(version), tuple(int(v) for v in internal), gauss))
-        numpy_global = record["numpy_global"]
-        keys = tensors["numpy_global_keys"].numpy().astype(np.uint32)
-        np.random.set_state((numpy_global["kind"], keys, int(numpy_global["pos"]), int(numpy_global["has_gauss"]),
-                             float(numpy_global["cached"])))
-        torch.random.set_rng_state(tensors["torch_cpu"])
-        cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("torch_cuda_"))]
-        if cuda and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(cuda)
-    except Exception as e:  # numpy, random and torch raise many types for states that are not theirs
-        raise ValueError(f"{source}: the random states in its resume record are malformed: "
-                         f"{type(e).__name__}: {e}") from None
+        generator_state = _checked_generator_state(record["offrl_generator"], generator)
+        python_state = _checked_python_state(record["python_random"])
+        numpy_state = _checked_numpy_state(record["numpy_global"], tensors["numpy_global_keys"])
+        torch_state = _checked_torch_state(tensors["torch_cpu"], "torch_cpu", torch.random.get_rng_state(),
+                                           torch.Generator())
+        cuda_states = []
+        use_cuda = bool(cuda_names) and torch.cuda.is_available()
+        if use_cuda:
+            count = torch.cuda.device_count()
+            expected_names = [f"torch_cuda_{i}" for i in range(len(cuda_names))]
+            if cuda_names != sorted(expected_names) or len(cuda_names) > count:
+                raise _Malformed(f"random_tensors has CUDA states {cuda_names}; this process has {count} CUDA devices")
+            for i in range(len(cuda_names)):
+                cuda_states.append(_checked_torch_state(tensors[f"torch_cuda_{i}"], f"torch_cuda_{i}",
+                                                        torch.cuda.get_rng_state(i), None))
+    except _Malformed as e:
+        raise ValueError(f"{source}: the random states in its resume record are malformed: {e}") from None
+
+    def restore() -> None:
+        generator.bit_generator.state = generator_state
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+        torch.random.set_rng_state(torch_state)
+        if cuda_states:
+            for i, state in enumerate(cuda_states):
+                torch.cuda.set_rng_state(state, i)
+
+    return restore
 
 
 # ------------------------------------------------------------ files
 def save_checkpoint(algo: Any, path: str, loop: Dict[str, Any]) -> None:
     """Write ``algo``'s model state, the loop's counters ``loop`` (JSON
-    values) and the random states to ``path`` atomically."""
+    values, with the model's grad_step) and the random states to ``path``
+    atomically."""
     record, tensors = _random_states()
-    from .._version import __version__
-
+    loop = {**loop, "grad_step": int(algo.grad_step)}  # checked against the model's on resume
     payload = {
-        "format": MODEL_FORMAT,
-        "format_version": MODEL_FORMAT_VERSION,
-        "offrl_version": __version__,
-        "params": dumps(algo.to_params()),
-        **algo.get_state(),
+        **model_payload(algo),
         "resume": json.dumps({"version": RESUME_VERSION, "loop": loop, "random": record}),
         "random_tensors": tensors,
     }
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    write_payload(payload, path)
 
 
 def resolve_checkpoint(resume_from: Any) -> Tuple[str, Optional[str]]:
@@ -201,7 +332,8 @@ def resolve_checkpoint(resume_from: Any) -> Tuple[str, Optional[str]]:
 def load_checkpoint(algo: Any, path: str) -> Dict[str, Any]:
     """Load the checkpoint at ``path`` into the built ``algo`` (weights,
     optimizer states, scalers, grad_step) and restore the random states;
-    returns the loop record saved with it."""
+    returns the loop record saved with it. Everything (the counters, the
+    random states, the model state) is checked before anything is set."""
     payload = read_model_file(path)
     if "resume" not in payload:
         raise ValueError(f"{path} is a model file without a resume record; resume from the run's "
@@ -209,23 +341,16 @@ def load_checkpoint(algo: Any, path: str) -> Dict[str, Any]:
     saved_type = payload["params"].get("algorithm")
     if saved_type != algo.config.get_type():
         raise ValueError(f"{path} holds a {saved_type!r} checkpoint, not {algo.config.get_type()!r}")
-    try:
-        resume = json.loads(payload["resume"])
-        loop = resume["loop"]
-        random_record = resume["random"]
-        version = resume["version"]
-    except (TypeError, KeyError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} has a malformed resume record: {type(e).__name__}: {e}") from None
+    resume = load_json(payload["resume"], f"{path}: its resume record")
+    if not isinstance(resume, dict) or not {"version", "loop", "random"} <= set(resume):
+        raise ValueError(f"{path} has a malformed resume record: expected an object with 'version', 'loop' and 'random'")
+    loop, random_record, version = resume["loop"], resume["random"], resume["version"]
     if isinstance(version, bool) or version != RESUME_VERSION:
         raise ValueError(f"{path} has resume record version {version!r}; this offrl reads {RESUME_VERSION}")
-    if not isinstance(random_record, dict):
-        raise ValueError(f"{path}: the random states in its resume record are malformed: not an object")
-    _check_loop(loop, path)
-    tensors = payload.get("random_tensors")
-    if not isinstance(tensors, dict) or not all(torch.is_tensor(t) for t in tensors.values()):
-        raise ValueError(f"{path} has no random-state tensors in its resume record")
+    _check_loop(loop, path, payload["grad_step"])
+    restore_random_states = _checked_random_states(random_record, payload.get("random_tensors"), path)
     algo.load_state(payload, path)
-    _set_random_states(random_record, tensors, path)
+    restore_random_states()
     return loop
 
 
@@ -233,31 +358,49 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_loop(loop: Any, path: str) -> None:
-    """Refuse a loop record whose counters are not what ``fit`` wrote,
-    naming the file and the field."""
+def _check_loop(loop: Any, path: str, grad_step: int) -> None:
+    """Refuse a loop record whose counters are not what ``fit`` wrote at an
+    epoch end (or disagree with each other or with the model's
+    ``grad_step``), naming the file and the fields."""
     if not isinstance(loop, dict):
         raise ValueError(f"{path}: the loop record of its resume record is not an object")
-    bounds = {"epoch": 0, "total_step": 0, "n_steps_per_epoch": 1, "transition_count": 0}
+    bounds = {"epoch": 1, "total_step": 1, "n_steps_per_epoch": 1, "transition_count": 0}
     for key, minimum in bounds.items():
         value = loop.get(key)
         if not _whole(value) or value < minimum:
-            raise ValueError(f"{path}: resume record field {key!r} is {value!r}, expected an int >= {minimum}")
-    if loop["total_step"] > loop["epoch"] * loop["n_steps_per_epoch"]:
-        raise ValueError(f"{path}: resume record says {loop['total_step']} steps in {loop['epoch']} epochs of "
-                         f"{loop['n_steps_per_epoch']}: inconsistent")
+            raise ValueError(f"{path}: resume record field {key!r} is {value!r:.60}, expected an int >= {minimum}")
+    epoch, total_step, per_epoch = loop["epoch"], loop["total_step"], loop["n_steps_per_epoch"]
+    # a checkpoint is written at the end of epoch `epoch`, after 1 to n_steps_per_epoch steps of it
+    if not (epoch - 1) * per_epoch < total_step <= epoch * per_epoch:
+        raise ValueError(f"{path}: resume record fields disagree: 'total_step' {total_step} is not within epoch "
+                         f"'epoch' {epoch} of 'n_steps_per_epoch' {per_epoch} (expected {(epoch - 1) * per_epoch + 1} "
+                         f"to {epoch * per_epoch})")
+    saved_grad_step = loop.get("grad_step")
+    if saved_grad_step is not None and saved_grad_step != grad_step:
+        raise ValueError(f"{path}: resume record field 'grad_step' is {saved_grad_step!r:.60}, but the model it holds "
+                         f"has grad_step {grad_step}")
+    if grad_step < total_step:
+        raise ValueError(f"{path}: resume record field 'total_step' is {total_step}, but the model it holds has made "
+                         f"only {grad_step} updates (grad_step): a run makes one per step")
     logging_steps = loop.get("logging_steps")
     if logging_steps is not None and (not _whole(logging_steps) or logging_steps < 1):
-        raise ValueError(f"{path}: resume record field 'logging_steps' is {logging_steps!r}, expected None or an int >= 1")
+        raise ValueError(f"{path}: resume record field 'logging_steps' is {logging_steps!r:.60}, expected None or an int >= 1")
     window = loop.get("window")
     if window is None:
         return
+    if logging_steps is None:
+        raise ValueError(f"{path}: resume record field 'window' is set, but 'logging_steps' is None (a logging "
+                         f"window is kept only when logging every logging_steps steps)")
     names, sums, count = (window.get(k) for k in ("names", "sums", "count")) if isinstance(window, dict) else (None,) * 3
     if (not isinstance(names, list) or not all(isinstance(n, str) for n in names) or not isinstance(sums, list)
             or len(sums) != len(names) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sums)
             or not _whole(count) or count < 0):
         raise ValueError(f"{path}: resume record field 'window' is malformed (expected names, sums of the same "
                          f"length and a count)")
+    if count != total_step % logging_steps:
+        raise ValueError(f"{path}: resume record fields disagree: the window holds {count} steps, but "
+                         f"'total_step' {total_step} with 'logging_steps' {logging_steps} leaves "
+                         f"{total_step % logging_steps} since the last row")
 
 
 def truncate_metric_files(logdir: str, step: int) -> None:

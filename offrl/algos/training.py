@@ -317,6 +317,10 @@ def _resume(algo: Any, dataset: Any, checkpoint: str, n_steps: int, n_steps_per_
                          f"was written by had {saved['transition_count']}: resume on the same dataset")
     if saved["total_step"] > n_steps:
         raise ValueError(f"n_steps={n_steps} is below the {saved['total_step']} steps {checkpoint} already holds")
+    if saved["total_step"] < n_steps and saved["total_step"] % n_steps_per_epoch:
+        # the last epoch ended early: the run it was written by ended there, and its epochs cannot go on
+        raise ValueError(f"{checkpoint} was written at the end of a run of {saved['total_step']} steps, inside epoch "
+                         f"{saved['epoch']}: it cannot be continued to n_steps={n_steps}; start from its model instead")
     return loop
 
 

@@ -4,16 +4,19 @@ continued from its last checkpoint equals the uninterrupted run exactly."""
 from __future__ import annotations
 
 import csv
+import json
 import os
+import random
 
 import numpy as np
 import pytest
 import torch
 
 import offrl
+from offrl._model_file import read_payload, write_payload
 from offrl.algos import DQNConfig, SACConfig
 from offrl.algos.checkpoint import CHECKPOINT_NAME
-from offrl.logging import FileAdapterFactory
+from offrl.logging import FileAdapterFactory, NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
 from offrl.optimizers import AdamWFactory, CosineAnnealingLRFactory
 from offrl.preprocessing import StandardObservationScaler, StandardRewardScaler
@@ -193,10 +196,219 @@ def _columns(n):
             (np.arange(n) % 20 == 19).astype(np.float32))
 
 
-def test_checkpoint_holds_no_pickled_objects(tmp_path):
-    """The checkpoint loads with weights_only=True (JSON text and tensors)."""
+def test_checkpoint_is_read_without_an_unpickler(tmp_path, monkeypatch):
+    """A checkpoint is a version-2 model file (JSON and tensors in a
+    safetensors file): resuming from it calls no unpickler."""
+    import pickle
+
     make, discrete = CONFIGS["sac"]
     _fit(make(), _dataset(discrete), tmp_path, "run", n_steps=20)
-    payload = torch.load(tmp_path / "run" / CHECKPOINT_NAME, weights_only=True)
-    assert isinstance(payload["resume"], str)
+    payload = read_payload(tmp_path / "run" / CHECKPOINT_NAME)
+    assert payload["format_version"] == 2 and isinstance(payload["resume"], str)
     assert set(payload["random_tensors"]) >= {"torch_cpu", "numpy_global_keys"}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an unpickler was called")
+
+    for owner, name in ((torch, "load"), (pickle, "load"), (pickle, "loads"), (pickle, "Unpickler")):
+        monkeypatch.setattr(owner, name, refuse)
+    resumed = make().create()
+    resumed.fit(_dataset(discrete), 40, 20, show_progress=False, resume_from=str(tmp_path / "run"))
+    assert resumed.grad_step == 40
+
+
+# ------------------------------------------------ tampered checkpoints (issue 28)
+
+
+def _read_checkpoint(path):
+    return read_payload(path)
+
+
+def _write_checkpoint(payload, path):
+    write_payload(payload, path)
+
+
+@pytest.fixture(scope="module")
+def written_checkpoint(tmp_path_factory):
+    """A DQN run of 40 steps (2 epochs of 20): its checkpoint's payload."""
+    root = tmp_path_factory.mktemp("run")
+    make, discrete = CONFIGS["dqn"]
+    offrl.seed(0)
+    _fit(make(), _dataset(discrete), root, "run", n_steps=40)
+    return _read_checkpoint(root / "run" / CHECKPOINT_NAME)
+
+
+def _tampered(tmp_path, payload, edit_resume=None, edit_tensors=None, grad_step=None):
+    """A copy of ``payload`` whose resume record ``edit_resume`` changed (a
+    dict), whose random tensors ``edit_tensors`` changed, written to
+    ``tmp_path/checkpoint.d3``."""
+    record = json.loads(payload["resume"])
+    if edit_resume is not None:
+        edit_resume(record)
+    tensors = dict(payload["random_tensors"])
+    if edit_tensors is not None:
+        edit_tensors(tensors)
+    path = tmp_path / CHECKPOINT_NAME
+    changed = {**payload, "resume": json.dumps(record), "random_tensors": tensors}
+    if grad_step is not None:
+        changed["grad_step"] = grad_step
+    _write_checkpoint(changed, path)
+    return path
+
+
+def _random_snapshot():
+    return (offrl._random.get_rng().bit_generator.state, random.getstate(), np.random.get_state(legacy=False),
+            torch.random.get_rng_state())
+
+
+def _assert_same_random_states(before, after):
+    assert before[0] == after[0] and before[1] == after[1]
+    assert before[2]["state"]["pos"] == after[2]["state"]["pos"]
+    np.testing.assert_array_equal(before[2]["state"]["key"], after[2]["state"]["key"])
+    assert torch.equal(before[3], after[3])
+
+
+def _set(section, key, value):
+    def edit(record):
+        record[section][key] = value
+    return edit
+
+
+def _numpy_field(key, value):
+    def edit(record):
+        record["random"]["numpy_global"][key] = value
+    return edit
+
+
+def _python_word(index, value):
+    def edit(record):
+        record["random"]["python_random"][1][index] = value
+    return edit
+
+
+def _generator_field(value, *keys):
+    def edit(record):
+        table = record["random"]["offrl_generator"]
+        for key in keys[:-1]:
+            table = table[key]
+        table[keys[-1]] = value
+    return edit
+
+
+def _torch_left(value):
+    """torch's CPU state with the Mersenne Twister's `left` counter (an int32 at byte 8) set to ``value``."""
+    def edit(tensors):
+        state = tensors["torch_cpu"].clone()
+        state[8:12] = torch.from_numpy(np.array([value], dtype="<i4").view(np.uint8))
+        tensors["torch_cpu"] = state
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit_resume, edit_tensors, message",
+    [
+        (_numpy_field("pos", 100_000_000), None, r"numpy_global pos is 100000000; expected an int in \[0, 624\]"),
+        (_numpy_field("pos", -5), None, r"numpy_global pos is -5; expected an int in \[0, 624\]"),
+        (_numpy_field("pos", 3.0), None, r"numpy_global pos is 3.0"),
+        (_numpy_field("has_gauss", 2), None, r"numpy_global has_gauss is 2"),
+        (_numpy_field("cached", "x"), None, r"numpy_global cached is 'x'; expected a finite float"),
+        (_numpy_field("kind", "PCG64"), None, r"numpy_global kind is 'PCG64'; expected 'MT19937'"),
+        (None, lambda t: t.update(numpy_global_keys=torch.zeros(600, dtype=torch.int64)),
+         r"numpy_global_keys is torch.int64 of shape \(600,\); expected int64 of shape \(624,\)"),
+        (None, lambda t: t.update(numpy_global_keys=torch.full((624,), 2**33)),
+         r"numpy_global_keys holds values outside \[0, 2\*\*32\)"),
+        (_python_word(624, 625), None, r"python_random position \(python_random\[1\]\[624\]\) is 625"),
+        (_python_word(0, 2**40), None, r"python_random\[1\]\[0\] is 1099511627776; expected an int in \[0, 4294967295\]"),
+        (_set("random", "python_random", [3, [0] * 625, "x"]), None, r"python_random gauss is 'x'"),
+        (_set("random", "python_random", [2, [0] * 625, None]), None, r"python_random version is 2; expected 3"),
+        (_generator_field(1.5, "state", "state"), None, r"offrl_generator.state.state is 1.5"),
+        (_generator_field(-1, "state", "inc"), None, r"offrl_generator.state.inc is -1"),
+        (_generator_field(7, "has_uint32"), None, r"offrl_generator.has_uint32 is 7; expected an int in \[0, 1\]"),
+        (_generator_field("MT19937", "bit_generator"), None, r"offrl_generator.bit_generator is 'MT19937'; this process uses 'PCG64'"),
+        (None, _torch_left(0), r"torch_cpu is refused by torch"),
+        (None, _torch_left(100_000_000), r"torch_cpu is refused by torch"),
+        (None, lambda t: t.update(torch_cpu=torch.zeros(5056, dtype=torch.int64)),
+         r"torch_cpu is torch.int64 of shape \(5056,\); expected uint8 of shape \(5056,\)"),
+        (None, lambda t: t.update(torch_cpu=torch.zeros(16, dtype=torch.uint8)), r"torch_cpu is torch.uint8 of shape \(16,\)"),
+        (None, lambda t: t.update(numpy_global_extra=torch.zeros(1)), r"random_tensors has unknown \['numpy_global_extra'\]"),
+        (None, lambda t: t.pop("torch_cpu"), r"random_tensors has no \['torch_cpu'\]"),
+    ],
+)
+def test_a_tampered_random_state_is_refused_before_anything_is_set(tmp_path, written_checkpoint, edit_resume,
+                                                                  edit_tensors, message):
+    """A numpy position of 100,000,000 made the next draw segfault and -5
+    read outside the key array; every random state is checked, and
+    nothing (random states, the model) changes when one is refused."""
+    path = _tampered(tmp_path, written_checkpoint, edit_resume, edit_tensors)
+    make, discrete = CONFIGS["dqn"]
+    algo = make().create()
+    algo.build_with_dataset(_dataset(discrete))
+    weights = {k: v.clone() for k, v in algo.get_state()["modules"]["q_function"].items()}
+    before = _random_snapshot()
+    with pytest.raises(ValueError, match=f"{CHECKPOINT_NAME}: the random states in its resume record are malformed: "
+                                         + message):
+        algo.fit(_dataset(discrete), 60, 20, show_progress=False, resume_from=str(path),
+                                 logger_adapter=NoopAdapterFactory())
+    _assert_same_random_states(before, _random_snapshot())
+    np.random.random(4)  # the global generator still draws
+    assert algo.grad_step == 0
+    for key, value in algo.get_state()["modules"]["q_function"].items():
+        assert torch.equal(value, weights[key])
+
+
+def _loop(**fields):
+    def edit(record):
+        record["loop"].update(fields)
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit_resume, grad_step, message",
+    [
+        (_loop(epoch=10**6, total_step=0), None, r"resume record field 'total_step' is 0, expected an int >= 1"),
+        (_loop(epoch=10**6), None, r"'total_step' 40 is not within epoch 'epoch' 1000000 of 'n_steps_per_epoch' 20"),
+        (_loop(epoch=1), None, r"'total_step' 40 is not within epoch 'epoch' 1 of 'n_steps_per_epoch' 20 "
+                               r"\(expected 1 to 20\)"),
+        (_loop(epoch=0), None, r"resume record field 'epoch' is 0, expected an int >= 1"),
+        (_loop(grad_step=7), None, r"resume record field 'grad_step' is 7, but the model it holds has grad_step 40"),
+        (_loop(grad_step=None), 3, r"'total_step' is 40, but the model it holds has made only 3 updates"),
+        (_loop(logging_steps=15, window={"names": ["loss"], "sums": [1.0], "count": 3}), None,
+         r"the window holds 3 steps, but 'total_step' 40 with 'logging_steps' 15 leaves 10"),
+        (_loop(window={"names": ["loss"], "sums": [1.0], "count": 0}), None, r"'window' is set, but 'logging_steps' is None"),
+    ],
+)
+def test_counters_that_disagree_are_refused(tmp_path, written_checkpoint, edit_resume, grad_step, message):
+    """``epoch=10**6, total_step=0`` made resume return [] without training."""
+    path = _tampered(tmp_path, written_checkpoint, edit_resume, grad_step=grad_step)
+    make, discrete = CONFIGS["dqn"]
+    with pytest.raises(ValueError, match=f"{CHECKPOINT_NAME}: .*{message}"):
+        make().create().fit(_dataset(discrete), 100, 20, show_progress=False, resume_from=str(path),
+                                 logger_adapter=NoopAdapterFactory())
+
+
+def test_consistent_counters_resume_and_record_grad_step(tmp_path, written_checkpoint):
+    assert json.loads(written_checkpoint["resume"])["loop"]["grad_step"] == written_checkpoint["grad_step"] == 40
+    path = _tampered(tmp_path, written_checkpoint)
+    make, discrete = CONFIGS["dqn"]
+    resumed = make().create()
+    results = resumed.fit(_dataset(discrete), 60, 20, show_progress=False, resume_from=str(path),
+                                 logger_adapter=NoopAdapterFactory())
+    assert [epoch for epoch, _ in results] == [3] and resumed.grad_step == 60
+
+
+def test_a_run_that_ended_inside_an_epoch_is_not_silently_continued(tmp_path):
+    make, discrete = CONFIGS["dqn"]
+    dataset = _dataset(discrete)
+    _fit(make(), dataset, tmp_path, "short", n_steps=30)  # epochs of 20: the second ends after 10 steps
+    with pytest.raises(ValueError, match=r"a run of 30 steps, inside epoch 2: it cannot be continued to n_steps=60"):
+        make().create().fit(dataset, 60, 20, show_progress=False, resume_from=str(tmp_path / "short"),
+                                 logger_adapter=NoopAdapterFactory())
+
+
+def test_a_deeply_nested_resume_record_is_a_value_error(tmp_path, written_checkpoint):
+    path = tmp_path / CHECKPOINT_NAME
+    _write_checkpoint({**written_checkpoint, "resume": "[" * 100_000 + "]" * 100_000}, path)
+    make, discrete = CONFIGS["dqn"]
+    with pytest.raises(ValueError, match=f"{CHECKPOINT_NAME}: its resume record: JSON nested 100000 levels deep"):
+        make().create().fit(_dataset(discrete), 60, 20, show_progress=False, resume_from=str(path),
+                                 logger_adapter=NoopAdapterFactory())

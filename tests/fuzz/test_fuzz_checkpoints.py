@@ -2,11 +2,12 @@
 replaced or one of its values changed, the random-state tensors replaced.
 The contract: ``fit(..., resume_from=...)`` resumes, or raises ValueError /
 TypeError naming the checkpoint file; never another exception, never code
-run (the file is read with ``torch.load(weights_only=True)``)."""
+run (the file is read without an unpickler)."""
 
 from __future__ import annotations
 
 import json
+import random
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzz_budget import budget
+from offrl._model_file import read_payload, write_payload
 from offrl.algos import DQNConfig
 from offrl.dataset import MDPDataset
 from offrl.logging import FileAdapterFactory, NoopAdapterFactory
@@ -39,7 +41,7 @@ def checkpoint(tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
     _config().create().fit(_dataset(), 6, 3, experiment_name="run", with_timestamp=False,
                            logger_adapter=FileAdapterFactory(str(root)), show_progress=False)
-    return torch.load(root / "run" / "checkpoint.d3", weights_only=True)
+    return read_payload(root / "run" / "checkpoint.d3")
 
 
 JSON_VALUES = st.recursive(
@@ -51,13 +53,27 @@ LOOP_KEYS = ["epoch", "total_step", "n_steps_per_epoch", "logging_steps", "trans
 RANDOM_KEYS = ["offrl_generator", "python_random", "numpy_global"]
 
 
-def _resume(tmp_path, payload) -> None:
+def _resume(tmp_path, payload):
+    """Resume a 12-step run from ``payload``: the resumed algorithm, or None
+    when the checkpoint was refused with an error naming it. A resumed run
+    makes every step the checkpoint had not made, and leaves every random
+    generator drawable."""
     path = tmp_path / "checkpoint.d3"
-    torch.save(payload, path)
+    _write_checkpoint(payload, path)
+    algo = _config().create()
     try:
-        _config().create().fit(_dataset(), 12, 3, show_progress=False, logger_adapter=NoopAdapterFactory(), resume_from=str(path))
+        algo.fit(_dataset(), 12, 3, show_progress=False, logger_adapter=NoopAdapterFactory(), resume_from=str(path))
     except (ValueError, TypeError) as e:
         assert str(path) in str(e), f"{type(e).__name__} does not name the file: {e}"
+        return None
+    done = json.loads(payload["resume"])["loop"]["total_step"]
+    assert algo.grad_step == payload["grad_step"] + 12 - done, "resume skipped steps"
+    random.random(), random.gauss(0, 1), np.random.random(3), np.random.standard_normal(3), torch.rand(3)
+    return algo
+
+
+def _write_checkpoint(payload, path) -> None:
+    write_payload(payload, path)
 
 
 @budget(30)
@@ -89,9 +105,66 @@ def test_random_tensors_replaced(tmp_path_factory, checkpoint, key, tensor):
 def test_a_window_of_other_metrics_is_refused(tmp_path, checkpoint):
     record = json.loads(checkpoint["resume"])
     record["loop"]["logging_steps"] = 2
-    record["loop"]["window"] = {"names": ["not_a_loss"], "sums": [1.0], "count": 1}
+    record["loop"]["window"] = {"names": ["not_a_loss"], "sums": [1.0], "count": 0}
     path = tmp_path / "checkpoint.d3"
-    torch.save({**checkpoint, "resume": json.dumps(record)}, path)
+    write_payload({**checkpoint, "resume": json.dumps(record)}, path)
     with pytest.raises(ValueError, match=r"checkpoint.d3: the checkpoint's logging window holds \['not_a_loss'\], the algorithm reports \['loss'\]"):
         _config().create().fit(_dataset(), 12, 3, show_progress=False, logger_adapter=NoopAdapterFactory(), resume_from=str(path),
                                logging_strategy="steps", logging_steps=2)
+
+
+# ------------------------------------------------ random states and counters (issue 28)
+
+#: whole numbers around the edges of the fields' ranges, and what JSON can hold besides
+EDGE_INTS = st.one_of(st.integers(-(2**130), 2**130), st.sampled_from([-5, -1, 0, 1, 2, 623, 624, 625, 2**31, 2**32 - 1,
+                                                                      2**32, 2**63, 2**64, 2**128 - 1, 2**128, 10**8]))
+FIELD_VALUES = st.one_of(EDGE_INTS, st.floats(allow_nan=True), st.booleans(), st.none(), st.text(max_size=4),
+                         st.lists(EDGE_INTS, max_size=3))
+RANDOM_FIELDS = [("numpy_global", "pos"), ("numpy_global", "has_gauss"), ("numpy_global", "cached"),
+                 ("numpy_global", "kind"), ("python_random", 0), ("python_random", 2), ("python_words", 0),
+                 ("python_words", 623), ("python_words", 624), ("offrl_generator", "has_uint32"),
+                 ("offrl_generator", "uinteger"), ("offrl_state", "state"), ("offrl_state", "inc")]
+
+
+@budget(40)
+@given(field=st.sampled_from(RANDOM_FIELDS), value=FIELD_VALUES)
+def test_one_random_state_field_replaced(tmp_path_factory, checkpoint, field, value):
+    """A numpy position of 100,000,000 once made the next draw segfault."""
+    record = json.loads(checkpoint["resume"])
+    states = record["random"]
+    section, key = field
+    if section == "python_words":
+        states["python_random"][1][key] = value
+    elif section == "offrl_state":
+        states["offrl_generator"]["state"][key] = value
+    else:
+        states[section][key] = value
+    _resume(tmp_path_factory.mktemp("case"), {**checkpoint, "resume": json.dumps(record)})
+
+
+@budget(25)
+@given(keys=st.lists(EDGE_INTS.filter(lambda v: -(2**63) <= v < 2**63), min_size=0, max_size=700),
+       offset=st.integers(0, 5055), byte=st.integers(0, 255), which=st.sampled_from(["keys", "torch"]))
+def test_random_state_tensors_tampered(tmp_path_factory, checkpoint, keys, offset, byte, which):
+    tensors = dict(checkpoint["random_tensors"])
+    if which == "keys":
+        tensors["numpy_global_keys"] = torch.tensor(keys, dtype=torch.int64)
+    else:  # one byte of torch's generator state (its counters sit in the first 24)
+        state = tensors["torch_cpu"].clone()
+        state[offset % 24 if byte % 2 else offset] = byte
+        tensors["torch_cpu"] = state
+    _resume(tmp_path_factory.mktemp("case"), {**checkpoint, "random_tensors": tensors})
+
+
+@budget(40)
+@given(epoch=EDGE_INTS, total_step=EDGE_INTS, per_epoch=st.sampled_from([3, 1, 2, 6, 0, -3, 10**6]),
+       grad_step=st.one_of(st.none(), st.integers(0, 20)), loop_grad_step=st.one_of(st.none(), EDGE_INTS))
+def test_counters_tampered(tmp_path_factory, checkpoint, epoch, total_step, per_epoch, grad_step, loop_grad_step):
+    """``epoch=10**6, total_step=0`` once made resume return [] silently:
+    a checkpoint resumes and makes the remaining steps, or is refused."""
+    record = json.loads(checkpoint["resume"])
+    record["loop"].update(epoch=epoch, total_step=total_step, n_steps_per_epoch=per_epoch, grad_step=loop_grad_step)
+    payload = {**checkpoint, "resume": json.dumps(record)}
+    if grad_step is not None:
+        payload["grad_step"] = grad_step
+    _resume(tmp_path_factory.mktemp("case"), payload)

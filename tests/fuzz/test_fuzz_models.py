@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import warnings
 
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 
 from fuzz_budget import budget
 from offrl import load_learnable
+from offrl._model_file import read_payload, write_payload
 from offrl.algos import DQNConfig, SACConfig
 from offrl.algos.base import FLOAT32_MAX
 from offrl.models import VectorEncoderFactory
@@ -116,7 +116,7 @@ def _assert_load_contract(path, name: str) -> None:
 @given(kind=st.sampled_from(["dqn", "sac"]), pick=st.integers(0, 10**6), value=VALUES,
        delete=st.booleans())
 def test_model_file_with_one_entry_replaced(tmp_path, kind, pick, value, delete):
-    payload = torch.load(io.BytesIO(VALID[kind]), weights_only=True)
+    payload = _payload(tmp_path, kind)
     params = json.loads(payload["params"])
     container, key = (places := _paths(payload, params))[pick % len(places)]
     if delete and isinstance(container, dict):
@@ -130,8 +130,14 @@ def test_model_file_with_one_entry_replaced(tmp_path, kind, pick, value, delete)
     except (TypeError, ValueError):
         return  # not representable as JSON: not a file anyone can write
     path = tmp_path / "mutated.d3"
-    torch.save(payload, path)
+    write_payload(payload, path)
     _assert_load_contract(path, "mutated.d3")
+
+
+def _payload(tmp_path, kind: str) -> dict:
+    path = tmp_path / "valid.d3"
+    path.write_bytes(VALID[kind])
+    return read_payload(path)
 
 
 def _in(root, target) -> bool:
@@ -163,6 +169,83 @@ def test_random_bytes_as_model_file(tmp_path, data):
     path = tmp_path / "random.d3"
     path.write_bytes(data)
     _assert_load_contract(path, "random.d3")
+
+
+# ------------------------------------------------------------------ the safetensors container (issue 28)
+
+
+def _split(data: bytes):
+    length = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + length]), data[8 + length:]
+
+
+def _join(header: dict, body: bytes, length=None) -> bytes:
+    text = json.dumps(header, allow_nan=True).encode()
+    return (len(text) if length is None else length).to_bytes(8, "little") + text + body
+
+
+def _holds_tensor(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    return isinstance(value, list) and any(_holds_tensor(v) for v in value)
+
+
+HEADER_VALUES = st.one_of(
+    VALUES.filter(lambda v: not _holds_tensor(v)),
+    st.sampled_from(["F32", "F64", "F16", "BF16", "I64", "I32", "U8", "BOOL", "C64", "U64", "F8_E4M3", ""]),
+    st.lists(st.integers(-(2**64), 2**64), max_size=4),
+    st.lists(st.sampled_from([0, 1, 2, 3, 8, 10**6, 10**12, 2**63]), max_size=4),
+)
+
+
+@budget(40)
+@given(kind=st.sampled_from(["dqn", "sac"]), pick=st.integers(0, 10**6),
+       field=st.sampled_from(["dtype", "shape", "data_offsets", None]), value=HEADER_VALUES)
+def test_header_entry_replaced(tmp_path, kind, pick, field, value):
+    """One tensor's dtype, shape or byte range (or the whole entry)
+    replaced: huge declared shapes, offsets that lie, other dtypes."""
+    header, body = _split(VALID[kind])
+    names = sorted(k for k in header if k != "__metadata__")
+    name = names[pick % len(names)]
+    if field is None:
+        header[name] = value
+    else:
+        header[name][field] = value
+    path = tmp_path / "header.d3"
+    path.write_bytes(_join(header, body))
+    _assert_load_contract(path, "header.d3")
+
+
+@budget(30)
+@given(kind=st.sampled_from(["dqn", "sac"]), delta=st.one_of(st.integers(-64, 64), st.sampled_from([2**20, 2**40, 2**63])),
+       shift=st.integers(-300, 300), pick=st.integers(0, 10**6))
+def test_header_length_and_offsets_shifted(tmp_path, kind, delta, shift, pick):
+    """The 8-byte header length off by ``delta``, one tensor's byte range
+    moved by ``shift`` (overlapping, leaving gaps, past the end)."""
+    header, body = _split(VALID[kind])
+    names = sorted(k for k in header if k != "__metadata__")
+    begin, end = header[names[pick % len(names)]]["data_offsets"]
+    header[names[pick % len(names)]]["data_offsets"] = [begin + shift, end + shift]
+    text = json.dumps(header).encode()
+    length = max(0, len(text) + delta) % 2**64
+    path = tmp_path / "shifted.d3"
+    path.write_bytes(_join(header, body, length))
+    _assert_load_contract(path, "shifted.d3")
+
+
+@budget(30)
+@given(kind=st.sampled_from(["dqn", "sac"]), start=st.integers(0, 10**6), text=st.text(max_size=20))
+def test_header_text_spliced(tmp_path, kind, start, text):
+    """Arbitrary text spliced into the header JSON (the metadata record
+    included), the length kept right."""
+    header_bytes = json.dumps(_split(VALID[kind])[0]).encode()
+    at = start % (len(header_bytes) + 1)
+    spliced = header_bytes[:at] + text.encode("utf-8", "surrogatepass") + header_bytes[at:]
+    path = tmp_path / "spliced.d3"
+    path.write_bytes(len(spliced).to_bytes(8, "little") + spliced + _split(VALID[kind])[1])
+    _assert_load_contract(path, "spliced.d3")
 
 
 # ------------------------------------------------------------------ predict

@@ -145,14 +145,16 @@ def test_model_files_with_float32_scaler_statistics_still_load(trained, tmp_path
     (the networks always used the float32 statistics)."""
     import torch
 
+    from offrl._model_file import read_payload, write_payload
+
     algo = trained["algo"]
     path = str(tmp_path / "new.d3")
     algo.save(path)
-    payload = torch.load(path, map_location="cpu", weights_only=True)
+    payload = read_payload(path)
     payload["scalers"] = {scaler: {k: v.to(torch.float32) for k, v in state.items()}
                           for scaler, state in payload["scalers"].items()}
     old_path = str(tmp_path / "old.d3")
-    torch.save(payload, old_path)
+    write_payload(payload, old_path)
     loaded = offrl.load_learnable(old_path)
     observations, actions = _probe(trained["dataset"])
     np.testing.assert_array_equal(loaded.predict(observations), algo.predict(observations))
