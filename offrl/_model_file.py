@@ -118,14 +118,20 @@ def _encode(value: Any, path: List[str], tensors: Dict[str, Any], storages: set)
 def write_payload(payload: Dict[str, Any], fname: Any) -> None:
     """Write a model payload (``format``, ``format_version``, then any of
     offrl's entries: JSON values and tensors) to ``fname`` atomically."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     body = {k: v for k, v in payload.items() if k not in ("format", "format_version")}
     tensors: Dict[str, Any] = {}
     record = json.dumps(_encode(body, [], tensors, set()), allow_nan=True, separators=(",", ":"))
     metadata = {"format": str(payload.get("format", MODEL_FORMAT)),
                 "format_version": str(payload.get("format_version")), "offrl": record}
-    atomic_write(fname, lambda tmp: save_file(tensors, tmp, metadata=metadata))
+    data = save(tensors, metadata=metadata)  # the bytes, written by Python: a failed write is an OSError
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    atomic_write(fname, write)
 
 
 # ------------------------------------------------------------------ torch versions

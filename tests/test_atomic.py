@@ -350,7 +350,6 @@ _OLD = {"model.d3": b"old model", "data.h5": b"old dataset", "params.json": b'{"
 _WORDS = {"fsize": "File too large", "full": "No space left on device", "readonly": "Read-only file system",
           "parent_file": "Not a directory", "long_name": "File name too long"}
 _NOT_ROUTED = {  # writers in files being changed by others: they bypass offrl._atomic for now
-    "model.d3": "offrl/serialization.py writes model files through its own temporary",
     "data.h5": "offrl/dataset/io.py writes HDF5 datasets through its own temporary",
 }
 

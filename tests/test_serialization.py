@@ -147,15 +147,20 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     algo, path = _trained(tmp_path)
     before = path.read_bytes()
 
-    def broken_save(tensors, filename, metadata=None):
-        with open(filename, "wb") as fh:
-            fh.write(b"partial")
-        raise OSError("disk full")
+    real_open = open
 
-    import safetensors.torch
+    def broken_open(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        if "w" in mode and ".offrl-" in str(file):
+            handle.write(b"partial")
+            handle.close()
+            raise OSError(28, "No space left on device")
+        return handle
 
-    monkeypatch.setattr(safetensors.torch, "save_file", broken_save)
-    with pytest.raises(OSError, match="disk full"):
+    import builtins
+
+    monkeypatch.setattr(builtins, "open", broken_open)
+    with pytest.raises(OSError, match="model.d3"):
         algo.save(path)
     assert path.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["model.d3"]
