@@ -356,7 +356,11 @@ def read_payload(fname: Any) -> Dict[str, Any]:
     entries (see :func:`offrl.serialization.read_model_file`). Raises
     ``ValueError`` naming the file."""
     name = os.fspath(fname)
-    with open(name, "rb") as f:
+    try:
+        f = open(name, "rb")
+    except OSError as e:
+        raise ValueError(f"{name}: cannot read this model file ({e.strerror or e})") from None
+    with f:
         size = os.fstat(f.fileno()).st_size
         if f.read(4) == _ZIP_MAGIC:
             return _read_v1(name)

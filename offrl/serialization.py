@@ -206,7 +206,10 @@ def read_model_file(fname: str) -> Dict[str, Any]:
         raise ValueError(f"{name}: 'random_tensors' is a {type(payload['random_tensors']).__name__}; expected a dict")
     if not isinstance(payload["params"], str):
         raise ValueError(f"{name} has an unreadable config record: 'params' is a {type(payload['params']).__name__}, not JSON text")
-    payload["params"] = load_json(payload["params"], f"{name}: its config record")
+    try:
+        payload["params"] = load_json(payload["params"], f"{name}: its config record")
+    except ValueError as e:  # the parser's own errors (an int of more digits than Python converts) name no file
+        raise ValueError(str(e) if str(e).startswith(name) else f"{name}: its config record: {e}") from None
     if not isinstance(payload["params"], dict):
         raise ValueError(f"{name} has a malformed config record: expected a JSON object")
     _check_state_entries(payload, name)

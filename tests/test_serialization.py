@@ -748,3 +748,26 @@ def test_python_values_json_lacks_round_trip(tmp_path):
     assert torch.equal(back["same"][0], base) and torch.equal(back["same"][1], base)
     assert torch.equal(back["view"], base.t()) and back["empty"].shape == (0, 3) and back["empty"].dtype == torch.int64
     assert back["half"].dtype == torch.bfloat16 and torch.equal(back["half"], torch.ones(2, dtype=torch.bfloat16))
+
+
+def test_a_config_record_with_an_int_of_5000_digits_names_the_file(tmp_path):
+    algo, _ = _trained(tmp_path)
+    write_payload({**model_payload(algo), "params": '{"action_size": ' + "7" * 5000 + "}"}, tmp_path / "digits.d3")
+    with pytest.raises(ValueError, match=r"digits.d3: its config record: Exceeds the limit"):
+        offrl.load_learnable(tmp_path / "digits.d3")
+
+
+def test_an_unreadable_file_is_a_value_error_naming_it(tmp_path, monkeypatch):
+    import builtins
+
+    _, path = _trained(tmp_path)
+    real_open = builtins.open
+
+    def denied(file, mode="r", *args, **kwargs):
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)
+    with pytest.raises(ValueError, match=r"model.d3: cannot read this model file \(Permission denied\)"):
+        offrl.load_learnable(path)

@@ -341,7 +341,10 @@ def load_checkpoint(algo: Any, path: str) -> Dict[str, Any]:
     saved_type = payload["params"].get("algorithm")
     if saved_type != algo.config.get_type():
         raise ValueError(f"{path} holds a {saved_type!r} checkpoint, not {algo.config.get_type()!r}")
-    resume = load_json(payload["resume"], f"{path}: its resume record")
+    try:
+        resume = load_json(payload["resume"], f"{path}: its resume record")
+    except ValueError as e:  # the parser's own errors (an int of more digits than Python converts) name no file
+        raise ValueError(str(e) if str(e).startswith(str(path)) else f"{path}: its resume record: {e}") from None
     if not isinstance(resume, dict) or not {"version", "loop", "random"} <= set(resume):
         raise ValueError(f"{path} has a malformed resume record: expected an object with 'version', 'loop' and 'random'")
     loop, random_record, version = resume["loop"], resume["random"], resume["version"]

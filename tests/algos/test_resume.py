@@ -412,3 +412,12 @@ def test_a_deeply_nested_resume_record_is_a_value_error(tmp_path, written_checkp
     with pytest.raises(ValueError, match=f"{CHECKPOINT_NAME}: its resume record: JSON nested 100000 levels deep"):
         make().create().fit(_dataset(discrete), 60, 20, show_progress=False, resume_from=str(path),
                                  logger_adapter=NoopAdapterFactory())
+
+
+def test_a_resume_record_with_an_int_of_5000_digits_names_the_file(tmp_path, written_checkpoint):
+    path = tmp_path / CHECKPOINT_NAME
+    _write_checkpoint({**written_checkpoint, "resume": '{"version": ' + "1" * 5000 + "}"}, path)
+    make, discrete = CONFIGS["dqn"]
+    with pytest.raises(ValueError, match=f"{CHECKPOINT_NAME}: its resume record: Exceeds the limit"):
+        make().create().fit(_dataset(discrete), 60, 20, show_progress=False, resume_from=str(path),
+                            logger_adapter=NoopAdapterFactory())
