@@ -305,7 +305,11 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
         lr = float(cfg.learning_rate) * factor
         for group in self._optims["optim"].optim.param_groups:
             group["lr"] = lr
-        return torch.tensor(lr)
+        # on the algorithm's device (a CPU tensor beside CUDA losses broke fit on CUDA); fill_ with a
+        # Python number launches no host sync
+        if getattr(self, "_lr_metric", None) is None or self._lr_metric.device.type != self._device.type:
+            self._lr_metric = torch.zeros((), device=self._device)
+        return self._lr_metric.fill_(lr)
 
     def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
         optim = self._optims["optim"]
