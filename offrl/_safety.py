@@ -253,3 +253,5 @@ def load_json(text: Any, source: str, max_depth: int = JSON_MAX_DEPTH) -> Any:
         raise ValueError(f"{source}: JSON nested too deeply") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{source}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except ValueError as e:  # e.g. an integer longer than Python's int-string conversion limit
+        raise ValueError(f"{source}: not valid JSON ({e})") from None

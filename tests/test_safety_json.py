@@ -47,3 +47,8 @@ def test_bad_text_names_the_source():
         load_json("{", "f")
     with pytest.raises(TypeError, match="expected JSON text, got int"):
         load_json(3, "f")
+
+
+def test_a_huge_integer_is_a_value_error_naming_the_source():
+    with pytest.raises(ValueError, match=r"^f\.json: not valid JSON \(Exceeds the limit"):
+        load_json("[" + "9" * 5000 + "]", "f.json")
