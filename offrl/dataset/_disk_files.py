@@ -25,6 +25,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from .. import _safety
 from ._split_reads import read_rows
 
 __all__ = [
@@ -413,6 +414,7 @@ class RecordField:
 
     def __init__(self, records: RecordFile, offset: int, nbytes: int) -> None:
         self.records, self.offset, self.nbytes = records, offset, nbytes
+        self.file = records.file
 
     @property
     def positional(self) -> bool:
@@ -483,6 +485,9 @@ def _row_key(key: Any) -> Optional[tuple[np.ndarray, tuple]]:
 #: meet a truncation while it copies, so the copy is kept short
 _MAPPED_GATHER_BYTES = 1 << 20
 
+#: copies of a column larger than this are checked against the memory available first
+_CHECKED_ALLOCATION_BYTES = 64 << 20
+
 #: numpy functions that read no values (a column's shape, not its rows)
 _METADATA_FUNCTIONS = {np.shape, np.ndim, np.size, np.iscomplexobj, np.isrealobj, np.may_share_memory,
                        np.shares_memory}
@@ -518,6 +523,8 @@ class DiskColumn(np.ndarray):
     #: the file whose size is checked before this array's map is read (derived arrays keep it)
     _guard: Any = None
     _rule: Optional[ValueRule] = None
+    #: the field, as messages call it
+    _name = "column"
 
     def __array_finalize__(self, obj: Any) -> None:
         if obj is not None:
@@ -561,7 +568,11 @@ class DiskColumn(np.ndarray):
     def _range(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` (in range) read by positional reads and
         checked: a new ``(stop - start, ...)`` array."""
-        out = np.empty((max(stop - start, 0),) + self.shape[1:], self.dtype)
+        shape = (max(stop - start, 0),) + self.shape[1:]
+        if shape[0] * self.itemsize * math.prod(shape[1:]) > _CHECKED_ALLOCATION_BYTES:
+            # a large copy (a whole column): a clear error rather than the kernel's out-of-memory killer
+            _safety.check_declared_size(self._file.file, f"{self._name}[{start}:{stop}]", shape, self.dtype)
+        out = np.empty(shape, self.dtype)
         if stop <= start:
             return out
         self._file.read_range(start, stop, out.view(np.uint8))

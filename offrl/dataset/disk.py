@@ -951,6 +951,7 @@ def _open(members: _Members) -> tuple[DiskStore, ActionSpace, int]:
             view._file = view._guard = ColumnFile(members.take(f"{name}.bin"), where, shape[0], nbytes // shape[0])
             files.append(view._file)
         view._rule = value_rule(where, fields[name], name, view.dtype, action_space, action_size)
+        view._name = fields[name]
         return view
 
     store = DiskStore()

@@ -30,6 +30,7 @@ from offrl.dataset import (
     ReplayBuffer,
     dump_disk_dataset,
 )
+from offrl.dataset import _disk_files
 from offrl.dataset import disk as disk_module
 from offrl.dataset import disk_writer as writer_module
 from offrl.logging import NoopAdapterFactory
@@ -251,6 +252,20 @@ def test_reads_check_the_size_before_the_map_and_read_the_rest_by_position(tmp_p
     store.read_mode = "pread"
     np.testing.assert_array_equal(column[np.array([25, 17, 3])][::-1], expected)  # rows still there: read
     np.testing.assert_array_equal(column[17:18], expected[1:2])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_copy_larger_than_the_memory_available_is_refused_naming_it(tmp_path, layout, monkeypatch):
+    path = tmp_path / "data"
+    _write(path, layout, discrete=False)
+    store = ReplayBuffer.load(path, in_memory=False).buffer
+    monkeypatch.setattr(_disk_files, "_CHECKED_ALLOCATION_BYTES", 100)
+    monkeypatch.setattr(_disk_files._safety, "available_memory", lambda: 400)
+    assert store.observations[0][:8].shape == (8, 3)  # 96 bytes: not checked
+    assert store.observations[0][:30].shape == (30, 3)  # 360 bytes: checked, fits
+    with pytest.raises(ValueError, match=rf"data/{_data_file(path, 'observations_0')}: observations\[0:40\] "
+                                         r"declares 40 rows × 3 float32 = 480 B; this machine has 400 B available"):
+        store.observations[0][:]
 
 
 # ------------------------------------------------------------------ values
