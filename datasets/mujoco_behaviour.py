@@ -78,7 +78,8 @@ def _evaluate(algo, env_id: str, seed: int, sample: bool) -> list:
     return returns
 
 
-def train(env_name: str, steps: int, snapshot: int, work: str | None) -> None:
+def train(env_name: str, steps: int, snapshot: int, work: str | None, device: str = "cpu",
+          time_limit: float | None = None) -> None:
     import gymnasium
     import numpy as np
     import torch
@@ -103,15 +104,19 @@ def train(env_name: str, steps: int, snapshot: int, work: str | None) -> None:
         with open(state_path) as f:
             state = json.load(f)
         done_steps, elapsed = int(state["steps"]), float(state["seconds"])
-        sac = offrl.load_learnable(checkpoint)
+        sac = offrl.load_learnable(checkpoint, device=device)
         buffer = ReplayBuffer.load(buffer_path)
         print(f"{env_name}: resuming at {done_steps} steps ({elapsed:.0f} s so far)", flush=True)
     else:
-        sac = offrl.algos.SACConfig().create(device="cpu")
+        sac = offrl.algos.SACConfig().create(device=device)
         buffer = create_infinite_replay_buffer(env=gymnasium.make(env_id))
         open(curve_path, "w").close()
 
+    began, last_chunk = time.perf_counter(), 0.0
     while done_steps < steps:
+        if time_limit is not None and time.perf_counter() - began + last_chunk > time_limit:
+            print(f"{env_name}: stopping at {done_steps} steps (time limit {time_limit:.0f} s)", flush=True)
+            break
         start = time.perf_counter()
         if done_steps == 0:
             # SAC's warm-up: uniform random actions, no updates; the snapshot
@@ -127,6 +132,7 @@ def train(env_name: str, steps: int, snapshot: int, work: str | None) -> None:
                            logger_adapter=NoopAdapterFactory(), show_progress=False,
                            seed=SEEDS[env_name] * 1000 + done_steps)
         train_seconds = time.perf_counter() - start
+        last_chunk = train_seconds * 1.2
         done_steps += chunk
         elapsed += train_seconds
         name = f"step_{done_steps:07d}"
@@ -201,9 +207,11 @@ def main(argv: list | None = None) -> None:
     parser.add_argument("--steps", type=int, default=300_000, help="environment steps (default 300,000)")
     parser.add_argument("--snapshot", type=int, default=10_000, help="steps between snapshots (default 10,000)")
     parser.add_argument("--work", default=None, help="work directory (default $OFFRL_BEHAVIOUR_WORK or ~/.cache/offrl/behaviour)")
+    parser.add_argument("--device", default="cpu", help="train on this device (default cpu)")
+    parser.add_argument("--time-limit", type=float, default=None, help="stop before a snapshot that would end after this many seconds")
     args = parser.parse_args(argv)
     if args.command == "train":
-        train(args.env, args.steps, args.snapshot, args.work)
+        train(args.env, args.steps, args.snapshot, args.work, args.device, args.time_limit)
     else:
         ship(args.env, args.work)
 
