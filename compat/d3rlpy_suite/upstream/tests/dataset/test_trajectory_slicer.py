@@ -29,7 +29,9 @@ def test_basic_trajectory_slicer(
         observation_shape, action_size, length, terminated=terminated
     )
     returns_to_go = np.reshape(
-        np.sum(episode.rewards) - np.cumsum(np.reshape(episode.rewards, [-1])),
+        np.sum(episode.rewards)
+        - np.cumsum(np.reshape(episode.rewards, [-1]))
+        + np.reshape(episode.rewards, [-1]),
         [-1, 1],
     )
 
@@ -110,7 +112,9 @@ def test_frame_stack_trajectory_slicer(
         observation_shape, action_size, length, terminated=terminated
     )
     returns_to_go = np.reshape(
-        np.sum(episode.rewards) - np.cumsum(np.reshape(episode.rewards, [-1])),
+        np.sum(episode.rewards)
+        - np.cumsum(np.reshape(episode.rewards, [-1]))
+        + np.reshape(episode.rewards, [-1]),
         [-1, 1],
     )
 

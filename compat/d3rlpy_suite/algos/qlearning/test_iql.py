@@ -1,0 +1,33 @@
+# Ported mechanically from d3rlpy 2.8.1 tests/algos/qlearning/test_iql.py by port.py (MIT,
+# Copyright (c) 2021 Takuma Seno); see README.md.  Do not edit: edit
+# upstream/tests/algos/qlearning/test_iql.py or port.py and regenerate.
+from typing import Optional
+
+import pytest
+
+from offrl.algos.qlearning.iql import IQLConfig
+from offrl.types import Shape
+
+from ...models.torch.model_test import DummyEncoderFactory
+from ...testing_utils import create_scaler_tuple
+from .algo_test import algo_tester
+
+
+@pytest.mark.parametrize(
+    "observation_shape", [(100,), (4, 84, 84), ((100,), (200,))]
+)
+@pytest.mark.parametrize("scalers", [None, "min_max"])
+def test_iql(observation_shape: Shape, scalers: Optional[str]) -> None:
+    observation_scaler, action_scaler, reward_scaler = create_scaler_tuple(
+        scalers, observation_shape
+    )
+    config = IQLConfig(
+        actor_encoder_factory=DummyEncoderFactory(),
+        critic_encoder_factory=DummyEncoderFactory(),
+        value_encoder_factory=DummyEncoderFactory(),
+        observation_scaler=observation_scaler,
+        action_scaler=action_scaler,
+        reward_scaler=reward_scaler,
+    )
+    iql = config.create()
+    algo_tester(iql, observation_shape)  # type: ignore
