@@ -1,7 +1,7 @@
 """The ``offrl`` command.
 
 ``offrl quickstart`` runs the whole job on a built-in dataset; ``fit``,
-``evaluate``, ``export``, ``info``, ``plot`` / ``plot-all`` / ``stats``,
+``evaluate``, ``search``, ``export``, ``info``, ``plot`` / ``plot-all`` / ``stats``,
 ``record`` and ``play`` are the pieces. Every subcommand has ``--help``.
 A user error (a missing file, an unknown name, a malformed override) prints
 one line on stderr and exits with status 2 (argparse's usage errors too);
@@ -693,6 +693,65 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- search
+def _test_size(text: str) -> Any:
+    """``0.2`` (a fraction) or ``30`` (episodes)."""
+    try:
+        value: Any = float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1) or a number of episodes, got {text!r}") from None
+    if (isinstance(value, float) and not 0.0 < value < 1.0) or (isinstance(value, int) and value < 1):
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1) or a number of episodes >= 1, got {text!r}")
+    return value
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    """``offrl search``: :class:`offrl.model_selection.OfflineSearch` from the command line."""
+    from ._atomic import atomic_write_text
+    from ._safety import load_json
+    from .algos.registry import resolve_algorithm
+    from .model_selection import OfflineSearch, space_from_json
+
+    config_cls = resolve_algorithm(args.algo)
+    if not config_cls.algorithm_class().is_trainable:
+        raise CLIError(f"{config_cls.get_type()} only acts and cannot be trained")
+    config = _config_from_args(config_cls, args.config, args.overrides)
+    if not os.path.isfile(args.space):
+        raise CLIError(f"--space {args.space}: no such file")
+    with open(args.space, "rb") as f:
+        space = space_from_json(load_json(f.read(), args.space), args.space)
+    output = args.output_dir
+    os.makedirs(output, exist_ok=True)
+    storage = args.storage or "sqlite:///" + os.path.join(output, "study.db")
+    pruner = None
+    if args.pruner == "median":
+        import optuna
+
+        pruner = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
+    search = OfflineSearch(config, space, args.scorer.split(","), seeds=args.seeds, n_steps=args.steps,
+                           n_steps_per_epoch=min(args.steps_per_epoch, args.steps), n_trials=args.trials,
+                           choose_by=args.choose_by, test_size=args.test_size, random_state=args.seed,
+                           storage=storage, study_name=args.study_name, n_jobs=args.n_jobs, refit=args.refit,
+                           pruner=pruner, n_eval_episodes=args.eval_episodes, fqe_steps=args.fqe_steps,
+                           output_dir=output, device=args.device, show_progress=not args.no_progress)
+    dataset, data_env = load_dataset(args.dataset)
+    env = _make_env(args.env) if args.env else (data_env if args.true_return else None)
+    if args.true_return and env is None:
+        raise CLIError(f"--true-return: {args.dataset} comes with no environment; give --env ENV_ID")
+    print(f"study {args.study_name!r} in {storage} (live view: optuna-dashboard {storage})", flush=True)
+    search.fit(dataset, env=env)
+    results = os.path.join(output, "results.csv")
+    atomic_write_text(results, search.results_.to_csv(index=False))
+    report = search.write_report(os.path.join(output, "report.html"))
+    model = os.path.join(output, "model.d3")
+    search.best_estimator_.save(model)
+    print(search.leaderboard(10))
+    print(f"results: {results}")
+    print(f"report:  {report}")
+    print(f"model:   {model} ({'retrained on every episode' if args.refit else 'the chosen checkpoint'})")
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 def _positive_int(text: str) -> int:
     try:
@@ -789,6 +848,48 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train data-parallel in N processes on this machine, started by torchrun (gloo on CPU, "
                         "NCCL on CUDA; rank 0 writes the run directory)")
     p.set_defaults(run=_cmd_fit)
+
+    p = commands.add_parser("search", help="choose a config, seed and checkpoint by off-policy evaluation",
+                            description="Search configs of ALGO (the values in --space), seeds and every epoch's "
+                                        "checkpoint: each trial trains on DATASET's training episodes and each "
+                                        "checkpoint is scored on held-out episodes by --scorer. Workers sharing "
+                                        "--storage (and --study-name) share the search; rerunning continues it. "
+                                        "key=value overrides set what the search holds fixed, as for fit. Writes "
+                                        "results.csv, report.html and model.d3 (the chosen policy) to --output-dir.")
+    p.add_argument("dataset")
+    p.add_argument("algo", help="algorithm name, e.g. discrete_cql, td3_plus_bc")
+    p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="config values held fixed")
+    p.add_argument("--space", required=True, metavar="SPACE.json",
+                   help='JSON object: field -> list of values, {"low": a, "high": b, "log": true} or {"choices": [...]}')
+    p.add_argument("--scorer", default="fqe",
+                   help="comma-separated; the first chooses: fqe, is, wis, pdis, wpdis, dr, wdr, mis, wmis, mdr, "
+                        "init_value, average_value, action_match, neg_td_error, neg_action_diff (default: fqe)")
+    p.add_argument("--trials", type=_positive_int, default=None,
+                   help="trials (config x seed) to run; default: the whole grid (required for ranges)")
+    p.add_argument("--storage", default=None,
+                   help="Optuna database URL shared by the workers (default: sqlite:///OUTPUT_DIR/study.db)")
+    p.add_argument("--study-name", default="offrl_search")
+    p.add_argument("--seeds", type=_positive_int, default=1, help="training seeds 0..N-1 (default: 1)")
+    p.add_argument("--steps", type=_positive_int, default=10000)
+    p.add_argument("--steps-per-epoch", type=_positive_int, default=1000, help="steps between candidate checkpoints")
+    p.add_argument("--config", help="JSON file: a full config or an object of overrides")
+    p.add_argument("--choose-by", choices=("estimate", "lower"), default="estimate",
+                   help="the estimate, or its lower confidence bound (default: estimate)")
+    p.add_argument("--test-size", type=_test_size, default=0.2, help="held-out episodes: a fraction or a count")
+    p.add_argument("--n-jobs", type=_positive_int, default=1, help="worker processes on this machine")
+    p.add_argument("--pruner", choices=("none", "median"), default="none", help="Optuna pruner (default: none)")
+    p.add_argument("--fqe-steps", type=_positive_int, default=10000, help="FQE updates per checkpoint (cap)")
+    p.add_argument("--env", "--env-id", dest="env", default=None,
+                   help="gymnasium env id: each candidate's true return is recorded (never used to choose)")
+    p.add_argument("--true-return", action="store_true",
+                   help="record true returns in the environment a built-in dataset comes with")
+    p.add_argument("--eval-episodes", type=_positive_int, default=10, help="episodes per true return")
+    p.add_argument("--refit", action="store_true", help="retrain the chosen config on every episode")
+    p.add_argument("--output-dir", default="offrl_search", help="where to write (default: offrl_search)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the split and the sampler (default: 0)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(run=_cmd_search)
 
     p = commands.add_parser("evaluate", help="score a saved model on a dataset or in an environment",
                             description="Score MODEL with metric evaluators and OPE estimators on --dataset, and/or by "
@@ -888,7 +989,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # key=value overrides of `fit` may come after its options
     args, extra = parser.parse_known_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for `fit --nproc N`, which runs it again under torchrun
-    if getattr(args, "command", None) == "fit":
+    if getattr(args, "command", None) in ("fit", "search"):
         args.overrides += [e for e in extra if "=" in e and not e.startswith("-")]
         extra = [e for e in extra if not ("=" in e and not e.startswith("-"))]
     if extra:
