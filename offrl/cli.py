@@ -738,6 +738,10 @@ def _cmd_search(args: argparse.Namespace) -> int:
     env = _make_env(args.env) if args.env else (data_env if args.true_return else None)
     if args.true_return and env is None:
         raise CLIError(f"--true-return: {args.dataset} comes with no environment; give --env ENV_ID")
+    if env is not None:  # before any training: the policies must be able to act in it
+        probe = config.create(device="cpu")
+        probe.build_with_dataset(dataset)
+        check_env_fits(probe, env, f"{config.get_type()} on {args.dataset}")
     print(f"study {args.study_name!r} in {storage} (live view: optuna-dashboard {storage})", flush=True)
     search.fit(dataset, env=env)
     results = os.path.join(output, "results.csv")

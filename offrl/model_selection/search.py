@@ -227,10 +227,11 @@ class _Worker:
             start = time.perf_counter()
             with seeded(SCORING_SEED):
                 scores = self.scorers.score(algo)
+                scored = time.perf_counter()
                 true = self._true_returns(algo) if self.env is not None else None
-            seconds = time.perf_counter() - start
-            timing["scoring"] += seconds
-            cache.update(scores=scores, true=true, seconds=seconds)
+            end = time.perf_counter()
+            timing["scoring"] += end - start
+            cache.update(scores=scores, true=true, seconds=scored - start, truth_seconds=end - scored)
             return scores[job.select].value
 
         evaluators: Dict[str, Any] = {f"score_{job.select}": score}
@@ -289,6 +290,7 @@ class _Worker:
         }
         if cache.get("true") is not None:
             row["true_return"], row["true_value"] = cache["true"]
+            row["truth_time"] = float(cache["truth_seconds"])
         return row
 
     def _true_returns(self, algo: Any) -> Tuple[float, float]:
@@ -564,9 +566,11 @@ class OfflineSearch:
         ``_effective_sample_size``, ``_warnings``...), ``reliable`` and
         ``converged`` (of the selecting score; ``converged`` None without
         FQE), ``train_time`` (seconds of training up to this checkpoint,
-        scoring excluded), ``score_time``, ``train_<loss>`` (the epoch's
-        mean losses), ``true_return`` and ``true_value`` (discounted) with
-        an environment, ``rank`` (1 = chosen) and ``chosen``.
+        scoring excluded), ``score_time`` (seconds of scoring this
+        checkpoint), ``train_<loss>`` (the epoch's mean losses),
+        ``true_return`` and ``true_value`` (discounted) and ``truth_time``
+        (seconds of the rollouts) with an environment, ``rank`` (1 =
+        chosen) and ``chosen``.
         """
         from .study import _optuna
 
@@ -748,6 +752,7 @@ def collect(study: Any, space: SearchSpace, select: str, choose_by: str) -> Tupl
         if "true_return" in r:
             record["true_return"] = r["true_return"]
             record["true_value"] = r["true_value"]
+            record["truth_time"] = r.get("truth_time", math.nan)
         record["rank"] = int(rank[i])
         record["chosen"] = bool(rank[i] == 1)
         records.append(record)

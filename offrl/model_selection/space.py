@@ -148,11 +148,9 @@ def with_params(config: Any, params: Mapping[str, Any]) -> Any:
     set; the config's constraints check every value (``ValueError`` /
     ``TypeError`` naming the field)."""
     out = config
-    for key, value in params.items():
-        if key == SEED:
-            continue
-        check_key(config, key)
-        out = _replace(out, key.split("."), value, key)
+    for key in sorted((k for k in params if k != SEED), key=lambda k: k.count(".")):  # a factory before its fields
+        check_key(out, key)
+        out = _replace(out, key.split("."), params[key], key)
     return out
 
 
@@ -204,14 +202,26 @@ def _entry(key: str, value: Any) -> _Entry:
                     f"(FloatDistribution, IntDistribution, CategoricalDistribution), got {type(value).__name__}")
 
 
-def _check_value(config: Any, key: str, value: Any) -> None:
+def _check_value(config: Any, key: str, value: Any, parents: Sequence[Dict[str, Any]] = ({},)) -> None:
+    """``value`` of ``key`` is accepted, with each combination of the
+    values searched for the factories above it."""
     try:
-        with_params(config, {key: value})
+        for parent in parents:
+            with_params(config, {**parent, key: value})
     except (ValueError, TypeError) as e:
         message = str(e)
         if not message.startswith("search space"):
             message = f"search space {key!r}: {message}"
         raise type(e)(message) from None
+
+
+def _parent_values(key: str, entries: Mapping[str, _Entry]) -> List[Dict[str, Any]]:
+    """Every combination of the values searched for the fields above a
+    dotted ``key`` (``[{}]`` when none is searched)."""
+    parts = key.split(".")
+    above = [".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in entries]
+    options = [[(p, v) for v in (entries[p].values or ())] for p in above]
+    return [dict(combo) for combo in itertools.product(*options)] or [{}]
 
 
 def _range_ends(distribution: Any) -> List[Any]:
@@ -241,16 +251,14 @@ class SearchSpace:
             raise TypeError(f"search_space must be a mapping of field name -> values, got {type(space).__name__}")
         self.config = config
         self.seeds = tuple(int(s) for s in seeds)
+        raw = {key: _entry(key, value) for key, value in space.items()}
         entries = []
-        for key, value in space.items():
-            check_key(config, key)
-            entry = _entry(key, value)
-            if entry.values is not None:
-                for v in entry.values:
-                    _check_value(config, key, v)
-            else:
-                for end in _range_ends(entry.distribution):
-                    _check_value(config, key, end)
+        for key, entry in raw.items():
+            parents = _parent_values(key, raw)
+            if not parents[0]:
+                check_key(config, key)
+            for v in entry.values if entry.values is not None else _range_ends(entry.distribution):
+                _check_value(config, key, v, parents)
             entries.append(entry)
         self._entries: Tuple[_Entry, ...] = tuple(entries)
         self.keys: Tuple[str, ...] = tuple(e.key for e in entries)

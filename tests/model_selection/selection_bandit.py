@@ -33,6 +33,9 @@ class BanditEnv(gymnasium.Env):
     observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float32)
     action_space = gymnasium.spaces.Discrete(2)
 
+    def __init__(self, render_mode: Optional[str] = None) -> None:
+        self.render_mode = render_mode
+
     def reset(self, *, seed: Optional[int] = None, options: Any = None):
         super().reset(seed=seed)
         self._state = self.np_random.normal(size=2).astype(np.float32)
