@@ -28,6 +28,7 @@ __all__ = [
     "envs",
     "logging",
     "metrics",
+    "model_selection",
     "models",
     "ope",
     "optimizers",
@@ -38,7 +39,7 @@ __all__ = [
 #: subpackages imported on first attribute access
 _LAZY_MODULES = frozenset({
     "algos", "dataset", "datasets", "logging", "metrics", "models", "ope", "preprocessing",
-    "envs", "types", "optimizers", "distributed",
+    "envs", "types", "optimizers", "distributed", "model_selection",
 })
 
 #: names imported on first access: (module, attribute)
