@@ -28,7 +28,6 @@ __all__ = [
     "envs",
     "logging",
     "metrics",
-    "model_selection",
     "models",
     "ope",
     "optimizers",
@@ -36,7 +35,8 @@ __all__ = [
     "types",
 ]
 
-#: subpackages imported on first attribute access
+#: subpackages imported on first attribute access (``model_selection`` too,
+#: though not in ``__all__``: it needs the search extra)
 _LAZY_MODULES = frozenset({
     "algos", "dataset", "datasets", "logging", "metrics", "models", "ope", "preprocessing",
     "envs", "types", "optimizers", "distributed", "model_selection",
