@@ -11,7 +11,7 @@ expert dataset (sampling), over 100 episodes each, and writes them to
 ``offrl/datasets/behaviour/reference.json`` (the table
 ``get_normalized_score`` uses).
 ``build`` builds each dataset by its recipe (``offrl.datasets.mujoco``, the
-function ``get_mujoco`` uses) into a temporary directory, timing it and
+function ``get_mujoco`` uses) into ``get_mujoco``'s cache, timing it and
 measuring peak memory, records its SHA-256 and statistics in the same file and writes the card ``datasets/<name>.md``.
 """
 
@@ -22,7 +22,6 @@ import json
 import os
 import resource
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -114,27 +113,27 @@ def build(names: list, n_steps: int | None = None) -> None:
 
     state = _reference_state()
     for name in names:
-        with tempfile.TemporaryDirectory() as directory:
-            path = os.path.join(directory, f"{name}.h5")
-            start = time.perf_counter()
-            checksum = mujoco.build_mujoco_dataset(name, path, n_steps=n_steps, show_progress=True)
-            seconds = time.perf_counter() - start
-            peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-            dataset = ReplayBuffer.load(path)
-            episodes = dataset.episodes
-            returns = [float(e.rewards.sum()) for e in episodes]
-            lengths = [len(e.rewards) for e in episodes]
-            env = name.split("-", 1)[0]
-            facts = {
-                "steps": int(sum(lengths)), "sha256": checksum, "episodes": len(episodes),
-                "terminated_episodes": int(sum(e.terminated for e in episodes)),
-                "episode_return": _stats(returns), "episode_length": _stats(lengths),
-                "file_bytes": os.path.getsize(path), "build_seconds": round(seconds, 1), "peak_rss_mb": round(peak / 1024, 1),
-                "cpus": os.cpu_count(),
-            }
-            if env in state["returns"]:
-                low, high = state["returns"][env]
-                facts["normalized_return_mean"] = round(100.0 * (facts["episode_return"]["mean"] - low) / (high - low), 2)
+        # into get_mujoco's cache, so later get_mujoco calls load it
+        path = mujoco.cache_path(name, n_steps)
+        start = time.perf_counter()
+        checksum = mujoco.build_mujoco_dataset(name, path, n_steps=n_steps, show_progress=True)
+        seconds = time.perf_counter() - start
+        peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        dataset = ReplayBuffer.load(path)
+        episodes = dataset.episodes
+        returns = [float(e.rewards.sum()) for e in episodes]
+        lengths = [len(e.rewards) for e in episodes]
+        env = name.split("-", 1)[0]
+        facts = {
+            "steps": int(sum(lengths)), "sha256": checksum, "episodes": len(episodes),
+            "terminated_episodes": int(sum(e.terminated for e in episodes)),
+            "episode_return": _stats(returns), "episode_length": _stats(lengths),
+            "file_bytes": os.path.getsize(path), "build_seconds": round(seconds, 1), "peak_rss_mb": round(peak / 1024, 1),
+            "cpus": os.cpu_count(),
+        }
+        if env in state["returns"]:
+            low, high = state["returns"][env]
+            facts["normalized_return_mean"] = round(100.0 * (facts["episode_return"]["mean"] - low) / (high - low), 2)
         state["datasets"][name] = facts
         _write_reference(state)
         write_card(name, facts)
@@ -208,7 +207,14 @@ def main(argv: list | None = None) -> None:
     if args.command == "references":
         references(args.names or list(_scores.ENV_IDS))
     else:
-        build(args.names or _scores.mujoco_dataset_names())
+        names = args.names or _scores.mujoco_dataset_names()
+        if len(names) == 1:
+            build(names)
+        else:  # one process per dataset, so each card's peak memory is that build's own
+            import subprocess
+
+            for name in names:
+                subprocess.run([sys.executable, os.path.abspath(__file__), "build", name], check=True)
 
 
 if __name__ == "__main__":
