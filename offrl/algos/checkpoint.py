@@ -22,13 +22,12 @@ import numpy as np
 import torch
 
 from .. import _random
-from .._atomic import atomic_write
 from .._model_file import write_payload
 from .._safety import load_json
 from ..serialization import model_payload, read_model_file
 
 __all__ = ["CHECKPOINT_NAME", "StateGuard", "non_finite_weights", "save_checkpoint", "load_checkpoint",
-           "resolve_checkpoint", "truncate_metric_files"]
+           "resolve_checkpoint"]
 
 #: the file name of the latest checkpoint in a log directory
 CHECKPOINT_NAME = "checkpoint.d3"
@@ -405,31 +404,3 @@ def _check_loop(loop: Any, path: str, grad_step: int) -> None:
                          f"'total_step' {total_step} with 'logging_steps' {logging_steps} leaves "
                          f"{total_step % logging_steps} since the last row")
 
-
-def truncate_metric_files(logdir: str, step: int) -> None:
-    """Drop the rows of ``logdir``'s metric CSVs (``epoch,step,value``)
-    written after ``step``: a resumed run appends from its checkpoint on."""
-    for name in sorted(os.listdir(logdir)):
-        path = os.path.join(logdir, name)
-        if not name.endswith(".csv") or not os.path.isfile(path):
-            continue
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-        kept = []
-        for line in lines:
-            parts = line.split(",")
-            try:
-                row_step = int(parts[1])
-            except (IndexError, ValueError):
-                kept.append(line)  # not a metric row: leave it
-                continue
-            if row_step <= step:
-                kept.append(line)
-        if len(kept) != len(lines):
-            text = "".join(kept)
-
-            def write(tmp: str, text: str = text) -> None:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(text)
-
-            atomic_write(path, write)
