@@ -753,7 +753,7 @@ def test_python_values_json_lacks_round_trip(tmp_path):
 def test_a_config_record_with_an_int_of_5000_digits_names_the_file(tmp_path):
     algo, _ = _trained(tmp_path)
     write_payload({**model_payload(algo), "params": '{"action_size": ' + "7" * 5000 + "}"}, tmp_path / "digits.d3")
-    with pytest.raises(ValueError, match=r"digits.d3: its config record: Exceeds the limit"):
+    with pytest.raises(ValueError, match=r"digits.d3: its config record: not valid JSON \(Exceeds the limit"):
         offrl.load_learnable(tmp_path / "digits.d3")
 
 
