@@ -197,9 +197,10 @@ class SGDFactory(_NamedFactory):
         return dict(momentum=self.momentum, dampening=self.dampening, weight_decay=self.weight_decay, nesterov=self.nesterov)
 
 
-@register("optimizer")
 @dataclasses.dataclass
-class AdamFactory(_NamedFactory):
+class _AdamFields(_NamedFactory):
+    """The fields of Adam, shared by ``AdamFactory`` and ``GPTAdamWFactory`` (d3rlpy's order and defaults)."""
+
     betas: Tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     weight_decay: float = 0.0
@@ -209,6 +210,10 @@ class AdamFactory(_NamedFactory):
         super().__post_init__()
         self.betas = tuple(self.betas)  # type: ignore[assignment]
 
+
+@register("optimizer")
+@dataclasses.dataclass
+class AdamFactory(_AdamFields):
     @staticmethod
     def get_type() -> str:
         return "adam"
@@ -242,20 +247,11 @@ class RMSpropFactory(_NamedFactory):
 
 @register("optimizer")
 @dataclasses.dataclass
-class GPTAdamWFactory(_NamedFactory):
+class GPTAdamWFactory(_AdamFields):
     """AdamW as used to train GPT: weight decay on the weights of linear
     (and convolution) layers only, not on biases, norms or embeddings.
     Defaults are d3rlpy 2.8.1's (``betas=(0.9, 0.999)``, ``weight_decay=0``;
     minGPT's recipe is ``betas=(0.9, 0.95)``, ``weight_decay=0.1``)."""
-
-    betas: Tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    amsgrad: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.betas = tuple(self.betas)  # type: ignore[assignment]
 
     @staticmethod
     def get_type() -> str:
