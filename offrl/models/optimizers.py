@@ -1,20 +1,6 @@
 """The optimizer factories under their :mod:`offrl.models` path: the classes
 of :mod:`offrl.optimizers`, defined in :mod:`offrl.optimizers.optimizers`."""
 
-from ..optimizers import (
-    AdamFactory,
-    GPTAdamWFactory,
-    OptimizerFactory,
-    OptimizerWrapper,
-    RMSpropFactory,
-    SGDFactory,
-)
+from ..optimizers import AdamFactory, GPTAdamWFactory, OptimizerFactory, OptimizerWrapper, RMSpropFactory, SGDFactory
 
-__all__ = [
-    "OptimizerFactory",
-    "SGDFactory",
-    "AdamFactory",
-    "RMSpropFactory",
-    "GPTAdamWFactory",
-    "OptimizerWrapper",
-]
+__all__ = ["OptimizerFactory", "SGDFactory", "AdamFactory", "RMSpropFactory", "GPTAdamWFactory", "OptimizerWrapper"]

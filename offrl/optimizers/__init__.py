@@ -29,20 +29,8 @@ from .optimizers import (
 )
 
 __all__ = [
-    "OptimizerFactory",
-    "OptimizerWrapper",
-    "SGDFactory",
-    "AdamFactory",
-    "AdamWFactory",
-    "RMSpropFactory",
-    "GPTAdamWFactory",
-    "LRSchedulerFactory",
-    "WarmupSchedulerFactory",
-    "CosineAnnealingLRFactory",
-    "ScheduledOptimizerWrapper",
-    "attach_lr_scheduler",
-    "make_lr_scheduler_field",
-    "make_optimizer_field",
-    "register_lr_scheduler_factory",
-    "register_optimizer_factory",
+    "OptimizerFactory", "OptimizerWrapper", "SGDFactory", "AdamFactory", "AdamWFactory", "RMSpropFactory",
+    "GPTAdamWFactory", "make_optimizer_field", "register_optimizer_factory",
+    "LRSchedulerFactory", "WarmupSchedulerFactory", "CosineAnnealingLRFactory", "ScheduledOptimizerWrapper",
+    "attach_lr_scheduler", "make_lr_scheduler_field", "register_lr_scheduler_factory",
 ]
