@@ -103,6 +103,11 @@ def _check_episodes(episodes: Any, what: str) -> Sequence[Any]:
     return episodes
 
 
+def _check_callable(component: Any, name: str, call: str) -> None:
+    if not callable(component):
+        raise TypeError(f"{name} must be callable as {call}, got {type(component).__name__}")
+
+
 def _is_offrl_component(component: Any) -> bool:
     """offrl's own pickers and slicers index every transition offrl stores;
     anyone else's gets only the indices valid under d3rlpy's contract."""
@@ -238,9 +243,7 @@ class FitData:
         from ..dataset.pickers import BasicTransitionPicker
 
         episodes = _check_episodes(episodes, "transition picker")
-        if not callable(transition_picker):
-            raise TypeError(f"transition_picker must be callable as picker(episode, index), "
-                            f"got {type(transition_picker).__name__}")
+        _check_callable(transition_picker, "transition_picker", "picker(episode, index)")
         if type(transition_picker) is BasicTransitionPicker:
             return cls(lambda collector: cls._slice_all(collector, episodes, lambda e: e.transition_count),
                        "the episodes")
@@ -271,9 +274,7 @@ class FitData:
         from ..dataset.slicers import BasicTrajectorySlicer
 
         episodes = _check_episodes(episodes, "trajectory slicer")
-        if not callable(trajectory_slicer):
-            raise TypeError(f"trajectory_slicer must be callable as slicer(episode, end_index, size), "
-                            f"got {type(trajectory_slicer).__name__}")
+        _check_callable(trajectory_slicer, "trajectory_slicer", "slicer(episode, end_index, size)")
         if type(trajectory_slicer) is BasicTrajectorySlicer:
             return cls(lambda collector: cls._slice_all(collector, episodes, lambda e: e.size()), "the episodes")
 
