@@ -6,7 +6,7 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from . import _checks
+from . import checks
 from .episode import Episode
 
 __all__ = ["EpisodeGeneratorProtocol", "EpisodeGenerator"]
@@ -44,8 +44,8 @@ class EpisodeGenerator:
         terminals: Any,
         timeouts: Optional[Any] = None,
     ) -> None:
-        self._keys = _checks.observation_keys(observations)
-        self._observations = _checks.as_observation_columns(observations)
+        self._keys = checks.observation_keys(observations)
+        self._observations = checks.as_observation_columns(observations)
         n = self._observations[0].shape[0]
         actions = np.asarray(actions)
         if actions.ndim == 1:
@@ -53,9 +53,9 @@ class EpisodeGenerator:
         if actions.shape[0] != n:
             raise ValueError(f"actions has {actions.shape[0]} rows, observations has {n}")
         self._actions = actions
-        self._rewards = _checks.as_rewards(rewards, n)
-        self._terminals = _checks.as_flags(terminals, "terminals", n)
-        self._timeouts = np.zeros(n, dtype=bool) if timeouts is None else _checks.as_flags(timeouts, "timeouts", n)
+        self._rewards = checks.as_rewards(rewards, n)
+        self._terminals = checks.as_flags(terminals, "terminals", n)
+        self._timeouts = np.zeros(n, dtype=bool) if timeouts is None else checks.as_flags(timeouts, "timeouts", n)
         both = self._terminals & self._timeouts
         if both.any():
             i = int(np.argmax(both))

@@ -39,7 +39,7 @@ import numpy as np
 from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
-from . import _checks
+from . import checks
 from .episode import EpisodeBase
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "SCHEMA_MINOR_VERSION", "dump_store", "dump_episodes", "read_dataset_file"]
@@ -161,7 +161,7 @@ def dump_episodes(episodes: Sequence[EpisodeBase], info: Any, f: PathOrFile, com
 
     store = InfiniteBuffer()
     for episode in episodes:
-        obs, actions, rewards, final, behaviour = _checks.episode_columns(episode, store)
+        obs, actions, rewards, final, behaviour = checks.episode_columns(episode, store)
         if not store.is_initialized:
             from .episode import get_observation_signature
             from .signature import Signature
@@ -426,7 +426,7 @@ def _read_d3rlpy_layout(h5: Any, name: str) -> dict:
 
 
 def _as_float32(array: np.ndarray, name: str, field: str) -> np.ndarray:
-    _checks.check_float32(array, f"{name}: {field}")
+    checks.check_float32(array, f"{name}: {field}")
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
@@ -459,7 +459,7 @@ def _check_layout(name: str, data: dict, action_space: ActionSpace, action_size:
         if discrete:
             bad |= behaviour > 1
         if bad.any():
-            i = _checks.first_index(bad)
+            i = checks.first_index(bad)
             expected = "a probability in (0, 1]" if discrete else "a density > 0"
             raise ValueError(
                 f"{name} is corrupt: behaviour_probabilities[{i}] is {float(behaviour[i])}, expected {expected}"
@@ -507,7 +507,7 @@ def _check_layout(name: str, data: dict, action_space: ActionSpace, action_size:
         bad = (actions < 0) | (actions >= action_size)
         bad[spans_end[has_final] - 1] = False  # final rows carry a placeholder action
         if bad.any():
-            i = _checks.first_index(bad)
+            i = checks.first_index(bad)
             raise ValueError(f"{name} is corrupt: actions[{i}] is {int(actions[i, 0])}, outside [0, {action_size})")
         data["actions"] = actions.astype(np.int64)
     else:

@@ -10,7 +10,7 @@ import numpy as np
 from .._random import get_rng
 from .batch import RewardsToGo, TrajectoryMiniBatch, TransitionMiniBatch
 from .episode import EpisodeBase, PartialTrajectory, Transition
-from .replay_buffer import DatasetInfo, ReplayBuffer, ReplayBufferBase, _EmptyBufferError, _positive_int
+from .replay_buffer import DatasetInfo, EmptyBufferError, ReplayBuffer, ReplayBufferBase, as_positive_int
 from .signature import Observation
 
 __all__ = ["MixedReplayBuffer"]
@@ -38,7 +38,7 @@ class MixedReplayBuffer(ReplayBufferBase):
         self._ratio = float(secondary_mix_ratio)
         try:
             a, b = primary_replay_buffer.dataset_info, secondary_replay_buffer.dataset_info
-        except _EmptyBufferError:
+        except EmptyBufferError:
             return
         if (a.observation_signature, a.action_signature, a.action_space) != (
             b.observation_signature, b.action_signature, b.action_space
@@ -80,7 +80,7 @@ class MixedReplayBuffer(ReplayBufferBase):
         return source.sample_transition()
 
     def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
-        batch_size = _positive_int(batch_size, "batch_size")
+        batch_size = as_positive_int(batch_size, "batch_size")
         n_primary, n_secondary = self._split(batch_size)
         parts = []
         if n_primary:
@@ -94,7 +94,7 @@ class MixedReplayBuffer(ReplayBufferBase):
         return source.sample_trajectory(length)
 
     def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
-        batch_size = _positive_int(batch_size, "batch_size")
+        batch_size = as_positive_int(batch_size, "batch_size")
         n_primary, n_secondary = self._split(batch_size)
         parts = []
         if n_primary:
@@ -115,7 +115,7 @@ class MixedReplayBuffer(ReplayBufferBase):
     def dataset_info(self) -> DatasetInfo:
         try:
             return self._primary.dataset_info
-        except _EmptyBufferError:
+        except EmptyBufferError:
             return self._secondary.dataset_info
 
 

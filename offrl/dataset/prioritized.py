@@ -40,7 +40,7 @@ from ..constants import ActionSpace
 from .batch import TransitionMiniBatch
 from .episode import EpisodeBase, Transition
 from .pickers import TransitionPickerProtocol
-from .replay_buffer import PathOrFile, ReplayBuffer, _positive_int
+from .replay_buffer import PathOrFile, ReplayBuffer, as_positive_int
 from .signature import Observation, Signature
 from .slicers import TrajectorySlicerProtocol
 from .storage import BufferProtocol, ColumnStore, FIFOBuffer, InfiniteBuffer
@@ -71,7 +71,7 @@ class SumTree:
     """
 
     def __init__(self, capacity: int) -> None:
-        capacity = _positive_int(capacity, "capacity")
+        capacity = as_positive_int(capacity, "capacity")
         self.capacity = capacity
         self._size = 1 << max(0, (capacity - 1).bit_length())
         self._depth = self._size.bit_length() - 1
@@ -214,7 +214,7 @@ def _check_probability_params(alpha: Any, beta_start: Any, beta_steps: Any, epsi
         raise ValueError(f"beta_start must be in [0, 1], got {beta_start}")
     if not float(epsilon) > 0.0 or not np.isfinite(float(epsilon)):
         raise ValueError(f"epsilon must be a finite number > 0, got {epsilon}")
-    return float(alpha), float(beta_start), _positive_int(beta_steps, "beta_steps"), float(epsilon)
+    return float(alpha), float(beta_start), as_positive_int(beta_steps, "beta_steps"), float(epsilon)
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -467,7 +467,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """A batch drawn in proportion to priority, with importance
         ``weights`` ``(B, 1)`` float32 and transition ``indices`` ``(B,)``
         int64; advances beta's annealing by one batch."""
-        batch_size = _positive_int(batch_size, "batch_size")
+        batch_size = as_positive_int(batch_size, "batch_size")
         ids, priorities = self._sample_ids(batch_size)
         beta = self.beta
         self._sampled_batches += 1

@@ -18,7 +18,7 @@ import numpy as np
 from .._random import get_rng
 from .._safety import available_memory
 from ..constants import ActionSpace
-from . import _checks
+from . import checks
 from .batch import TrajectoryMiniBatch, TransitionMiniBatch
 from .episode import Episode, EpisodeBase, PartialTrajectory, Transition, get_observation_signature
 from .pickers import BasicTransitionPicker, TransitionPickerProtocol
@@ -52,7 +52,8 @@ class DatasetInfo:
     action_size: int
 
 
-def _positive_int(value: Any, name: str) -> int:
+def as_positive_int(value: Any, name: str) -> int:
+    """``value`` as an int > 0 (``TypeError`` for a non-int or bool, ``ValueError`` for <= 0, naming ``name``)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value <= 0:
@@ -187,7 +188,7 @@ class ReplayBufferBase:
     def __repr__(self) -> str:
         try:
             return format_summary(type(self).__name__, self.summary())
-        except _EmptyBufferError:
+        except EmptyBufferError:
             return f"{type(self).__name__}(empty)"
 
 
@@ -214,8 +215,8 @@ def _real_step_value(value: Any, field: str) -> np.ndarray:
     return array
 
 
-class _EmptyBufferError(ValueError):
-    pass
+class EmptyBufferError(ValueError):
+    """A buffer with no data and no signatures was asked what it holds."""
 
 
 class ReplayBuffer(ReplayBufferBase):
@@ -336,7 +337,7 @@ class ReplayBuffer(ReplayBufferBase):
     @property
     def dataset_info(self) -> DatasetInfo:
         if self._info is None:
-            raise _EmptyBufferError(
+            raise EmptyBufferError(
                 "the buffer has no data and no signatures yet: give episodes, env or signatures, "
                 "or write a step first"
             )
@@ -415,7 +416,7 @@ class ReplayBuffer(ReplayBufferBase):
         parts = observation if isinstance(observation, (list, tuple)) else [observation]
         for k, part in enumerate(parts):
             _real_step_value(part, f"observation[{k}]" if isinstance(observation, (list, tuple)) else "observation")
-        obs = _checks.as_single_observation(observation, info.observation_signature)
+        obs = checks.as_single_observation(observation, info.observation_signature)
         act = self._step_action(_real_step_value(action, "action"))
         rew = _real_step_value(reward, "reward").reshape(-1)
         if rew.shape != (1,):
@@ -496,7 +497,7 @@ class ReplayBuffer(ReplayBufferBase):
                 if len(final_observation) == 1:
                     final_observation = final_observation[0]
             processed = self._writer_preprocessor.process_observation(final_observation)
-            final = _checks.as_single_observation(processed, self.dataset_info.observation_signature, "final_observation")
+            final = checks.as_single_observation(processed, self.dataset_info.observation_signature, "final_observation")
         if self._store is not None and not self._write_at_termination:
             self._store.close_episode(bool(terminated), final)
             return
@@ -514,7 +515,7 @@ class ReplayBuffer(ReplayBufferBase):
             observation_keys=self.dataset_info.observation_signature.keys,
         )
         if self._store is not None:  # write_at_termination: the whole episode at once
-            obs, actions, rewards, final_columns, behaviour = _checks.episode_columns(episode, self._store)
+            obs, actions, rewards, final_columns, behaviour = checks.episode_columns(episode, self._store)
             self._store.add_episode(obs, actions, rewards, bool(terminated), final_columns, behaviour)
             return
         for i in range(episode.transition_count):
@@ -532,10 +533,10 @@ class ReplayBuffer(ReplayBufferBase):
         actions are discrete when their dtype is integer (or when
         ``action_space`` says so), continuous otherwise."""
         if self._info is None:
-            keys = getattr(episode, "observation_keys", None) or _checks.observation_keys(
+            keys = getattr(episode, "observation_keys", None) or checks.observation_keys(
                 episode.observations, "episode.observations"
             )
-            observations = _checks.as_observation_columns(episode.observations, "episode.observations", keys)
+            observations = checks.as_observation_columns(episode.observations, "episode.observations", keys)
             n = observations[0].shape[0]
             if action_space is None:
                 # an episode's dtype states its intent (one episode is too little
@@ -543,7 +544,7 @@ class ReplayBuffer(ReplayBufferBase):
                 dtype = np.asarray(episode.actions).dtype
                 discrete = np.issubdtype(dtype, np.integer) or dtype == np.bool_
                 action_space = ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS
-            actions, space, size = _checks.as_actions(episode.actions, n, action_space, action_size, "episode.actions")
+            actions, space, size = checks.as_actions(episode.actions, n, action_space, action_size, "episode.actions")
             self._set_info(
                 get_observation_signature(observations, keys),
                 Signature(dtype=[actions.dtype], shape=[actions.shape[1:]]),
@@ -552,7 +553,7 @@ class ReplayBuffer(ReplayBufferBase):
                 size,
             )
         if self._store is not None:
-            obs, actions, rewards, final, behaviour = _checks.episode_columns(episode, self._store)
+            obs, actions, rewards, final, behaviour = checks.episode_columns(episode, self._store)
             self._check_episode_actions(actions)
             self._store.add_episode(obs, actions, rewards, bool(episode.terminated), final, behaviour)
         else:
@@ -564,7 +565,7 @@ class ReplayBuffer(ReplayBufferBase):
         if info.action_space == ActionSpace.DISCRETE and actions.size:
             too_big = actions >= info.action_size
             if too_big.any():
-                i = _checks.first_index(too_big)
+                i = checks.first_index(too_big)
                 raise ValueError(
                     f"episode.actions[{i}] is {int(actions[i, 0])}, expected an index below "
                     f"action_size={info.action_size}"
@@ -600,7 +601,7 @@ class ReplayBuffer(ReplayBufferBase):
         return self._transition_picker(episode, transition_index)
 
     def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
-        batch_size = _positive_int(batch_size, "batch_size")
+        batch_size = as_positive_int(batch_size, "batch_size")
         total = self._require_transitions()
         info = self.dataset_info
         if self._affordable != (info, batch_size) and _check_sample_memory(info, batch_size, None):
@@ -632,7 +633,7 @@ class ReplayBuffer(ReplayBufferBase):
         return None, get_rng().integers(total, size=n)
 
     def sample_trajectory(self, length: int) -> PartialTrajectory:
-        length = _positive_int(length, "length")
+        length = as_positive_int(length, "length")
         if self._user_slicer and self._store is not None:
             episode, index = self._user_items(1)[0]
             return self._trajectory_slicer(episode, index, length)
@@ -646,8 +647,8 @@ class ReplayBuffer(ReplayBufferBase):
         return self._trajectory_slicer(episode, index, length)
 
     def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
-        batch_size = _positive_int(batch_size, "batch_size")
-        length = _positive_int(length, "length")
+        batch_size = as_positive_int(batch_size, "batch_size")
+        length = as_positive_int(length, "length")
         try:
             info = self.dataset_info
         except ValueError:  # empty: sampling below says so
@@ -943,23 +944,23 @@ class MDPDataset(ReplayBuffer):
         next_observations: Any = None,
         behaviour_probabilities: Any = None,
     ) -> None:
-        keys = _checks.observation_keys(observations)
-        obs_columns = _checks.as_observation_columns(observations)
+        keys = checks.observation_keys(observations)
+        obs_columns = checks.as_observation_columns(observations)
         n = obs_columns[0].shape[0]
         if n == 0:
             raise ValueError("the dataset is empty: observations has 0 rows")
-        action_array, space, size = _checks.as_actions(
+        action_array, space, size = checks.as_actions(
             actions, n, None if action_space is None else ActionSpace.parse(action_space), action_size
         )
-        reward_array = _checks.as_rewards(rewards, n)
+        reward_array = checks.as_rewards(rewards, n)
         behaviour = None
         if behaviour_probabilities is not None:
-            behaviour = _checks.as_behaviour_probabilities(behaviour_probabilities, n, space)
-        terminal_flags = _checks.as_flags(terminals, "terminals", n)
+            behaviour = checks.as_behaviour_probabilities(behaviour_probabilities, n, space)
+        terminal_flags = checks.as_flags(terminals, "terminals", n)
         if timeouts is None:
             timeout_flags = np.zeros(n, dtype=bool)
         else:
-            timeout_flags = _checks.as_flags(timeouts, "timeouts", n)
+            timeout_flags = checks.as_flags(timeouts, "timeouts", n)
             both = terminal_flags & timeout_flags
             if both.any():
                 i = int(np.argmax(both))
@@ -974,9 +975,9 @@ class MDPDataset(ReplayBuffer):
         has_final = np.zeros(ends.shape[0], dtype=bool)
 
         if next_observations is not None:
-            if (_checks.observation_keys(next_observations, "next_observations") is None) != (keys is None):
+            if (checks.observation_keys(next_observations, "next_observations") is None) != (keys is None):
                 raise TypeError("next_observations must be a dict exactly when observations is one")
-            next_columns = _checks.as_observation_columns(next_observations, "next_observations", keys)
+            next_columns = checks.as_observation_columns(next_observations, "next_observations", keys)
             if len(next_columns) != len(obs_columns) or any(
                 a.shape != b.shape for a, b in zip(next_columns, obs_columns)
             ):

@@ -632,7 +632,7 @@ class ColumnStore:
         buffer takes its signatures from it); later calls for the same
         episode object store the steps it has gained since (an episode
         written step by step) and its current ``terminated`` flag."""
-        from ._checks import episode_columns
+        from .checks import episode_columns
 
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"index must be an int, got {type(index).__name__}")
@@ -654,7 +654,7 @@ class ColumnStore:
     def _extend_protocol_episode(self, episode: EpisodeBase) -> None:
         """Store what an episode appended before has gained since, when it is
         still the newest stored episode and has no final-observation row."""
-        from ._checks import episode_columns
+        from .checks import episode_columns
 
         i = self._protocol_position
         is_newest = self._ep_head <= i == self._ep_tail - 1 and int(self._ep_end[i]) == self._tail

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import _safety
 from ..constants import ActionSpace
-from ..dataset import _checks
+from ..dataset import checks
 from ..dataset.replay_buffer import MDPDataset
 from ._build import dataset_from_rows, episode_layout
 from .streaming import check_layout
@@ -67,13 +67,13 @@ def _build(
         raise ValueError("the file holds no steps")
     if observations.ndim == 1:
         observations = observations[:, None]
-    _checks.check_float32(observations, "observations")
-    rewards = _checks.as_rewards(data["rewards"], n)
-    actions, space, size = _checks.as_actions(
+    checks.check_float32(observations, "observations")
+    rewards = checks.as_rewards(data["rewards"], n)
+    actions, space, size = checks.as_actions(
         data["actions"], n, None if action_space is None else ActionSpace.parse(action_space), action_size
     )
     if behaviour is not None:
-        behaviour = _checks.as_behaviour_probabilities(behaviour, n, space)
+        behaviour = checks.as_behaviour_probabilities(behaviour, n, space)
 
     ends = np.flatnonzero(terminals | timeouts) + 1
     if ends.size == 0 or ends[-1] != n:
@@ -86,7 +86,7 @@ def _build(
         if next_observations.ndim == 1:
             next_observations = next_observations[:, None]
         has_final = ~terminated
-        _checks.check_float32(next_observations[ends[has_final] - 1], "next_observations")
+        checks.check_float32(next_observations[ends[has_final] - 1], "next_observations")
     row_starts, row_ends, step_rows = episode_layout(ends - starts, has_final)
 
     def spread(steps: np.ndarray, finals: Optional[np.ndarray]) -> np.ndarray:

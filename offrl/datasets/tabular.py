@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import _safety
 from ..constants import ActionSpace
-from ..dataset import _checks
+from ..dataset import checks
 from ..dataset.replay_buffer import MDPDataset
 
 __all__ = ["from_dataframe", "read_table"]
@@ -281,7 +281,7 @@ def from_dataframe(
     observations = [_numeric(df, g, "observation", rows) for g in obs_groups]
     raw_actions = _numeric(df, action_names, "action", rows)
     try:
-        _, space, size = _checks.as_actions(
+        _, space, size = checks.as_actions(
             raw_actions, n, None if action_space is None else ActionSpace.parse(action_space), action_size,
             name="actions",
         )
@@ -299,7 +299,7 @@ def from_dataframe(
     if behaviour_probability_column is not None:
         values = _numeric(df, [behaviour_probability_column], "behaviour probability", rows)[:, 0]
         try:
-            behaviour = _checks.as_behaviour_probabilities(values, n, space)
+            behaviour = checks.as_behaviour_probabilities(values, n, space)
         except ValueError as e:
             raise _row_error(e, f"behaviour probability column {behaviour_probability_column!r}", rows) from None
 
