@@ -483,7 +483,7 @@ def _row_key(key: Any) -> Optional[tuple[np.ndarray, tuple]]:
 #: in read_mode "mmap", gathers larger than this read by positional reads
 #: all the same: a gather through the map after the size check can still
 #: meet a truncation while it copies, so the copy is kept short
-_MAPPED_GATHER_BYTES = 1 << 20
+MAPPED_GATHER_BYTES = 1 << 20
 
 #: copies of a column larger than this are checked against the memory available first
 _CHECKED_ALLOCATION_BYTES = 64 << 20
@@ -553,7 +553,7 @@ class DiskColumn(np.ndarray):
                 raise IndexError(f"index {high if high >= n else low} is out of bounds for axis 0 with size {n}")
             if low < 0:
                 flat = np.where(flat < 0, flat + n, flat)
-            if not file.positional and flat.shape[0] * self.itemsize * math.prod(self.shape[1:]) <= _MAPPED_GATHER_BYTES:
+            if not file.positional and flat.shape[0] * self.itemsize * math.prod(self.shape[1:]) <= MAPPED_GATHER_BYTES:
                 file.check_size()  # read_mode "mmap": through the map, the file still its opened size
                 out = np.ndarray.__getitem__(self.view(np.ndarray), flat)
             else:

@@ -141,7 +141,7 @@ from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
 from ._disk_files import (
-    _MAPPED_GATHER_BYTES, ColumnFile, DiskColumn, DiskDatasetChangedError, RecordField, RecordFile, ValueRule,
+    MAPPED_GATHER_BYTES, ColumnFile, DiskColumn, DiskDatasetChangedError, RecordField, RecordFile, ValueRule,
     open_member, read_exact, record_dtype,
 )
 from ._split_reads import read_rows
@@ -494,7 +494,7 @@ class DiskStore(InfiniteBuffer):
         if row_bytes is None:
             columns = (*self.observations, self.actions, self.rewards)
             row_bytes = self._batch_row_bytes = sum(c.itemsize * math.prod(c.shape[1:]) for c in columns)
-        if int(both.min()) < 0 or int(both.max()) >= self._files[0].rows or 2 * n * row_bytes > _MAPPED_GATHER_BYTES:
+        if int(both.min()) < 0 or int(both.max()) >= self._files[0].rows or 2 * n * row_bytes > MAPPED_GATHER_BYTES:
             return None
         for file in self._files:
             file.check_size()  # the file still its opened size: the gathers below cannot meet a truncated map
