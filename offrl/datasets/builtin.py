@@ -247,7 +247,8 @@ def cache_directory(cache_dir: Optional[str] = None) -> str:
     return os.path.join(base, "offrl", "datasets")
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path: str) -> str:
+    """The SHA-256 hex digest of the file at ``path`` (read in 1 MiB blocks)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -255,7 +256,8 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def _write_atomically(path: str, data: bytes) -> None:
+def write_bytes_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through :func:`offrl._atomic.atomic_write` (all or nothing)."""
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -286,8 +288,8 @@ def build_dataset(name: str, path: str, n_steps: Optional[int] = None) -> str:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     buffer.dump(path)  # atomic (temporary file, then rename)
-    checksum = _sha256(path)
-    _write_atomically(path + ".sha256", f"{checksum}  {os.path.basename(path)}\n".encode())
+    checksum = file_sha256(path)
+    write_bytes_atomically(path + ".sha256", f"{checksum}  {os.path.basename(path)}\n".encode())
     return checksum
 
 
@@ -312,8 +314,8 @@ def _copy_prebuilt(recipe: DatasetRecipe, path: str) -> bool:
         warnings.warn(f"the shipped {source} does not match its reference checksum; building it by its recipe", stacklevel=3)
         return False
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    _write_atomically(path, data)
-    _write_atomically(path + ".sha256", f"{checksum}  {os.path.basename(path)}\n".encode())
+    write_bytes_atomically(path, data)
+    write_bytes_atomically(path + ".sha256", f"{checksum}  {os.path.basename(path)}\n".encode())
     return True
 
 
@@ -323,7 +325,7 @@ def _cached_is_valid(path: str) -> bool:
         return False
     with open(sums) as f:
         expected = f.read().split()[:1]
-    return bool(expected) and _sha256(path) == expected[0]
+    return bool(expected) and file_sha256(path) == expected[0]
 
 
 def get_dataset(name: str, transition_picker: Any = None, trajectory_slicer: Any = None,

@@ -59,7 +59,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .._random import seeded
-from .builtin import _sha256, _write_atomically, cache_directory
+from .builtin import cache_directory, file_sha256, write_bytes_atomically
 
 __all__ = [
     "get_mujoco",
@@ -300,8 +300,8 @@ def build_mujoco_dataset(name: str, path: str, n_steps: Optional[int] = None, sh
     buffer = _build_buffer(env, kind, steps, show_progress, n_jobs)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     buffer.dump(path)
-    checksum = _sha256(path)
-    _write_atomically(path + ".sha256", f"{checksum}  {os.path.basename(path)}\n".encode())
+    checksum = file_sha256(path)
+    write_bytes_atomically(path + ".sha256", f"{checksum}  {os.path.basename(path)}\n".encode())
     return checksum
 
 
@@ -317,7 +317,7 @@ def _cached_is_valid(path: str) -> bool:
         return False
     with open(sums, "rb") as f:
         expected = f.read(200).split()[:1]
-    return bool(expected) and _sha256(path) == expected[0].decode("ascii", "replace")
+    return bool(expected) and file_sha256(path) == expected[0].decode("ascii", "replace")
 
 
 def cache_path(name: str, n_steps: Optional[int] = None, cache_dir: Optional[str] = None) -> str:

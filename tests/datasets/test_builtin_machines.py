@@ -66,4 +66,4 @@ def test_the_quickstart_datasets_are_shipped_files(name):
     """The quickstart trains on the replay datasets: the same file on every
     machine, because it is copied from the package, never rebuilt."""
     path = os.path.join(builtin.PREBUILT_DIRECTORY, f"{name}.h5")
-    assert builtin._sha256(path) == builtin.RECIPES[name].reference_sha256
+    assert builtin.file_sha256(path) == builtin.RECIPES[name].reference_sha256
