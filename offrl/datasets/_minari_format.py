@@ -19,17 +19,17 @@ from ._build import episode_layout
 MAX_DISCRETE_ACTION_SIZE = 2**24
 
 MINARI_LAYOUT_VERSION = "0.5.4"
-_MAIN_FILE = "main_data.hdf5"
-_METADATA_FILE = "metadata.json"
-_MISSING_FINAL = "offrl_final_observation_missing"
-_BEHAVIOUR = "behaviour_probabilities"
+MAIN_FILE = "main_data.hdf5"
+METADATA_FILE = "metadata.json"
+MISSING_FINAL = "offrl_final_observation_missing"
+BEHAVIOUR = "behaviour_probabilities"
 
 PathLike = Union[str, os.PathLike]
 
 
 # --------------------------------------------------------------- spaces
 @dataclasses.dataclass(frozen=True)
-class _Leaf:
+class Leaf:
     """One array-valued part of a space: ``path`` of Dict keys / Tuple
     positions from the top, ``kind`` ``"Box"`` or ``"Discrete"``."""
 
@@ -41,7 +41,7 @@ class _Leaf:
     n: int = 0
 
 
-def _parse_space(value: Any, where: str) -> dict:
+def parse_space(value: Any, where: str) -> dict:
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -52,7 +52,7 @@ def _parse_space(value: Any, where: str) -> dict:
     return value
 
 
-def _leaves(space: dict, where: str, path: tuple = ()) -> list[_Leaf]:
+def space_leaves(space: dict, where: str, path: tuple = ()) -> list[Leaf]:
     """The array leaves of a space, depth first (Dict members in stored order)."""
     kind = space.get("type")
     try:
@@ -60,15 +60,15 @@ def _leaves(space: dict, where: str, path: tuple = ()) -> list[_Leaf]:
             shape = tuple(int(s) for s in space["shape"])
             if any(s < 0 for s in shape):
                 raise ValueError(f"negative shape {shape}")
-            return [_Leaf(path, "Box", shape, np.dtype(space["dtype"]))]
+            return [Leaf(path, "Box", shape, np.dtype(space["dtype"]))]
         if kind == "Discrete":
-            return [_Leaf(path, "Discrete", (), np.dtype(np.int64), int(space.get("start", 0)), int(space["n"]))]
+            return [Leaf(path, "Discrete", (), np.dtype(np.int64), int(space.get("start", 0)), int(space["n"]))]
         if kind == "Tuple":
             return [
-                leaf for i, sub in enumerate(space["subspaces"]) for leaf in _leaves(sub, where, path + (i,))
+                leaf for i, sub in enumerate(space["subspaces"]) for leaf in space_leaves(sub, where, path + (i,))
             ]
         if kind == "Dict":
-            return [leaf for key, sub in space["subspaces"].items() for leaf in _leaves(sub, where, path + (key,))]
+            return [leaf for key, sub in space["subspaces"].items() for leaf in space_leaves(sub, where, path + (key,))]
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ValueError(f"{where}: a {kind} space description is malformed ({type(e).__name__}: {e})") from None
     except RecursionError:
@@ -76,14 +76,14 @@ def _leaves(space: dict, where: str, path: tuple = ()) -> list[_Leaf]:
     raise ValueError(f"{where}: {kind!r} spaces are not supported (Box, Discrete, Tuple and Dict are)")
 
 
-def _leaf_key(leaf: _Leaf) -> str:
+def leaf_key(leaf: Leaf) -> str:
     """A Dict observation leaf's key: its path joined with ``/`` (nested Dicts)."""
     return "/".join(str(p) for p in leaf.path)
 
 
-def _dict_space_of_keys(keys: Sequence[str], shapes: Sequence[tuple], dtypes: Sequence[np.dtype]) -> dict:
+def dict_space_of_keys(keys: Sequence[str], shapes: Sequence[tuple], dtypes: Sequence[np.dtype]) -> dict:
     """A Dict space of unbounded Boxes for dict observation ``keys`` (a key
-    with ``/`` becomes a nested Dict, the inverse of :func:`_leaf_key`)."""
+    with ``/`` becomes a nested Dict, the inverse of :func:`leaf_key`)."""
     root: dict = {"type": "Dict", "subspaces": {}}
     for key, shape, dtype in zip(keys, shapes, dtypes):
         parts = key.split("/")
@@ -95,11 +95,11 @@ def _dict_space_of_keys(keys: Sequence[str], shapes: Sequence[tuple], dtypes: Se
             node = child
         if parts[-1] in node["subspaces"]:
             raise ValueError(f"observation key {key!r} is also the prefix of a nested key")
-        node["subspaces"][parts[-1]] = _unbounded_box(shape, dtype)
+        node["subspaces"][parts[-1]] = unbounded_box(shape, dtype)
     return root
 
 
-def _space_to_dict(space: Any) -> dict:
+def space_to_dict(space: Any) -> dict:
     """A gymnasium space in Minari's JSON layout."""
     from gymnasium import spaces
 
@@ -111,13 +111,13 @@ def _space_to_dict(space: Any) -> dict:
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "dtype": "int64", "start": int(space.start), "n": int(space.n)}
     if isinstance(space, spaces.Tuple):
-        return {"type": "Tuple", "subspaces": [_space_to_dict(s) for s in space.spaces]}
+        return {"type": "Tuple", "subspaces": [space_to_dict(s) for s in space.spaces]}
     if isinstance(space, spaces.Dict):
-        return {"type": "Dict", "subspaces": {k: _space_to_dict(s) for k, s in space.spaces.items()}}
+        return {"type": "Dict", "subspaces": {k: space_to_dict(s) for k, s in space.spaces.items()}}
     raise TypeError(f"cannot write a {type(space).__name__} space: Box, Discrete, Tuple and Dict are supported")
 
 
-def _unbounded_box(shape: Sequence[int], dtype: np.dtype) -> dict:
+def unbounded_box(shape: Sequence[int], dtype: np.dtype) -> dict:
     size = int(np.prod(shape)) if len(shape) else 1
     if np.issubdtype(dtype, np.integer):
         info = np.iinfo(dtype)
@@ -136,20 +136,20 @@ def _default_root() -> pathlib.Path:
     return pathlib.Path(root) if root else pathlib.Path.home() / ".minari" / "datasets"
 
 
-def _data_folder(dataset_id_or_path: PathLike) -> pathlib.Path:
+def data_folder(dataset_id_or_path: PathLike) -> pathlib.Path:
     if not isinstance(dataset_id_or_path, (str, os.PathLike)):
         raise TypeError(f"dataset_id_or_path must be a str or a path, got {type(dataset_id_or_path).__name__}")
     given = pathlib.Path(dataset_id_or_path)
     if given.exists():
         if given.is_file():
-            if given.name in (_METADATA_FILE, _MAIN_FILE):
+            if given.name in (METADATA_FILE, MAIN_FILE):
                 return given.parent
-            raise ValueError(f"{given} is not a Minari dataset: give its folder, its data/ folder or {_MAIN_FILE}")
+            raise ValueError(f"{given} is not a Minari dataset: give its folder, its data/ folder or {MAIN_FILE}")
         for folder in (given, given / "data"):
-            if (folder / _METADATA_FILE).is_file() or (folder / _MAIN_FILE).is_file():
+            if (folder / METADATA_FILE).is_file() or (folder / MAIN_FILE).is_file():
                 return folder
         raise ValueError(
-            f"{given} holds no Minari dataset: found neither data/{_METADATA_FILE} nor data/{_MAIN_FILE} in it"
+            f"{given} holds no Minari dataset: found neither data/{METADATA_FILE} nor data/{MAIN_FILE} in it"
         )
     root = _default_root()
     folder = root / str(dataset_id_or_path) / "data"
@@ -162,8 +162,8 @@ def _data_folder(dataset_id_or_path: PathLike) -> pathlib.Path:
     )
 
 
-def _read_metadata(folder: pathlib.Path) -> tuple[dict, pathlib.Path]:
-    path = folder / _METADATA_FILE
+def read_metadata(folder: pathlib.Path) -> tuple[dict, pathlib.Path]:
+    path = folder / METADATA_FILE
     if path.is_file():
         try:
             with open(path) as f:
@@ -175,7 +175,7 @@ def _read_metadata(folder: pathlib.Path) -> tuple[dict, pathlib.Path]:
         return metadata, path
     import h5py
 
-    path = folder / _MAIN_FILE
+    path = folder / MAIN_FILE
     try:
         with h5py.File(path, "r") as f:  # Minari <= 0.4: metadata as root attributes
             metadata = {k: _attr(v) for k, v in f.attrs.items()}
@@ -247,10 +247,10 @@ class _Episodes:
         if behaviour is not None:
             behaviour = np.asarray(behaviour, dtype=np.float64).reshape(-1)[:n]
             if behaviour.shape[0] != n:
-                raise ValueError(f"{name}: {_BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
+                raise ValueError(f"{name}: {BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
         self.behaviour.append(behaviour)
 
-    def columns(self, hints: _Hints = _Hints()) -> "_Columns":
+    def columns(self, hints: _Hints = _Hints()) -> "Columns":
         """The episodes laid out as store rows (see :func:`episode_layout`)."""
         lengths = np.asarray(self.lengths, dtype=np.int64)
         has_final = np.asarray(self.has_final, dtype=bool)
@@ -271,14 +271,14 @@ class _Episodes:
             behaviour[step_rows] = np.concatenate(
                 [np.full(n, np.nan) if b is None else b for b, n in zip(self.behaviour, lengths)]
             )
-        return _Columns(
+        return Columns(
             self.names, lengths, np.asarray(self.terminated, dtype=bool), has_final,
             [np.concatenate(column) for column in observations], actions, rewards, behaviour,
         )
 
 
 @dataclasses.dataclass
-class _Columns:
+class Columns:
     """Episodes read by a backend, as store rows: ``observations`` and
     ``actions`` hold a final-observation row after each episode with
     ``has_final`` (actions there are placeholders); actions are raw stored
@@ -294,7 +294,7 @@ class _Columns:
     behaviour: Optional[np.ndarray]
 
 
-def _count(value: Any, where: Any, key: str) -> int:
+def stored_count(value: Any, where: Any, key: str) -> int:
     """A stored count (``total_steps``, ``total_episodes``) as an int."""
     if isinstance(value, (np.integer, np.ndarray)) and np.ndim(value) == 0:
         value = value.item()
@@ -311,7 +311,7 @@ def _check_episode(
     returns ``(terminated, has_final)``."""
     if n == 0:
         raise ValueError(f"{name} has no steps")
-    if total_steps is not None and _count(total_steps, name, "total_steps") != n:
+    if total_steps is not None and stored_count(total_steps, name, "total_steps") != n:
         raise ValueError(f"{name} says total_steps={total_steps!r} but holds {n} actions")
     for label, rows in (("rewards", reward_rows), ("terminations", terminations.shape[0]),
                         ("truncations", truncations.shape[0])):
@@ -404,7 +404,7 @@ def _h5_attr(group: Any, name: str) -> Any:
     return out.item() if out.size == 1 else out
 
 
-def _check_leaf_shape(where: str, label: str, leaf: _Leaf, shape: Optional[tuple]) -> None:
+def _check_leaf_shape(where: str, label: str, leaf: Leaf, shape: Optional[tuple]) -> None:
     """The per-step shape stored for ``leaf`` must be the one its space declares."""
     if shape is None:
         raise ValueError(f"{where}: {label} is a scalar, expected one row per step")
@@ -435,9 +435,9 @@ def _h5_open(folder: pathlib.Path) -> tuple[Any, pathlib.Path, list[str]]:
     """``main_data.hdf5`` opened, its path, and its episode groups in id order."""
     import h5py
 
-    path = folder / _MAIN_FILE
+    path = folder / MAIN_FILE
     if not path.is_file():
-        raise ValueError(f"{folder} has data_format 'hdf5' but no {_MAIN_FILE}")
+        raise ValueError(f"{folder} has data_format 'hdf5' but no {MAIN_FILE}")
     try:
         f = h5py.File(path, "r")
     except OSError as e:
@@ -450,7 +450,7 @@ def _h5_open(folder: pathlib.Path) -> tuple[Any, pathlib.Path, list[str]]:
     return f, path, keys
 
 
-def _h5_episode(f: Any, key: str, path: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _H5Episode:
+def _h5_episode(f: Any, key: str, path: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf) -> _H5Episode:
     """The episode group ``key`` checked against Minari's layout and the spaces."""
     from h5py import h5g, h5o
 
@@ -480,22 +480,22 @@ def _h5_episode(f: Any, key: str, path: pathlib.Path, obs_leaves: list[_Leaf], a
         where, n, [o.shape[0] if o.shape else 0 for o in observations], rewards.shape[0] if rewards.shape else 0,
         _h5_all(_h5_dataset(members["terminations"], (), where, "terminations")),
         _h5_all(_h5_dataset(members["truncations"], (), where, "truncations")),
-        bool(_h5_attr(group, _MISSING_FINAL)), _h5_attr(group, "total_steps"),
+        bool(_h5_attr(group, MISSING_FINAL)), _h5_attr(group, "total_steps"),
     )
-    behaviour = _h5_dataset(group, (_BEHAVIOUR,), where, key) if group.links.exists(_BEHAVIOUR.encode()) else None
+    behaviour = _h5_dataset(group, (BEHAVIOUR,), where, key) if group.links.exists(BEHAVIOUR.encode()) else None
     if behaviour is not None and behaviour.shape[0] != n:
-        raise ValueError(f"{where}: {_BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
+        raise ValueError(f"{where}: {BEHAVIOUR} has {behaviour.shape[0]} rows, actions has {n}")
     return _H5Episode(where, n, ended, final, observations, actions, rewards, behaviour)
 
 
-def _h5_hints(episodes: Sequence[_H5Episode], act_leaf: _Leaf) -> _Hints:
+def _h5_hints(episodes: Sequence[_H5Episode], act_leaf: Leaf) -> _Hints:
     return _Hints(
         behaviour=any(e.behaviour is not None for e in episodes),
         float_actions=act_leaf.kind == "Discrete" and any(e.actions.dtype.kind == "f" for e in episodes),
     )
 
 
-def _h5_column_types(first: _H5Episode, act_leaf: _Leaf, hints: _Hints) -> list[tuple[np.dtype, tuple]]:
+def _h5_column_types(first: _H5Episode, act_leaf: Leaf, hints: _Hints) -> list[tuple[np.dtype, tuple]]:
     """``(dtype, per-row shape)`` of the observation columns, then of the
     actions, as read into memory (floats as float32)."""
     out = []
@@ -511,8 +511,8 @@ def _h5_column_types(first: _H5Episode, act_leaf: _Leaf, hints: _Hints) -> list[
 
 
 def _h5_columns(
-    episodes: Sequence[_H5Episode], first: _H5Episode, act_leaf: _Leaf, hints: _Hints,
-) -> _Columns:
+    episodes: Sequence[_H5Episode], first: _H5Episode, act_leaf: Leaf, hints: _Hints,
+) -> Columns:
     """``episodes`` read straight into their rows of new columns (shapes
     checked against the dataset's first episode, ``first``)."""
     lengths = np.asarray([e.n for e in episodes], dtype=np.int64)
@@ -540,14 +540,14 @@ def _h5_columns(
             if episode.behaviour is None:
                 behaviour_out[a : a + n] = np.nan
             else:
-                _h5_read_into(episode.behaviour, behaviour_out[a : a + n], n, where, _BEHAVIOUR)
-    return _Columns(
+                _h5_read_into(episode.behaviour, behaviour_out[a : a + n], n, where, BEHAVIOUR)
+    return Columns(
         [e.where for e in episodes], lengths, np.asarray([e.terminated for e in episodes], dtype=bool), finals,
         observations_out, actions_out, rewards_out, behaviour_out,
     )
 
 
-def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
+def read_hdf5(folder: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf) -> Columns:
     """Two passes over the episode groups: shapes and flags first, then every
     array read straight into its rows of the preallocated columns."""
     f, path, keys = _h5_open(folder)
@@ -559,7 +559,7 @@ def _read_hdf5(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -
         return _h5_columns(episodes, episodes[0], act_leaf, hints)
 
 
-def _h5_check_memory(where: str, what: str, first: _H5Episode, act_leaf: _Leaf, hints: _Hints, rows: int) -> None:
+def _h5_check_memory(where: str, what: str, first: _H5Episode, act_leaf: Leaf, hints: _Hints, rows: int) -> None:
     """The columns of ``rows`` rows shaped like ``first``'s must fit the memory."""
     committed = 0
     for label, dataset in [(f"observations[{k}]", d) for k, d in enumerate(first.observations)] + [
@@ -573,14 +573,14 @@ def _h5_check_memory(where: str, what: str, first: _H5Episode, act_leaf: _Leaf, 
         )
 
 
-class _Hdf5Stream:
+class Hdf5Stream:
     """The HDF5 backend one episode at a time: a light first pass over the
     groups (which episodes log behaviour probabilities, whether Discrete
     actions are stored as floats, how many steps there are), then each
     episode checked and read alone, so only one episode's arrays are ever in
     memory (and the first error found is raised)."""
 
-    def __init__(self, folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf, metadata: dict) -> None:
+    def __init__(self, folder: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf, metadata: dict) -> None:
         from h5py import h5d, h5g, h5o
 
         self.obs_leaves, self.act_leaf = obs_leaves, act_leaf
@@ -590,7 +590,7 @@ class _Hdf5Stream:
             steps = 0
             for key in self.keys:
                 group = h5g.open(self.f.id, key.encode())
-                behaviour |= group.links.exists(_BEHAVIOUR.encode())
+                behaviour |= group.links.exists(BEHAVIOUR.encode())
                 try:  # metadata only: the full checks come when the episode is read
                     actions = h5o.open(group, b"actions")
                     for part in act_leaf.path:
@@ -623,7 +623,7 @@ class _Hdf5Stream:
         self.f.close()
 
 
-def _disk_bytes(rows: int, obs_leaves: list[_Leaf], act_leaf: _Leaf, behaviour: bool) -> int:
+def _disk_bytes(rows: int, obs_leaves: list[Leaf], act_leaf: Leaf, behaviour: bool) -> int:
     """Bytes ``rows`` rows take in a disk dataset, from the spaces: float32
     observations (integers keep the declared type, Discrete ones int64),
     int64 Discrete or float32 Box actions, a float32 reward, a float64
@@ -635,7 +635,7 @@ def _disk_bytes(rows: int, obs_leaves: list[_Leaf], act_leaf: _Leaf, behaviour: 
     return rows * row_bytes
 
 
-def _arrow_values(array: Any, leaf: _Leaf, where: str, label: str) -> np.ndarray:
+def _arrow_values(array: Any, leaf: Leaf, where: str, label: str) -> np.ndarray:
     import pyarrow as pa
 
     for part in leaf.path:
@@ -676,14 +676,14 @@ def _arrow_episode_dirs(folder: pathlib.Path) -> list[str]:
 def _arrow_files(directory: pathlib.Path) -> list[pathlib.Path]:
     files = sorted(
         p for p in directory.iterdir()
-        if p.is_file() and not p.name.startswith(("_", ".")) and p.name != _METADATA_FILE
+        if p.is_file() and not p.name.startswith(("_", ".")) and p.name != METADATA_FILE
     )
     if not files:
         raise ValueError(f"{directory} holds no Arrow file")
     return files
 
 
-def _arrow_episode(episodes: _Episodes, directory: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> None:
+def _arrow_episode(episodes: _Episodes, directory: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf) -> None:
     """Read the episode folder ``directory`` and add it to ``episodes``."""
     pa = _pyarrow()
     where = f"{directory}"
@@ -697,29 +697,29 @@ def _arrow_episode(episodes: _Episodes, directory: pathlib.Path, obs_leaves: lis
         if required not in table.column_names:
             raise ValueError(f"{where} has no {required!r} column")
     meta: Any = {}
-    if (directory / _METADATA_FILE).is_file():
+    if (directory / METADATA_FILE).is_file():
         try:
-            with open(directory / _METADATA_FILE) as f:
+            with open(directory / METADATA_FILE) as f:
                 meta = json.load(f)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{directory / _METADATA_FILE} is not readable JSON: {e}") from None
+            raise ValueError(f"{directory / METADATA_FILE} is not readable JSON: {e}") from None
         if not isinstance(meta, dict):
-            raise ValueError(f"{directory / _METADATA_FILE} does not hold a JSON object")
+            raise ValueError(f"{directory / METADATA_FILE} does not hold a JSON object")
     column = {k: table.column(k).combine_chunks() for k in table.column_names}
     observations = [_arrow_values(column["observations"], leaf, where, "observations") for leaf in obs_leaves]
     rows = len(table)
     actions = _arrow_values(column["actions"], act_leaf, where, "actions")[: rows - 1]
-    behaviour = column[_BEHAVIOUR].to_numpy(zero_copy_only=False)[: rows - 1] if _BEHAVIOUR in column else None
+    behaviour = column[BEHAVIOUR].to_numpy(zero_copy_only=False)[: rows - 1] if BEHAVIOUR in column else None
     episodes.add(
         where, observations, actions,
         column["rewards"].to_numpy(zero_copy_only=False)[: rows - 1],
         column["terminations"].to_numpy(zero_copy_only=False)[: rows - 1],
         column["truncations"].to_numpy(zero_copy_only=False)[: rows - 1],
-        bool(meta.get(_MISSING_FINAL, False)), behaviour, meta.get("total_steps"),
+        bool(meta.get(MISSING_FINAL, False)), behaviour, meta.get("total_steps"),
     )
 
 
-def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) -> _Columns:
+def read_arrow(folder: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf) -> Columns:
     _pyarrow()
     episodes = _Episodes(len(obs_leaves))
     for name in _arrow_episode_dirs(folder):
@@ -727,7 +727,7 @@ def _read_arrow(folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf) 
     return episodes.columns()
 
 
-def _arrow_leaf_dtype(schema: Any, column: str, leaf: _Leaf) -> Optional[np.dtype]:
+def _arrow_leaf_dtype(schema: Any, column: str, leaf: Leaf) -> Optional[np.dtype]:
     """The numpy dtype of ``leaf``'s values in ``column`` of an Arrow schema,
     or None when the schema does not say (the read then refuses it)."""
     import pyarrow as pa
@@ -744,12 +744,12 @@ def _arrow_leaf_dtype(schema: Any, column: str, leaf: _Leaf) -> Optional[np.dtyp
     return dtype if dtype.kind in _safety.NUMERIC_KINDS else None
 
 
-class _ArrowStream:
+class ArrowStream:
     """The Arrow backend one episode at a time: the files' schemas are read
     first (which episodes log behaviour probabilities, whether Discrete
     actions are stored as floats), then each episode folder alone."""
 
-    def __init__(self, folder: pathlib.Path, obs_leaves: list[_Leaf], act_leaf: _Leaf, metadata: dict) -> None:
+    def __init__(self, folder: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf, metadata: dict) -> None:
         pa = _pyarrow()
         self.folder, self.obs_leaves, self.act_leaf = folder, obs_leaves, act_leaf
         self.names = _arrow_episode_dirs(folder)
@@ -761,14 +761,14 @@ class _ArrowStream:
                     schema = pa.ipc.open_file(p).schema
                 except (OSError, pa.ArrowInvalid) as e:
                     raise ValueError(f"{folder / name} holds a file that is not Arrow IPC: {e}") from None
-                behaviour |= _BEHAVIOUR in schema.names
+                behaviour |= BEHAVIOUR in schema.names
                 found = [_arrow_leaf_dtype(schema, "observations", leaf) for leaf in obs_leaves]
                 found.append(_arrow_leaf_dtype(schema, "actions", act_leaf))
                 dtypes = [d if f is None else f if d is None else np.promote_types(d, f) for d, f in zip(dtypes, found)]
         self.hints = _Hints(behaviour, dtypes=tuple(dtypes))
         self.expected_bytes = None
         try:  # from the declared step count, when there is one (a final row at most for each episode)
-            steps = _count(metadata["total_steps"], "", "")
+            steps = stored_count(metadata["total_steps"], "", "")
         except (KeyError, ValueError):
             return
         self.expected_bytes = _disk_bytes(steps + len(self.names), obs_leaves, act_leaf, behaviour)

@@ -50,28 +50,28 @@ from ..dataset.replay_buffer import MDPDataset, ReplayBufferBase
 from ..envs.wrappers import GoalConcatWrapper
 from ._build import dataset_from_rows, episode_layout
 from ._minari_format import (
+    ArrowStream,
+    BEHAVIOUR,
+    Columns,
+    Hdf5Stream,
+    Leaf,
+    MAIN_FILE,
     MAX_DISCRETE_ACTION_SIZE,
+    METADATA_FILE,
     MINARI_LAYOUT_VERSION,
+    MISSING_FINAL,
     PathLike,
-    _ArrowStream,
-    _BEHAVIOUR,
-    _Columns,
-    _Hdf5Stream,
-    _Leaf,
-    _MAIN_FILE,
-    _METADATA_FILE,
-    _MISSING_FINAL,
-    _count,
-    _data_folder,
-    _dict_space_of_keys,
-    _leaf_key,
-    _leaves,
-    _parse_space,
-    _read_arrow,
-    _read_hdf5,
-    _read_metadata,
-    _space_to_dict,
-    _unbounded_box,
+    data_folder,
+    dict_space_of_keys,
+    leaf_key,
+    parse_space,
+    read_arrow,
+    read_hdf5,
+    read_metadata,
+    space_leaves,
+    space_to_dict,
+    stored_count,
+    unbounded_box,
 )
 from .streaming import check_layout
 
@@ -199,7 +199,7 @@ def get_minari(
         Discrete actions become indices ``value - start``.
     """
     disk_layout = check_layout(layout, to is not None)
-    folder = _data_folder(dataset_id_or_path)
+    folder = data_folder(dataset_id_or_path)
     try:
         return _get_minari(folder, transition_picker, trajectory_slicer, render_mode, load_env, to, tuple_observation,
                            disk_layout)
@@ -222,7 +222,7 @@ class _Layout:
     data_format: str
     dict_observations: bool
     obs_leaves: list
-    act_leaf: _Leaf
+    act_leaf: Leaf
     action_space: ActionSpace
     action_size: Optional[int]  # None for Box actions: the width read
     goal_form: Optional[bool] = None  # get_minari's tuple_observation for a goal-conditioned Dict
@@ -234,20 +234,20 @@ def _get_minari(
 ) -> tuple[MDPDataset, Any]:
     if tuple_observation is not None and not isinstance(tuple_observation, (bool, np.bool_)):
         raise TypeError(f"tuple_observation must be None or a bool, got {type(tuple_observation).__name__}")
-    metadata, meta_path = _read_metadata(folder)
+    metadata, meta_path = read_metadata(folder)
     env = _recover_env(metadata.get("env_spec"), render_mode, meta_path) if load_env else None
     spaces = {}
     for key in ("observation_space", "action_space"):
         if key in metadata:
-            spaces[key] = _parse_space(metadata[key], f"{meta_path}: {key}")
+            spaces[key] = parse_space(metadata[key], f"{meta_path}: {key}")
         elif env is not None:
-            spaces[key] = _space_to_dict(getattr(env, key))
+            spaces[key] = space_to_dict(getattr(env, key))
         else:
             raise ValueError(
                 f"{meta_path} has no {key} and no env_spec gymnasium can build here, so the data cannot be decoded"
             )
-    obs_leaves = _leaves(spaces["observation_space"], f"{meta_path}: observation_space")
-    act_leaves = _leaves(spaces["action_space"], f"{meta_path}: action_space")
+    obs_leaves = space_leaves(spaces["observation_space"], f"{meta_path}: observation_space")
+    act_leaves = space_leaves(spaces["action_space"], f"{meta_path}: action_space")
     if len(act_leaves) != 1:
         raise ValueError(
             f"{meta_path}: the action space has {len(act_leaves)} parts; offrl datasets take one Box or Discrete action"
@@ -279,7 +279,7 @@ def _get_minari(
     layout = _Layout(metadata, meta_path, data_format, dict_observations, obs_leaves, act_leaf, space, size, goal_form)
     if to is not None:
         return _stream(folder, layout, to, transition_picker, trajectory_slicer, disk_layout), env
-    read = _read_hdf5 if data_format == "hdf5" else _read_arrow
+    read = read_hdf5 if data_format == "hdf5" else read_arrow
     data = read(folder, obs_leaves, act_leaf)
     _check_totals(layout, data.lengths)
     return _dataset_of_columns(data, layout, transition_picker, trajectory_slicer), env
@@ -288,11 +288,11 @@ def _get_minari(
 def _check_totals(layout: _Layout, lengths: Sequence[int]) -> None:
     metadata, meta_path = layout.metadata, layout.meta_path
     for key, found in (("total_episodes", len(lengths)), ("total_steps", int(np.sum(lengths, dtype=np.int64)))):
-        if key in metadata and _count(metadata[key], meta_path, key) != found:
+        if key in metadata and stored_count(metadata[key], meta_path, key) != found:
             raise ValueError(f"{meta_path} says {key}={metadata[key]!r} but the data holds {found}")
 
 
-def _dataset_of_columns(data: _Columns, layout: _Layout, transition_picker: Any, trajectory_slicer: Any) -> MDPDataset:
+def _dataset_of_columns(data: Columns, layout: _Layout, transition_picker: Any, trajectory_slicer: Any) -> MDPDataset:
     """The dataset of the episodes a backend read: Discrete actions shifted
     to indices and checked, behaviour probabilities checked, Dict
     observations in sorted key order."""
@@ -335,7 +335,7 @@ def _dataset_of_columns(data: _Columns, layout: _Layout, transition_picker: Any,
             row = int(np.argmax(bad))
             e = int(np.searchsorted(starts, row, side="right")) - 1
             raise ValueError(
-                f"{data.names[e]}: {_BEHAVIOUR}[{row - starts[e]}] is {behaviour[row]}, "
+                f"{data.names[e]}: {BEHAVIOUR}[{row - starts[e]}] is {behaviour[row]}, "
                 "expected a probability in (0, 1] (a density > 0 for continuous actions)"
             )
 
@@ -344,7 +344,7 @@ def _dataset_of_columns(data: _Columns, layout: _Layout, transition_picker: Any,
         observations = _goal_observations(observations, layout)
     elif layout.dict_observations:
         # dict observations: stored in sorted key order, keys in the signature
-        leaf_keys = [_leaf_key(leaf) for leaf in layout.obs_leaves]
+        leaf_keys = [leaf_key(leaf) for leaf in layout.obs_leaves]
         order = sorted(range(len(leaf_keys)), key=lambda i: leaf_keys[i])
         observations, keys = [observations[i] for i in order], tuple(leaf_keys[i] for i in order)
     return dataset_from_rows(
@@ -357,7 +357,7 @@ def _goal_observations(columns: list, layout: _Layout) -> list:
     """d3rlpy's goal-conditioned observations from a Dict's leaf columns:
     ``[observation, goal]`` as one column, or the two columns (the goal's
     leaves, a Dict goal's in sorted key order, concatenated)."""
-    by_key = {_leaf_key(leaf): column for leaf, column in zip(layout.obs_leaves, columns)}
+    by_key = {leaf_key(leaf): column for leaf, column in zip(layout.obs_leaves, columns)}
     goal_keys = ["desired_goal"] if "desired_goal" in by_key else sorted(
         k for k in by_key if k.startswith("desired_goal/"))
 
@@ -384,7 +384,7 @@ def _stream(
     appended to a :class:`DiskDatasetWriter`."""
     if not isinstance(to, (str, os.PathLike)):
         raise TypeError(f"to must be a str or a path, got {type(to).__name__}")
-    source_type = _Hdf5Stream if layout.data_format == "hdf5" else _ArrowStream
+    source_type = Hdf5Stream if layout.data_format == "hdf5" else ArrowStream
     source = source_type(folder, layout.obs_leaves, layout.act_leaf, layout.metadata)
     try:
         try:
@@ -421,7 +421,7 @@ def _stream(
 
 
 # --------------------------------------------------------------- writing
-def _nest(leaves: list[_Leaf], values: list[Any]) -> Any:
+def _nest(leaves: list[Leaf], values: list[Any]) -> Any:
     """Leaf values back into the nesting of their space (dicts keyed like it)."""
     if len(leaves) == 1 and leaves[0].path == ():
         return values[0]
@@ -515,33 +515,33 @@ def to_minari(
     if action_space is None and env is not None:
         action_space = env.action_space
     if observation_space is not None:
-        obs_space = _space_to_dict(observation_space)
+        obs_space = space_to_dict(observation_space)
     elif obs_sig.keys is not None:
-        obs_space = _dict_space_of_keys(obs_sig.keys, obs_sig.shape, obs_sig.dtype)
+        obs_space = dict_space_of_keys(obs_sig.keys, obs_sig.shape, obs_sig.dtype)
     elif len(obs_sig.shape) == 1:
-        obs_space = _unbounded_box(obs_sig.shape[0], obs_sig.dtype[0])
+        obs_space = unbounded_box(obs_sig.shape[0], obs_sig.dtype[0])
     else:
-        obs_space = {"type": "Tuple", "subspaces": [_unbounded_box(s, d) for s, d in zip(obs_sig.shape, obs_sig.dtype)]}
+        obs_space = {"type": "Tuple", "subspaces": [unbounded_box(s, d) for s, d in zip(obs_sig.shape, obs_sig.dtype)]}
     discrete = info.action_space == ActionSpace.DISCRETE
     if action_space is not None:
-        act_space = _space_to_dict(action_space)
+        act_space = space_to_dict(action_space)
     elif discrete:
         act_space = {"type": "Discrete", "dtype": "int64", "start": 0, "n": int(info.action_size)}
     else:
-        act_space = _unbounded_box((int(info.action_size),), np.dtype(np.float32))
-    obs_leaves = _leaves(obs_space, "observation_space")
+        act_space = unbounded_box((int(info.action_size),), np.dtype(np.float32))
+    obs_leaves = space_leaves(obs_space, "observation_space")
     if len(obs_leaves) != len(obs_sig.shape):
         raise ValueError(
             f"observation_space has {len(obs_leaves)} parts, the dataset's observations have {len(obs_sig.shape)}"
         )
     if obs_sig.keys is not None:
         # pair each stored column (sorted key order) with its space's leaf by key
-        by_key = {_leaf_key(leaf): leaf for leaf in obs_leaves}
+        by_key = {leaf_key(leaf): leaf for leaf in obs_leaves}
         for key in obs_sig.keys:
             if key not in by_key:
                 raise ValueError(f"observation_space has no key {key!r}: its keys are {sorted(by_key)}")
         obs_leaves = [by_key[key] for key in obs_sig.keys]
-    act_leaves = _leaves(act_space, "action_space")
+    act_leaves = space_leaves(act_space, "action_space")
     if len(act_leaves) != 1 or (act_leaves[0].kind == "Discrete") != discrete:
         raise ValueError(f"action_space {act_space['type']} does not match the dataset's {info.action_space.name} actions")
     act_leaf = act_leaves[0]
@@ -581,7 +581,7 @@ def _swap_into_place(folder: pathlib.Path, final: pathlib.Path) -> None:
 
 
 def _write_minari_folder(
-    folder: pathlib.Path, root: pathlib.Path, episodes: list, obs_leaves: list, act_leaf: _Leaf,
+    folder: pathlib.Path, root: pathlib.Path, episodes: list, obs_leaves: list, act_leaf: Leaf,
     leaves_by_path: dict, discrete: bool, data_format: str, dataset_id: Optional[str], obs_space: dict,
     act_space: dict, env: Any, metadata: Optional[dict],
 ) -> None:
@@ -589,7 +589,7 @@ def _write_minari_folder(
     import h5py
 
     total_steps = 0
-    h5 = h5py.File(folder / _MAIN_FILE, "w", track_order=True) if data_format == "hdf5" else None
+    h5 = h5py.File(folder / MAIN_FILE, "w", track_order=True) if data_format == "hdf5" else None
     try:
         for i, episode in enumerate(episodes):
             obs = episode.observations
@@ -618,21 +618,21 @@ def _write_minari_folder(
             terminations = np.zeros(n, dtype=bool)
             truncations = np.zeros(n, dtype=bool)
             (terminations if episode.terminated else truncations)[-1] = True
-            behaviour = getattr(episode, _BEHAVIOUR, None)
+            behaviour = getattr(episode, BEHAVIOUR, None)
             total_steps += n
             if h5 is not None:
                 group = h5.create_group(f"episode_{i}")
                 group.attrs["id"] = i
                 group.attrs["total_steps"] = n
                 if missing:
-                    group.attrs[_MISSING_FINAL] = True
+                    group.attrs[MISSING_FINAL] = True
                 _write_hdf5_tree(group, "observations", _nest(obs_leaves, full))
                 group.create_dataset("actions", data=actions)
                 group.create_dataset("rewards", data=rewards)
                 group.create_dataset("terminations", data=terminations)
                 group.create_dataset("truncations", data=truncations)
                 if behaviour is not None:
-                    group.create_dataset(_BEHAVIOUR, data=np.asarray(behaviour, dtype=np.float64))
+                    group.create_dataset(BEHAVIOUR, data=np.asarray(behaviour, dtype=np.float64))
             else:
                 _write_arrow_episode(
                     folder / str(i), i, n, missing, _nest(obs_leaves, full), actions, rewards,
@@ -662,14 +662,14 @@ def _write_minari_folder(
         if key in record:
             raise ValueError(f"metadata[{key!r}] is written by to_minari itself")
         record[key] = value
-    with open(folder / _METADATA_FILE, "w") as f:
+    with open(folder / METADATA_FILE, "w") as f:
         json.dump(record, f)
 
 
 def _write_arrow_episode(
     directory: pathlib.Path, episode_id: int, n: int, missing: bool, observations: Any, actions: np.ndarray,
     rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray, behaviour: Any,
-    leaves_by_path: dict, act_leaf: _Leaf,
+    leaves_by_path: dict, act_leaf: Leaf,
 ) -> None:
     try:
         import pyarrow as pa
@@ -686,13 +686,13 @@ def _write_arrow_episode(
         "truncations": pa.array(np.append(truncations, False)),
     }
     if behaviour is not None:
-        columns[_BEHAVIOUR] = pa.array(np.append(np.asarray(behaviour, dtype=np.float64), 1.0))
+        columns[BEHAVIOUR] = pa.array(np.append(np.asarray(behaviour, dtype=np.float64), 1.0))
     batch = pa.RecordBatch.from_pydict(columns)
     with pa.OSFile(str(directory / "part-0.arrow"), "wb") as sink:
         with pa.ipc.new_file(sink, batch.schema) as writer:
             writer.write_batch(batch)
     meta = {"id": episode_id, "total_steps": n}
     if missing:
-        meta[_MISSING_FINAL] = True
-    with open(directory / _METADATA_FILE, "w") as f:
+        meta[MISSING_FINAL] = True
+    with open(directory / METADATA_FILE, "w") as f:
         json.dump(meta, f)
