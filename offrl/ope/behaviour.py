@@ -80,6 +80,7 @@ class BehaviourModel:
         raise NotImplementedError
 
     def logged_probabilities(self, data: LoggedData) -> np.ndarray:
+        """``mu(a_t | s_t)`` of every logged step of ``data``, ``(N,)`` (what the estimators ask a behaviour model)."""
         return self.probabilities(data.observations, data.actions)
 
     def __repr__(self) -> str:
