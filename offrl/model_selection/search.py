@@ -572,9 +572,9 @@ class OfflineSearch:
         (seconds of the rollouts) with an environment, ``rank`` (1 =
         chosen) and ``chosen``.
         """
-        from .study import _optuna
+        from .study import import_optuna
 
-        optuna = _optuna()
+        optuna = import_optuna()
         import pandas  # noqa: F401  (fail before training when missing)
         import torch
 
@@ -717,14 +717,14 @@ def collect(study: Any, space: SearchSpace, select: str, choose_by: str) -> Tupl
     import pandas as pd
     from optuna.trial import TrialState
 
-    from .study import _params
+    from .study import trial_params
 
     rows: List[Dict[str, Any]] = []
     for t in sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)),
                     key=lambda t: t.number):
         if UNUSED in t.user_attrs:
             continue
-        params = space.decode(_params(t))
+        params = space.decode(trial_params(t))
         for candidate in t.user_attrs.get(CANDIDATES, []):
             rows.append({**candidate, "trial": t.number, "state": t.state.name.lower(), "params": params})
     keys = [selection_key(r, select, choose_by) for r in rows]

@@ -52,7 +52,8 @@ UNUSED = "offrl_unused"
 SETUP_WAIT_S = 60.0
 
 
-def _optuna() -> Any:
+def import_optuna() -> Any:
+    """The ``optuna`` module (an ``ImportError`` saying how to install the search extra when it is missing)."""
     try:
         import optuna
     except ImportError:
@@ -78,7 +79,7 @@ def _first_line(error: BaseException) -> str:
 
 def open_storage(storage: Any, heartbeat_interval: int = 10) -> Any:
     """An Optuna storage from None (in memory), a database URL, or a storage object (as is)."""
-    optuna = _optuna()
+    optuna = import_optuna()
     if storage is None:
         return optuna.storages.InMemoryStorage()
     if isinstance(storage, optuna.storages.BaseStorage):
@@ -146,7 +147,7 @@ def open_study(storage: Any, study_name: str, setup: Dict[str, Any], sampler: An
                grid: Optional[Sequence[Dict[str, Any]]]) -> Any:
     """Create the study (recording ``setup`` and enqueueing ``grid``) or
     join it (checking its setup is ``setup``)."""
-    optuna = _optuna()
+    optuna = import_optuna()
     setup = _normalised(setup)
     try:
         study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize", sampler=sampler,
@@ -189,7 +190,8 @@ def _fixed(trial: Any) -> Optional[Dict[str, Any]]:
     return trial.system_attrs.get("fixed_params")
 
 
-def _params(trial: Any) -> Dict[str, Any]:
+def trial_params(trial: Any) -> Dict[str, Any]:
+    """A trial's parameters: the grid point it was enqueued with, else what Optuna sampled."""
     return _fixed(trial) or trial.params
 
 
@@ -197,13 +199,13 @@ def enqueue_missing(study: Any, grid: Sequence[Dict[str, Any]]) -> int:
     """Enqueue the grid points that have no live trial (those whose trials
     failed, at most :data:`MAX_RETRY` times each); returns how many."""
     trials = study.get_trials(deepcopy=False)
-    live = {_key(_params(t)) for t in trials if is_live(t)}
+    live = {_key(trial_params(t)) for t in trials if is_live(t)}
     failures: Dict[str, int] = {}
     from optuna.trial import TrialState
 
     for t in trials:
         if t.state == TrialState.FAIL and UNUSED not in t.user_attrs:
-            failures[_key(_params(t))] = failures.get(_key(_params(t)), 0) + 1
+            failures[_key(trial_params(t))] = failures.get(_key(trial_params(t)), 0) + 1
     added = 0
     for params in grid:
         key = _key(params)
@@ -249,7 +251,7 @@ def unused_reason(study: Any, number: int, params: Dict[str, Any], grid: bool, n
         return "the grid was used up when this trial started (another worker took the last point)"
     key = _key(params)
     for t in trials:
-        if t.number < number and is_live(t) and _key(_params(t)) == key:
+        if t.number < number and is_live(t) and _key(trial_params(t)) == key:
             return f"trial {t.number} has the same parameters"
     if not grid:
         from optuna.trial import TrialState
