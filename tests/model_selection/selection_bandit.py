@@ -43,7 +43,7 @@ class BanditEnv(gymnasium.Env):
 
     def step(self, action):
         reward = float(int(action) == int(self._state[0] > 0))
-        return self._state, reward, True, False, {}
+        return self._state.copy(), reward, True, False, {}
 
 
 def tiny_dqn(**changes: Any) -> DQNConfig:

@@ -101,6 +101,7 @@ def test_a_killed_workers_candidate_is_failed_retried_and_counted_once(tmp_path)
     assert [t.number for t in running] == [1]
     first.send_signal(signal.SIGKILL)  # mid-candidate: trial 1 is scoring its first checkpoint
     first.wait()
+    first.stdout.close()
 
     second = _worker(tmp_path)
     output = second.communicate(timeout=600)[0]
