@@ -47,7 +47,7 @@ from ..algos import LearnableConfig, NonFiniteLossError
 from ..logging import NoopAdapterFactory, create_logger_adapter
 from .scorers import Score, Scorers, has_interval, resolve_scorers
 from .space import SEED, SearchSpace
-from .study import (UNUSED, _no_experimental_notes, budget, enqueue_missing, fail_stale, open_storage, open_study,
+from .study import (UNUSED, no_experimental_notes, budget, enqueue_missing, fail_stale, open_storage, open_study,
                     unused_reason)
 
 __all__ = ["OfflineSearch", "CANDIDATES", "MODEL"]
@@ -186,7 +186,7 @@ class _Worker:
                 progress(finished)
             has_work = waiting > 0 if job.grid is not None else (waiting > 0 or finished + running < job.n_trials)
             if has_work:
-                with _no_experimental_notes():  # Optuna's own heartbeat calls
+                with no_experimental_notes():  # Optuna's own heartbeat calls
                     self.study.optimize(self.objective, n_trials=1, catch=(), gc_after_trial=False)
             elif running > 0:  # another worker's last trials: wait for them to finish, or to go stale and be retried
                 time.sleep(min(2.0, float(job.heartbeat_interval)))

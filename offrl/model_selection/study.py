@@ -40,7 +40,7 @@ import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 __all__ = ["open_storage", "open_study", "MAX_RETRY", "UNUSED", "SETUP", "is_live", "budget", "enqueue_missing",
-           "fail_stale", "unused_reason"]
+           "fail_stale", "unused_reason", "import_optuna", "trial_params", "no_experimental_notes"]
 
 #: retries of a trial whose worker was killed (and re-enqueues of an interrupted grid point)
 MAX_RETRY = 3
@@ -62,7 +62,7 @@ def import_optuna() -> Any:
 
 
 @contextlib.contextmanager
-def _no_experimental_notes() -> Iterator[None]:
+def no_experimental_notes() -> Iterator[None]:
     """Without Optuna's warnings that the heartbeat and its retry callback
     are experimental (they have been since Optuna 2.8)."""
     from optuna.exceptions import ExperimentalWarning
@@ -105,13 +105,13 @@ def open_storage(storage: Any, heartbeat_interval: int = 10) -> Any:
     parameters = inspect.signature(optuna.storages.RDBStorage).parameters
     callback_name = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in parameters \
         else "failed_trial_callback"
-    with _no_experimental_notes():
+    with no_experimental_notes():
         kwargs = {"engine_kwargs": engine_kwargs, "heartbeat_interval": int(heartbeat_interval),
                   "grace_period": 3 * int(heartbeat_interval), callback_name: callback_class(max_retry=MAX_RETRY)}
     last: Optional[BaseException] = None
     for attempt in range(5):  # two workers creating the tables of a new file at once: retry
         try:
-            with _no_experimental_notes():
+            with no_experimental_notes():
                 return optuna.storages.RDBStorage(storage, **kwargs)
         except Exception as e:  # SQLAlchemy's errors, a missing driver (ImportError), a malformed URL
             last = e
@@ -239,7 +239,7 @@ def fail_stale(study: Any, storage: Any) -> None:
 
     interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
     if interval:
-        with _no_experimental_notes():
+        with no_experimental_notes():
             fail_stale_trials(study)
 
 
