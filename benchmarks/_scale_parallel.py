@@ -260,7 +260,7 @@ def run_compile(argv: List[str]) -> None:
 
     import offrl
     import offrl.algos
-    from offrl.algos import graph
+    from offrl.training import graph
     from offrl.constants import ActionSpace
     from offrl.serialization import registered
 

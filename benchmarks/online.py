@@ -397,7 +397,7 @@ def learning_case(backend: str, case: str, seed: int, threads: int, full_budget:
             raise _TargetReached
 
     with contextlib.suppress(_TargetReached):
-        fit = algo.fit_online if not vector_args else functools.partial(lib.algos.online.fit_online, algo)
+        fit = algo.fit_online if not vector_args else functools.partial(lib.training.online.fit_online, algo)
         fit(env, n_steps=n_steps, n_steps_per_epoch=1000, eval_env=eval_env,
             logger_adapter=_EvaluationRecorder(on_evaluation), show_progress=False,
             with_timestamp=False, callback=stop_at_target, **extra, **vector_args)

@@ -18,6 +18,19 @@ def get_rng() -> np.random.Generator:
     return _rng
 
 
+@contextlib.contextmanager
+def using_rng(rng: np.random.Generator) -> Iterator[None]:
+    """Make ``rng`` the generator :func:`get_rng` returns inside the block
+    (a data-parallel rank's own stream), the previous one after it."""
+    global _rng
+    saved = _rng
+    _rng = rng
+    try:
+        yield
+    finally:
+        _rng = saved
+
+
 def seed(n: int) -> None:
     """Seed every random source offrl uses (numpy, Python, torch).
 

@@ -1,4 +1,4 @@
-"""Algorithms: one file each, sharing base.py and training.py."""
+"""Algorithms: one file each, sharing base.py; the loops that run them live in offrl.training."""
 
 from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainStepResult, parse_device
 from .awac import AWAC, AWACConfig
@@ -27,7 +27,7 @@ from .decision_transformer import (
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
 from .tacr import TACR, TACRConfig
 from .fqe import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig  # noqa: F401 (registered; offrl.ope re-exports them)
-from .explorers import (
+from ..training.explorers import (
     AdditiveOU,
     Boltzmann,
     ConstantEpsilonGreedy,
@@ -36,7 +36,7 @@ from .explorers import (
     LinearDecayEpsilonGreedy,
     NormalNoise,
 )
-from .hooks import LinearInterpolationHook, combine_callbacks, set_config, set_learning_rate
+from ..training.hooks import LinearInterpolationHook, combine_callbacks, set_config, set_learning_rate
 from .iql import IQL, IQLConfig
 from .nfq import NFQ, NFQConfig
 from .plas import PLAS, PLASConfig, PLASWithPerturbation, PLASWithPerturbationConfig

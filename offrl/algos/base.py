@@ -56,10 +56,11 @@ from ..dataset.writer import BasicWriterPreprocess
 from ..export import save_policy as export_policy
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
 from ..serialization import algo_from_params_json, load_state_into, save_learnable, saved_observation_keys
-from . import distributed, graph, online, training
+from ..training import distributed, graph, online
+from ..training import fit as training
 from .config import LearnableConfig, check_enable_ddp, check_instance, check_positive_int, check_positive_number
-from .device import DeviceArg, parse_device
-from .training import NonFiniteLossError, TrainStepResult
+from ..training.device import DeviceArg, parse_device
+from ..training.fit import NonFiniteLossError, TrainStepResult
 
 __all__ = [
     "LearnableConfig",
@@ -158,13 +159,13 @@ class QLearningAlgoBase:
     @property
     def compiled(self) -> bool:
         """d3rlpy 2.8's flag: whether the update step runs compiled
-        (``compile_graph=True`` and compiling worked; see :mod:`offrl.algos.graph`)."""
+        (``compile_graph=True`` and compiling worked; see :mod:`offrl.training.graph`)."""
         return getattr(self, "_compiled_for", None) is self._nets and getattr(self, "_update_fn", None) is not None \
             and getattr(self._update_fn, "__func__", None) is None
 
     @property
     def enable_ddp(self) -> bool:
-        """Whether ``fit`` trains data-parallel (see :mod:`offrl.algos.distributed`)."""
+        """Whether ``fit`` trains data-parallel (see :mod:`offrl.training.distributed`)."""
         return getattr(self, "_enable_ddp", False)
 
     # ------------------------------------------------------- scikit-learn
@@ -199,6 +200,18 @@ class QLearningAlgoBase:
         self._config = config
         self._reset_state()
         return self
+
+    def update_config(self, **changes: Any) -> LearnableConfig:
+        """Replace the config by a validated copy with ``changes`` applied,
+        keeping the built networks, optimizers and fitted scalers (for fields
+        read during updates, such as ``gamma`` or ``tau``; a hook's seam,
+        see :class:`offrl.algos.set_config`); returns the new config."""
+        names = {f.name for f in dataclasses.fields(self._config)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ValueError(f"{type(self._config).__name__} has no field {unknown[0]!r}")
+        self._config = dataclasses.replace(self._config, **changes)
+        return self._config
 
     # ---------------------------------------------------------- properties
     @property
@@ -703,7 +716,7 @@ class QLearningAlgoBase:
             epoch_callback: Optional[Callable[..., None]] = None,
             resume_from: Any = None) -> List[Tuple[int, Dict[str, float]]]:
         """Train on ``dataset`` for ``n_steps`` gradient steps; returns
-        ``[(epoch, metrics), ...]``. See :func:`offrl.algos.training.fitter`."""
+        ``[(epoch, metrics), ...]``. See :func:`offrl.training.fit.fitter`."""
         return list(self.fitter(dataset, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
                                 with_timestamp, logger_adapter, show_progress, save_interval, evaluators, callback,
                                 epoch_callback, resume_from=resume_from))
@@ -737,7 +750,7 @@ class QLearningAlgoBase:
         (``n_updates`` updates per vector step); returns ``[(epoch, metrics),
         ...]``. ``seed`` seeds the first reset (environment ``i`` of a vector
         env with ``seed + i``); None draws it from offrl's generator. See
-        :func:`offrl.algos.online.fit_online`."""
+        :func:`offrl.training.online.fit_online`."""
         return online.fit_online(self, env, buffer, explorer, n_steps, n_steps_per_epoch, update_interval,
                                  update_start_step, random_steps, eval_env, eval_epsilon, save_interval,
                                  experiment_name, with_timestamp, logger_adapter, show_progress, callback, n_updates,
@@ -749,7 +762,7 @@ class QLearningAlgoBase:
         """Act in ``env`` (or a vectorised env) for ``n_steps`` steps, writing
         them into ``buffer``; returns the buffer. ``seed`` seeds the first
         reset (environment ``i`` of a vector env with ``seed + i``); None
-        draws it from offrl's generator. See :func:`offrl.algos.online.collect`."""
+        draws it from offrl's generator. See :func:`offrl.training.online.collect`."""
         return online.collect(self, env, buffer, explorer, deterministic, n_steps, show_progress, seed=seed)
 
     # ---------------------------------------------------- saving / loading

@@ -148,7 +148,7 @@ def check_enable_ddp(enable_ddp: Any, device: Any = None) -> bool:
     """d3rlpy's ``enable_ddp`` flag, checked: ``True`` needs a
     ``torch.distributed`` process group, the script's own or one initialised
     here from ``torchrun``'s environment (gloo on CPU, NCCL on CUDA; see
-    :mod:`offrl.algos.distributed`). Outside torchrun it raises
+    :mod:`offrl.training.distributed`). Outside torchrun it raises
     ``ValueError`` saying how to launch. Returns the flag."""
     if not isinstance(enable_ddp, (bool, np.bool_)):
         raise TypeError(f"enable_ddp must be a bool, got {type(enable_ddp).__name__}")
@@ -156,7 +156,7 @@ def check_enable_ddp(enable_ddp: Any, device: Any = None) -> bool:
         return False
     import torch
 
-    from .distributed import ensure_process_group
+    from ..training.distributed import ensure_process_group
 
     ensure_process_group(device if isinstance(device, torch.device) else torch.device("cpu"))
     return True
@@ -199,7 +199,7 @@ class LearnableConfig(D3rlpySerializable, Serializable):
         """The algorithm configured by this config, on ``device``.
 
         ``enable_ddp=True`` (d3rlpy's data-parallel flag) trains data-parallel
-        under ``torchrun`` (see :mod:`offrl.algos.distributed`); outside it, a
+        under ``torchrun`` (see :mod:`offrl.training.distributed`); outside it, a
         ``ValueError`` says how to launch. ``compile_graph=True`` compiles the
         networks of the update step with ``torch.compile`` at the first
         training step (falling back to eager with one warning).

@@ -63,7 +63,7 @@ import torch.nn.functional as F
 
 from ._common import freeze, hard_update, soft_update, td_target
 from .base import DeviceArg, QLearningAlgoBase, normalise_shape
-from .training import prepare_algorithm
+from ..training.fit import prepare_algorithm
 from .fqe_diagnostics import (CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW, OFF_SUPPORT_WARN, RESIDUAL_GROWTH,
                               ConvergenceDiagnostic, PolicyValueEstimate, _bootstrap_interval, _check_convergence_args,
                               _ConvergenceMonitor, _not_settled_message, _slice_observations, heldout_split,

@@ -48,7 +48,7 @@ from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
 from .td3_plus_bc import TD3PlusBC
-from .training import prepare_algorithm
+from ..training.fit import prepare_algorithm
 
 __all__ = ["PRDCConfig", "PRDC"]
 

@@ -167,7 +167,7 @@ def _scripted_recipe(controller: Callable[[], _ScriptedPolicy], noise: Callable[
 
 def _cartpole_replay(env: Any, n_steps: int) -> Any:
     from ..algos import DQNConfig
-    from ..algos.explorers import LinearDecayEpsilonGreedy
+    from ..training.explorers import LinearDecayEpsilonGreedy
     from ..dataset import create_infinite_replay_buffer
     from ..logging import NoopAdapterFactory
 
@@ -193,7 +193,7 @@ def _pendulum_replay(env: Any, n_steps: int) -> Any:
 
 def _epsilon(epsilon: float) -> Callable[[], Any]:
     def make() -> Any:
-        from ..algos.explorers import ConstantEpsilonGreedy
+        from ..training.explorers import ConstantEpsilonGreedy
 
         return ConstantEpsilonGreedy(epsilon)
 
@@ -202,7 +202,7 @@ def _epsilon(epsilon: float) -> Callable[[], Any]:
 
 def _normal(std: float) -> Callable[[], Any]:
     def make() -> Any:
-        from ..algos.explorers import NormalNoise
+        from ..training.explorers import NormalNoise
 
         return NormalNoise(mean=0.0, std=std)
 

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..algos.device import DeviceArg, parse_device
+from ..training.device import DeviceArg, parse_device
 from ..models.encoders import (DefaultEncoderFactory, EncoderFactory, VectorEncoder, VectorEncoderWithAction,
                                compute_output_size)
 from ..models.layers import Linear, linear, linear_backward

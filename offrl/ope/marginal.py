@@ -59,7 +59,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ..algos.device import DeviceArg, parse_device
+from ..training.device import DeviceArg, parse_device
 from . import importance
 from ._logged import logged_data
 from ._policies import (

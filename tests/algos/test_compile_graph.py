@@ -14,7 +14,7 @@ import torch
 
 import offrl
 import offrl.algos
-from offrl.algos import graph
+from offrl.training import graph
 from offrl.constants import ActionSpace
 from offrl.logging import NoopAdapterFactory
 from offrl.serialization import registered

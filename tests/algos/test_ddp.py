@@ -16,7 +16,7 @@ import torch
 
 import offrl
 from offrl.algos import DQNConfig
-from offrl.algos import distributed
+from offrl.training import distributed
 from offrl.logging import NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
 
@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent('''
     import os, sys
     import numpy as np, torch, offrl
     from offrl.algos import DQNConfig
-    from offrl.algos.distributed import global_batches
+    from offrl.training.distributed import global_batches
     from offrl.logging import FileAdapterFactory, NoopAdapterFactory
     from offrl.models import VectorEncoderFactory
 
@@ -211,7 +211,7 @@ DISK_SCRIPT = textwrap.dedent('''
     import json, os, sys
     import numpy as np, torch, offrl
     from offrl.algos import DQNConfig
-    from offrl.algos import distributed
+    from offrl.training import distributed
     from offrl.dataset import DiskStore, ReplayBuffer
     from offrl.logging import NoopAdapterFactory
     from offrl.models import VectorEncoderFactory

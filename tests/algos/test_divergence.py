@@ -12,7 +12,7 @@ import torch
 
 import offrl
 from offrl.algos import DQNConfig, NonFiniteLossError, SACConfig
-from offrl.algos.checkpoint import non_finite_weights
+from offrl.training.checkpoint import non_finite_weights
 from offrl.logging import FileAdapterFactory, NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
 

@@ -21,7 +21,7 @@ from offrl.algos import (
     NormalNoise,
     SACConfig,
 )
-from offrl.algos.explorers import action_values, check_explorer, inverse_cdf
+from offrl.training.explorers import action_values, check_explorer, inverse_cdf
 from offrl.constants import ActionSpace
 from offrl.logging import NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
@@ -282,7 +282,7 @@ def test_noise_is_clipped_to_the_environments_bounds_in_collect():
     silently halve the range; collect binds the explorer to the env."""
     import gymnasium as gym
 
-    from offrl.algos.explorers import NormalNoise
+    from offrl.training.explorers import NormalNoise
     from offrl.datasets.builtin import PendulumController
 
     env = gym.make("Pendulum-v1")

@@ -1,5 +1,5 @@
 """``algo.collect`` / ``algo.fit_online`` pass ``seed``, ``n_updates`` and
-vector environments through to :mod:`offrl.algos.online`: the method and the
+vector environments through to :mod:`offrl.training.online`: the method and the
 module function give exactly the same data (and, for fit_online, the same
 weights and number of updates)."""
 
@@ -12,7 +12,8 @@ import torch
 from gymnasium.vector import SyncVectorEnv
 
 import offrl
-from offrl.algos import ConstantEpsilonGreedy, DQNConfig, online
+from offrl.algos import ConstantEpsilonGreedy, DQNConfig
+from offrl.training import online
 from offrl.dataset import create_fifo_replay_buffer
 from offrl.logging import NoopAdapterFactory
 from offrl.models import VectorEncoderFactory

@@ -19,7 +19,7 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 import offrl
 from offrl.algos import (AdditiveOU, ConstantEpsilonGreedy, DiscreteRandomPolicyConfig, DQNConfig, NormalNoise,
                          SACConfig)
-from offrl.algos.online import collect as collect_fn
+from offrl.training.online import collect as collect_fn
 from offrl.dataset import create_fifo_replay_buffer, create_infinite_replay_buffer
 from offrl.logging import NoopAdapterFactory
 from offrl.metrics import EnvironmentEvaluator
@@ -259,7 +259,7 @@ def test_random_steps_per_environment_match_separate_runs(kind):
     algo = small_sac()
     env = vector_env(kind, n, continuous=True)
     buffer = create_infinite_replay_buffer(env=KnownEnds(continuous=True))
-    offrl.algos.online.fit_online(algo, env, buffer=buffer, n_steps=20, n_steps_per_epoch=20, random_steps=20,
+    offrl.training.online.fit_online(algo, env, buffer=buffer, n_steps=20, n_steps_per_epoch=20, random_steps=20,
                                   update_start_step=19, logger_adapter=NOOP, show_progress=False, seed=3)
     per_env = episodes_by_env(buffer)
     written = [sum(len(e.actions) for e in per_env[i]) for i in range(n)]
@@ -316,7 +316,7 @@ def test_fit_online_trains_dqn_and_logs_per_environment_returns(kind):
     algo = small_dqn()
     env = vector_env(kind, 3)
     buffer = create_infinite_replay_buffer(env=KnownEnds())
-    results = offrl.algos.online.fit_online(algo, env, buffer=buffer, explorer=ConstantEpsilonGreedy(0.3), n_steps=60,
+    results = offrl.training.online.fit_online(algo, env, buffer=buffer, explorer=ConstantEpsilonGreedy(0.3), n_steps=60,
                                             n_steps_per_epoch=30, logger_adapter=NOOP, show_progress=False,
                                             eval_env=vector_env(kind, 2), eval_n_trials=3)
     assert buffer.transition_count == 60
@@ -331,7 +331,7 @@ def test_fit_online_trains_dqn_and_logs_per_environment_returns(kind):
 def test_per_environment_returns_are_exact_per_epoch():
     env = vector_env("list", 2)  # env 0: (3 terminated, 2 truncated), env 1: (1 truncated, 4 terminated)
     algo = small_dqn()
-    results = offrl.algos.online.fit_online(algo, env, n_steps=20, n_steps_per_epoch=10, logger_adapter=NOOP,
+    results = offrl.training.online.fit_online(algo, env, n_steps=20, n_steps_per_epoch=10, logger_adapter=NOOP,
                                             show_progress=False)
     # 5 vector steps an epoch. env 0 ends at its steps 3, 5 | 8, 10; env 1 at 1, 5 | 6, 10
     r = lambda i, e, length: sum(100 * i + 10 * e + t + 1 for t in range(length))  # noqa: E731
@@ -349,7 +349,7 @@ def test_update_schedule_counts_vector_steps(update_interval, n_updates, update_
     buffer = create_infinite_replay_buffer(env=KnownEnds())
     collect_fn(DiscreteRandomPolicyConfig().create(), [KnownEnds()], buffer=buffer, n_steps=30, show_progress=False)
     algo = small_dqn()  # the buffer holds more than a batch: every scheduled vector step updates
-    offrl.algos.online.fit_online(algo, env, buffer=buffer, n_steps=40, n_steps_per_epoch=20,
+    offrl.training.online.fit_online(algo, env, buffer=buffer, n_steps=40, n_steps_per_epoch=20,
                                   update_interval=update_interval, n_updates=n_updates,
                                   update_start_step=update_start_step, logger_adapter=NOOP, show_progress=False)
     # 10 vector steps of 4 transitions each; after vector step v, 4 v transitions
@@ -362,7 +362,7 @@ def test_fit_online_trains_sac_with_per_environment_noise(kind):
     offrl.seed(1)
     algo = small_sac()
     env = vector_env(kind, 3, continuous=True)
-    results = offrl.algos.online.fit_online(algo, env, explorer=NormalNoise(std=0.2), n_steps=45, n_steps_per_epoch=45,
+    results = offrl.training.online.fit_online(algo, env, explorer=NormalNoise(std=0.2), n_steps=45, n_steps_per_epoch=45,
                                             logger_adapter=NOOP, show_progress=False)
     assert algo.grad_step > 0
     assert all(np.isfinite(v) for v in results[0][1].values())
@@ -592,7 +592,7 @@ def test_fifo_buffer_and_vector_env_spaces_build_the_algorithm(kind):
     algo = small_dqn()
     env = vector_env(kind, 2)
     buffer = create_fifo_replay_buffer(limit=50, env=KnownEnds())
-    offrl.algos.online.fit_online(algo, env, buffer=buffer, n_steps=30, n_steps_per_epoch=30, logger_adapter=NOOP,
+    offrl.training.online.fit_online(algo, env, buffer=buffer, n_steps=30, n_steps_per_epoch=30, logger_adapter=NOOP,
                                   show_progress=False)
     assert algo.observation_shape == (4,) and algo.action_size == 3
     assert buffer.transition_count == 30

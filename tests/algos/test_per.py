@@ -13,7 +13,7 @@ import torch
 import offrl
 from hand_losses import discrete_batch, huber, quantile_huber_per_sample
 from offrl.algos import DiscreteBCConfig, DiscreteCQLConfig, DoubleDQNConfig, DQNConfig
-from offrl.algos.training import train_step
+from offrl.training.fit import train_step
 from offrl.dataset import MDPDataset, PrioritizedReplayBuffer
 from offrl.logging import NoopAdapterFactory
 from offrl.models import MeanQFunctionFactory, QRQFunctionFactory, VectorEncoderFactory

@@ -15,7 +15,7 @@ import torch
 import offrl
 from offrl._model_file import read_payload, write_payload
 from offrl.algos import DQNConfig, SACConfig
-from offrl.algos.checkpoint import CHECKPOINT_NAME
+from offrl.training.checkpoint import CHECKPOINT_NAME
 from offrl.logging import FileAdapterFactory, NoopAdapterFactory
 from offrl.models import VectorEncoderFactory
 from offrl.optimizers import AdamWFactory, CosineAnnealingLRFactory

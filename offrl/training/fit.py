@@ -11,7 +11,7 @@ infinite weights is ever written; after a :class:`NonFiniteLossError` the
 algorithm is rolled back to its last finite state (the end of the last good
 epoch, or the start of the run). At each epoch end of a run logged to files,
 ``checkpoint.d3`` records everything ``fit(..., resume_from=...)`` needs to
-continue the run exactly (see :mod:`offrl.algos.checkpoint`).
+continue the run exactly (see :mod:`offrl.training.checkpoint`).
 """
 
 from __future__ import annotations

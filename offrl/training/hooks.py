@@ -68,13 +68,13 @@ class LinearInterpolationHook:
 
 class set_learning_rate:
     """Setter of the learning rate of one optimizer (by name, e.g.
-    ``"critic_optim"``; see ``algo._optims``) or, by default, of all of them."""
+    ``"critic_optim"``; see ``algo.optimizers``) or, by default, of all of them."""
 
     def __init__(self, optimizer: Optional[str] = None) -> None:
         self.optimizer = optimizer
 
     def __call__(self, algo: Any, step: int, value: float) -> None:
-        optims = algo._optims
+        optims = algo.optimizers
         if self.optimizer is not None:
             if self.optimizer not in optims:
                 raise ValueError(f"{type(algo).__name__} has no optimizer {self.optimizer!r}; it has {sorted(optims)}")
@@ -107,7 +107,7 @@ class set_config:
         current = getattr(config, self.name)
         if isinstance(current, int) and not isinstance(current, bool):
             value = int(round(value))
-        algo._config = dataclasses.replace(config, **{self.name: value})
+        algo.update_config(**{self.name: value})
 
     def __repr__(self) -> str:
         return f"set_config({self.name!r})"

@@ -26,7 +26,7 @@ Vectorised environments: ``env`` may be a ``gymnasium.vector`` environment
 or DISABLED) or a list of environments with the same spaces (reset here as
 soon as an episode ends). Each vector step makes one batched policy (or
 explorer) call for all the environments; an explorer with ``sample_envs``
-explores each environment independently (see ``offrl.algos.explorers``).
+explores each environment independently (see ``offrl.training.explorers``).
 Each environment's episode is kept apart and written into the buffer whole
 when it ends, with the true final observation on truncation (NEXT_STEP: the
 observation returned with the ending, and the reset step that follows
@@ -76,7 +76,7 @@ from ..dataset.writer import BasicWriterPreprocess
 from ..logging import FileAdapterFactory, create_logger_adapter
 from ..metrics.utility import rollout_returns
 from .checkpoint import StateGuard
-from .training import (LossTracker, NonFiniteLossError, check_priority_support, end_epoch,
+from .fit import (LossTracker, NonFiniteLossError, check_priority_support, end_epoch,
                        experiment_directory_name, rolled_back, train_step, write_metrics)
 
 __all__ = ["fit_online", "collect"]

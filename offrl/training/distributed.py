@@ -66,9 +66,8 @@ import datetime
 import os
 import socket
 import sys
-from typing import Any, Iterator, List, Sequence
+from typing import Any, List, Sequence
 
-import contextlib
 
 import numpy as np
 import torch
@@ -394,14 +393,7 @@ def shard(dataset: Any) -> Shard:
     return Shard(dataset._subset(indices), rank, world)
 
 
-@contextlib.contextmanager
-def _using(rng: np.random.Generator) -> Iterator[None]:
-    saved = _random._rng
-    _random._rng = rng
-    try:
-        yield
-    finally:
-        _random._rng = saved
+_using = _random.using_rng
 
 
 def _slice_rows(batch: Any, start: int, stop: int) -> Any:

@@ -1,0 +1,75 @@
+"""The shipped locomotion behaviour policies against their cards.
+
+On another CPU the float32 products of the behaviour policies round
+differently and the simulation is chaotic, so a rebuilt dataset has other
+episodes; what must hold is the policies' quality. Each check builds a short
+version of a dataset on this machine and compares its mean episode return
+with the mean of the full default build recorded in the card
+(``offrl/datasets/behaviour/reference.json``): within 4 standard errors of the
+short build's episodes, plus 2 % of the random-to-expert range (the stated
+tolerance). ``hopper`` runs in the default suite; the other two are ``slow``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mujoco", reason="the locomotion datasets need MuJoCo (pip install 'offrl[mujoco]')")
+
+from offrl import _scores  # noqa: E402
+from offrl.datasets import mujoco  # noqa: E402
+
+FIGURES = _scores.reference_figures()
+SHORT_STEPS = {"expert": 8_000, "medium": 8_000, "random": 4_000}
+
+
+@pytest.fixture(autouse=True)
+def four_environments(monkeypatch):
+    """Four environments in lockstep (the recipe uses 16), so a short build
+    holds whole 1,000-step episodes."""
+    monkeypatch.setattr(mujoco, "N_BUILD_ENVS", 4)
+
+
+def _check(name: str, n_steps: int) -> None:
+    env = name.split("-", 1)[0]
+    card = FIGURES["datasets"][name]["episode_return"]
+    low, high = FIGURES["returns"][env]
+    buffer = mujoco._build_buffer(env, name.split("-", 1)[1].rsplit("-", 1)[0], n_steps, show_progress=False, n_jobs=1)
+    # whole episodes only: the ones the step budget cut short have lower returns by construction
+    returns = np.array([float(e.rewards.sum()) for e in buffer.episodes if e.terminated or len(e.rewards) == 1000])
+    assert len(returns) >= 4, f"{name}: only {len(returns)} whole episodes in {n_steps} steps"
+    tolerance = 4 * returns.std() / math.sqrt(len(returns)) + 0.02 * (high - low)
+    assert abs(returns.mean() - card["mean"]) <= tolerance, (
+        f"{name}: short build mean {returns.mean():.1f} over {len(returns)} episodes, card {card['mean']:.1f} "
+        f"(tolerance {tolerance:.1f})"
+    )
+
+
+def test_the_behaviour_files_are_small_and_named_in_the_record():
+    for env in mujoco.ENV_IDS:
+        facts = mujoco.behaviour_facts(env)
+        size = os.path.getsize(os.path.join(mujoco.BEHAVIOUR_DIRECTORY, f"{env}.safetensors"))
+        assert size < 4_000_000
+        from safetensors import safe_open
+
+        with safe_open(os.path.join(mujoco.BEHAVIOUR_DIRECTORY, f"{env}.safetensors"), framework="np") as f:
+            snapshots = {key.split(".", 1)[0] for key in f.keys()}
+        assert snapshots == {facts["expert"], facts["medium"], *facts["replay"]}
+        low, high = FIGURES["returns"][env]
+        assert high > low
+
+
+@pytest.mark.parametrize("kind", ["expert", "medium", "random"])
+def test_hopper_short_builds_match_the_card(kind):
+    _check(f"hopper-{kind}-v0", SHORT_STEPS[kind])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ["halfcheetah", "walker2d"])
+@pytest.mark.parametrize("kind", ["expert", "medium", "random"])
+def test_short_builds_match_the_card(env, kind):
+    _check(f"{env}-{kind}-v0", SHORT_STEPS[kind])
