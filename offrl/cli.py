@@ -347,7 +347,7 @@ def _launch_nproc(args: argparse.Namespace) -> int:
 
 def _cmd_fit(args: argparse.Namespace) -> int:
     from ._atomic import remove_stale_temporaries
-    from .algos import distributed
+    from .training import distributed
     from ._random import seed as seed_everything
     from .algos.registry import resolve_algorithm
     from .logging import FileAdapterFactory

@@ -61,6 +61,7 @@ from ..training import fit as training
 from .config import LearnableConfig, check_enable_ddp, check_instance, check_positive_int, check_positive_number
 from ..training.device import DeviceArg, parse_device
 from ..training.fit import NonFiniteLossError, TrainStepResult
+from ..training.options import FitOptions
 
 __all__ = [
     "LearnableConfig",
@@ -717,9 +718,11 @@ class QLearningAlgoBase:
             resume_from: Any = None) -> List[Tuple[int, Dict[str, float]]]:
         """Train on ``dataset`` for ``n_steps`` gradient steps; returns
         ``[(epoch, metrics), ...]``. See :func:`offrl.training.fit.fitter`."""
-        return list(self.fitter(dataset, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
-                                with_timestamp, logger_adapter, show_progress, save_interval, evaluators, callback,
-                                epoch_callback, resume_from=resume_from))
+        return list(self.fitter(dataset, n_steps, n_steps_per_epoch=n_steps_per_epoch, logging_steps=logging_steps,
+                                logging_strategy=logging_strategy, experiment_name=experiment_name,
+                                with_timestamp=with_timestamp, logger_adapter=logger_adapter, show_progress=show_progress,
+                                save_interval=save_interval, evaluators=evaluators, callback=callback,
+                                epoch_callback=epoch_callback, resume_from=resume_from))
 
     def fitter(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, logging_steps: int = 500,
                logging_strategy: Any = "epoch", experiment_name: Optional[str] = None, with_timestamp: bool = True,
@@ -734,9 +737,12 @@ class QLearningAlgoBase:
                 f"{type(self).__name__} cannot be trained; build it with build_with_dataset, "
                 "build_with_env or create_impl and use it to act"
             )
-        return training.fitter(self, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp,
-                               logger_adapter, show_progress, save_interval, evaluators, callback, epoch_callback,
-                               logging_steps=logging_steps, logging_strategy=logging_strategy, resume_from=resume_from)
+        return training.run(self, dataset, FitOptions(
+            n_steps=n_steps, n_steps_per_epoch=n_steps_per_epoch, logging_steps=logging_steps,
+            logging_strategy=logging_strategy, experiment_name=experiment_name, with_timestamp=with_timestamp,
+            logger_adapter=logger_adapter, show_progress=show_progress, save_interval=save_interval,
+            evaluators=evaluators, callback=callback, epoch_callback=epoch_callback, resume_from=resume_from,
+        ))
 
     def fit_online(self, env: Any, buffer: Any = None, explorer: Any = None, n_steps: int = 1000000,
                    n_steps_per_epoch: int = 10000, update_interval: int = 1, n_updates: int = 1,
@@ -751,11 +757,14 @@ class QLearningAlgoBase:
         ...]``. ``seed`` seeds the first reset (environment ``i`` of a vector
         env with ``seed + i``); None draws it from offrl's generator. See
         :func:`offrl.training.online.fit_online`."""
-        return online.fit_online(self, env, buffer, explorer, n_steps, n_steps_per_epoch, update_interval,
-                                 update_start_step, random_steps, eval_env, eval_epsilon, save_interval,
-                                 experiment_name, with_timestamp, logger_adapter, show_progress, callback, n_updates,
-                                 eval_n_trials, epoch_callback, seed=seed, logging_steps=logging_steps,
-                                 logging_strategy=logging_strategy)
+        return online.run_online(self, env, buffer, explorer, FitOptions(
+            n_steps=n_steps, n_steps_per_epoch=n_steps_per_epoch, update_interval=update_interval, n_updates=n_updates,
+            update_start_step=update_start_step, random_steps=random_steps, eval_env=eval_env,
+            eval_epsilon=eval_epsilon, eval_n_trials=eval_n_trials, save_interval=save_interval,
+            experiment_name=experiment_name, with_timestamp=with_timestamp, logging_steps=logging_steps,
+            logging_strategy=logging_strategy, logger_adapter=logger_adapter, show_progress=show_progress,
+            callback=callback, epoch_callback=epoch_callback, seed=seed,
+        ))
 
     def collect(self, env: Any, buffer: Any = None, explorer: Any = None, deterministic: bool = False,
                 n_steps: int = 1000000, show_progress: bool = True, seed: Optional[int] = None) -> Any:

@@ -552,9 +552,11 @@ class FQE(QLearningAlgoBase):
                 relative projected drift, that count as settled (default
                 0.03).
         """
-        return list(self.fitter(dataset, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
-                                with_timestamp, logger_adapter, show_progress, save_interval, evaluators, callback,
-                                epoch_callback, scorers, early_stopping=early_stopping,
+        return list(self.fitter(dataset, n_steps, n_steps_per_epoch=n_steps_per_epoch, logging_steps=logging_steps,
+                                logging_strategy=logging_strategy, experiment_name=experiment_name,
+                                with_timestamp=with_timestamp, logger_adapter=logger_adapter, show_progress=show_progress,
+                                save_interval=save_interval, evaluators=evaluators, callback=callback,
+                                epoch_callback=epoch_callback, scorers=scorers, early_stopping=early_stopping,
                                 holdout_fraction=holdout_fraction, convergence_window=convergence_window,
                                 convergence_tolerance=convergence_tolerance))
 
@@ -579,9 +581,11 @@ class FQE(QLearningAlgoBase):
         self._convergence = None
         # the user's evaluators score the dataset they gave, held-out episodes included
         given = {name: _on_dataset(evaluator, dataset) for name, evaluator in (evaluators or {}).items()}
-        inner = super().fitter(train, n_steps, n_steps_per_epoch, logging_steps, logging_strategy, experiment_name,
-                               with_timestamp, logger_adapter, show_progress, save_interval,
-                               {**given, **monitor.evaluators()}, callback, epoch_callback)
+        inner = super().fitter(train, n_steps, n_steps_per_epoch=n_steps_per_epoch, logging_steps=logging_steps,
+                               logging_strategy=logging_strategy, experiment_name=experiment_name,
+                               with_timestamp=with_timestamp, logger_adapter=logger_adapter, show_progress=show_progress,
+                               save_interval=save_interval, evaluators={**given, **monitor.evaluators()},
+                               callback=callback, epoch_callback=epoch_callback)
         return self._until_settled(inner, train, monitor, bool(early_stopping))
 
     def _until_settled(self, inner: Generator[Tuple[int, Dict[str, float]], None, None], train: Any,

@@ -30,11 +30,13 @@ from ..dataset.disk import before_epoch
 from ..logging import (FileAdapter, FileAdapterFactory, NoopAdapterFactory, create_logger_adapter, lock_log_directory,
                        truncate_metric_files)
 from . import distributed
+from .options import FitOptions
 from .checkpoint import (CHECKPOINT_NAME, StateGuard, load_checkpoint, non_finite_weights, resolve_checkpoint,
                          save_checkpoint)
 
 __all__ = [
     "fitter",
+    "run",
     "end_epoch",
     "LossTracker",
     "CHECK_INTERVAL",
@@ -260,23 +262,34 @@ def fitter(
     part of the checkpoint (resume in the same process with the same buffer
     object to keep them).
     """
-    _check_steps(n_steps, n_steps_per_epoch)
+    return run(algo, dataset, FitOptions(
+        n_steps=n_steps, n_steps_per_epoch=n_steps_per_epoch, experiment_name=experiment_name,
+        with_timestamp=with_timestamp, logger_adapter=logger_adapter, show_progress=show_progress,
+        save_interval=save_interval, evaluators=evaluators, callback=callback, epoch_callback=epoch_callback,
+        logging_steps=logging_steps, logging_strategy=logging_strategy, resume_from=resume_from,
+    ))
+
+
+def run(algo: Any, dataset: Any, options: FitOptions) -> Generator[Tuple[int, Dict[str, float]], None, None]:
+    """:func:`fitter` with its options gathered (what ``QLearningAlgoBase.fitter`` calls)."""
+    _check_steps(options.n_steps, options.n_steps_per_epoch)
+    save_interval, logging_steps = options.save_interval, options.logging_steps
     if isinstance(save_interval, bool) or not isinstance(save_interval, (int, np.integer)) or save_interval <= 0:
         raise ValueError(f"save_interval must be a positive int, got {save_interval!r}")
     if isinstance(logging_steps, bool) or not isinstance(logging_steps, (int, np.integer)) or logging_steps <= 0:
         raise ValueError(f"logging_steps must be a positive int, got {logging_steps!r}")
-    strategy = LoggingStrategy.parse(logging_strategy)
+    strategy = LoggingStrategy.parse(options.logging_strategy)
     if not hasattr(dataset, "sample_transition_batch") or not hasattr(dataset, "dataset_info"):
         raise TypeError(f"dataset must be a ReplayBuffer or MDPDataset, got {type(dataset).__name__}")
-    for name, evaluator in (evaluators or {}).items():
+    for name, evaluator in (options.evaluators or {}).items():
         if not callable(evaluator):
             raise TypeError(f"evaluator {name!r} is not callable")
-    resume = resolve_checkpoint(resume_from) if resume_from is not None else None
-    return _fit_generator(
-        algo, dataset, int(n_steps), int(n_steps_per_epoch), experiment_name, with_timestamp, logger_adapter,
-        show_progress, int(save_interval), evaluators or {}, callback, epoch_callback,
-        int(logging_steps) if strategy == LoggingStrategy.STEPS else None, resume,
+    resume = resolve_checkpoint(options.resume_from) if options.resume_from is not None else None
+    options = options.replace(
+        n_steps=int(options.n_steps), n_steps_per_epoch=int(options.n_steps_per_epoch), save_interval=int(save_interval),
+        evaluators=options.evaluators or {}, logging_strategy=strategy, logging_steps=int(logging_steps),
     )
+    return _fit_generator(algo, dataset, options, resume)
 
 
 def prepare_algorithm(algo: Any, dataset: Any) -> None:
@@ -324,8 +337,7 @@ def _resume(algo: Any, dataset: Any, checkpoint: str, n_steps: int, n_steps_per_
     return loop
 
 
-def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
-                   show_progress, save_interval, evaluators, callback, epoch_callback, logging_steps, resume):
+def _fit_generator(algo, dataset, options: FitOptions, resume):
     ddp = distributed.DDPContext() if algo.enable_ddp else None
     source = distributed.unwrap(dataset)
     prioritized = hasattr(source, "update_priorities")
@@ -340,21 +352,21 @@ def _fit_generator(algo, dataset, n_steps, n_steps_per_epoch, experiment_name, w
         ddp.attach(algo)
         sampler = ddp.sampler(dataset, algo)
         if not ddp.is_main:  # rank 0 alone logs, evaluates and saves
-            logger_adapter, evaluators, show_progress = NoopAdapterFactory(), {}, False
+            options = options.replace(logger_adapter=NoopAdapterFactory(), evaluators={}, show_progress=False)
             resume = None if resume is None else (resume[0], None)
     try:
-        yield from _fit_loop(algo, source, sampler, n_steps, n_steps_per_epoch, experiment_name, with_timestamp,
-                             logger_adapter, show_progress, save_interval, evaluators, callback, epoch_callback,
-                             logging_steps, resume, prioritized)
+        yield from _fit_loop(algo, source, sampler, options, resume, prioritized)
     except BaseException as error:
         if ddp is not None and not isinstance(error, GeneratorExit):
             ddp.failed(error)
         raise
 
 
-def _fit_loop(algo, dataset, sampler, n_steps, n_steps_per_epoch, experiment_name, with_timestamp, logger_adapter,
-              show_progress, save_interval, evaluators, callback, epoch_callback, logging_steps, resume, prioritized):
-
+def _fit_loop(algo, dataset, sampler, options: FitOptions, resume, prioritized):
+    n_steps, n_steps_per_epoch = options.n_steps, options.n_steps_per_epoch
+    logging_steps = options.logging_steps if options.logging_strategy == LoggingStrategy.STEPS else None
+    logger_adapter, show_progress, evaluators = options.logger_adapter, options.show_progress, options.evaluators
+    callback = options.callback
     tracker = LossTracker()
     window = LossTracker() if logging_steps is not None else None
     total_step = 0
@@ -370,7 +382,9 @@ def _fit_loop(algo, dataset, sampler, n_steps, n_steps_per_epoch, experiment_nam
         logger = FileAdapter(resume[1])  # the run's own log directory, appended to
     else:
         factory = logger_adapter if logger_adapter is not None else FileAdapterFactory()
-        logger = create_logger_adapter(factory, algo, experiment_directory_name(algo, experiment_name, with_timestamp), n_steps_per_epoch)
+        logger = create_logger_adapter(factory, algo,
+                                       experiment_directory_name(algo, options.experiment_name, options.with_timestamp),
+                                       n_steps_per_epoch)
     logdir = getattr(logger, "logdir", None)
     run_lock = None
     try:
@@ -425,7 +439,7 @@ def _fit_loop(algo, dataset, sampler, n_steps, n_steps_per_epoch, experiment_nam
             metrics["time_step"] = elapsed / steps
             for name, evaluator in evaluators.items():
                 metrics[name] = float(evaluator(algo, dataset))
-            end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, save_interval, epoch_callback, guard)
+            end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, options.save_interval, options.epoch_callback, guard)
             if logdir is not None and os.path.isdir(logdir):
                 loop = {"epoch": epoch, "total_step": total_step, "n_steps_per_epoch": n_steps_per_epoch,
                         "logging_steps": logging_steps, "transition_count": int(dataset.transition_count),

@@ -76,10 +76,11 @@ from ..dataset.writer import BasicWriterPreprocess
 from ..logging import FileAdapterFactory, create_logger_adapter
 from ..metrics.utility import rollout_returns
 from .checkpoint import StateGuard
+from .options import FitOptions
 from .fit import (LossTracker, NonFiniteLossError, check_priority_support, end_epoch,
                        experiment_directory_name, rolled_back, train_step, write_metrics)
 
-__all__ = ["fit_online", "collect"]
+__all__ = ["fit_online", "run_online", "collect"]
 
 #: metric names written per epoch besides the losses and timings
 ROLLOUT_RETURN = "rollout_return"
@@ -593,6 +594,24 @@ def fit_online(
     ``seed`` (optional) seeds the first reset instead of a draw from offrl's
     generator.
     """
+    return run_online(algo, env, buffer, explorer, FitOptions(
+        n_steps=n_steps, n_steps_per_epoch=n_steps_per_epoch, update_interval=update_interval,
+        update_start_step=update_start_step, random_steps=random_steps, eval_env=eval_env, eval_epsilon=eval_epsilon,
+        save_interval=save_interval, experiment_name=experiment_name, with_timestamp=with_timestamp,
+        logger_adapter=logger_adapter, show_progress=show_progress, callback=callback, n_updates=n_updates,
+        eval_n_trials=eval_n_trials, epoch_callback=epoch_callback, seed=seed, logging_steps=logging_steps,
+        logging_strategy=logging_strategy,
+    ))
+
+
+def run_online(algo: Any, env: Any, buffer: Any, explorer: Any, options: FitOptions) -> List[Tuple[int, Dict[str, float]]]:
+    """:func:`fit_online` with its options gathered (what ``QLearningAlgoBase.fit_online`` calls)."""
+    o = options
+    n_steps, n_steps_per_epoch, update_interval, n_updates = o.n_steps, o.n_steps_per_epoch, o.update_interval, o.n_updates
+    update_start_step, random_steps, eval_env, eval_epsilon = o.update_start_step, o.random_steps, o.eval_env, o.eval_epsilon
+    save_interval, eval_n_trials, logging_steps, logging_strategy = o.save_interval, o.eval_n_trials, o.logging_steps, o.logging_strategy
+    experiment_name, with_timestamp, logger_adapter, show_progress = o.experiment_name, o.with_timestamp, o.logger_adapter, o.show_progress
+    callback, epoch_callback, seed = o.callback, o.epoch_callback, o.seed
     if not algo.is_trainable:
         raise RuntimeError(f"{type(algo).__name__} cannot be trained; use collect to gather data with it")
     n_steps = _check_int(n_steps, "n_steps", 1)
