@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import types
 from typing import Any, Callable, NamedTuple, Optional
@@ -46,11 +47,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="diagnosis only: stand-ins for helper-level names offrl lacks (see conftest.py)",
     )
     parser.addoption(
+        "--d3rlpy-timeout",
+        default="900",
+        metavar="SECONDS",
+        help="fail a test that runs longer than this (0: no limit)",
+    )
+    parser.addoption(
         "--d3rlpy-stages",
         default=None,
         metavar="FILE",
         help="diagnosis only (implies --d3rlpy-shims): run every stage of algo_tester on its own and "
-        "write one JSON line per (test, stage) to FILE",
+        "append one JSON line per (test, stage) to FILE",
     )
 
 
@@ -62,6 +69,27 @@ def pytest_configure(config: pytest.Config) -> None:
         _install_shims()
     if config.getoption("--d3rlpy-stages"):
         _split_algo_testers(config.getoption("--d3rlpy-stages"))
+
+
+@pytest.fixture(autouse=True)
+def _time_limit(request: pytest.FixtureRequest):
+    """A test that hangs fails after ``--d3rlpy-timeout`` seconds (default
+    900) instead of stopping the run (SIGALRM: POSIX main thread only)."""
+    seconds = int(request.config.getoption("--d3rlpy-timeout"))
+    if seconds <= 0 or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"test still running after {seconds} s (--d3rlpy-timeout)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -194,7 +222,7 @@ def _split_algo_testers(path: str) -> None:
     import json
     import traceback
 
-    out = open(path, "w")
+    out = open(path, "a")
 
     for family, stages in _STAGES.items():
         try:

@@ -1,7 +1,9 @@
 """Pass counts per area from two JUnit files: the upstream tests run on d3rlpy
 (the baseline) and the port run on offrl.  See README.md for the commands.
 
-    python compat/d3rlpy_suite/report.py BASELINE.xml OFFRL.xml [--failures FILE]
+    python compat/d3rlpy_suite/report.py BASELINE OFFRL [--failures FILE]
+
+(each a JUnit file, or a directory of them as run_files.sh writes)
 
 A test counts against offrl only if it passes on d3rlpy.  A module offrl cannot
 import fails every test the baseline collected in it.  ``--failures`` writes one
@@ -11,6 +13,8 @@ line per such test (``id<TAB>first line of the error``) for clustering.
 from __future__ import annotations
 
 import argparse
+import glob
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
@@ -36,11 +40,18 @@ def _module(classname: str) -> str:
     return classname
 
 
+def _cases(path: str):
+    paths = sorted(glob.glob(os.path.join(path, "*.xml"))) if os.path.isdir(path) else [path]
+    for p in paths:
+        yield from ET.parse(p).getroot().iter("testcase")
+
+
 def read(path: str) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
-    """(test id -> (outcome, message), module -> collection error message)"""
+    """(test id -> (outcome, message), module -> collection error message);
+    ``path`` is a JUnit file or a directory of them (run_files.sh)"""
     results: dict[str, tuple[str, str]] = {}
     broken: dict[str, str] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
+    for case in _cases(path):
         outcome, message = "passed", ""
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)
