@@ -349,9 +349,7 @@ _OLD = {"model.d3": b"old model", "data.h5": b"old dataset", "params.json": b'{"
         "loss.csv": None, "policy.onnx": b"old onnx", "policy.pt": b"old torchscript"}
 _WORDS = {"fsize": "File too large", "full": "No space left on device", "readonly": "Read-only file system",
           "parent_file": "Not a directory", "long_name": "File name too long"}
-_NOT_ROUTED = {  # writers in files being changed by others: they bypass offrl._atomic for now
-    "data.h5": "offrl/dataset/io.py writes HDF5 datasets through its own temporary",
-}
+_NOT_ROUTED: dict = {}  # writers that bypass offrl._atomic (none now)
 
 _CHILD = r'''
 import json, os, resource, signal, subprocess, sys

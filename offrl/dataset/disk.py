@@ -138,6 +138,7 @@ from typing import Any, Optional
 import numpy as np
 
 from .. import _safety
+from .._atomic import FileWriteError
 from .._version import __version__
 from ..constants import ActionSpace
 from ._disk_files import (
@@ -201,9 +202,10 @@ def dtype_string(dtype: Any) -> str:
 
 
 # ------------------------------------------------------------- disk space
-class NoSpaceError(OSError):
-    """``OSError(ENOSPC)`` raised before writing: its message already names
-    the target and the bytes needed (writers pass it on unchanged)."""
+class NoSpaceError(FileWriteError):
+    """``OSError(ENOSPC)`` raised before writing, a :class:`FileWriteError`
+    whose ``filename`` is the target: its message names the target and the
+    bytes needed and free (writers pass it on unchanged)."""
 
 
 def check_free_space(path: Any, needed: int, what: str = "the dataset") -> None:
@@ -218,11 +220,15 @@ def check_free_space(path: Any, needed: int, what: str = "the dataset") -> None:
         probe = parent
     free = int(shutil.disk_usage(probe).free)
     if int(needed) + SPACE_MARGIN > free:
+        target = os.fspath(path)
+        state = f"{target} keeps its previous content" if os.path.isfile(target) else "nothing was written"
         raise NoSpaceError(
             errno.ENOSPC,
-            f"writing {what} to {os.fspath(path)} needs {int(needed)} bytes "
+            os.strerror(errno.ENOSPC),
+            target,
+            message=f"cannot write {target}: {os.strerror(errno.ENOSPC)} (writing {what} needs {int(needed)} bytes "
             f"({_safety.format_bytes(int(needed))}) plus a {_safety.format_bytes(SPACE_MARGIN)} margin; "
-            f"{free} bytes ({_safety.format_bytes(free)}) are free there",
+            f"{free} bytes ({_safety.format_bytes(free)}) are free there); {state}",
         )
 
 

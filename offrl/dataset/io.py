@@ -27,16 +27,15 @@ load as array or tuple observations, as before.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
-import tempfile
-from typing import Any, BinaryIO, Iterator, Optional, Sequence, Union
+from typing import Any, BinaryIO, Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from .. import _safety
+from .._atomic import atomic_write
 from .._version import __version__
 from ..constants import ActionSpace
 from . import checks
@@ -57,32 +56,28 @@ def _file_name(f: Any) -> str:
     return str(getattr(f, "name", f"<{type(f).__name__}>"))
 
 
-@contextlib.contextmanager
-def _atomic_h5(f: PathOrFile) -> Iterator[Any]:
-    """An h5py file for writing whose content reaches ``f`` only when complete.
+def _write_h5(f: PathOrFile, fill: Callable[[Any], None]) -> None:
+    """Write an HDF5 file whose content reaches ``f`` only when complete:
+    ``fill(h5)`` writes the content into an open h5py file.
 
-    A path is written as a temporary file in the same directory and renamed
-    into place; a file object receives the finished bytes in one write.
+    A path goes through :func:`offrl._atomic.atomic_write` (a temporary
+    beside the target, fsynced and renamed; a write the system refuses, such
+    as the file-size limit or a full disk, is a ``FileWriteError`` naming
+    the target, which stays as it was); a file object receives the finished
+    bytes in one write.
     """
     import h5py
 
     if isinstance(f, (str, os.PathLike)):
-        path = os.fspath(f)
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".offrl-", suffix=".h5.tmp", dir=directory)
-        os.close(fd)
-        try:
+        def write(tmp: str) -> None:
             with h5py.File(tmp, "w") as h5:
-                yield h5
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
+                fill(h5)
+
+        atomic_write(f, write)
     else:
         memory = io.BytesIO()
         with h5py.File(memory, "w") as h5:
-            yield h5
+            fill(h5)
         f.write(memory.getbuffer())
         if hasattr(f, "flush"):
             f.flush()
@@ -101,7 +96,7 @@ def _write(
     compression: Optional[str],
     behaviour_probabilities: Optional[np.ndarray] = None,
 ) -> None:
-    with _atomic_h5(f) as h5:
+    def fill(h5: Any) -> None:
         h5.attrs["format"] = FORMAT
         h5.attrs["schema_version"] = SCHEMA_VERSION
         h5.attrs["schema_minor_version"] = SCHEMA_MINOR_VERSION
@@ -126,6 +121,8 @@ def _write(
                 data=np.asarray(behaviour_probabilities, dtype=np.float64),
                 compression=compression,
             )
+
+    _write_h5(f, fill)
 
 
 def dump_store(store: Any, info: Any, f: PathOrFile, compression: Optional[str] = None) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import offrl
+from offrl._atomic import FileWriteError
 from offrl.algos import BCConfig
 from offrl.dataset import (
     DiskDatasetChangedError,
@@ -583,7 +584,9 @@ def test_disk_space_errors_name_the_target_not_the_temporary(tmp_path, monkeypat
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(disk_module.shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
-    with pytest.raises(OSError, match=rf"writing the next episode to {tmp_path}/streamed needs"):
+    with pytest.raises(FileWriteError, match=rf"^cannot write {tmp_path}/streamed: No space left on device \(writing the next "
+                       r"episode needs 320 bytes .* 1000 bytes \(1 kB\) are free there\); nothing was written$") as caught:
         with DiskDatasetWriter(tmp_path / "streamed") as writer:
             writer.add_episode(_episodes(True)[0])
+    assert caught.value.filename == str(tmp_path / "streamed") and caught.value.errno == errno.ENOSPC
     assert list(tmp_path.iterdir()) == []

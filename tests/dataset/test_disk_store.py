@@ -990,7 +990,7 @@ def test_disk_fifo_errors(tmp_path, monkeypatch):
         buffer.append_episode(long)
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(disk_module.shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
-    with pytest.raises(OSError, match=r"disk FIFO buffer of 2000 rows to .* needs 48000 bytes"):
+    with pytest.raises(OSError, match=r"^cannot write .*: No space left on device \(writing a disk FIFO buffer of 2000 rows needs 48000 bytes .*; nothing was written$"):
         ReplayBuffer(DiskFIFOBuffer(10, tmp_path, capacity=2000)).append_episode(long)
 
 
