@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..constants import ActionSpace
+from ._keys import check_observation_key, check_observation_keys
 
 __all__ = [
     "Signature",
@@ -34,8 +35,7 @@ def dict_observation_keys(observation: Mapping[str, Any], name: str = "observati
     if len(observation) == 0:
         raise ValueError(f"{name} is an empty dict")
     for key in observation:
-        if not isinstance(key, str):
-            raise TypeError(f"{name} has key {key!r}: dict observation keys must be strings")
+        check_observation_key(key, name)
     return tuple(sorted(observation))
 
 
@@ -94,11 +94,9 @@ class Signature:
         if keys is not None:
             if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
                 raise TypeError(f"Signature keys must be a sequence of strings, got {keys!r}")
-            keys = tuple(keys)
+            keys = check_observation_keys(keys, "Signature keys")
             if len(keys) != len(shapes):
                 raise ValueError(f"Signature has {len(keys)} keys but {len(shapes)} shapes")
-            if len(set(keys)) != len(keys):
-                raise ValueError(f"Signature keys repeat a name: {list(keys)}")
         object.__setattr__(self, "dtype", dtypes)
         object.__setattr__(self, "shape", shapes)
         object.__setattr__(self, "keys", keys)
