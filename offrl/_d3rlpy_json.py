@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any, Dict, Optional, Set
 
+from ._safety import load_json
 from .serialization import lookup, to_json_value
 
 __all__ = ["D3rlpySerializable", "to_d3rlpy_json", "from_d3rlpy_json"]
@@ -126,10 +128,10 @@ class D3rlpySerializable:
         """Inverse of :meth:`serialize`."""
         if not isinstance(serialized_config, (str, bytes, bytearray)):
             raise TypeError(f"{cls.__name__}.deserialize expects a JSON string, got {type(serialized_config).__name__}")
-        return cls.deserialize_from_dict(json.loads(serialized_config))
+        return cls.deserialize_from_dict(load_json(serialized_config, f"{cls.__name__}.deserialize"))
 
     @classmethod
     def deserialize_from_file(cls, path: str) -> Any:
         """:meth:`deserialize` on the text of the file at ``path``."""
-        with open(path) as f:
-            return cls.deserialize(f.read())
+        with open(path, "rb") as f:
+            return cls.deserialize_from_dict(load_json(f.read(), os.fspath(path)))

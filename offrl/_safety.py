@@ -28,6 +28,10 @@ __all__ = [
     "sibling_temporary_name",
     "load_json",
     "JSON_MAX_DEPTH",
+    "DEFAULT_MAX_EXPANSION",
+    "check_max_expansion",
+    "h5_bytes",
+    "check_expansion",
     "NUMERIC_KINDS",
 ]
 
@@ -255,3 +259,70 @@ def load_json(text: Any, source: str, max_depth: int = JSON_MAX_DEPTH) -> Any:
         raise ValueError(f"{source}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except ValueError as e:  # e.g. an integer longer than Python's int-string conversion limit
         raise ValueError(f"{source}: not valid JSON ({e})") from None
+
+
+# ------------------------------------------------ compressed HDF5 columns
+#: the largest expansion (the bytes an HDF5 file's arrays declare over the
+#: bytes it stores for them) a loader reads unless the caller raises it.
+#: deflate (``gzip``), the strongest filter h5py reads without plugins,
+#: cannot exceed about 1032x even on all-zero data; real datasets measure
+#: 1-10x overall (see SECURITY.md). Only a forged file (chunks never
+#: written, whose fill value a reader would expand) or a degenerate one
+#: (all zeros) goes beyond it.
+DEFAULT_MAX_EXPANSION = 1000.0
+
+#: declared bytes below which any expansion is accepted (small flag and
+#: table columns compress far beyond the bound harmlessly)
+EXPANSION_FLOOR = 64 * 2**20
+
+
+def check_max_expansion(max_expansion: Any) -> Optional[float]:
+    """``max_expansion`` checked: a finite number >= 1, or None (no bound)."""
+    if max_expansion is None:
+        return None
+    if isinstance(max_expansion, bool) or not isinstance(max_expansion, (int, float, np.integer, np.floating)):
+        raise TypeError(f"max_expansion must be a number >= 1 or None, got {type(max_expansion).__name__}")
+    value = float(max_expansion)
+    if not (math.isfinite(value) and value >= 1):
+        raise ValueError(f"max_expansion must be a finite number >= 1 or None (no bound), got {max_expansion!r}")
+    return value
+
+
+def h5_bytes(node: Any) -> tuple:
+    """``(declared, stored)``: the bytes an h5py dataset (or low-level
+    ``DatasetID``) holds once read, and the bytes the file stores for it.
+    Reads metadata only."""
+    dataset_id = node if hasattr(node, "get_storage_size") else node.id  # a DatasetID's .id is its number
+    shape = node.shape
+    itemsize = node.dtype.itemsize
+    declared = (math.prod(int(s) for s in shape) if shape else 1) * itemsize if shape is not None else 0
+    return declared, int(dataset_id.get_storage_size())
+
+
+def check_expansion(where: str, nodes: Any, max_expansion: Any = DEFAULT_MAX_EXPANSION) -> int:
+    """Refuse HDF5 arrays that would expand beyond ``max_expansion`` times
+    the bytes the file stores for them, before any is read; returns the
+    declared bytes. ``nodes``: ``(field, h5py dataset or DatasetID)``
+    pairs, counted together (a bomb split over many columns is one bomb).
+    Totals under :data:`EXPANSION_FLOOR` bytes always pass. The error states
+    the expanded size, the stored size and how to raise the bound."""
+    bound = check_max_expansion(max_expansion)
+    declared = stored = 0
+    worst: Optional[tuple] = None
+    for field, node in nodes:
+        d, s = h5_bytes(node)
+        declared += d
+        stored += s
+        ratio = d / max(s, 1)
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, field, node.shape, node.dtype, d, s)
+    if worst is None or bound is None or declared <= EXPANSION_FLOOR or declared <= bound * stored:
+        return declared
+    ratio, field, shape, dtype, d, s = worst
+    overall = "no bytes at all" if stored == 0 else f"{format_bytes(stored)} (a {declared / stored:,.0f}x expansion)"
+    raise ValueError(
+        f"{where}: its arrays expand to {format_bytes(declared)} but the file stores {overall}; most of it is "
+        f"{field} (shape {tuple(shape)} {np.dtype(dtype).name}: {format_bytes(d)} from {format_bytes(s)} on disk). "
+        f"offrl reads at most {bound:g}x unless asked: pass max_expansion=<ratio> (offrl --max-expansion) "
+        "to read a file you trust"
+    )

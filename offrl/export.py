@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ._atomic import atomic_write, check_target
+from ._safety import load_json
 from ._version import __version__
 from .constants import ActionSpace
 
@@ -233,7 +234,7 @@ class _TorchScriptPolicy:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             self.module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
-        self.metadata = json.loads(extra["offrl_metadata.json"] or "{}")
+        self.metadata = load_json(extra["offrl_metadata.json"] or "{}", f"{path}: offrl_metadata.json")
 
     def __call__(self, *observations: np.ndarray) -> np.ndarray:
         with torch.no_grad():
@@ -245,7 +246,7 @@ class _TorchScriptPolicy:
         ``inputs`` recorded in the metadata)."""
         if isinstance(x, dict):
             names = self.metadata.get("inputs")
-            names = json.loads(names) if isinstance(names, str) else sorted(x)
+            names = load_json(names, "the policy's metadata 'inputs'") if isinstance(names, str) else sorted(x)
             return self(*_feed_order(list(names), x))
         return self(*x) if isinstance(x, (list, tuple)) else self(x)
 

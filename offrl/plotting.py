@@ -9,7 +9,6 @@ non-interactive Agg backend when they are saved.
 from __future__ import annotations
 
 import glob
-import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -266,11 +265,10 @@ def read_params(logdir: str) -> Optional[Dict[str, Any]]:
     path = os.path.join(logdir, "params.json")
     if not os.path.isfile(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            params = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a JSON params file ({e})") from None
+    from ._safety import load_json
+
+    with open(path, "rb") as f:
+        params = load_json(f.read(), path)
     return params if isinstance(params, dict) else None
 
 

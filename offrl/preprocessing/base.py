@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from .._d3rlpy_json import to_d3rlpy_json
+from .._safety import load_json
 from ..serialization import Serializable, from_json_value, to_json_value
 from ._fitting import FitData
 
@@ -331,19 +332,15 @@ class Scaler(nn.Module, Serializable, metaclass=_ScalerMeta):
         """Rebuild from :meth:`serialize`'s JSON string (or ``to_json``'s)."""
         if not isinstance(serialized_config, (str, bytes, bytearray)):
             raise TypeError(f"serialized_config must be a JSON string, got {type(serialized_config).__name__}")
-        try:
-            data = json.loads(serialized_config)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"serialized_config is not valid JSON: {e}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(load_json(serialized_config, "serialized_config"))
 
     from_json = deserialize
 
     @classmethod
     def deserialize_from_file(cls, path: str):
         """Rebuild from a file holding :meth:`serialize`'s JSON."""
-        with open(path, "r") as f:
-            return cls.deserialize(f.read())
+        with open(path, "rb") as f:
+            return cls.from_dict(load_json(f.read(), str(path)))
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
