@@ -49,6 +49,21 @@ def _kind_of_field(field: str, current: Any) -> Optional[str]:
     return None
 
 
+def _override_value(key: str, text: str) -> Any:
+    """An override's value: JSON when it parses as JSON, else the text.
+    JSON nested more deeply than offrl reads is refused with a ``CLIError``
+    naming ``key`` (instead of being taken as a string)."""
+    from ._safety import load_json
+
+    source = f"override {key}"
+    try:
+        return load_json(text, source)
+    except ValueError as e:
+        if str(e).startswith(f"{source}: JSON nested"):
+            raise CLIError(str(e)) from None
+        return text
+
+
 def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
     """``["batch_size=64", "encoder_factory.hidden_units=[64,64]"]`` ->
     ``{"batch_size": 64, ...}``; values are JSON when they parse as JSON
@@ -59,11 +74,7 @@ def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
         key = key.strip()
         if not sep or not key or any(not part for part in key.split(".")):
             raise CLIError(f"malformed override {item!r}: expected key=value (e.g. batch_size=64)")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        overrides[key] = value
+        overrides[key] = _override_value(key, text)
     return overrides
 
 
@@ -126,13 +137,13 @@ def _config_from_args(config_cls: type, config_file: Optional[str], overrides: S
     if config_file:
         if not os.path.isfile(config_file):
             raise CLIError(f"{config_file}: no such config file")
+        from ._safety import load_json
+
         try:
-            with open(config_file) as f:
-                loaded = json.load(f)
-        except json.JSONDecodeError as e:
-            raise CLIError(f"{config_file}: not valid JSON ({e})") from None
-        except UnicodeDecodeError as e:
-            raise CLIError(f"{config_file}: not a JSON text file (undecodable byte at offset {e.start})") from None
+            with open(config_file, "rb") as f:
+                loaded = load_json(f.read(), config_file)
+        except ValueError as e:
+            raise CLIError(str(e)) from None
         if not isinstance(loaded, dict):
             raise CLIError(f"{config_file}: expected a JSON object of config values")
         if set(loaded) == {"kind", "type", "params"}:
@@ -146,10 +157,31 @@ def _config_from_args(config_cls: type, config_file: Optional[str], overrides: S
 
 
 # -------------------------------------------------------------- datasets
-def load_dataset(spec: str) -> Tuple[Any, Any]:
-    """``(dataset, env or None)`` for a dataset file (offrl HDF5, D4RL-format
-    HDF5), an offrl disk dataset directory (sampled in place, never loaded
-    whole), a Minari dataset directory, or a built-in dataset name."""
+#: ``--max-expansion``'s default: offrl._safety.DEFAULT_MAX_EXPANSION (written here so that
+#: building the parser imports nothing numeric)
+_DEFAULT_MAX_EXPANSION = 1000.0
+
+
+def _hdf5_kind(path: str) -> str:
+    """``"offrl"`` for offrl's and d3rlpy 2.x's dataset files, ``"d4rl"``
+    for any other HDF5 file (the D4RL reader names what is missing)."""
+    import h5py
+
+    from .dataset.io import dataset_file_format
+
+    from ._safety import check_regular_file
+
+    check_regular_file(path, "dataset file")  # a named pipe would block the read
+    if not h5py.is_hdf5(path):
+        raise CLIError(f"{path}: not an HDF5 file")
+    return dataset_file_format(path) or "d4rl"
+
+
+def load_dataset(spec: str, max_expansion: Optional[float] = _DEFAULT_MAX_EXPANSION) -> Tuple[Any, Any]:
+    """``(dataset, env or None)`` for a dataset file (offrl or d3rlpy HDF5,
+    D4RL-format HDF5), an offrl disk dataset directory (sampled in place,
+    never loaded whole), a Minari dataset directory, or a built-in dataset
+    name. ``max_expansion``: the loaders' bound on compressed HDF5 arrays."""
     from .dataset import MDPDataset
     from .dataset.disk import is_disk_dataset
 
@@ -158,20 +190,13 @@ def load_dataset(spec: str) -> Tuple[Any, Any]:
     if os.path.isdir(spec):
         from .datasets import get_minari
 
-        return get_minari(spec)
+        return get_minari(spec, max_expansion=max_expansion)
     if os.path.isfile(spec):
-        import h5py
-
-        try:
-            with h5py.File(spec, "r") as h5:
-                is_offrl = h5.attrs.get("format") is not None
-        except OSError:
-            raise CLIError(f"{spec}: not an HDF5 file") from None
-        if is_offrl:
-            return MDPDataset.load(spec), None
+        if _hdf5_kind(spec) == "offrl":
+            return MDPDataset.load(spec, max_expansion=max_expansion), None
         from .datasets import load_d4rl_hdf5
 
-        return load_d4rl_hdf5(spec), None
+        return load_d4rl_hdf5(spec, max_expansion=max_expansion), None
     if os.sep in spec or spec.endswith((".h5", ".hdf5")):
         raise CLIError(f"{spec}: no such dataset file")
     try:
@@ -361,7 +386,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if not config_cls.algorithm_class().is_trainable:
         raise CLIError(f"{config_cls.get_type()} only acts and cannot be trained")
     config = _config_from_args(config_cls, args.config, args.overrides)
-    dataset, env = load_dataset(args.dataset)
+    dataset, env = load_dataset(args.dataset, max_expansion=args.max_expansion)
     if args.env:
         env = _make_env(args.env)
     if args.seed is not None:
@@ -439,7 +464,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         report["environment_return_min"] = float(min(returns))
         report["environment_return_max"] = float(max(returns))
     if args.dataset is not None:
-        dataset, dataset_env = load_dataset(args.dataset)
+        dataset, dataset_env = load_dataset(args.dataset, max_expansion=args.max_expansion)
         if env is None and dataset_env is not None:
             env = dataset_env
             check_env_fits(algo, env, args.model)
@@ -549,18 +574,53 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(value: Any) -> str:
+    """A value from a file, safe to print: text with control characters
+    (terminal escapes) is shown as a Python literal."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
+
+
+def _dataset_metadata(path: str) -> Optional[Dict[str, Any]]:
+    """What ``offrl info`` prints for a dataset file or a Minari folder,
+    from metadata only (shapes, dtypes, counts, attributes: no per-step
+    array is read), or None for a disk dataset (opened in place instead)."""
+    from .dataset.disk import is_disk_dataset
+
+    if is_disk_dataset(path):
+        return None
+    if os.path.isdir(path):
+        from .datasets.minari import describe_minari
+
+        return describe_minari(path)
+    if _hdf5_kind(path) == "offrl":
+        from .dataset.io import describe_dataset_file
+
+        return describe_dataset_file(path)
+    from .datasets.d4rl import describe_d4rl_hdf5
+
+    return describe_d4rl_hdf5(path)
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     path = args.path
     if not os.path.exists(path):
         raise CLIError(f"{path}: no such file or directory")
     if os.path.isdir(path) or path.endswith((".h5", ".hdf5")):
-        dataset, env = load_dataset(path)
+        metadata = _dataset_metadata(path)
         print(f"dataset {path}")
+        for key, value in (metadata or {}).items():
+            print(f"  {key}: {_shown(value)}")
+        if metadata is not None and not args.verbose:
+            return 0
+        dataset, env = load_dataset(path, max_expansion=args.max_expansion)
         for key, value in dataset.summary().items():
-            print(f"  {key}: {value}")
+            if metadata is None or key not in metadata:
+                print(f"  {key}: {_shown(value)}")
         if env is not None:
             print(f"  environment: {env.spec.id if env.spec else env}")
         return 0
+    _use_threads(args)
     from .serialization import read_model_file
 
     payload = read_model_file(path)
@@ -781,6 +841,22 @@ def _seed(text: str) -> int:
     return value
 
 
+def _expansion(text: str) -> Optional[float]:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1 or 'none', got {text!r}") from None
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"expected a number >= 1 or 'none', got {text!r}")
+    return value
+
+
+_MAX_EXPANSION_HELP = (f"read HDF5 data whose compressed arrays expand up to this many times the bytes stored for "
+                       f"them (default: {_DEFAULT_MAX_EXPANSION:g}; 'none': no bound; see SECURITY.md)")
+
+
 def _probability(text: str) -> float:
     try:
         value = float(text)
@@ -848,6 +924,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--seed", type=_seed, default=None)
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--max-expansion", type=_expansion, default=_DEFAULT_MAX_EXPANSION, metavar="RATIO",
+                   help=_MAX_EXPANSION_HELP)
     p.add_argument("--nproc", type=_positive_int, default=1,
                    help="train data-parallel in N processes on this machine, started by torchrun (gloo on CPU, "
                         "NCCL on CUDA; rank 0 writes the run directory)")
@@ -919,6 +997,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probability of a random action in the environment (default: 0)")
     p.add_argument("--seed", type=_seed, default=None)
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    p.add_argument("--max-expansion", type=_expansion, default=_DEFAULT_MAX_EXPANSION, metavar="RATIO",
+                   help=_MAX_EXPANSION_HELP)
     p.set_defaults(run=_cmd_evaluate)
 
     p = commands.add_parser("export", help="export a saved model's policy to ONNX or TorchScript",
@@ -928,9 +1008,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("output", help="destination, .onnx or .pt")
     p.set_defaults(run=_cmd_export)
 
-    p = commands.add_parser("info", help="summary of a dataset file or a model file")
+    p = commands.add_parser("info", help="summary of a dataset file or a model file",
+                            description="Summarise a dataset (from its metadata: shapes, dtypes, counts, sizes; "
+                                        "no array is read) or a model file.")
     p.add_argument("path")
-    p.add_argument("-v", "--verbose", action="store_true", help="also print the full config")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="a model: also print the full config; a dataset: also load it and print its return and "
+                        "length statistics")
+    p.add_argument("--max-expansion", type=_expansion, default=_DEFAULT_MAX_EXPANSION, metavar="RATIO",
+                   help=_MAX_EXPANSION_HELP + " (with -v)")
     p.set_defaults(run=_cmd_info)
 
     p = commands.add_parser("plot", help="plot metric CSV logs (needs matplotlib)",
@@ -982,8 +1068,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: commands that only read text logs: they start without loading torch
-_WITHOUT_TORCH = frozenset({"plot", "plot-all", "stats"})
+#: commands that start without loading torch: those that only read text logs, and ``info``
+#: (a dataset's metadata needs no torch; a model file loads it, through _use_threads)
+_WITHOUT_TORCH = frozenset({"plot", "plot-all", "stats", "info"})
+
+
+def _use_threads(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -999,9 +1092,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command not in _WITHOUT_TORCH:
-        import torch
-
-        torch.set_num_threads(args.threads)
+        _use_threads(args)
     try:
         return args.run(args)
     except KeyboardInterrupt:

@@ -155,7 +155,7 @@ def test_fit_and_info_open_a_disk_dataset_in_place(dataset_file, tmp_path, capsy
     dump_disk_dataset(MDPDataset.load(str(dataset_file)), tmp_path / "disk")
     opened = []
     real = cli.load_dataset
-    monkeypatch.setattr(cli, "load_dataset", lambda spec: (lambda got: (opened.append(got[0]), got)[1])(real(spec)))
+    monkeypatch.setattr(cli, "load_dataset", lambda spec, **kw: (lambda got: (opened.append(got[0]), got)[1])(real(spec, **kw)))
     assert main(["info", str(tmp_path / "disk")]) == 0
     assert "  episodes: 6\n" in capsys.readouterr().out
     assert main(["fit", str(tmp_path / "disk"), "dqn", "batch_size=8", "encoder_factory=vector",
@@ -494,7 +494,7 @@ def test_play_runs_episodes_with_env_header_and_epsilon(tmp_path, capsys):
     (["evaluate", "{model}", "--env", "CartPole-v1", "--epsilon", "nan"], "argument --epsilon: expected a number in [0, 1], got 'nan'"),
     (["plot", "{binary}", "--save", "{tmp}/x.png"], "offrl plot: error: {binary}: not a metric CSV (binary content: a NUL byte at offset 4)"),
     (["stats", "{latin}"], "offrl stats: error: {latin}: not a metric CSV (binary content: undecodable byte at offset 2)"),
-    (["fit", "{data}", "dqn", "--config", "{binary}"], "offrl fit: error: {binary}: not a JSON text file"),
+    (["fit", "{data}", "dqn", "--config", "{binary}"], "offrl fit: error: {binary}: not UTF-8 text"),
     (["evaluate", "{model}", "--env", "CartPole-v1", "--json", "{tmp}"], "offrl evaluate: error: --json {tmp}: is a directory"),
 ])
 def test_bad_command_lines_are_one_line_exit_2_in_a_subprocess(args, message, dataset_file, tmp_path):
@@ -579,3 +579,82 @@ def test_fit_resume_continues_an_interrupted_run_exactly(dataset_file, tmp_path,
     assert "--resume " in capsys.readouterr().err
     assert main(["fit", str(dataset_file), "dqn", "--resume", str(tmp_path / "part"), "--output-dir", str(tmp_path)]) == 2
     assert "give no other --output-dir" in capsys.readouterr().err
+
+
+# ------------------------------------------------- issue 28: nested JSON, metadata-only info, expansion
+def _one_line_error(capsys, *fragments):
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+def test_deeply_nested_json_overrides_and_config_files_are_one_line_errors(dataset_file, tmp_path, capsys):
+    deep = "[" * 100_000 + "]" * 100_000  # a RecursionError traceback before
+    assert main(["fit", str(dataset_file), "dqn", "encoder_factory=vector", "encoder_factory.hidden_units=" + deep]) == 2
+    _one_line_error(capsys, "offrl fit: error: override encoder_factory.hidden_units: JSON nested 100000 levels deep")
+    (tmp_path / "deep.json").write_text('{"batch_size": ' + deep + "}")
+    assert main(["fit", str(dataset_file), "dqn", "--config", str(tmp_path / "deep.json")]) == 2
+    _one_line_error(capsys, f"offrl fit: error: {tmp_path / 'deep.json'}: JSON nested 100001 levels deep")
+
+
+def _declaring_bomb(path, rows):
+    """An offrl file whose gzip-compressed observations were never written:
+    ``rows`` declared, no bytes stored for them."""
+    import h5py
+
+    MDPDataset(np.zeros((4, 3), np.float32), np.zeros(4, np.int64), np.zeros(4), np.r_[0, 0, 0, 1]).dump(path)
+    with h5py.File(path, "r+") as h5:
+        for key, width, dtype in (("observations_0", 8, np.float32), ("actions", 1, np.int64), ("rewards", 1, np.float32)):
+            del h5[key]
+            h5.create_dataset(key, shape=(rows, width), dtype=dtype, compression="gzip", chunks=(4096, width))
+        h5["episode_ends"][0] = rows
+    return path
+
+
+def test_info_reads_metadata_only(tmp_path, capsys):
+    path = _declaring_bomb(tmp_path / "bomb.h5", 10**12)  # a read would need 68 TB: refused, or minutes and gigabytes
+    assert path.stat().st_size < 20_000
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "  steps: 1000000000000\n" in out and "  observation_signature: float32(8,)\n" in out
+    assert "  size: 44 TB in memory, 18 B on disk (2.44e+12x)\n" in out  # the episode table is all it stores
+    assert main(["info", "-v", str(path)]) == 2  # loading it is refused before anything is read
+    _one_line_error(capsys, "observations_0 declares 10^12 rows")
+
+
+def test_fit_refuses_an_expansion_beyond_the_bound_unless_raised(tmp_path, capsys, monkeypatch):
+    from offrl import _safety
+
+    monkeypatch.setattr(_safety, "EXPANSION_FLOOR", 0)  # a small bomb stands for a large one
+    path = _declaring_bomb(tmp_path / "bomb.h5", 4096)
+    common = ["dqn", "batch_size=4", "encoder_factory=vector", "encoder_factory.hidden_units=[4]", "--steps", "1",
+              "--no-progress"]
+    assert main(["fit", str(path), *common, "--output-dir", str(tmp_path / "r1")]) == 2
+    _one_line_error(capsys, f"offrl fit: error: {path}: its arrays expand to", "at most 1000x unless asked")
+    assert not (tmp_path / "r1" / "model.d3").exists()
+    assert main(["fit", str(path), *common, "--output-dir", str(tmp_path / "r2"), "--max-expansion", "none"]) == 0
+    assert (tmp_path / "r2" / "model.d3").exists()
+    with pytest.raises(SystemExit) as exit_:  # argparse's usage error: one line, status 2
+        main(["fit", str(path), *common, "--max-expansion", "0.5"])
+    assert exit_.value.code == 2
+    _one_line_error(capsys, "argument --max-expansion: expected a number >= 1 or 'none', got '0.5'")
+
+
+def test_a_d3rlpy_dump_is_read_by_fit_and_info(tmp_path, capsys):
+    import h5py
+
+    path = tmp_path / "d3.h5"
+    with h5py.File(path, "w") as h5:  # d3rlpy 2.1+'s dump layout: it went to the D4RL reader before
+        h5.create_dataset("version", data="2.1")
+        h5.create_dataset("columns", data=["observations", "actions", "rewards", "terminated"])
+        h5.create_dataset("num_episodes", data=1)
+        h5.create_dataset("observations_0", data=np.zeros((6, 3), np.float32))
+        h5.create_dataset("actions_0", data=np.array([[0], [1], [0], [1], [0], [1]]))
+        h5.create_dataset("rewards_0", data=np.ones((6, 1), np.float32))
+        h5.create_dataset("terminated_0", data=True)
+    assert main(["info", str(path)]) == 0
+    assert "  format: d3rlpy dataset, version 2.1\n  episodes: 1\n" in capsys.readouterr().out
+    assert main(["fit", str(path), "dqn", "batch_size=2", "encoder_factory=vector", "encoder_factory.hidden_units=[4]",
+                 "--steps", "1", "--no-progress", "--output-dir", str(tmp_path / "run")]) == 0

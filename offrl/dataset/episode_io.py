@@ -4,7 +4,7 @@ offrl's HDF5 dataset format (see :mod:`offrl.dataset.io`)."""
 from __future__ import annotations
 
 import os
-from typing import Any, BinaryIO, Sequence, Type, TypeVar, Union
+from typing import Any, BinaryIO, Optional, Sequence, Type, TypeVar, Union
 
 import numpy as np
 
@@ -65,13 +65,15 @@ def load(episode_cls: Type[_TEpisode], f: PathOrFile) -> Sequence[_TEpisode]:
 _V1_COLUMNS = ("observations", "actions", "rewards", "terminals")
 
 
-def load_v1(f: PathOrFile) -> Sequence[Episode]:
+def load_v1(f: PathOrFile, max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION) -> Sequence[Episode]:
     """Read a dataset file of d3rlpy 1.x (``MDPDataset.dump``: root arrays
     ``observations``, ``actions``, ``rewards``, ``terminals`` and, when
     present, ``episode_terminals``) as episodes, as d3rlpy 2.x's
     ``load_v1`` does: an episode ends at a terminal step or at an episode
     end that is not terminal (a timeout). Only arrays of numbers are read
-    (each size checked before reading); nothing in the file is run."""
+    (each size, and the expansion of compressed arrays against
+    ``max_expansion``, checked before reading); nothing in the file is run.
+    Errors (a NaN reward, a flag that is not 0/1 ...) name the file."""
     import h5py
 
     from .episode_generator import EpisodeGenerator
@@ -89,22 +91,38 @@ def load_v1(f: PathOrFile) -> Sequence[Episode]:
             raise ValueError(f"{name} is not a d3rlpy 1.x dataset file: it is missing {missing}")
         keys = list(_V1_COLUMNS) + (["episode_terminals"] if "episode_terminals" in h5 else [])
         committed = 0
+        nodes = []
         for key in keys:  # every declared size checked before the first read
             node = _safety.checked_h5_dataset(h5, key, name)
             committed += _safety.check_declared_size(name, key, node.shape, node.dtype, committed)
+            nodes.append((key, node))
+        _safety.check_expansion(name, nodes, max_expansion)
         data = {key: _safety.read_h5_dataset(h5, key, name) for key in keys}
-    rows = data["actions"].shape[0]
+    rows = data["actions"].shape[0] if data["actions"].ndim else 0
     for key, column in data.items():
-        if column.shape[0] != rows:
-            raise ValueError(f"{name} is corrupt: {key} has {column.shape[0]} rows, actions has {rows}")
-    terminals = data["terminals"].reshape(rows, -1)[:, 0] != 0
-    timeouts = None
-    if "episode_terminals" in data:
-        timeouts = (data["episode_terminals"].reshape(rows, -1)[:, 0] != 0) & ~terminals
-    return EpisodeGenerator(
-        observations=data["observations"],
-        actions=data["actions"],
-        rewards=data["rewards"],
-        terminals=terminals.astype(np.float32),
-        timeouts=None if timeouts is None else timeouts.astype(np.float32),
-    )()
+        if column.ndim == 0 or column.shape[0] != rows:
+            raise ValueError(f"{name} is corrupt: {key} has shape {column.shape}, actions has {rows} rows")
+    flags = {}
+    for key in ("terminals", "episode_terminals"):
+        if key in data:
+            column = data[key]
+            if column.size != rows:
+                raise ValueError(f"{name} is corrupt: {key} has shape {column.shape}, expected one flag per step")
+            column = column.reshape(rows)
+            bad = ~((column == 0) | (column == 1))  # nan included
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"{name}: {key}[{i}] is {column[i].item()!r}, expected 0 or 1")
+            flags[key] = column != 0
+    terminals = flags["terminals"]
+    timeouts = flags["episode_terminals"] & ~terminals if "episode_terminals" in flags else None
+    try:
+        return EpisodeGenerator(
+            observations=data["observations"],
+            actions=data["actions"],
+            rewards=data["rewards"],
+            terminals=terminals.astype(np.float32),
+            timeouts=None if timeouts is None else timeouts.astype(np.float32),
+        )()
+    except (ValueError, TypeError) as e:  # NaN values, bad shapes ...: say which file
+        raise type(e)(f"{name}: {e}") from None

@@ -20,8 +20,9 @@ without behaviour probabilities, and a 1.0 reader ignores the extra dataset.
 
 Schema 1.2 (``schema_minor_version = 2``) adds the optional root attribute
 ``observation_keys`` for dict observations: a JSON list of the key names of
-``observations_<k>`` in column order (read as data with ``json.loads`` and
-checked to be distinct strings, one per column). Files without it (1.0, 1.1)
+``observations_<k>`` in column order (read as data with
+``offrl._safety.load_json`` and checked to be distinct valid key names, one
+per column: see :mod:`offrl.dataset._keys`). Files without it (1.0, 1.1)
 load as array or tuple observations, as before.
 """
 
@@ -39,9 +40,22 @@ from .._atomic import atomic_write
 from .._version import __version__
 from ..constants import ActionSpace
 from . import checks
+from ._keys import check_observation_keys
 from .episode import EpisodeBase
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "SCHEMA_MINOR_VERSION", "dump_store", "dump_episodes", "read_dataset_file"]
+__all__ = [
+    "FORMAT",
+    "SCHEMA_VERSION",
+    "SCHEMA_MINOR_VERSION",
+    "dump_store",
+    "dump_episodes",
+    "read_dataset_file",
+    "describe_dataset_file",
+    "describe_h5_sizes",
+    "dataset_file_format",
+    "check_discrete_action_size",
+    "MAX_DISCRETE_ACTION_SIZE",
+]
 
 FORMAT = "offrl.dataset"
 SCHEMA_VERSION = 1
@@ -177,6 +191,37 @@ def dump_episodes(episodes: Sequence[EpisodeBase], info: Any, f: PathOrFile, com
 #: the largest discrete action_size a file may declare (a Q-network head of
 #: that many outputs is already far beyond what offrl's algorithms can learn).
 MAX_DISCRETE_ACTION_SIZE = 2**24
+
+
+def check_discrete_action_size(
+    action_size: Any, where: str, actions: Optional[np.ndarray] = None, field: str = "the discrete action_size",
+    first_row: int = 0,
+) -> int:
+    """The one rule every dataset file reader (offrl and d3rlpy HDF5, D4RL,
+    Minari, tables) applies to a discrete action space: ``action_size``
+    (declared, or inferred as the largest action index + 1) is an int in
+    ``[1, MAX_DISCRETE_ACTION_SIZE]``. With the ``actions`` it was inferred
+    from, the error names the first action beyond the bound (as
+    ``actions[first_row + i] is ...``, after ``where: `` when ``where`` is
+    given)."""
+    prefix = f"{where}: " if where else ""
+    if isinstance(action_size, bool) or not isinstance(action_size, (int, np.integer)):
+        raise ValueError(f"{prefix}{field} is {action_size!r}, expected an integer")
+    size = int(action_size)
+    if 1 <= size <= MAX_DISCRETE_ACTION_SIZE:
+        return size
+    if actions is not None and size > MAX_DISCRETE_ACTION_SIZE:
+        flat = np.asarray(actions).reshape(-1)
+        beyond = flat >= MAX_DISCRETE_ACTION_SIZE
+        if beyond.any():
+            i = int(np.argmax(beyond))
+            raise ValueError(
+                f"{prefix}actions[{first_row + i}] is {flat[i].item()!r}, beyond the {MAX_DISCRETE_ACTION_SIZE} discrete actions "
+                f"offrl reads from a file (indices 0..{MAX_DISCRETE_ACTION_SIZE - 1})"
+            )
+    raise ValueError(f"{prefix}{field} is {size}, expected an integer in [1, {MAX_DISCRETE_ACTION_SIZE}]")
+
+
 _MAX_OBSERVATION_COLUMNS = 1024
 _TABLE_KEYS = ("episode_starts", "episode_ends", "episode_terminated", "episode_has_final")
 
@@ -190,19 +235,15 @@ def _observation_keys(h5: Any, name: str, n_columns: int) -> Optional[tuple[str,
         raw = raw.decode("utf-8", errors="replace")
     if not isinstance(raw, str) or len(raw) > 1_000_000:
         raise ValueError(f"{name}: the attribute 'observation_keys' must be a JSON list of strings")
-    try:
-        keys = json.loads(raw)
-    except ValueError:
-        raise ValueError(f"{name}: the attribute 'observation_keys' is not valid JSON") from None
+    source = f"{name}: the attribute 'observation_keys'"
+    keys = _safety.load_json(raw, source)  # a ValueError naming the file: not JSON, or nested too deeply
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         raise ValueError(f"{name}: the attribute 'observation_keys' must be a JSON list of strings, got {raw[:80]!r}")
     if len(keys) != n_columns:
         raise ValueError(
             f"{name}: the attribute 'observation_keys' names {len(keys)} keys, the file has {n_columns} observation columns"
         )
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"{name}: the attribute 'observation_keys' repeats a key: {keys}")
-    return tuple(keys)
+    return check_observation_keys(keys, source)
 
 
 def _attribute(h5: Any, key: str, name: str) -> Any:
@@ -251,21 +292,25 @@ def _open_h5(f: PathOrFile, name: str) -> Any:
         raise ValueError(f"{name} is not an offrl dataset file: it is not HDF5 or it is truncated ({e})") from None
 
 
-def read_dataset_file(f: PathOrFile) -> dict:
-    """Read and check a file written by ``dump``.
+def read_dataset_file(f: PathOrFile, max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION) -> dict:
+    """Read and check a file written by ``dump`` (or by d3rlpy 2.1+'s).
 
     Raises ``ValueError`` (``TypeError`` for a column of non-numbers) naming
     the file and the field when it is not an offrl dataset, is truncated or
-    corrupt, declares more data than fits in memory or than it stores, or
-    has an unknown schema version. Nothing named in the file is imported or
-    called, and a path that is not a regular file is refused before opening.
+    corrupt, declares more data than fits in memory or than it stores, has
+    an unknown schema version, or has compressed arrays that would expand
+    to more than ``max_expansion`` times the bytes the file stores for them
+    (None: no bound; see :func:`offrl._safety.check_expansion`). Nothing
+    named in the file is imported or called, and a path that is not a
+    regular file is refused before opening.
     """
+    _safety.check_max_expansion(max_expansion)
     name = _file_name(f)
     h5 = _open_h5(f, name)
     with h5:
         found = _attribute(h5, "format", name)
         if found is None and _is_d3rlpy_layout(h5):
-            data = _read_d3rlpy_layout(h5, name)
+            data = _read_d3rlpy_layout(h5, name, max_expansion)
             _check_layout(name, data, data["action_space"], data["action_size"])
             return data
         if found != FORMAT:
@@ -289,8 +334,9 @@ def read_dataset_file(f: PathOrFile) -> dict:
             ) from None
         if action_space == ActionSpace.BOTH:
             raise ValueError(f"{name}: the attribute 'action_space' is 'both', expected 'continuous' or 'discrete'")
-        high = MAX_DISCRETE_ACTION_SIZE if action_space == ActionSpace.DISCRETE else None
-        action_size = _int_attribute(h5, "action_size", name, 1, high)
+        action_size = _int_attribute(h5, "action_size", name, 1)
+        if action_space == ActionSpace.DISCRETE:
+            check_discrete_action_size(action_size, name, field="the attribute 'action_size'")
 
         keys = [f"observations_{k}" for k in range(n_columns)] + ["actions", "rewards", *_TABLE_KEYS]
         missing = [k for k in keys if k not in h5]
@@ -302,6 +348,7 @@ def read_dataset_file(f: PathOrFile) -> dict:
         committed = 0
         for key in keys:  # every declared size checked before the first read
             committed += _safety.check_declared_size(name, key, nodes[key].shape, nodes[key].dtype, committed)
+        _safety.check_expansion(name, nodes.items(), max_expansion)
         data = {}
         for key in keys:
             min_ndim = 2 if key in ("actions", "rewards") else 1
@@ -314,10 +361,137 @@ def read_dataset_file(f: PathOrFile) -> dict:
     return data
 
 
+# ------------------------------------------------ metadata only (offrl info)
+def describe_h5_sizes(nodes: Any) -> str:
+    """``"1.4 MB in memory, 9.2 kB on disk (152x)"`` for ``(field, dataset)``
+    pairs: shapes and storage sizes only, nothing read."""
+    declared = stored = 0
+    for _, node in nodes:
+        d, s = _safety.h5_bytes(node)
+        declared, stored = declared + d, stored + s
+    ratio = "no bytes stored" if stored == 0 else f"{declared / stored:,.3g}x"
+    return f"{_safety.format_bytes(declared)} in memory, {_safety.format_bytes(stored)} on disk ({ratio})"
+
+
+def _signature_text(nodes: Sequence[Any], keys: Optional[Sequence[str]] = None) -> str:
+    parts = [f"{node.dtype.name}{tuple(node.shape[1:])}" for node in nodes]
+    if keys is not None and len(keys) == len(parts):
+        return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(keys, parts)) + "}"
+    return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
+
+
+def describe_dataset_file(f: PathOrFile, max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION) -> dict:
+    """What an offrl (or d3rlpy 2.1+) dataset file holds, from its metadata:
+    format, episode and step counts, per-step dtypes and shapes, action
+    space and the size in memory against the size on disk. No per-step
+    array is read (only offrl's small per-episode table, after its size and
+    expansion are checked), so a file that would expand to gigabytes is
+    described in milliseconds. Raises ``ValueError`` naming the file for a
+    file that is not one."""
+    name = _file_name(f)
+    h5 = _open_h5(f, name)
+    with h5:
+        found = _attribute(h5, "format", name)
+        if found is None and _is_d3rlpy_layout(h5):
+            return _describe_d3rlpy_layout(h5, name)
+        if found != FORMAT:
+            raise ValueError(
+                f"{name} is not an offrl dataset file: its 'format' attribute is {found!r}, expected {FORMAT!r}"
+            )
+        version = _int_attribute(h5, "schema_version", name, 0)
+        minor = _attribute(h5, "schema_minor_version", name) or 0
+        n_columns = _int_attribute(h5, "n_observation_columns", name, 1, _MAX_OBSERVATION_COLUMNS)
+        keys = _observation_keys(h5, name, n_columns)
+        space = str(_attribute(h5, "action_space", name))
+        action_size = _int_attribute(h5, "action_size", name, 1)
+        fields = [f"observations_{k}" for k in range(n_columns)] + ["actions", "rewards", *_TABLE_KEYS]
+        missing = [k for k in fields if k not in h5]
+        if missing:
+            raise ValueError(f"{name} is not a complete offrl dataset file: it is missing {missing}")
+        if "behaviour_probabilities" in h5:
+            fields.append("behaviour_probabilities")
+        nodes = {k: _safety.checked_h5_dataset(h5, k, name) for k in fields}
+        table_nodes = [(k, nodes[k]) for k in _TABLE_KEYS]
+        for key, node in table_nodes:
+            _safety.check_declared_size(name, key, node.shape, node.dtype)
+        _safety.check_expansion(name, table_nodes, max_expansion)
+        table = {k: _safety.read_h5_dataset(h5, k, name) for k in _TABLE_KEYS}
+        sizes = np.asarray(table["episode_ends"], dtype=np.int64) - np.asarray(table["episode_starts"], dtype=np.int64)
+        ended = np.asarray(table["episode_terminated"]).astype(bool) | np.asarray(table["episode_has_final"]).astype(bool)
+        if sizes.shape != ended.shape:
+            raise ValueError(f"{name} is corrupt: the episode table columns have different lengths")
+        return {
+            "format": f"offrl dataset, schema {version}.{minor} (written by offrl {_attribute(h5, 'offrl_version', name)})",
+            "episodes": int(sizes.shape[0]),
+            "terminated_episodes": int(np.count_nonzero(np.asarray(table["episode_terminated"]))),
+            "transitions": int(np.maximum(sizes - ~ended, 0).sum()),
+            "steps": int(sizes.sum()),
+            "observation_signature": _signature_text([nodes[f"observations_{k}"] for k in range(n_columns)], keys),
+            "action_signature": _signature_text([nodes["actions"]]),
+            "reward_signature": _signature_text([nodes["rewards"]]),
+            "action_space": space,
+            "action_size": action_size,
+            "behaviour_probabilities": "behaviour_probabilities" in nodes,
+            "size": describe_h5_sizes(nodes.items()),
+        }
+
+
+def _describe_d3rlpy_layout(h5: Any, name: str) -> dict:
+    """:func:`describe_dataset_file` for d3rlpy 2.1+'s layout: shapes and the
+    per-episode ``terminated`` scalars only."""
+    n_episodes = _small_h5_value(h5, "num_episodes", name, 1)
+    if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes < 1:
+        raise ValueError(f"{name}: num_episodes is {n_episodes!r}, expected a positive integer")
+    if n_episodes * len(_D3RLPY_COLUMNS) > len(h5):
+        raise ValueError(f"{name} declares {n_episodes} episodes but stores only {len(h5)} datasets")
+    n_columns = 0
+    while f"observations_0_{n_columns}" in h5 and n_columns < _MAX_OBSERVATION_COLUMNS:
+        n_columns += 1
+    nodes, steps, transitions, terminated = [], 0, 0, 0
+    for i in range(n_episodes):
+        obs_keys = [f"observations_{i}_{k}" for k in range(n_columns)] if n_columns else [f"observations_{i}"]
+        keys = obs_keys + [f"actions_{i}", f"rewards_{i}"]
+        missing = [k for k in keys + [f"terminated_{i}"] if k not in h5]
+        if missing:
+            raise ValueError(f"{name} is not a complete d3rlpy dataset file: it is missing {missing}")
+        episode = [(k, _safety.checked_h5_dataset(h5, k, name)) for k in keys]
+        nodes += episode
+        rows = int(episode[-2][1].shape[0]) if episode[-2][1].shape else 0
+        flag = bool(_small_h5_value(h5, f"terminated_{i}", name, 1))
+        steps, terminated = steps + rows, terminated + flag
+        transitions += rows if flag else max(rows - 1, 0)
+    first = nodes[: max(n_columns, 1) + 2]
+    actions = first[-2][1]
+    discrete = actions.dtype.kind in "iu"
+    return {
+        "format": f"d3rlpy dataset, version {_small_h5_value(h5, 'version', name, 1)}",
+        "episodes": n_episodes,
+        "terminated_episodes": terminated,
+        "transitions": transitions,
+        "steps": steps,
+        "observation_signature": _signature_text([node for _, node in first[:-2]]),
+        "action_signature": _signature_text([actions]),
+        "reward_signature": _signature_text([first[-1][1]]),
+        "action_space": "discrete" if discrete else "continuous",
+        "action_size": "the largest action + 1 (read on load)" if discrete else int(np.prod(actions.shape[1:])),
+        "size": describe_h5_sizes(nodes),
+    }
+
+
 # ------------------------------------------------ d3rlpy 2.x dataset files
 #: the dataset format version d3rlpy 2.1+ writes with ``dump``
 D3RLPY_DATASET_VERSION = "2.1"
 _D3RLPY_COLUMNS = ("observations", "actions", "rewards", "terminated")
+
+
+def dataset_file_format(f: PathOrFile) -> Optional[str]:
+    """``"offrl"`` for a file with offrl's format mark or d3rlpy 2.1+'s
+    layout (both read by :func:`read_dataset_file`), None for another HDF5
+    file; ``ValueError`` for a file that is not HDF5. Reads attributes and
+    names only."""
+    name = _file_name(f)
+    with _open_h5(f, name) as h5:
+        return "offrl" if _attribute(h5, "format", name) is not None or _is_d3rlpy_layout(h5) else None
 
 
 def _is_d3rlpy_layout(h5: Any) -> bool:
@@ -351,7 +525,7 @@ def _small_h5_value(h5: Any, key: str, name: str, max_items: int) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _read_d3rlpy_layout(h5: Any, name: str) -> dict:
+def _read_d3rlpy_layout(h5: Any, name: str, max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION) -> dict:
     """Read a dataset file written by d3rlpy 2.1+'s ``dump`` (one group of
     arrays per episode: ``<column>_<episode>`` or, for tuple observations,
     ``observations_<episode>_<element>``) into offrl's columns. Only arrays
@@ -377,7 +551,8 @@ def _read_d3rlpy_layout(h5: Any, name: str) -> dict:
     terminated = np.zeros(n_episodes, dtype=bool)
     sizes = np.zeros(n_episodes, dtype=np.int64)
     committed = 0
-    for i in range(n_episodes):
+    episode_keys, nodes = [], []
+    for i in range(n_episodes):  # every declared size and the expansion checked before the first read
         keys = [f"observations_{i}_{k}" for k in range(n_columns)] if tuple_observations else [f"observations_{i}"]
         keys += [f"actions_{i}", f"rewards_{i}"]
         missing = [k for k in keys + [f"terminated_{i}"] if k not in h5]
@@ -386,6 +561,10 @@ def _read_d3rlpy_layout(h5: Any, name: str) -> dict:
         for key in keys:
             node = _safety.checked_h5_dataset(h5, key, name)
             committed += _safety.check_declared_size(name, key, node.shape, node.dtype, committed)
+            nodes.append((key, node))
+        episode_keys.append(keys)
+    _safety.check_expansion(name, nodes, max_expansion)
+    for i, keys in enumerate(episode_keys):
         arrays = [_safety.read_h5_dataset(h5, key, name) for key in keys]
         rows = arrays[-2].shape[0]
         if rows == 0 or any(a.shape[0] != rows for a in arrays):
@@ -405,7 +584,7 @@ def _read_d3rlpy_layout(h5: Any, name: str) -> dict:
     if discrete:
         if actions.shape[1] != 1 or actions.min() < 0:
             raise ValueError(f"{name} is corrupt: discrete actions must be one non-negative integer per step")
-        action_size = int(actions.max()) + 1
+        action_size = check_discrete_action_size(int(actions.max()) + 1, name, actions)
     else:
         action_size = int(actions.shape[1])
     ends = np.cumsum(sizes)

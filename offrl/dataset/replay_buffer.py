@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, Iterable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from .._random import get_rng
-from .._safety import available_memory
+from .._safety import DEFAULT_MAX_EXPANSION, available_memory
 from ..constants import ActionSpace
 from . import checks
 from .batch import TrajectoryMiniBatch, TransitionMiniBatch
@@ -752,13 +752,18 @@ class ReplayBuffer(ReplayBufferBase):
         trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
         writer_preprocessor: Optional[WriterPreprocessProtocol] = None,
         in_memory: bool = True,
+        *,
+        max_expansion: Optional[float] = DEFAULT_MAX_EXPANSION,
     ) -> "ReplayBuffer":
         """Read a buffer written by :meth:`dump` into ``buffer``
         (a new :class:`InfiniteBuffer` by default). ``f`` may also be a disk
         dataset directory (``offrl.dataset.DiskDatasetWriter``); with
         ``in_memory=False`` it is sampled in place, never loaded whole.
         ``episode_cls`` is d3rlpy's argument: episodes are always
-        :class:`Episode` views here, so only that class is accepted."""
+        :class:`Episode` views here, so only that class is accepted.
+        ``max_expansion``: an HDF5 file whose compressed arrays would expand
+        to more than this many times the bytes it stores is refused before
+        reading (None: no bound; see SECURITY.md)."""
         from .disk import is_disk_dataset, open_disk_dataset, read_disk_dataset
         from .io import read_dataset_file
 
@@ -783,7 +788,7 @@ class ReplayBuffer(ReplayBufferBase):
             ReplayBuffer.__init__(out, store, transition_picker, trajectory_slicer, writer_preprocessor,
                                   action_space=space, action_size=size)
             return out
-        data = read_disk_dataset(f) if is_disk_dataset(f) else read_dataset_file(f)
+        data = read_disk_dataset(f) if is_disk_dataset(f) else read_dataset_file(f, max_expansion=max_expansion)
         buffer = InfiniteBuffer() if buffer is None else buffer
         out = ReplayBuffer.__new__(cls)
         components = dict(

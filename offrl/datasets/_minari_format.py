@@ -6,7 +6,6 @@ what is read here and writes the format; its docstring describes the layout."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import pathlib
@@ -14,9 +13,6 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 from .. import _safety
 from ._build import episode_layout
-
-#: the largest Discrete ``n`` a dataset may declare
-MAX_DISCRETE_ACTION_SIZE = 2**24
 
 MINARI_LAYOUT_VERSION = "0.5.4"
 MAIN_FILE = "main_data.hdf5"
@@ -44,9 +40,9 @@ class Leaf:
 def parse_space(value: Any, where: str) -> dict:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError) as e:
-            raise ValueError(f"{where} is not a JSON space description: {e}") from None
+            value = _safety.load_json(value, where)
+        except ValueError as e:
+            raise ValueError(f"{e} (expected a JSON space description)") from None
     if not isinstance(value, dict) or "type" not in value:
         raise ValueError(f"{where} is not a space description (a JSON object with a 'type')")
     return value
@@ -166,10 +162,10 @@ def read_metadata(folder: pathlib.Path) -> tuple[dict, pathlib.Path]:
     path = folder / METADATA_FILE
     if path.is_file():
         try:
-            with open(path) as f:
-                metadata = json.load(f)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-            raise ValueError(f"{path} is not readable JSON: {e}") from None
+            with open(path, "rb") as f:
+                metadata = _safety.load_json(f.read(), str(path))
+        except OSError as e:
+            raise ValueError(f"{path} cannot be read: {e.strerror or e}") from None
         if not isinstance(metadata, dict):
             raise ValueError(f"{path} does not hold a JSON object")
         return metadata, path
@@ -450,8 +446,12 @@ def _h5_open(folder: pathlib.Path) -> tuple[Any, pathlib.Path, list[str]]:
     return f, path, keys
 
 
-def _h5_episode(f: Any, key: str, path: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf) -> _H5Episode:
-    """The episode group ``key`` checked against Minari's layout and the spaces."""
+def _h5_episode(
+    f: Any, key: str, path: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf,
+    max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION,
+) -> _H5Episode:
+    """The episode group ``key`` checked against Minari's layout and the
+    spaces (its flags, read here, checked against ``max_expansion`` first)."""
     from h5py import h5g, h5o
 
     where = f"{path}: {key}"
@@ -470,12 +470,15 @@ def _h5_episode(f: Any, key: str, path: pathlib.Path, obs_leaves: list[Leaf], ac
         ("observations", leaf, d) for leaf, d in zip(obs_leaves, observations)
     ]:
         _check_leaf_shape(where, label, leaf, tuple(dataset.shape[1:]) if dataset.shape else None)
+    flag_nodes = []
     for label in ("terminations", "truncations"):
         flags = _h5_dataset(members[label], (), where, label)
         rows = flags.shape[0] if flags.shape else 0
         if rows != n or int(np.prod(flags.shape[1:])) != 1:
             raise ValueError(f"{where}: {label} has shape {flags.shape}, expected ({n},)")
         _safety.check_declared_size(where, label, flags.shape, flags.dtype)
+        flag_nodes.append((label, flags))
+    _safety.check_expansion(where, flag_nodes, max_expansion)
     ended, final = _check_episode(
         where, n, [o.shape[0] if o.shape else 0 for o in observations], rewards.shape[0] if rewards.shape else 0,
         _h5_all(_h5_dataset(members["terminations"], (), where, "terminations")),
@@ -547,15 +550,29 @@ def _h5_columns(
     )
 
 
-def read_hdf5(folder: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf) -> Columns:
+def _episode_arrays(episode: _H5Episode) -> list:
+    """``(field, DatasetID)`` of the arrays an episode's columns are read from."""
+    out = [(f"{episode.where}/observations[{k}]", d) for k, d in enumerate(episode.observations)]
+    out += [(f"{episode.where}/actions", episode.actions), (f"{episode.where}/rewards", episode.rewards)]
+    if episode.behaviour is not None:
+        out.append((f"{episode.where}/{BEHAVIOUR}", episode.behaviour))
+    return out
+
+
+def read_hdf5(
+    folder: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf,
+    max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION,
+) -> Columns:
     """Two passes over the episode groups: shapes and flags first, then every
-    array read straight into its rows of the preallocated columns."""
+    array read straight into its rows of the preallocated columns (after
+    their memory and their expansion are checked, over all episodes)."""
     f, path, keys = _h5_open(folder)
     with f:
-        episodes = [_h5_episode(f, key, path, obs_leaves, act_leaf) for key in keys]
+        episodes = [_h5_episode(f, key, path, obs_leaves, act_leaf, max_expansion) for key in keys]
         hints = _h5_hints(episodes, act_leaf)
         rows = sum(e.n + int(e.has_final) for e in episodes)
         _h5_check_memory(str(path), "all episodes", episodes[0], act_leaf, hints, rows)
+        _safety.check_expansion(str(path), [a for e in episodes for a in _episode_arrays(e)], max_expansion)
         return _h5_columns(episodes, episodes[0], act_leaf, hints)
 
 
@@ -580,10 +597,11 @@ class Hdf5Stream:
     episode checked and read alone, so only one episode's arrays are ever in
     memory (and the first error found is raised)."""
 
-    def __init__(self, folder: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf, metadata: dict) -> None:
+    def __init__(self, folder: pathlib.Path, obs_leaves: list[Leaf], act_leaf: Leaf, metadata: dict,
+                 max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION) -> None:
         from h5py import h5d, h5g, h5o
 
-        self.obs_leaves, self.act_leaf = obs_leaves, act_leaf
+        self.obs_leaves, self.act_leaf, self.max_expansion = obs_leaves, act_leaf, max_expansion
         self.f, self.path, self.keys = _h5_open(folder)
         try:
             behaviour = float_actions = False
@@ -610,7 +628,8 @@ class Hdf5Stream:
     def __iter__(self) -> Any:
         first = None
         for key in self.keys:
-            episode = _h5_episode(self.f, key, self.path, self.obs_leaves, self.act_leaf)
+            episode = _h5_episode(self.f, key, self.path, self.obs_leaves, self.act_leaf, self.max_expansion)
+            _safety.check_expansion(episode.where, _episode_arrays(episode), self.max_expansion)
             if first is None:
                 first = episode
             rows = episode.n + int(episode.has_final)
@@ -699,10 +718,10 @@ def _arrow_episode(episodes: _Episodes, directory: pathlib.Path, obs_leaves: lis
     meta: Any = {}
     if (directory / METADATA_FILE).is_file():
         try:
-            with open(directory / METADATA_FILE) as f:
-                meta = json.load(f)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{directory / METADATA_FILE} is not readable JSON: {e}") from None
+            with open(directory / METADATA_FILE, "rb") as f:
+                meta = _safety.load_json(f.read(), str(directory / METADATA_FILE))
+        except OSError as e:
+            raise ValueError(f"{directory / METADATA_FILE} cannot be read: {e.strerror or e}") from None
         if not isinstance(meta, dict):
             raise ValueError(f"{directory / METADATA_FILE} does not hold a JSON object")
     column = {k: table.column(k).combine_chunks() for k in table.column_names}

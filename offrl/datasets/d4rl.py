@@ -19,11 +19,12 @@ import numpy as np
 from .. import _safety
 from ..constants import ActionSpace
 from ..dataset import checks
+from ..dataset.io import MAX_DISCRETE_ACTION_SIZE, check_discrete_action_size, describe_h5_sizes
 from ..dataset.replay_buffer import MDPDataset
 from ._build import dataset_from_rows, episode_layout
 from .streaming import check_layout
 
-__all__ = ["load_d4rl_hdf5", "D4RL_REQUIRED_KEYS"]
+__all__ = ["load_d4rl_hdf5", "describe_d4rl_hdf5", "D4RL_REQUIRED_KEYS"]
 
 D4RL_REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals", "timeouts")
 _LOG_PROBS = "infos/action_log_probs"
@@ -31,25 +32,28 @@ _LOG_PROBS = "infos/action_log_probs"
 PathLike = Union[str, os.PathLike]
 
 
-def _collect(group: Any, prefix: str) -> dict:
-    """Every dataset under ``group`` by its path relative to it."""
-    out: dict = {}
+def _collect(group: Any, prefix: str, max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION) -> dict:
+    """Every dataset under ``group`` by its path relative to it (sizes and
+    the expansion of compressed ones checked before the first read)."""
+    nodes: list = []
 
     def visit(name: str, node: Any) -> None:
-        if hasattr(node, "shape"):
-            where = f"{group.file.filename}: {prefix}/{name}"
-            if node.shape is None:
-                return
-            _safety.check_declared_size(where, "the dataset", node.shape, node.dtype)
-            value = node[()]
-            if isinstance(value, bytes):  # metadata text; bytes that are not UTF-8 are kept readable
-                value = value.decode("utf-8", errors="replace")
-            out[name] = value
+        if hasattr(node, "shape") and node.shape is not None:
+            _safety.check_declared_size(f"{group.file.filename}: {prefix}/{name}", "the dataset", node.shape, node.dtype)
+            nodes.append((name, node))
 
     if prefix in group:
         if not isinstance(group.get(prefix, getlink=True), __import__("h5py").HardLink):
             raise ValueError(f"{group.file.filename}: {prefix} is a link; offrl reads only data stored in the file itself")
         group[prefix].visititems(visit)
+    _safety.check_expansion(f"{group.file.filename}: {prefix}/", [(f"{prefix}/{k}", n) for k, n in nodes],
+                            max_expansion)
+    out: dict = {}
+    for name, node in nodes:
+        value = node[()]
+        if isinstance(value, bytes):  # metadata text; bytes that are not UTF-8 are kept readable
+            value = value.decode("utf-8", errors="replace")
+        out[name] = value
     return out
 
 
@@ -72,6 +76,8 @@ def _build(
     actions, space, size = checks.as_actions(
         data["actions"], n, None if action_space is None else ActionSpace.parse(action_space), action_size
     )
+    if space == ActionSpace.DISCRETE:
+        check_discrete_action_size(size, "", actions)
     if behaviour is not None:
         behaviour = checks.as_behaviour_probabilities(behaviour, n, space)
 
@@ -121,6 +127,7 @@ def load_d4rl_hdf5(
     to: Optional[PathLike] = None,
     chunk_rows: int = 1 << 20,
     layout: Optional[str] = None,
+    max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION,
 ) -> Union[MDPDataset, tuple[MDPDataset, dict]]:
     """Read a D4RL-format HDF5 file into an :class:`MDPDataset`.
 
@@ -150,6 +157,9 @@ def load_d4rl_hdf5(
             file per field, schema version 1, readable by offrls before the
             rows layout). Both read back identically. Without ``to`` it is
             refused (an in-memory read has no layout).
+        max_expansion: a file whose compressed arrays would expand to more
+            than this many times the bytes it stores for them is refused
+            before anything is read (None: no bound; see SECURITY.md).
 
     Raises:
         ValueError naming the file and the key: not HDF5, a required key
@@ -160,6 +170,7 @@ def load_d4rl_hdf5(
     import h5py
 
     layout = check_layout(layout, to is not None)
+    _safety.check_max_expansion(max_expansion)
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
     name = _safety.check_regular_file(path, "D4RL-format HDF5 file")  # a named pipe would block forever
@@ -176,23 +187,28 @@ def load_d4rl_hdf5(
             )
         keys = list(D4RL_REQUIRED_KEYS) + [k for k in ("next_observations", _LOG_PROBS) if k in f]
         nodes = {k: _safety.checked_h5_dataset(f, k, name) for k in keys}
-        if to is not None:
+        if to is not None:  # streamed in bounded memory; decompressing still takes time
+            _safety.check_expansion(name, nodes.items(), max_expansion)
             dataset = _stream(name, nodes, to, int(chunk_rows), action_space, action_size,
                               transition_picker, trajectory_slicer, layout)
             if return_extras:
                 try:
-                    return dataset, {"infos": _collect(f, "infos"), "metadata": _collect(f, "metadata")}
+                    return dataset, {"infos": _collect(f, "infos", max_expansion),
+                                     "metadata": _collect(f, "metadata", max_expansion)}
                 except (OSError, TypeError) as e:
                     raise ValueError(f"{name}: infos/ or metadata/ cannot be read ({e})") from None
             return dataset
         committed = 0
         for key in keys:  # every declared size checked before the first read
             committed += _safety.check_declared_size(name, key, nodes[key].shape, nodes[key].dtype, committed)
+        _safety.check_expansion(name, nodes.items(), max_expansion)
         data = {k: _safety.read_h5_dataset(f, k, name) for k in keys}
         next_observations = data.pop("next_observations", None)
         log_probs = data.pop(_LOG_PROBS, None)
         try:
-            extras = {"infos": _collect(f, "infos"), "metadata": _collect(f, "metadata")} if return_extras else None
+            extras = None
+            if return_extras:
+                extras = {"infos": _collect(f, "infos", max_expansion), "metadata": _collect(f, "metadata", max_expansion)}
         except (OSError, TypeError) as e:
             raise ValueError(f"{name}: infos/ or metadata/ cannot be read ({e})") from None
 
@@ -244,6 +260,51 @@ def load_d4rl_hdf5(
     if return_extras:
         return dataset, extras
     return dataset
+
+
+def describe_d4rl_hdf5(path: PathLike) -> dict:
+    """What a D4RL-format file holds, from its metadata only (no array is
+    read, so a file that would expand to gigabytes is described at once):
+    step count, per-step dtypes and shapes, the optional datasets present,
+    and the size in memory against the size on disk. Episodes are counted
+    from the per-step flags when the file is loaded."""
+    import h5py
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
+    name = _safety.check_regular_file(path, "D4RL-format HDF5 file")
+    try:
+        f = h5py.File(name, "r")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{name} is not a readable HDF5 file: {e}") from None
+    with f:
+        missing = [k for k in D4RL_REQUIRED_KEYS if k not in f or not hasattr(f[k], "shape")]
+        if missing:
+            raise ValueError(
+                f"{name} is not a D4RL-format file: it has no {', '.join(repr(k) for k in missing)} dataset "
+                f"(a D4RL file holds {', '.join(D4RL_REQUIRED_KEYS)}; found {sorted(f.keys())})"
+            )
+        keys = list(D4RL_REQUIRED_KEYS) + [k for k in ("next_observations", _LOG_PROBS) if k in f]
+        nodes = {k: _safety.checked_h5_dataset(f, k, name) for k in keys}
+        extras: list = []
+        for prefix in ("infos", "metadata"):
+            if prefix in f and isinstance(f.get(prefix, getlink=True), h5py.HardLink):
+                f[prefix].visititems(lambda k, node, p=prefix: extras.append(f"{p}/{k}") if hasattr(node, "shape") else None)
+        observations, actions = nodes["observations"], nodes["actions"]
+        discrete = actions.dtype.kind in "iu"
+        return {
+            "format": "D4RL-format HDF5",
+            "episodes": "counted from terminals and timeouts when loaded",
+            "steps": int(observations.shape[0]) if observations.shape else 0,
+            "observation_signature": f"{observations.dtype.name}{tuple(observations.shape[1:])}",
+            "action_signature": f"{actions.dtype.name}{tuple(actions.shape[1:])}",
+            "action_space": "discrete" if discrete else "continuous",
+            "action_size": "the largest action + 1 (read on load)" if discrete else int(np.prod(actions.shape[1:])),
+            "next_observations": "next_observations" in nodes,
+            "behaviour_probabilities": _LOG_PROBS in nodes,
+            "extras": ", ".join(extras[:20]) + (f" ... ({len(extras)} in all)" if len(extras) > 20 else "") or "none",
+            "size": describe_h5_sizes(nodes.items()),
+        }
 
 
 def _read_rows(node: Any, name: str, key: str, a: int, b: int) -> np.ndarray:
@@ -311,6 +372,7 @@ def _stream(
     if action_space is None:
         dtype = nodes["actions"].dtype
         action_space = ActionSpace.DISCRETE if np.issubdtype(dtype, np.integer) else ActionSpace.CONTINUOUS
+    discrete = ActionSpace.parse(action_space) == ActionSpace.DISCRETE
     writer = DiskDatasetWriter(to, action_space=action_space, action_size=action_size, layout=layout)
     try:
         first = 0
@@ -320,6 +382,8 @@ def _stream(
             last = max(last, first + 1)
             b = int(ends[last - 1])
             chunk = {k: _read_rows(nodes[k], name, k, a, b) for k in ("observations", "actions", "rewards")}
+            if discrete and np.any(np.asarray(chunk["actions"]) >= MAX_DISCRETE_ACTION_SIZE):  # nan: refused later
+                check_discrete_action_size(MAX_DISCRETE_ACTION_SIZE + 1, name, chunk["actions"], first_row=a)
             nxt = None if next_node is None else _read_rows(next_node, name, "next_observations", a, b)
             logp = None if not keep_behaviour else np.asarray(_read_rows(log_node, name, _LOG_PROBS, a, b), np.float64)
             for e in range(first, last):

@@ -45,6 +45,8 @@ import numpy as np
 from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
+from ..dataset._keys import check_observation_keys
+from ..dataset.io import check_discrete_action_size
 from ..dataset.disk_writer import DiskDatasetWriter
 from ..dataset.replay_buffer import MDPDataset, ReplayBufferBase
 from ..envs.wrappers import GoalConcatWrapper
@@ -56,7 +58,6 @@ from ._minari_format import (
     Hdf5Stream,
     Leaf,
     MAIN_FILE,
-    MAX_DISCRETE_ACTION_SIZE,
     METADATA_FILE,
     MINARI_LAYOUT_VERSION,
     MISSING_FINAL,
@@ -75,7 +76,7 @@ from ._minari_format import (
 )
 from .streaming import check_layout
 
-__all__ = ["get_minari", "to_minari", "MINARI_LAYOUT_VERSION"]
+__all__ = ["get_minari", "describe_minari", "to_minari", "MINARI_LAYOUT_VERSION"]
 
 
 # ----------------------------------------------------------- environment
@@ -93,9 +94,9 @@ def _recover_env(env_spec: Any, render_mode: Optional[str], where: Any) -> Any:
     if not env_spec:
         return None
     try:
-        parsed = json.loads(env_spec) if isinstance(env_spec, str) else env_spec
-    except json.JSONDecodeError as e:
-        warnings.warn(f"{where}: env_spec is not JSON ({e}); env is None")
+        parsed = _safety.load_json(env_spec, f"{where}: env_spec") if isinstance(env_spec, str) else env_spec
+    except ValueError as e:
+        warnings.warn(f"{e}; env is None")
         return None
     if not isinstance(parsed, dict) or not isinstance(parsed.get("id"), str):
         warnings.warn(f"{where}: env_spec has no string 'id'; env is None")
@@ -144,6 +145,7 @@ def get_minari(
     load_env: bool = True,
     to: Optional[PathLike] = None,
     layout: Optional[str] = None,
+    max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION,
 ) -> tuple[MDPDataset, Any]:
     """Read a Minari dataset from disk (no ``minari`` package needed).
 
@@ -182,6 +184,9 @@ def get_minari(
             rows layout). Both read back identically. A ``layout`` not in
             ``("rows", "columns")``, or given without ``to``, is a
             ``ValueError`` raised before anything is read.
+        max_expansion: HDF5 data whose compressed arrays would expand to
+            more than this many times the bytes stored for them is refused
+            before they are read (None: no bound; see SECURITY.md).
 
     Returns:
         ``(dataset, env)``: an :class:`MDPDataset` and the environment whose
@@ -199,10 +204,11 @@ def get_minari(
         Discrete actions become indices ``value - start``.
     """
     disk_layout = check_layout(layout, to is not None)
+    _safety.check_max_expansion(max_expansion)
     folder = data_folder(dataset_id_or_path)
     try:
         return _get_minari(folder, transition_picker, trajectory_slicer, render_mode, load_env, to, tuple_observation,
-                           disk_layout)
+                           disk_layout, max_expansion)
     except _WriteError as e:
         raise e.error from None
     except (KeyError, IndexError, AttributeError, OSError) as e:
@@ -211,6 +217,45 @@ def get_minari(
             f"{folder} is not a complete Minari dataset ({type(e).__name__}: {e}); "
             "it may be half-written or in a layout offrl does not read"
         ) from None
+
+
+def describe_minari(dataset_id_or_path: PathLike) -> dict:
+    """What a Minari dataset holds, from its ``metadata.json`` (or Minari
+    <= 0.4's root attributes) only: no episode array is read and no
+    environment is made."""
+    folder = data_folder(dataset_id_or_path)
+    metadata, meta_path = read_metadata(folder)
+
+    def space_text(key: str) -> str:
+        value = metadata.get(key)
+        if value is None:
+            return "not recorded"
+        space = parse_space(value, f"{meta_path}: {key}")
+        leaves = space_leaves(space, f"{meta_path}: {key}")
+        texts = [f"Discrete(n={leaf.n})" if leaf.kind == "Discrete" else f"Box {leaf.dtype.name}{leaf.shape}"
+                 for leaf in leaves]
+        if len(leaves) == 1 and not leaves[0].path:
+            return texts[0]
+        parts = [f"{'/'.join(map(str, leaf.path))}: {text}" for leaf, text in zip(leaves, texts)]
+        return f"{space.get('type')} {{" + ", ".join(parts[:16]) + (", ..." if len(parts) > 16 else "") + "}"
+
+    env_spec = metadata.get("env_spec")
+    env_id = None
+    if isinstance(env_spec, str):
+        try:
+            parsed = _safety.load_json(env_spec, f"{meta_path}: env_spec")
+            env_id = parsed.get("id") if isinstance(parsed, dict) else None
+        except ValueError:
+            env_id = None
+    return {
+        "format": f"Minari dataset ({metadata.get('data_format', 'hdf5')}), {meta_path}",
+        "dataset_id": metadata.get("dataset_id", "not recorded"),
+        "episodes": metadata.get("total_episodes", "not recorded"),
+        "steps": metadata.get("total_steps", "not recorded"),
+        "observation_space": space_text("observation_space"),
+        "action_space": space_text("action_space"),
+        "environment": env_id if isinstance(env_id, str) else "not recorded",
+    }
 
 
 @dataclasses.dataclass
@@ -226,11 +271,13 @@ class _Layout:
     action_space: ActionSpace
     action_size: Optional[int]  # None for Box actions: the width read
     goal_form: Optional[bool] = None  # get_minari's tuple_observation for a goal-conditioned Dict
+    max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION  # get_minari's bound on compressed HDF5 arrays
 
 
 def _get_minari(
     folder: pathlib.Path, transition_picker: Any, trajectory_slicer: Any, render_mode: Optional[str], load_env: bool,
     to: Optional[PathLike] = None, tuple_observation: Optional[bool] = None, disk_layout: str = "rows",
+    max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION,
 ) -> tuple[MDPDataset, Any]:
     if tuple_observation is not None and not isinstance(tuple_observation, (bool, np.bool_)):
         raise TypeError(f"tuple_observation must be None or a bool, got {type(tuple_observation).__name__}")
@@ -263,6 +310,8 @@ def _get_minari(
     if data_format not in ("hdf5", "arrow"):
         raise ValueError(f"{meta_path}: data_format {data_format!r} is not supported (hdf5 and arrow are)")
     dict_observations = spaces["observation_space"].get("type") == "Dict"
+    if dict_observations:  # before any array is read; nested members as 'outer/inner'
+        check_observation_keys([leaf_key(leaf) for leaf in obs_leaves], f"{meta_path}: observation_space")
     goal_form = None
     if tuple_observation is not None and spaces["observation_space"].get("type") != "Box":
         top = spaces["observation_space"].get("subspaces", {}) if dict_observations else {}
@@ -276,11 +325,14 @@ def _get_minari(
         goal_form = bool(tuple_observation)
         if env is not None:
             env = GoalConcatWrapper(env, tuple_observation=goal_form)
-    layout = _Layout(metadata, meta_path, data_format, dict_observations, obs_leaves, act_leaf, space, size, goal_form)
+    layout = _Layout(metadata, meta_path, data_format, dict_observations, obs_leaves, act_leaf, space, size, goal_form,
+                     max_expansion)
     if to is not None:
         return _stream(folder, layout, to, transition_picker, trajectory_slicer, disk_layout), env
-    read = read_hdf5 if data_format == "hdf5" else read_arrow
-    data = read(folder, obs_leaves, act_leaf)
+    if data_format == "hdf5":
+        data = read_hdf5(folder, obs_leaves, act_leaf, max_expansion)
+    else:
+        data = read_arrow(folder, obs_leaves, act_leaf)
     _check_totals(layout, data.lengths)
     return _dataset_of_columns(data, layout, transition_picker, trajectory_slicer), env
 
@@ -301,10 +353,7 @@ def _dataset_of_columns(data: Columns, layout: _Layout, transition_picker: Any, 
     actions = data.actions
     space, size = layout.action_space, layout.action_size
     if space == ActionSpace.DISCRETE:
-        if not 1 <= size <= MAX_DISCRETE_ACTION_SIZE:
-            raise ValueError(
-                f"{layout.meta_path}: action_space is Discrete(n={size}), expected n in [1, {MAX_DISCRETE_ACTION_SIZE}]"
-            )
+        check_discrete_action_size(size, str(layout.meta_path), field="action_space Discrete(n)")
         actions = actions.reshape(-1, 1)
         if actions.dtype.kind in "iub":
             actions = actions.astype(np.int64) - act_leaf.start
@@ -384,8 +433,10 @@ def _stream(
     appended to a :class:`DiskDatasetWriter`."""
     if not isinstance(to, (str, os.PathLike)):
         raise TypeError(f"to must be a str or a path, got {type(to).__name__}")
-    source_type = Hdf5Stream if layout.data_format == "hdf5" else ArrowStream
-    source = source_type(folder, layout.obs_leaves, layout.act_leaf, layout.metadata)
+    if layout.data_format == "hdf5":
+        source = Hdf5Stream(folder, layout.obs_leaves, layout.act_leaf, layout.metadata, layout.max_expansion)
+    else:
+        source = ArrowStream(folder, layout.obs_leaves, layout.act_leaf, layout.metadata)
     try:
         try:
             writer = DiskDatasetWriter(to, action_space=layout.action_space, action_size=layout.action_size,

@@ -12,6 +12,7 @@ import numpy as np
 from .. import _safety
 from ..constants import ActionSpace
 from ..dataset import checks
+from ..dataset.io import check_discrete_action_size
 from ..dataset.replay_buffer import MDPDataset
 
 __all__ = ["from_dataframe", "read_table"]
@@ -285,6 +286,8 @@ def from_dataframe(
             raw_actions, n, None if action_space is None else ActionSpace.parse(action_space), action_size,
             name="actions",
         )
+        if space == ActionSpace.DISCRETE:
+            check_discrete_action_size(size, "", raw_actions)
     except (ValueError, TypeError) as e:
         label = f"action column {action_names[0]!r}" if len(action_names) == 1 else f"action columns {action_names}"
         raise _row_error(e, label, rows) from None

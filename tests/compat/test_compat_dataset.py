@@ -467,3 +467,28 @@ def test_load_v1_reads_d3rlpy_1_dataset_files(workdir) -> None:
         h5["observations"] = np.zeros((3, 2), np.float32)
     with pytest.raises(ValueError, match=r"missing \['actions', 'rewards', 'terminals'\]"):
         offrl.dataset.load_v1("v1_missing.h5")
+
+
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("rewards", np.nan, r"v1_bad.h5: rewards\[5\] is nan"),
+        ("observations", np.inf, r"v1_bad.h5: observations\[5\] is inf"),
+        ("terminals", 2.0, r"v1_bad.h5: terminals\[5\] is 2.0, expected 0 or 1"),
+        ("terminals", np.nan, r"v1_bad.h5: terminals\[5\] is nan, expected 0 or 1"),
+        ("episode_terminals", -1.0, r"v1_bad.h5: episode_terminals\[5\] is -1.0, expected 0 or 1"),
+    ],
+)
+def test_load_v1_names_the_file_for_bad_values(workdir, column, value, message) -> None:
+    import h5py
+
+    data = {"observations": np.zeros((10, 2), np.float32), "actions": np.arange(10) % 2,
+            "rewards": np.zeros(10, np.float32), "terminals": np.zeros(10), "episode_terminals": np.zeros(10)}
+    data["terminals"][9] = 1
+    data[column] = data[column].astype(np.float64)
+    data[column][5] = value
+    with h5py.File("v1_bad.h5", "w") as h5:
+        for key, array in data.items():
+            h5[key] = array
+    with pytest.raises(ValueError, match=message):
+        offrl.dataset.load_v1("v1_bad.h5")

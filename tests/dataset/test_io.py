@@ -562,3 +562,113 @@ def test_external_raw_storage_is_refused(tmp_path):
         del h5["rewards"]
         h5.create_dataset("rewards", shape=(30, 1), dtype=np.float32, external=[(str(raw), 0, 120)])
     _with_error(ValueError, path, path, "rewards keeps its values in an external file")
+
+
+# ------------------------------------------------- issue 28: action caps, expansion, metadata
+
+
+def _d3rlpy_file(path, actions, observations=None):
+    """One episode in d3rlpy 2.1+'s ``dump`` layout (no d3rlpy needed)."""
+    actions = np.asarray(actions).reshape(-1, 1)
+    n = actions.shape[0]
+    with h5py.File(path, "w") as h5:
+        h5.create_dataset("version", data="2.1")
+        h5.create_dataset("columns", data=["observations", "actions", "rewards", "terminated"])
+        h5.create_dataset("num_episodes", data=1)
+        h5.create_dataset("observations_0", data=np.zeros((n, 2), np.float32) if observations is None else observations)
+        h5.create_dataset("actions_0", data=actions)
+        h5.create_dataset("rewards_0", data=np.ones((n, 1), np.float32))
+        h5.create_dataset("terminated_0", data=True)
+    return path
+
+
+def test_a_d3rlpy_file_with_a_huge_discrete_action_is_refused_by_offrls_one_rule(tmp_path):
+    from offrl.dataset.io import MAX_DISCRETE_ACTION_SIZE
+
+    path = _d3rlpy_file(tmp_path / "d3.h5", [0, 1, 2**40, 3])  # loaded as action_size 2**40 + 1 before
+    _with_error(ValueError, path, path, f"actions[2] is {2**40}, beyond the {MAX_DISCRETE_ACTION_SIZE} discrete actions")
+    # the bound itself is accepted, as in offrl's own files
+    top = ReplayBuffer.load(_d3rlpy_file(tmp_path / "top.h5", [0, MAX_DISCRETE_ACTION_SIZE - 1]))
+    assert top.dataset_info.action_size == MAX_DISCRETE_ACTION_SIZE
+    own = tmp_path / "own.h5"
+    _discrete().dump(own)
+    with h5py.File(own, "r+") as h5:
+        h5.attrs["action_size"] = MAX_DISCRETE_ACTION_SIZE + 1
+    _with_error(ValueError, own, own, f"the attribute 'action_size' is {MAX_DISCRETE_ACTION_SIZE + 1}, expected")
+
+
+def _unwritten_gzip_file(path, rows=4096, width=64):
+    """A file whose gzip-compressed observations were never written: it
+    stores no bytes for them and a reader would expand the fill value."""
+    _continuous().dump(path)
+    with h5py.File(path, "r+") as h5:
+        del h5["observations_0"], h5["actions"], h5["rewards"]
+        h5.create_dataset("observations_0", shape=(rows, width), dtype=np.float32, compression="gzip", chunks=(256, width))
+        h5.create_dataset("actions", data=np.zeros((rows, 2), np.float32), compression="gzip")
+        h5.create_dataset("rewards", data=np.zeros((rows, 1), np.float32), compression="gzip")
+        for key, value in (("episode_starts", [0]), ("episode_ends", [rows]), ("episode_terminated", [True]),
+                           ("episode_has_final", [False])):
+            del h5[key]
+            h5.create_dataset(key, data=np.asarray(value, dtype=np.int64 if "episode_e" in key or "starts" in key else bool))
+    return path
+
+
+def test_a_compressed_column_expanding_beyond_the_bound_is_refused_stating_its_size(tmp_path, monkeypatch):
+    from offrl import _safety
+
+    monkeypatch.setattr(_safety, "EXPANSION_FLOOR", 0)  # a small file stands for a 9 kB one declaring gigabytes
+    path = _unwritten_gzip_file(tmp_path / "bomb.h5")
+    _with_error(ValueError, path, path, "its arrays expand to 1.1 MB but the file stores", "most of it is observations_0",
+                "(shape (4096, 64) float32: 1.05 MB from 0 B on disk)", "at most 1000x unless asked",
+                "max_expansion")
+    with pytest.raises(ValueError, match="at most 2x"):
+        ReplayBuffer.load(path, max_expansion=2)
+    loaded = ReplayBuffer.load(path, max_expansion=None)  # the caller raises the bound: the file is honest
+    assert loaded.episodes[0].observations.shape == (4096, 64) and not loaded.episodes[0].observations.any()
+    for bad, error in ((0.5, ValueError), (float("nan"), ValueError), ("10", TypeError), (True, TypeError)):
+        with pytest.raises(error, match="max_expansion must be"):
+            ReplayBuffer.load(path, max_expansion=bad)
+
+
+def test_small_or_honestly_compressed_files_load_under_the_default_bound(tmp_path):
+    dataset = _continuous()
+    dataset.dump(tmp_path / "gzip.h5", compression="gzip")
+    assert_same_buffer(ReplayBuffer.load(tmp_path / "gzip.h5"), dataset)
+    # all zeros compress ~1000x, but a file under the floor is read whatever its ratio
+    path = _unwritten_gzip_file(tmp_path / "small.h5")
+    assert ReplayBuffer.load(path).transition_count == 4096
+
+
+def test_describe_reads_metadata_only(tmp_path):
+    from offrl.dataset.io import describe_dataset_file
+
+    dataset = _discrete()
+    dataset.dump(tmp_path / "d.h5")
+    described = describe_dataset_file(tmp_path / "d.h5")
+    summary = dataset.summary()
+    for key in ("episodes", "terminated_episodes", "transitions", "steps"):
+        assert described[key] == summary[key], key
+    assert described["observation_signature"] == "float32(4,)" and described["action_size"] == 5
+    assert described["action_space"] == "discrete"
+    # a file declaring far more than any memory (10**12 rows): loading refuses it, describing reads nothing of it
+    path = tmp_path / "huge.h5"
+    _continuous().dump(path)
+    with h5py.File(path, "r+") as h5:
+        del h5["observations_0"]
+        h5.create_dataset("observations_0", shape=(10**12, 3), dtype=np.float32, compression="gzip", chunks=(4096, 3))
+        h5["episode_ends"][-1] = 10**12  # the table agrees with the declared rows
+    described = describe_dataset_file(path)
+    assert described["observation_signature"] == "float32(3,)"
+    assert described["size"].startswith("12 TB in memory,")
+    with pytest.raises(ValueError, match="observations_0 declares 10\\^12 rows"):
+        ReplayBuffer.load(path)
+
+
+def test_describe_a_d3rlpy_file(tmp_path):
+    from offrl.dataset.io import describe_dataset_file
+
+    path = _d3rlpy_file(tmp_path / "d3.h5", [0, 1, 1, 0])
+    described = describe_dataset_file(path)
+    loaded = ReplayBuffer.load(path)
+    assert (described["episodes"], described["transitions"], described["steps"]) == (1, loaded.transition_count, 4)
+    assert described["format"] == "d3rlpy dataset, version 2.1" and described["action_space"] == "discrete"

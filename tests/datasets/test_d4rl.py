@@ -280,3 +280,52 @@ def test_to_disk_error_in_a_late_chunk_leaves_nothing_in_either_layout(tmp_path,
     with pytest.raises(ValueError, match=r"d\.hdf5: steps 10\.\.13: .*reward"):
         load_d4rl_hdf5(path, to=tmp_path / "out", chunk_rows=4, layout=layout)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.hdf5"]
+
+
+# ------------------------------------------------- issue 28: action cap, expansion, metadata
+
+
+def test_a_huge_discrete_action_is_refused_by_offrls_one_rule(tmp_path):
+    actions = np.zeros(N, dtype=np.int64)
+    actions[7] = 2**40  # inferred as action_size 2**40 + 1 before
+    path = _write(tmp_path / "d.hdf5", _arrays(actions=actions))
+    _fails(path, ValueError, path, f"actions[7] is {2**40}, beyond the {2**24} discrete actions")
+    with pytest.raises(ValueError, match=re.escape(f"actions[7] is {2**40}, beyond")):
+        load_d4rl_hdf5(path, to=tmp_path / "disk")
+    assert not (tmp_path / "disk").exists()
+
+
+def test_a_compressed_bomb_is_refused_before_reading_unless_the_caller_raises_the_bound(tmp_path, monkeypatch):
+    from offrl import _safety
+
+    monkeypatch.setattr(_safety, "EXPANSION_FLOOR", 0)
+    path = tmp_path / "bomb.hdf5"
+    arrays = _arrays()
+    with h5py.File(path, "w") as f:
+        for key, value in arrays.items():
+            if key != "observations":
+                f.create_dataset(key, data=value)
+        f.create_dataset("observations", shape=(N, 30000), dtype=np.float32, compression="gzip", chunks=(1, 30000))
+    _fails(path, ValueError, path, "its arrays expand to", "most of it is observations (shape (14, 30000) float32",
+           "at most 1000x unless asked")
+    with pytest.raises(ValueError, match="at most 1000x"):
+        load_d4rl_hdf5(path, to=tmp_path / "disk")
+    dataset = load_d4rl_hdf5(path, max_expansion=None)
+    assert dataset.episodes[0].observations.shape == (5, 30000)
+
+
+def test_describe_reads_no_array(tmp_path):
+    from offrl.datasets.d4rl import describe_d4rl_hdf5
+
+    path = tmp_path / "huge.hdf5"
+    with h5py.File(path, "w") as f:  # 10**12 steps declared: any read would be refused or run out of memory
+        for key, shape, dtype in (("observations", (10**12, 17), np.float32), ("actions", (10**12, 6), np.float32),
+                                  ("rewards", (10**12,), np.float32), ("terminals", (10**12,), bool),
+                                  ("timeouts", (10**12,), bool)):
+            f.create_dataset(key, shape=shape, dtype=dtype, compression="gzip", chunks=(1024,) + shape[1:])
+        f.create_dataset("infos/qpos", data=np.zeros((3, 2)))
+    described = describe_d4rl_hdf5(path)
+    assert described["steps"] == 10**12 and described["observation_signature"] == "float32(17,)"
+    assert described["action_space"] == "continuous" and described["action_size"] == 6
+    assert described["extras"] == "infos/qpos" and described["size"] == "98 TB in memory, 0 B on disk (no bytes stored)"
+    _fails(path, ValueError, path, "declares 10^12 rows")

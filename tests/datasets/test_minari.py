@@ -472,7 +472,7 @@ def test_box_shape_disagreeing_with_data_is_refused(tmp_path, writer):
 
 def test_huge_discrete_n_is_refused(tmp_path):
     root = _write_minari_hdf5(tmp_path / "d", action_space=json.dumps({"type": "Discrete", "n": 2**62, "start": 1}))
-    with pytest.raises(ValueError, match=r"metadata.json: action_space is Discrete\(n=4611686018427387904\)"):
+    with pytest.raises(ValueError, match=r"metadata.json: action_space Discrete\(n\) is 4611686018427387904, expected an integer in \[1, 16777216\]"):
         get_minari(root)
 
 
@@ -802,3 +802,53 @@ def test_to_disk_fails_or_succeeds_as_the_in_memory_read(tmp_path, data_format, 
         assert_same_rows(memory, get_minari(root, to=tmp_path / f"out{k}")[0])
         outcomes.append("read")
     assert "read" in outcomes and "error" in outcomes  # both sides exercised
+
+
+# ------------------------------------------------- issue 28: keys, JSON, expansion, metadata
+
+
+@pytest.mark.parametrize("key", ["..", ".hidden", "a\x00b", ""])
+def test_a_dict_space_key_that_is_not_a_name_is_refused_before_reading(tmp_path, key):
+    space = {"type": "Dict", "subspaces": {key: DICT_OBS_SPACE["subspaces"]["observation"]}}
+    root = _write_minari_hdf5(tmp_path / "d", observation_space=json.dumps(space))
+    with pytest.raises(ValueError, match=r"metadata.json: observation_space has (key|an empty key)"):
+        get_minari(root)
+
+
+def test_deeply_nested_metadata_is_a_value_error_naming_the_file(tmp_path):
+    root = _write_minari_hdf5(tmp_path / "d")
+    (root / "data" / "metadata.json").write_text("[" * 50_000 + "]" * 50_000)
+    with pytest.raises(ValueError, match=r"metadata.json: JSON nested 50000 levels deep"):
+        get_minari(root)
+    root = _write_minari_hdf5(tmp_path / "e", observation_space="[" * 50_000 + "]" * 50_000)
+    with pytest.raises(ValueError, match=r"observation_space: JSON nested 50000 levels deep"):
+        get_minari(root)
+
+
+def test_compressed_bomb_in_an_episode_is_refused(tmp_path, monkeypatch):
+    from offrl import _safety
+
+    monkeypatch.setattr(_safety, "EXPANSION_FLOOR", 0)
+    root = _write_minari_hdf5(tmp_path / "d")
+    with h5py.File(root / "data" / "main_data.hdf5", "r+") as f:
+        del f["episode_1/observations/observation"]
+        f.create_dataset("episode_1/observations/observation", shape=(4, 3), dtype=np.float32, compression="gzip")
+    # one unwritten array among a dozen stored ones: a small expansion overall, refused under a tight bound
+    with pytest.raises(ValueError, match=r"main_data.hdf5: its arrays expand to .* most of it is .*episode_1/observations"):
+        get_minari(root, max_expansion=1.05)
+    with pytest.raises(ValueError, match=r"episode_1: its arrays expand to"):
+        get_minari(root, to=tmp_path / "disk", max_expansion=1.05)
+    assert not (tmp_path / "disk").exists()
+    dataset, _ = get_minari(root, max_expansion=None)
+    assert not dataset.episodes[1].observations[1].any()  # the fill value, read because the caller asked
+
+
+def test_describe_minari_reads_the_metadata_only(tmp_path):
+    from offrl.datasets.minari import describe_minari
+
+    root = _write_minari_hdf5(tmp_path / "d")
+    (root / "data" / "main_data.hdf5").write_bytes(b"not even HDF5")  # never opened
+    described = describe_minari(root)
+    assert (described["dataset_id"], described["episodes"], described["steps"]) == ("test/dict-v0", 3, 12)
+    assert described["action_space"] == "Discrete(n=3)"
+    assert described["observation_space"] == "Dict {achieved_goal: Box float64(2,), observation: Box float32(3,)}"
