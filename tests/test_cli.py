@@ -658,3 +658,13 @@ def test_a_d3rlpy_dump_is_read_by_fit_and_info(tmp_path, capsys):
     assert "  format: d3rlpy dataset, version 2.1\n  episodes: 1\n" in capsys.readouterr().out
     assert main(["fit", str(path), "dqn", "batch_size=2", "encoder_factory=vector", "encoder_factory.hidden_units=[4]",
                  "--steps", "1", "--no-progress", "--output-dir", str(tmp_path / "run")]) == 0
+
+
+def test_config_sizes_beyond_memory_are_one_line_errors(dataset_file, tmp_path, capsys):
+    assert main(["fit", str(dataset_file), "dqn", "n_critics=10000000", "--output-dir", str(tmp_path / "r")]) == 2
+    _one_line_error(capsys, "offrl fit: error: DQN: the config declares networks of", "n_critics=10000000",
+                    "with gradients and optimizer state; this machine has")
+    assert main(["fit", str(dataset_file), "dqn", "batch_size=100000000", "--steps", "1", "--no-progress",
+                 "--output-dir", str(tmp_path / "r")]) == 2
+    _one_line_error(capsys, "offrl fit: error: DQN: one training step needs about", "batch_size=100000000")
+    assert not (tmp_path / "r" / "model.d3").exists()

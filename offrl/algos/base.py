@@ -58,6 +58,7 @@ from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
 from ..serialization import algo_from_params_json, load_state_into, save_learnable, saved_observation_keys
 from ..training import distributed, graph, online
 from ..training import fit as training
+from . import _sizing
 from .config import LearnableConfig, check_enable_ddp, check_instance, check_positive_int, check_positive_number
 from ..training.device import DeviceArg, parse_device
 from ..training.fit import NonFiniteLossError, TrainStepResult
@@ -307,6 +308,8 @@ class QLearningAlgoBase:
         """Build networks and optimizers for the given shapes."""
         shape = _normalise_shape(observation_shape)
         check_positive_int(action_size, "action_size")
+        if self._device.type != "meta":  # sizes checked on the meta device first (that build skips this)
+            _sizing.check_networks_fit(self, shape, int(action_size))
         self._nets = nn.ModuleDict()
         self._optims = {}
         self._optim_factories: Dict[str, Callable[[], Any]] = {}
@@ -356,6 +359,13 @@ class QLearningAlgoBase:
         )
 
     _check_action_space = check_action_space
+
+    def check_training_fits(self, dataset: Any) -> None:
+        """Raise ``ValueError`` before training when one step at the config's
+        ``batch_size`` on ``dataset``'s shapes (estimated on the meta device)
+        would need more memory than the device has free (``fit`` calls it
+        after building; see :mod:`offrl.algos._sizing`)."""
+        _sizing.check_training_step_fits(self, dataset)
 
     def build_with_dataset(self, dataset: Any) -> None:
         """Fit unfitted scalers (on copies) and build networks for the dataset's shapes.

@@ -301,6 +301,7 @@ def prepare_algorithm(algo: Any, dataset: Any) -> None:
     else:
         algo.fit_scalers(dataset)
         algo.check_dataset(dataset)
+    algo.check_training_fits(dataset)  # batch_size and activations against memory, before the first step
 
 
 def write_metrics(logger: Any, epoch: int, step: int, metrics: Dict[str, float]) -> None:
