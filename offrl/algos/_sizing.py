@@ -17,7 +17,9 @@ the algorithm's device:
 Either refusal is a ``ValueError`` naming the algorithm, the size fields
 (those changed from their defaults first) and the bytes needed against the
 bytes available. The estimate can miss: what it cannot run on the meta
-device (a custom update, a step that reads values) is not checked.
+device (a step that reads values) and a user's own update step (an
+overridden ``update`` or ``_update``, never called on data it did not ask
+for) are not checked.
 """
 
 from __future__ import annotations
@@ -130,6 +132,13 @@ def check_networks_fit(algo: Any, observation_shape: Any, action_size: int) -> N
     evaluated = getattr(algo, "algo", None) if getattr(algo, "evaluates_algorithm", False) else None
     try:
         planned = planned_state(config, observation_shape, action_size, evaluated)
+    except RuntimeError as e:
+        if "overflow" in str(e).lower():  # a tensor of more than 2**63 bytes: torch cannot even describe it
+            raise ValueError(
+                f"{type(algo).__name__}: the config declares networks too large to address ({size_fields(config)}; "
+                f"observation_shape={observation_shape}, action_size={action_size}): {str(e).splitlines()[0]}"
+            ) from None
+        return  # the real build raises the same error, or builds what the meta device cannot
     except Exception:  # noqa: BLE001 - the real build raises the same error, or builds what meta cannot
         return
     numbers, nbytes = _state_bytes(planned)
@@ -215,6 +224,8 @@ def training_step_bytes(algo: Any, dataset: Any, batch_size: Optional[int] = Non
         with torch.device("meta"):
             probe = _probe(config, evaluated)
             probe.create_impl(algo.observation_shape, algo.action_size)
+        if probe._update_overridden() or not getattr(type(probe)._update, "__module__", "").startswith("offrl."):
+            return None  # a user's own update step is the user's code: not run on data it never asked for
         small = probe.preprocess_batch(template)
         batch = dataclasses.replace(small, **{f.name: _widen(getattr(small, f.name), rows)
                                               for f in dataclasses.fields(small) if f.name != "indices"})
