@@ -152,6 +152,11 @@ def _config_from_args(config_cls: type, config_file: Optional[str], overrides: S
             base = loaded
         else:
             extra = loaded
+    if config_file:  # the file's own keys first, so that an error in them names the file
+        try:
+            apply_overrides(config_cls, extra, base)
+        except CLIError as e:
+            raise CLIError(f"{config_file}: {e}") from None
     extra.update(parse_overrides(overrides))
     return apply_overrides(config_cls, extra, base)
 

@@ -668,3 +668,12 @@ def test_config_sizes_beyond_memory_are_one_line_errors(dataset_file, tmp_path, 
                  "--output-dir", str(tmp_path / "r")]) == 2
     _one_line_error(capsys, "offrl fit: error: DQN: one training step needs about", "batch_size=100000000")
     assert not (tmp_path / "r" / "model.d3").exists()
+
+
+def test_an_error_in_a_config_file_names_the_file(dataset_file, tmp_path, capsys):
+    (tmp_path / "c.json").write_text('{"a": 1}')
+    assert main(["fit", str(dataset_file), "dqn", "--config", str(tmp_path / "c.json")]) == 2
+    _one_line_error(capsys, f"offrl fit: error: {tmp_path / 'c.json'}: unknown config key 'a' in DQNConfig")
+    (tmp_path / "c.json").write_text('{"batch_size": -1}')
+    assert main(["fit", str(dataset_file), "dqn", "--config", str(tmp_path / "c.json")]) == 2
+    _one_line_error(capsys, f"{tmp_path / 'c.json'}: invalid config for DQNConfig: batch_size must be a positive int")

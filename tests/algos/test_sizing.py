@@ -94,3 +94,11 @@ def test_a_long_context_is_refused(monkeypatch):
     monkeypatch.setattr(_sizing, "available_memory", lambda: need - 1)
     with pytest.raises(ValueError, match="DecisionTransformer: one training step needs about .* context_size=4"):
         algo.fit(data, n_steps=1, show_progress=False)
+
+
+def test_a_cuda_device_is_checked_against_its_own_free_memory(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (3 * 10**9, 80 * 10**9))
+    assert _sizing._device_memory(torch.device("cuda:1")) == (3 * 10**9, "cuda:1 has")
+    assert _sizing._device_memory(torch.device("cpu"))[1] == "this machine has"
+    assert _sizing._device_memory(torch.device("meta")) == (None, "")

@@ -147,7 +147,7 @@ def test_cli_config_files_of_any_depth(tmp_path, text):
     try:
         _config_from_args(DQNConfig, str(path), [])
     except CLIError as e:
-        _names(e, str(path), "invalid config")
+        _names(e, str(path))
 
 
 # ---------------------------------------------------- dict-observation keys (item 11)
