@@ -22,7 +22,7 @@ Schema 1.2 (``schema_minor_version = 2``) adds the optional root attribute
 ``observation_keys`` for dict observations: a JSON list of the key names of
 ``observations_<k>`` in column order (read as data with
 ``offrl._safety.load_json`` and checked to be distinct valid key names, one
-per column: see :mod:`offrl.dataset._keys`). Files without it (1.0, 1.1)
+per column: see :mod:`offrl.dataset.keys`). Files without it (1.0, 1.1)
 load as array or tuple observations, as before.
 """
 
@@ -40,7 +40,7 @@ from .._atomic import atomic_write
 from .._version import __version__
 from ..constants import ActionSpace
 from . import checks
-from ._keys import check_observation_keys
+from .keys import check_observation_keys
 from .episode import EpisodeBase
 
 __all__ = [

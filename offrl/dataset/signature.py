@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from ..constants import ActionSpace
-from ._keys import check_observation_key, check_observation_keys
+from .keys import check_observation_key, check_observation_keys
 
 __all__ = [
     "Signature",

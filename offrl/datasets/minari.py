@@ -45,7 +45,7 @@ import numpy as np
 from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
-from ..dataset._keys import check_observation_keys
+from ..dataset.keys import check_observation_keys
 from ..dataset.io import check_discrete_action_size
 from ..dataset.disk_writer import DiskDatasetWriter
 from ..dataset.replay_buffer import MDPDataset, ReplayBufferBase

@@ -1,4 +1,4 @@
-"""The one rule for dict-observation key names (offrl/dataset/_keys.py), and
+"""The one rule for dict-observation key names (offrl/dataset/keys.py), and
 that every reader and writer applies it: MDPDataset dict input, Signature,
 offrl's HDF5 files, gymnasium Dict spaces."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from offrl.dataset import MDPDataset, ReplayBuffer, Signature
-from offrl.dataset._keys import MAX_KEY_LENGTH, check_observation_key, check_observation_keys
+from offrl.dataset.keys import MAX_KEY_LENGTH, check_observation_key, check_observation_keys
 
 GOOD = ["image", "joint pos", "achieved_goal", "état", "a.b", "robot/arm/pos", "x" * MAX_KEY_LENGTH, "0", "a-b:c"]
 BAD = [

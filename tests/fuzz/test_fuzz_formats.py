@@ -24,7 +24,7 @@ from offrl import _safety
 from offrl.algos import DQNConfig, _sizing
 from offrl.cli import CLIError, apply_overrides, main, parse_overrides
 from offrl.dataset import MDPDataset, ReplayBuffer, load_v1
-from offrl.dataset._keys import MAX_KEY_LENGTH, check_observation_key
+from offrl.dataset.keys import MAX_KEY_LENGTH, check_observation_key
 from offrl.dataset.io import MAX_DISCRETE_ACTION_SIZE, describe_dataset_file
 
 pytestmark = pytest.mark.fuzz
