@@ -550,13 +550,11 @@ def _h5_columns(
     )
 
 
-def _episode_arrays(episode: _H5Episode) -> list:
+def _episode_arrays(e: _H5Episode) -> list:
     """``(field, DatasetID)`` of the arrays an episode's columns are read from."""
-    out = [(f"{episode.where}/observations[{k}]", d) for k, d in enumerate(episode.observations)]
-    out += [(f"{episode.where}/actions", episode.actions), (f"{episode.where}/rewards", episode.rewards)]
-    if episode.behaviour is not None:
-        out.append((f"{episode.where}/{BEHAVIOUR}", episode.behaviour))
-    return out
+    named = [(f"observations[{k}]", d) for k, d in enumerate(e.observations)]
+    return [(f"{e.where}/{n}", d) for n, d in named + [("actions", e.actions), ("rewards", e.rewards),
+                                                        (BEHAVIOUR, e.behaviour)] if d is not None]
 
 
 def read_hdf5(
@@ -564,8 +562,7 @@ def read_hdf5(
     max_expansion: Optional[float] = _safety.DEFAULT_MAX_EXPANSION,
 ) -> Columns:
     """Two passes over the episode groups: shapes and flags first, then every
-    array read straight into its rows of the preallocated columns (after
-    their memory and their expansion are checked, over all episodes)."""
+    array (its memory and expansion checked) read into its rows of the columns."""
     f, path, keys = _h5_open(folder)
     with f:
         episodes = [_h5_episode(f, key, path, obs_leaves, act_leaf, max_expansion) for key in keys]
