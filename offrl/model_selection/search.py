@@ -370,7 +370,8 @@ class OfflineSearch:
         n_steps_per_epoch: steps between checkpoints (each one a candidate).
         n_trials: trials to run (a trial: one config with one seed). For a
             grid, default every point (a smaller number runs that many points
-            in a seeded random order); for distributions, required.
+            in a seeded random order); for distributions, required. It may
+            grow between runs of the same search to extend a study.
         choose_by: ``"estimate"`` or ``"lower"`` (the lower confidence bound:
             a pessimistic choice).
         select: the label of the scorer that chooses (default: the first).
@@ -518,7 +519,7 @@ class OfflineSearch:
             "scorers": [[label, spec if isinstance(spec, str) else f"callable {getattr(spec, '__qualname__', type(spec).__name__)}"]
                         for label, spec in self.scorers],
             "select": self.select, "choose_by": self.choose_by, "n_steps": self.n_steps,
-            "n_steps_per_epoch": self.n_steps_per_epoch, "n_trials": self.n_trials, "test_size": self.test_size,
+            "n_steps_per_epoch": self.n_steps_per_epoch, "test_size": self.test_size,
             "random_state": self.random_state,
             "dataset": {"episodes": int(dataset.size()), "transitions": int(dataset.transition_count)},
         }
@@ -604,6 +605,8 @@ class OfflineSearch:
             setup = self._setup(dataset)
             with _quiet_optuna():
                 study = open_study(storage, self.study_name, setup, sampler, pruner, self._grid())
+                if self.n_jobs == 1 and any(t.state.is_finished() for t in study.get_trials(deepcopy=False)):
+                    sampler.reseed_rng()  # a continued study: not the first run's draws again
                 threads = max(1, torch.get_num_threads() // self.n_jobs)
                 url = storage_arg if isinstance(storage_arg, str) else getattr(storage_arg, "url", storage_arg)
                 job = self._job(train, test, env, url if self.n_jobs > 1 else storage, model_dir, setup, sampler,
@@ -614,9 +617,11 @@ class OfflineSearch:
                     else:
                         self._run_processes(job, study, progress)
                     progress(budget(study)[0])
-            self.study_ = study if not temporary or self.storage is not None or self.n_jobs == 1 \
-                else optuna.copy_study(from_study_name=self.study_name, from_storage=storage,
-                                       to_storage=optuna.storages.InMemoryStorage())
+            self.study_ = study
+            if temporary and isinstance(storage_arg, str) and self.storage is None:  # its file goes with output_dir
+                memory = optuna.storages.InMemoryStorage()
+                optuna.copy_study(from_study_name=self.study_name, from_storage=storage, to_storage=memory)
+                self.study_ = optuna.load_study(study_name=self.study_name, storage=memory)
             self.train_dataset_, self.test_dataset_ = train, test
             self._choose(study, model_dir, dataset, train)
         finally:

@@ -282,3 +282,25 @@ def test_argument_errors():
         OfflineSearch(dataclasses.asdict, {})
     with pytest.raises(ValueError, match="the search has not run"):
         OfflineSearch(config, {}).leaderboard()
+
+
+def test_a_larger_n_trials_extends_a_stored_study(tmp_path):
+    storage = f"sqlite:///{tmp_path}/study.db"
+    calls = []
+
+    def score(algo, dataset):
+        calls.append(algo.config.learning_rate)
+        return 1000.0 * algo.config.learning_rate
+
+    def run(n_trials):
+        search = OfflineSearch(tiny_dqn(), {"learning_rate": optuna.distributions.FloatDistribution(1e-4, 1e-2)},
+                               scorer=score, n_trials=n_trials, n_steps=1, test_size=0.25, show_progress=False,
+                               storage=storage)
+        return search.fit(bandit_dataset(40))
+
+    first = run(2)
+    assert len(calls) == 2 and first.results_["trial"].tolist() == [0, 1]
+    second = run(3)
+    assert len(calls) == 3  # one more trial; the first two are read back, not trained again
+    assert second.results_["trial"].tolist() == [0, 1, 2]
+    assert second.results_["param_learning_rate"].tolist()[:2] == first.results_["param_learning_rate"].tolist()

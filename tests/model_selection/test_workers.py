@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 
+import numpy as np
 import pytest
 
 pytest.importorskip("optuna", reason="the search extra is not installed")
@@ -18,6 +20,8 @@ pytest.importorskip("pandas", reason="the search extra is not installed")
 
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
+
+import offrl  # noqa: E402
 
 from offrl.model_selection import OfflineSearch  # noqa: E402
 
@@ -34,19 +38,26 @@ def _trained(study):
             if "offrl_unused" not in t.user_attrs and t.state != TrialState.WAITING]
 
 
-def test_two_processes_run_every_grid_trial_exactly_once(tmp_path):
+def test_two_processes_run_every_grid_trial_exactly_once():
+    # no storage and no output directory: an SQLite file in a temporary directory, copied to memory at the end
     search = OfflineSearch(tiny_dqn(), GRID, scorer=learning_rate_score, seeds=2, n_jobs=2, n_steps=2,
-                           n_steps_per_epoch=1, test_size=0.25, show_progress=False,
-                           storage=f"sqlite:///{tmp_path}/study.db", output_dir=str(tmp_path / "out"))
-    search.fit(bandit_dataset(40))
-    study = optuna.load_study(study_name="offrl_search", storage=f"sqlite:///{tmp_path}/study.db")
-    complete = [p for p, state in _trained(study) if state == TrialState.COMPLETE]
+                           n_steps_per_epoch=1, test_size=0.25, show_progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the chosen checkpoint is loaded, not trained again
+        search.fit(bandit_dataset(40))
+    complete = [p for p, state in _trained(search.study_) if state == TrialState.COMPLETE]
     assert sorted(complete) == sorted(json.dumps({"learning_rate": lr, "seed": s}, sort_keys=True)
                                       for lr in GRID["learning_rate"] for s in (0, 1))
+    assert len(_trained(search.study_)) == 6  # nothing else trained (no failed or duplicate trial)
     assert len(search.results_) == 6 * 2
     assert search.best_params_["learning_rate"] == 3e-3
-    # the chosen checkpoint was trained in a worker process and loaded from its file
-    assert os.path.isfile(tmp_path / "out" / "models" / f"trial_{search.results_.loc[search.best_index_, 'trial']}.d3")
+    # the checkpoint trained in a worker process is the one a plain fit with its seed gives
+    offrl.seed(search.best_params_["seed"])
+    plain = tiny_dqn(learning_rate=3e-3).create()
+    plain.fit(search.train_dataset_, n_steps=search.best_step_, n_steps_per_epoch=1,
+              logger_adapter=offrl.logging.NoopAdapterFactory(), show_progress=False)
+    x = np.random.default_rng(5).normal(size=(64, 2)).astype(np.float32)
+    np.testing.assert_array_equal(search.best_estimator_.predict(x), plain.predict(x))
 
 
 WORKER = textwrap.dedent("""
