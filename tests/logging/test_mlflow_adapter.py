@@ -87,3 +87,34 @@ def test_helpers_and_bad_arguments(tmp_path, monkeypatch):
         MLflowAdapterFactory(tracking_uri="")
     with pytest.raises(TypeError, match="experiment must be"):
         MLflowAdapterFactory(experiment=3)
+
+
+def test_a_search_logs_each_trial_as_a_run(tmp_path):
+    pytest.importorskip("optuna", reason="the search extra is not installed")
+    from offrl.model_selection import OfflineSearch
+    from offrl.models import VectorEncoderFactory
+
+    uri = "sqlite:///" + str(tmp_path / "runs.db")
+    rng = np.random.default_rng(0)
+    n = 40
+    observations = rng.normal(size=(n, 2)).astype(np.float32)
+    actions = rng.integers(0, 2, size=n)
+    dataset = MDPDataset(observations, actions, (actions == (observations[:, 0] > 0)).astype(np.float32),
+                         np.ones(n, np.float32), behaviour_probabilities=np.full(n, 0.5))
+    search = OfflineSearch(DiscreteBCConfig(batch_size=8, encoder_factory=VectorEncoderFactory([8])),
+                           {"learning_rate": [1e-4, 1e-3]}, scorer="wis", n_steps=4, n_steps_per_epoch=2,
+                           test_size=0.25, show_progress=False,
+                           logger_adapter=MLflowAdapterFactory(tracking_uri=uri, log_models=False))
+    search.fit(dataset)
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("offrl").experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["offrl_search_trial0", "offrl_search_trial1"]
+    for run in runs:
+        trial = int(run.info.run_name[-1])
+        assert run.data.params["search.trial"] == str(trial)
+        assert run.data.params["search.learning_rate"] == str([1e-4, 1e-3][trial])
+        logged = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, "score_wis"))
+        rows = search.results_[search.results_["trial"] == trial].sort_values("step")
+        assert logged == list(zip(rows["step"], rows["wis"]))
