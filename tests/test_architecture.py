@@ -273,16 +273,7 @@ def underscore_imports(module: str, tree: ast.AST, is_package: bool) -> Iterator
 #: modules: (importing module, source module, name). TO BE REMOVED: each goes
 #: when its name gets a public one where it is defined (issue 30 item 5);
 #: delete an entry with its import. Nothing outside offrl/algos may be listed.
-UNDERSCORE_IMPORTS_TO_REMOVE: Set[Tuple[str, str, str]] = {
-    ("offrl.algos.fqe", "offrl.algos.fqe_diagnostics", "_ConvergenceMonitor"),
-    ("offrl.algos.fqe", "offrl.algos.fqe_diagnostics", "_bootstrap_interval"),
-    ("offrl.algos.fqe", "offrl.algos.fqe_diagnostics", "_check_convergence_args"),
-    ("offrl.algos.fqe", "offrl.algos.fqe_diagnostics", "_not_settled_message"),
-    ("offrl.algos.fqe", "offrl.algos.fqe_diagnostics", "_slice_observations"),
-    ("offrl.algos.tacr", "offrl.algos.decision_transformer", "_attention_masks"),
-    ("offrl.algos.tacr", "offrl.algos.decision_transformer", "_masked_mean"),
-    ("offrl.algos.transformer_base", "offrl.algos.base", "_as_array"),
-}
+UNDERSCORE_IMPORTS_TO_REMOVE: Set[Tuple[str, str, str]] = set()
 
 
 def _underscore_import_offences() -> List[Tuple[str, str, str, str]]:

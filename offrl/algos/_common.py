@@ -1,52 +1,17 @@
-"""Small pure helpers shared by the algorithm files."""
+"""Small pure helpers shared by the algorithm files (the target-network
+updates and ``freeze`` are :mod:`offrl.models.modules`'s, re-exported)."""
 
 from __future__ import annotations
 
 import contextlib
-import weakref
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 
+from ..models.modules import freeze, hard_update, module_tensors, soft_update
+
 __all__ = ["soft_update", "hard_update", "expectile_loss", "td_target", "freeze", "no_param_grads"]
-
-
-_PARAMS: "weakref.WeakKeyDictionary[nn.Module, Tuple[List[torch.Tensor], List[torch.Tensor]]]" = weakref.WeakKeyDictionary()
-
-
-def _tensors(module: nn.Module) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
-    """A module's parameters and buffers, listed once (the hot loop calls
-    this every step; networks do not change their tensors after building).
-    Not while torch.compile traces: the traced code would index the weak
-    dictionary's keys by position, and a collected module shifts them."""
-    if torch.compiler.is_compiling():
-        return list(module.parameters()), list(module.buffers())
-    cached = _PARAMS.get(module)
-    if cached is None:
-        cached = (list(module.parameters()), list(module.buffers()))
-        _PARAMS[module] = cached
-    return cached
-
-
-@torch.no_grad()
-def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """``target <- (1 - tau) * target + tau * source`` (one foreach op)."""
-    target_params, target_buffers = _tensors(target)
-    source_params, source_buffers = _tensors(source)
-    torch._foreach_lerp_(target_params, source_params, tau)
-    if target_buffers:
-        torch._foreach_copy_(target_buffers, source_buffers)
-
-
-@torch.no_grad()
-def hard_update(target: nn.Module, source: nn.Module) -> None:
-    """``target <- source``."""
-    target_params, target_buffers = _tensors(target)
-    source_params, source_buffers = _tensors(source)
-    torch._foreach_copy_(target_params, source_params)
-    if target_buffers:
-        torch._foreach_copy_(target_buffers, source_buffers)
 
 
 def mixes_rows(module: nn.Module) -> bool:
@@ -66,13 +31,6 @@ def stack_observations(x: Any, y: Any) -> Any:
     return torch.cat([x, y])
 
 
-def freeze(module: nn.Module) -> nn.Module:
-    """Mark a (target) network as not trainable."""
-    for p in module.parameters():
-        p.requires_grad_(False)
-    return module
-
-
 def td_target(rewards: torch.Tensor, next_values: torch.Tensor, terminals: torch.Tensor, gamma: float, intervals: torch.Tensor) -> torch.Tensor:
     """``r + gamma**interval * (1 - terminal) * next_values``; ``next_values``
     is ``(B, N)`` (``N`` quantiles, 1 for a scalar value)."""
@@ -90,7 +48,7 @@ def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
 def no_param_grads(module: nn.Module) -> Iterator[None]:
     """Temporarily stop gradients into ``module``'s parameters; gradients
     still flow through it to its inputs (e.g. a critic in an actor step)."""
-    params = [p for p in _tensors(module)[0] if p.requires_grad]
+    params = [p for p in module_tensors(module)[0] if p.requires_grad]
     for p in params:
         p.requires_grad_(False)
     try:

@@ -43,16 +43,17 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.builders import build_critics
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.policies import GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
 from ._common import soft_update, td_target
 from .base import QLearningAlgoBase
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
-from .sac import build_critics
 
-__all__ = ["AWACConfig", "AWAC", "gaussian_sample", "sampled_action_values"]
+__all__ = ["AWACConfig", "AWAC", "AWACModules", "gaussian_sample", "sampled_action_values"]
 
 
 @register("algorithm")
@@ -143,6 +144,18 @@ def sampled_action_values(q: QFunction, observations: Any, actions: torch.Tensor
     return values[:, 0], values[:, 1:]
 
 
+@dataclasses.dataclass(frozen=True)
+class AWACModules(Modules):
+    """AWAC's Gaussian policy, critics, target critics and optimizers (CRR's
+    holder adds a target policy)."""
+
+    policy: NormalPolicy
+    q_function: QFunction
+    targ_q_function: QFunction
+    actor_optim: OptimizerWrapper
+    critic_optim: OptimizerWrapper
+
+
 class AdvantageWeightedBase(QLearningAlgoBase):
     """What AWAC and CRR share: a Gaussian policy centred on ``tanh(mean)``
     acting greedily at its centre, critics named ``q_function`` /
@@ -150,6 +163,7 @@ class AdvantageWeightedBase(QLearningAlgoBase):
 
     _action_type = ActionSpace.CONTINUOUS
     has_q_function = True
+    _modules: AWACModules
     _policy_module = "policy"
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"
@@ -157,29 +171,29 @@ class AdvantageWeightedBase(QLearningAlgoBase):
 
     # ---------------------------------------------------------- acting
     def _predict(self, x) -> torch.Tensor:
-        return self._nets["policy"].greedy(x)
+        return self._modules.policy.greedy(x)
 
     def _sample(self, x) -> torch.Tensor:
-        return gaussian_sample(*self._nets["policy"](x))
+        return gaussian_sample(*self._modules.policy(x))
 
     def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
         """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (the
         clipped mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
-        return self._nets["policy"].log_prob(x, action)
+        return self._modules.policy.log_prob(x, action)
 
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._nets["q_function"].expected(x, action).mean(dim=0)
+        return self._modules.q_function.expected(x, action).mean(dim=0)
 
     def policy_module(self) -> nn.Module:
         self._require_built()
-        return GreedyNormalPolicy(self._nets["policy"])
+        return GreedyNormalPolicy(self._modules.policy)
 
 
 class AWAC(AdvantageWeightedBase):
     """AWAC (see the module docstring)."""
 
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> AWACModules:
         cfg = self._config
         encoder = cfg.actor_encoder_factory.create(observation_shape)
         policy = NormalPolicy(
@@ -187,11 +201,11 @@ class AWAC(AdvantageWeightedBase):
             min_logstd=-6.0, max_logstd=0.0, use_std_parameter=True,
         )
         q, targ = build_critics(cfg, observation_shape, action_size)
-        self._add_module("policy", policy)
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", targ)
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
+        return AWACModules(
+            policy=policy, q_function=q, targ_q_function=targ,
+            actor_optim=self._optimizer(cfg.actor_optim_factory, [policy], cfg.actor_learning_rate),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q], cfg.critic_learning_rate),
+        )
 
     def _advantage_weights(self, observations: Any, actions: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
         """``B softmax(A / lambda)`` over the batch, ``(B,)``, no gradient;
@@ -199,13 +213,14 @@ class AWAC(AdvantageWeightedBase):
         cfg = self._config
         with torch.no_grad():
             sampled = gaussian_sample(mean, logstd, int(cfg.n_action_samples))
-            q_data, q_sampled = sampled_action_values(self._nets["q_function"], observations, actions, sampled, "min")
+            q_data, q_sampled = sampled_action_values(self._modules.q_function, observations, actions, sampled, "min")
             advantage = q_data - q_sampled.mean(dim=1)
             return torch.softmax(advantage / float(cfg.lam), dim=0) * advantage.shape[0]
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
-        policy, q, targ = self._nets["policy"], self._nets["q_function"], self._nets["targ_q_function"]
+        m = self._modules
+        policy, q, targ = m.policy, m.q_function, m.targ_q_function
 
         with torch.no_grad():
             next_actions = gaussian_sample(*policy(batch.next_observations))
@@ -213,7 +228,7 @@ class AWAC(AdvantageWeightedBase):
             target = td_target(batch.rewards, q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         critic_loss = q.loss(pred, target, taus)
-        critic_optim = self._optims["critic_optim"]
+        critic_optim = m.critic_optim
         critic_optim.zero_grad()
         critic_loss.backward()
         critic_optim.step()
@@ -221,7 +236,7 @@ class AWAC(AdvantageWeightedBase):
         mean, logstd = policy(batch.observations)
         weights = self._advantage_weights(batch.observations, batch.actions, mean.detach(), logstd.detach())
         actor_loss = -(weights * gaussian_log_prob(batch.actions, torch.tanh(mean), logstd)).mean()
-        actor_optim = self._optims["actor_optim"]
+        actor_optim = m.actor_optim
         actor_optim.zero_grad()
         actor_loss.backward()
         actor_optim.step()

@@ -4,8 +4,11 @@ the internal interface through which the rest of offrl uses an algorithm.
 **For algorithm authors** (files in ``offrl/algos/``): a subclass sets the
 capability flags below that differ from the defaults and defines
 
-* ``_build(observation_shape, action_size)``: networks (``self._add_module``)
-  and optimizers (``self._add_optimizer``);
+* ``_build(observation_shape, action_size)``: networks and optimizers (made
+  with ``self._optimizer``), returned in the algorithm's typed holder, a
+  frozen dataclass subclassing :class:`~offrl.models.modules.Modules` that
+  the class names by annotating ``_modules`` (``_modules: SACModules``);
+  the hooks read them as ``self._modules.policy``;
 * ``_update(batch, grad_step)``: one gradient step on a preprocessed torch
   batch, returning a dict of 0-dim loss tensors (no host sync) or a
   :class:`TrainStepResult` when it computes per-sample TD errors;
@@ -15,7 +18,13 @@ capability flags below that differ from the defaults and defines
 * ``policy_module()`` for export.
 
 An algorithm that is another plus a term subclasses it and redefines these
-hooks (CQL = SAC + a conservative term), never the base's own machinery.
+hooks (CQL = SAC + a conservative term), never the base's own machinery; its
+holder extends the parent's (``CQLModules(SACModules)``).
+
+d3rlpy's extension API works on the same hooks: a subclass that defines
+``inner_create_impl`` (and sets ``self._impl`` to a
+:class:`~offrl.algos.impl.QLearningAlgoImplBase`) is built and trained
+through its Impl (see :mod:`offrl.algos.impl`).
 
 **For everything outside ``offrl/algos/``** (training loops, OPE, export,
 serialization, metrics, the command line) the interface is public:
@@ -42,8 +51,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
-from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple, Union
+import sys
+from typing import Any, Callable, Dict, Generator, Generic, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 import torch
@@ -54,6 +65,7 @@ from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
 from ..dataset.signature import observation_from_dict, signatures_from_env
 from ..dataset.writer import BasicWriterPreprocess
 from ..export import save_policy as export_policy
+from ..models.modules import Modules
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
 from ..serialization import algo_from_params_json, load_state_into, save_learnable, saved_observation_keys
 from ..training import distributed, graph, online
@@ -63,6 +75,7 @@ from .config import LearnableConfig, check_enable_ddp, check_instance, check_pos
 from ..training.device import DeviceArg, parse_device
 from ..training.fit import NonFiniteLossError, TrainStepResult
 from ..training.options import FitOptions
+from .impl import ImplPolicy, TQLearningConfig, TQLearningImpl, checked_impl, impl_update
 
 __all__ = [
     "LearnableConfig",
@@ -83,18 +96,29 @@ Shape = Union[Tuple[int, ...], Sequence[Tuple[int, ...]]]
 SCALER_NAMES = ("observation_scaler", "action_scaler", "reward_scaler")
 
 
+def _uses_impl(cls: type) -> bool:
+    """The class is written against d3rlpy's extension API (it defines
+    ``inner_create_impl``; see :mod:`offrl.algos.impl`)."""
+    return callable(getattr(cls, "inner_create_impl", None))
+
+
 def _module_device(module: nn.Module) -> torch.device:
     for p in module.parameters():
         return p.device
     return torch.device("cpu")
 
 
-class QLearningAlgoBase:
+class QLearningAlgoBase(Generic[TQLearningImpl, TQLearningConfig]):
     """Base of all algorithms: the estimator API and the internal interface
-    (see the module docstring)."""
+    (see the module docstring). Subscriptable as d3rlpy's
+    (``QLearningAlgoBase[MyImpl, MyConfig]``)."""
 
     _action_type: ActionSpace = ActionSpace.BOTH
-    #: module / optimizer names used by copy_*_from
+    #: the typed holder of the networks and optimizers, once built (a
+    #: subclass annotates it with its own Modules class)
+    _modules: Modules
+    #: holder fields used by copy_*_from (checked against the holder's
+    #: fields when the class is defined)
     _policy_module: Optional[str] = None
     _q_modules: Tuple[str, ...] = ()
     _policy_optim: Optional[str] = None
@@ -121,9 +145,41 @@ class QLearningAlgoBase:
     #: ``predict`` takes a context (``TransformerInput``), not observations
     predicts_from_sequences: bool = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        holder = cls._holder_class()
+        names = [f.name for f in dataclasses.fields(holder)]
+        for attr in ("_policy_module", "_policy_optim", "_q_optim"):
+            value = getattr(cls, attr)
+            if value is not None and value not in names:
+                raise TypeError(f"{cls.__name__}.{attr} is {value!r}, not a field of {holder.__name__} (fields: {names})")
+        for value in cls._q_modules:
+            if value not in names:
+                raise TypeError(f"{cls.__name__}._q_modules names {value!r}, not a field of {holder.__name__} "
+                                f"(fields: {names})")
+
+    @classmethod
+    def _holder_class(cls) -> Type[Modules]:
+        """The :class:`~offrl.models.modules.Modules` class of this
+        algorithm's networks and optimizers: the annotation of ``_modules``
+        on the class or the nearest base that has one."""
+        for klass in cls.__mro__:
+            annotation = inspect.get_annotations(klass).get("_modules")
+            if annotation is None:
+                continue
+            if isinstance(annotation, str):  # postponed annotations: a name of the class's module
+                annotation = vars(sys.modules[klass.__module__]).get(annotation, annotation)
+            if not (isinstance(annotation, type) and issubclass(annotation, Modules)):
+                raise TypeError(f"{klass.__name__}._modules is annotated {annotation!r}; expected a Modules subclass "
+                                "defined before the algorithm class in its module")
+            return annotation
+        return Modules
+
     def __init__(self, config: LearnableConfig, device: DeviceArg = False, enable_ddp: bool = False) -> None:
         if not isinstance(config, LearnableConfig):
             raise TypeError(f"config must be a LearnableConfig, got {type(config).__name__}")
+        if type(self).get_action_type is not QLearningAlgoBase.get_action_type:
+            self._action_type = self.get_action_type()  # d3rlpy's extension API declares it by this method
         self._config = config
         self._device_arg = device
         self._device = parse_device(device)
@@ -133,8 +189,12 @@ class QLearningAlgoBase:
         self._reset_state()
 
     def _reset_state(self) -> None:
+        self._modules = Modules()  # none before building
+        #: the holder's networks and optimizers by field name (the generic
+        #: machinery's view: saving, loading, modes; ``modules`` / ``optimizers``)
         self._nets = nn.ModuleDict()
         self._optims: Dict[str, Any] = {}
+        self._impl: Any = None  # an Impl of d3rlpy's extension API
         self._observation_shape: Optional[Shape] = None
         self._observation_keys: Optional[Tuple[str, ...]] = None  # dict observations' keys, when known
         self._action_size: Optional[int] = None
@@ -148,7 +208,7 @@ class QLearningAlgoBase:
     @property
     def has_q_function(self) -> bool:
         """It estimates action values: ``predict_value`` works."""
-        return type(self)._predict_value is not QLearningAlgoBase._predict_value
+        return type(self)._predict_value is not QLearningAlgoBase._predict_value or _uses_impl(type(self))
 
     @property
     def has_stochastic_policy(self) -> bool:
@@ -282,9 +342,12 @@ class QLearningAlgoBase:
         self._grad_step = int(grad_step)
 
     @property
-    def impl(self) -> Optional["QLearningAlgoBase"]:
-        """The built networks' owner (``self`` once built, ``None`` before)."""
-        return self if self._built else None
+    def impl(self) -> Any:
+        """The built networks' owner: ``self`` once built (the Impl for an
+        algorithm of d3rlpy's extension API), ``None`` before."""
+        if not self._built:
+            return None
+        return self if self._impl is None else self._impl
 
     @property
     def is_built(self) -> bool:
@@ -310,9 +373,10 @@ class QLearningAlgoBase:
         check_positive_int(action_size, "action_size")
         if self._device.type != "meta":  # sizes checked on the meta device first (that build skips this)
             _sizing.check_networks_fit(self, shape, int(action_size))
+        self._modules = Modules()
         self._nets = nn.ModuleDict()
         self._optims = {}
-        self._optim_factories: Dict[str, Callable[[], Any]] = {}
+        self._impl = None
         self._observation_shape = shape
         self._action_size = int(action_size)
         for scaler in (self._observation_scaler, self._action_scaler, self._reward_scaler):
@@ -320,33 +384,39 @@ class QLearningAlgoBase:
                 scaler.to(self._device)
         if self._observation_scaler is not None and self._observation_scaler.built:
             self._observation_scaler.check_observation_shape(shape)
-        self._build(shape, int(action_size))
+        modules = self._build(shape, int(action_size))
+        if modules is None:  # an algorithm without networks (a random policy)
+            modules = Modules()
+        holder = self._holder_class()
+        if not isinstance(modules, holder):
+            raise TypeError(f"{type(self).__name__}._build returned a {type(modules).__name__}; expected a "
+                            f"{holder.__name__} (the holder of its networks and optimizers)")
+        self._modules = modules
+        self._nets = nn.ModuleDict(modules.torch_modules())
         self._nets.to(self._device)
-        # optimizers are made after the move so their state lives on the device
-        self._optims = {name: make() for name, make in self._optim_factories.items()}
+        self._optims = modules.optimizers()
         self._toggles_mode = any(
             isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.Dropout, nn.Dropout2d)) for m in self._nets.modules()
         )
         self._built = True
 
-    def _build(self, observation_shape: Shape, action_size: int) -> None:
-        raise NotImplementedError
+    def _build(self, observation_shape: Shape, action_size: int) -> Optional[Modules]:
+        """The networks and optimizers, in this algorithm's holder. By
+        default, d3rlpy's extension API: ``inner_create_impl`` leaves an
+        Impl holding them in ``self._impl``."""
+        if not _uses_impl(type(self)):
+            raise NotImplementedError(f"{type(self).__name__} defines neither _build nor inner_create_impl")
+        self.inner_create_impl(observation_shape, action_size)  # type: ignore[attr-defined]
+        return checked_impl(self).modules
 
-    def _add_module(self, name: str, module: nn.Module) -> nn.Module:
-        self._nets[name] = module
-        return module
-
-    def _add_optimizer(self, name: str, factory: Any, modules: Sequence[nn.Module], lr: float, extra_params: Sequence[Tuple[str, nn.Parameter]] = ()) -> None:
-        """Register an optimizer over ``modules`` (built once networks are on the device)."""
-
-        def make():
-            named = []
-            for m in modules:
-                named.extend(m.named_parameters())
-            named.extend(extra_params)
-            return factory.create(named, lr)
-
-        self._optim_factories[name] = make
+    def _optimizer(self, factory: Any, modules: Sequence[nn.Module], lr: float) -> Any:
+        """An optimizer from ``factory`` over ``modules``' parameters, made
+        once they are on the device, so that its state lives there."""
+        named = []
+        for m in modules:
+            m.to(self._device)
+            named.extend(m.named_parameters())
+        return factory.create(named, lr)
 
     def check_action_space(self, action_space: ActionSpace) -> None:
         """Raise ``ValueError`` unless this algorithm learns/acts with ``action_space``."""
@@ -529,7 +599,9 @@ class QLearningAlgoBase:
         return out
 
     def _update(self, batch: TorchTransitionMiniBatch, grad_step: int) -> Union[Dict[str, torch.Tensor], TrainStepResult]:
-        raise NotImplementedError(f"{type(self).__name__} cannot be trained")
+        if self._impl is None:
+            raise NotImplementedError(f"{type(self).__name__} cannot be trained")
+        return impl_update(self._impl, batch, grad_step)
 
     # ---------------------------------------------------------- inference
     def observation_tensor(self, x: Any, name: str = "x") -> Any:
@@ -671,13 +743,19 @@ class QLearningAlgoBase:
         return value.reshape(-1).cpu().numpy()
 
     def _predict(self, x: Any) -> torch.Tensor:
-        raise NotImplementedError
+        if self._impl is None:
+            raise NotImplementedError
+        return self._impl.inner_predict_best_action(x)
 
     def _sample(self, x: Any) -> torch.Tensor:
-        return self._predict(x)
+        if self._impl is None:
+            return self._predict(x)
+        return self._impl.inner_sample_action(x)
 
     def _predict_value(self, x: Any, action: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError(f"{type(self).__name__} has no value function")
+        if self._impl is None:
+            raise NotImplementedError(f"{type(self).__name__} has no value function")
+        return self._impl.inner_predict_value(x, action)
 
     # ------------------------------------------- stochastic-policy hooks
     def action_probabilities(self, x: Any) -> np.ndarray:
@@ -712,7 +790,9 @@ class QLearningAlgoBase:
     # ---------------------------------------------------------- exporting
     def policy_module(self) -> nn.Module:
         """The greedy policy on scaled observations, as a module (for export)."""
-        raise NotImplementedError(f"{type(self).__name__} has no exportable policy")
+        if self._impl is None:
+            raise NotImplementedError(f"{type(self).__name__} has no exportable policy")
+        return ImplPolicy(self._impl)
 
     def save_policy(self, fname: str) -> None:
         """Export the greedy policy with its scalers: ``.pt`` TorchScript,
@@ -937,10 +1017,12 @@ class QLearningAlgoBase:
     def _copy_module(self, other: "QLearningAlgoBase", mine: Optional[str], theirs: Optional[str], what: str) -> None:
         self.require_built()
         other.require_built()
-        if mine is None or theirs is None or mine not in self._nets or theirs not in other._nets:
+        target = getattr(self._modules, mine, None) if mine is not None else None
+        source = getattr(other._modules, theirs, None) if theirs is not None else None
+        if not isinstance(target, nn.Module) or not isinstance(source, nn.Module):
             raise ValueError(f"cannot copy the {what} from {type(other).__name__} to {type(self).__name__}: one of them has none")
         try:
-            self._nets[mine].load_state_dict(other._nets[theirs].state_dict())
+            target.load_state_dict(source.state_dict())
         except RuntimeError as e:
             raise ValueError(
                 f"the {what} of {type(other).__name__} does not fit {type(self).__name__}'s "
@@ -954,9 +1036,10 @@ class QLearningAlgoBase:
         random target."""
         self._copy_module(algo, self._policy_module, algo._policy_module, "policy")
         mine = f"targ_{self._policy_module}"
-        if mine in self._nets:
+        if getattr(self._modules, mine, None) is not None:
             theirs = f"targ_{algo._policy_module}"
-            self._copy_module(algo, mine, theirs if theirs in algo._nets else algo._policy_module, "target policy")
+            has_target = getattr(algo._modules, theirs, None) is not None
+            self._copy_module(algo, mine, theirs if has_target else algo._policy_module, "target policy")
 
     def copy_q_function_from(self, algo: "QLearningAlgoBase") -> None:
         """Copy the Q-functions (and target Q-functions) from ``algo``."""
@@ -972,7 +1055,7 @@ class QLearningAlgoBase:
         if mine is None or theirs is None:
             raise ValueError(f"cannot copy the {what} optimizer from {type(other).__name__} to {type(self).__name__}")
         try:
-            self._optims[mine].load_state_dict(other._optims[theirs].state_dict())
+            getattr(self._modules, mine).load_state_dict(getattr(other._modules, theirs).state_dict())
         except (ValueError, KeyError, RuntimeError) as e:
             raise ValueError(f"the {what} optimizer state of {type(other).__name__} does not fit {type(self).__name__}: {e}") from None
 
@@ -985,8 +1068,7 @@ class QLearningAlgoBase:
     def reset_optimizer_states(self) -> None:
         """Forget optimizer moments and step counts (e.g. before finetuning)."""
         self.require_built()
-        for optim in self._optims.values():
-            optim.reset()
+        self._modules.reset_optimizer_states()
 
     def __repr__(self) -> str:
         state = f"built for {self._observation_shape} -> {self._action_size}" if self._built else "not built"
@@ -1188,4 +1270,5 @@ def _normalise_shape(shape: Any) -> Shape:
 
 
 normalise_shape = _normalise_shape
+as_array = _as_array
 float_observation = _float_observation

@@ -28,7 +28,7 @@ Algorithms"). Greedy action ``argmax_a z_theta(s)_a``; sampling draws from
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict
+from typing import Dict, Union
 
 import torch
 from torch import nn
@@ -36,8 +36,8 @@ import torch.nn.functional as F
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory
-from ..models.optimizers import OptimizerFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.policies import ArgmaxPolicy, CategoricalPolicy, DeterministicPolicy, GreedyNormalPolicy, NormalPolicy
 from ..serialization import register
 from .base import QLearningAlgoBase
@@ -48,6 +48,8 @@ __all__ = [
     "BC",
     "DiscreteBCConfig",
     "DiscreteBC",
+    "BCModules",
+    "DiscreteBCModules",
 ]
 
 POLICY_TYPES = ("deterministic", "stochastic")
@@ -99,10 +101,19 @@ class BCConfig(LearnableConfig):
         return BC
 
 
+@dataclasses.dataclass(frozen=True)
+class BCModules(Modules):
+    """BC's policy (Gaussian or deterministic) and its optimizer."""
+
+    policy: Union[NormalPolicy, DeterministicPolicy]
+    optim: OptimizerWrapper
+
+
 class BC(QLearningAlgoBase):
     """Behaviour cloning for continuous actions (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
+    _modules: BCModules
     _policy_module = "policy"
     _policy_optim = "optim"
 
@@ -115,7 +126,7 @@ class BC(QLearningAlgoBase):
         """Only the stochastic policy has a density (the deterministic one is a point)."""
         return self._stochastic
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> BCModules:
         cfg = self._config
         encoder = cfg.encoder_factory.create(observation_shape)
         feature_size = compute_output_size(encoder, observation_shape)
@@ -123,26 +134,25 @@ class BC(QLearningAlgoBase):
             policy: nn.Module = NormalPolicy(encoder, feature_size, action_size, min_logstd=MIN_LOGSTD, max_logstd=MAX_LOGSTD)
         else:
             policy = DeterministicPolicy(encoder, feature_size, action_size)
-        self._add_module("policy", policy)
-        self._add_optimizer("optim", cfg.optim_factory, [policy], cfg.learning_rate)
+        return BCModules(policy=policy, optim=self._optimizer(cfg.optim_factory, [policy], cfg.learning_rate))
 
     def _loss(self, batch) -> torch.Tensor:
         """The imitation loss on a preprocessed torch batch (differentiable)."""
-        policy = self._nets["policy"]
+        policy = self._modules.policy
         if self._stochastic:
             return -policy.log_prob(batch.observations, batch.actions).mean()
         return ((policy(batch.observations) - batch.actions) ** 2).mean()
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         loss = self._loss(batch)
-        optim = self._optims["optim"]
+        optim = self._modules.optim
         optim.zero_grad()
         loss.backward()
         optim.step()
         return {"loss": loss.detach()}
 
     def _predict(self, x) -> torch.Tensor:
-        policy = self._nets["policy"]
+        policy = self._modules.policy
         if self._stochastic:
             return torch.tanh(policy(x)[0])
         return policy(x)
@@ -150,18 +160,18 @@ class BC(QLearningAlgoBase):
     def _sample(self, x) -> torch.Tensor:
         if not self._stochastic:
             return self._predict(x)
-        mean, logstd = self._nets["policy"](x)
+        mean, logstd = self._modules.policy(x)
         action = torch.tanh(mean) + torch.randn_like(mean) * torch.exp(logstd)
         return action.clamp(-1.0, 1.0)
 
     def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
         """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (stochastic
         policy only; the clipped mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
-        return self._nets["policy"].log_prob(x, action)
+        return self._modules.policy.log_prob(x, action)
 
     def policy_module(self) -> nn.Module:
         self._require_built()
-        policy = self._nets["policy"]
+        policy = self._modules.policy
         return GreedyNormalPolicy(policy) if self._stochastic else policy
 
 
@@ -205,45 +215,53 @@ class DiscreteBCConfig(LearnableConfig):
         return DiscreteBC
 
 
+@dataclasses.dataclass(frozen=True)
+class DiscreteBCModules(Modules):
+    """Discrete BC's policy (logits) and its optimizer."""
+
+    policy: CategoricalPolicy
+    optim: OptimizerWrapper
+
+
 class DiscreteBC(QLearningAlgoBase):
     """Behaviour cloning for discrete actions (see the module docstring)."""
 
     _action_type = ActionSpace.DISCRETE
+    _modules: DiscreteBCModules
     _policy_module = "policy"
     _policy_optim = "optim"
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> DiscreteBCModules:
         cfg = self._config
         encoder = cfg.encoder_factory.create(observation_shape)
         policy = CategoricalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
-        self._add_module("policy", policy)
-        self._add_optimizer("optim", cfg.optim_factory, [policy], cfg.learning_rate)
+        return DiscreteBCModules(policy=policy, optim=self._optimizer(cfg.optim_factory, [policy], cfg.learning_rate))
 
     def _loss(self, batch) -> torch.Tensor:
         """Cross entropy plus the logit penalty on a preprocessed torch batch."""
-        logits = self._nets["policy"](batch.observations)
+        logits = self._modules.policy(batch.observations)
         cross_entropy = F.cross_entropy(logits, batch.actions.reshape(-1).long())
         return cross_entropy + float(self._config.beta) * (logits**2).mean()
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         loss = self._loss(batch)
-        optim = self._optims["optim"]
+        optim = self._modules.optim
         optim.zero_grad()
         loss.backward()
         optim.step()
         return {"loss": loss.detach()}
 
     def _predict(self, x) -> torch.Tensor:
-        return self._nets["policy"](x).argmax(dim=-1)
+        return self._modules.policy(x).argmax(dim=-1)
 
     def _sample(self, x) -> torch.Tensor:
-        probs = torch.softmax(self._nets["policy"](x), dim=-1)
+        probs = torch.softmax(self._modules.policy(x), dim=-1)
         return torch.multinomial(probs, 1).squeeze(1)
 
     def _action_probabilities(self, x) -> torch.Tensor:
         """``softmax(logits)``, ``(B, A)``: the distribution ``sample_action`` draws from (for :mod:`offrl.ope`)."""
-        return torch.softmax(self._nets["policy"](x), dim=-1)
+        return torch.softmax(self._modules.policy(x), dim=-1)
 
     def policy_module(self) -> nn.Module:
         self._require_built()
-        return ArgmaxPolicy(self._nets["policy"])
+        return ArgmaxPolicy(self._modules.policy)

@@ -55,7 +55,8 @@ import torch.nn.functional as F
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.perturbation import PerturbationActor, create_perturbation_actor
 from ..models.policies import CategoricalPolicy
 from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction, QFunctionFactory
@@ -76,13 +77,15 @@ from .config import (
     instance_of,
     param,
 )
-from .dqn import DoubleDQN, abs_td_errors
+from .dqn import DoubleDQN, DQNModules, abs_td_errors
 
 __all__ = [
     "BCQConfig",
     "BCQ",
     "DiscreteBCQConfig",
     "DiscreteBCQ",
+    "BCQModules",
+    "DiscreteBCQModules",
     "FixedNoise",
     "BCQGreedyPolicy",
     "DiscreteBCQGreedyPolicy",
@@ -236,42 +239,59 @@ class BCQGreedyPolicy(nn.Module):
         return best_candidate(self.q_function, repeated, _perturbed_candidates(self.vae, self.actor, repeated, latents, n))
 
 
+@dataclasses.dataclass(frozen=True)
+class BCQModules(Modules):
+    """BCQ's perturbation actor (``policy``), critics, their target copies,
+    the conditional VAE, the fixed latent candidates ``predict`` decodes and
+    the optimizers."""
+
+    policy: PerturbationActor
+    targ_policy: PerturbationActor
+    q_function: QFunction
+    targ_q_function: QFunction
+    vae: ConditionalVAE
+    candidate_latents: FixedNoise
+    actor_optim: OptimizerWrapper
+    critic_optim: OptimizerWrapper
+    imitator_optim: OptimizerWrapper
+
+
 class BCQ(QLearningAlgoBase):
     """Batch-Constrained deep Q-learning (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
     has_q_function = True
+    _modules: BCQModules
     _policy_module = "policy"
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"
     _q_optim = "critic_optim"
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> BCQModules:
         cfg = self._config
         latent_size = 2 * action_size
         vae = create_conditional_vae(cfg.imitator_encoder_factory, observation_shape, action_size, latent_size)
         policy = create_perturbation_actor(cfg.actor_encoder_factory, observation_shape, action_size, float(cfg.action_flexibility))
         q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
-        self._add_module("policy", policy)
-        self._add_module("targ_policy", freeze(copy.deepcopy(policy)))
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_module("vae", vae)
-        self._add_module("candidate_latents", FixedNoise(int(cfg.n_action_samples), latent_size, clip=0.5))
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
-        self._add_optimizer("imitator_optim", cfg.imitator_optim_factory, [vae], cfg.imitator_learning_rate)
+        candidate_latents = FixedNoise(int(cfg.n_action_samples), latent_size, clip=0.5)
         self._zero = torch.zeros((), device=self._device)
         self._last_actor_loss = self._zero
+        return BCQModules(
+            policy=policy, targ_policy=freeze(copy.deepcopy(policy)), q_function=q, targ_q_function=freeze(copy.deepcopy(q)),
+            vae=vae, candidate_latents=candidate_latents,
+            actor_optim=self._optimizer(cfg.actor_optim_factory, [policy], cfg.actor_learning_rate),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q], cfg.critic_learning_rate),
+            imitator_optim=self._optimizer(cfg.imitator_optim_factory, [vae], cfg.imitator_learning_rate),
+        )
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
-        nets = self._nets
-        vae, policy, targ_policy = nets["vae"], nets["policy"], nets["targ_policy"]
-        q, targ_q = nets["q_function"], nets["targ_q_function"]
+        m = self._modules
+        vae, policy, targ_policy = m.vae, m.policy, m.targ_policy
+        q, targ_q = m.q_function, m.targ_q_function
 
         vae_loss = vae.loss(batch.observations, batch.actions, float(cfg.beta))[0]
-        imitator_optim = self._optims["imitator_optim"]
+        imitator_optim = m.imitator_optim
         imitator_optim.zero_grad()
         vae_loss.backward()
         imitator_optim.step()
@@ -288,7 +308,7 @@ class BCQ(QLearningAlgoBase):
             target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         critic_loss = q.loss(pred, target, taus)
-        critic_optim = self._optims["critic_optim"]
+        critic_optim = m.critic_optim
         critic_optim.zero_grad()
         critic_loss.backward()
         critic_optim.step()
@@ -298,7 +318,7 @@ class BCQ(QLearningAlgoBase):
                 generated = vae.decode(batch.observations, vae.sample_latent((_batch_size(batch.observations),), self._device))
             with no_param_grads(q):
                 actor_loss = -q.expected(batch.observations, policy(batch.observations, generated))[0].mean()
-                actor_optim = self._optims["actor_optim"]
+                actor_optim = m.actor_optim
                 actor_optim.zero_grad()
                 actor_loss.backward()
                 actor_optim.step()
@@ -312,19 +332,19 @@ class BCQ(QLearningAlgoBase):
         return self.policy_module()(x)
 
     def _sample(self, x) -> torch.Tensor:
-        nets = self._nets
+        m = self._modules
         n = int(self._config.n_action_samples)
         repeated = repeat_observations(x, n)
-        latents = nets["vae"].sample_latent((_batch_size(x) * n,), self._device)
-        return best_candidate(nets["q_function"], repeated, _perturbed_candidates(nets["vae"], nets["policy"], repeated, latents, n))
+        latents = m.vae.sample_latent((_batch_size(x) * n,), self._device)
+        return best_candidate(m.q_function, repeated, _perturbed_candidates(m.vae, m.policy, repeated, latents, n))
 
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._nets["q_function"].expected(x, action).mean(dim=0)
+        return self._modules.q_function.expected(x, action).mean(dim=0)
 
     def policy_module(self) -> nn.Module:
         self._require_built()
-        nets = self._nets
-        return BCQGreedyPolicy(nets["vae"], nets["policy"], nets["q_function"], nets["candidate_latents"])
+        m = self._modules
+        return BCQGreedyPolicy(m.vae, m.policy, m.q_function, m.candidate_latents)
 
 
 # ------------------------------------------------------------------ discrete
@@ -426,14 +446,23 @@ class DiscreteBCQGreedyPolicy(nn.Module):
         return restricted_argmax(values, logits, self.action_flexibility)
 
 
+@dataclasses.dataclass(frozen=True)
+class DiscreteBCQModules(DQNModules):
+    """Double DQN's networks plus the imitator (``optim`` trains both)."""
+
+    imitator: CategoricalPolicy
+
+
 class DiscreteBCQ(DoubleDQN):
     """DiscreteBCQ (see the module docstring): Double DQN with an imitator
     that restricts the greedy and the target actions."""
 
-    def _build(self, observation_shape, action_size: int) -> None:
-        super()._build(observation_shape, action_size)
+    _modules: DiscreteBCQModules
+
+    def _build(self, observation_shape, action_size: int) -> DiscreteBCQModules:
+        modules = super()._build(observation_shape, action_size)
         cfg = self._config
-        q = self._nets["q_function"]
+        q = modules.q_function
         if cfg.share_encoder:
             encoder = FirstMemberEncoder(q.encoder)
             imitator = CategoricalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
@@ -442,38 +471,38 @@ class DiscreteBCQ(DoubleDQN):
             encoder = cfg.encoder_factory.create(observation_shape)
             imitator = CategoricalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
             trained = [q, imitator]
-        self._add_module("imitator", imitator)
-        # one optimizer over the Q-network and the imitator (one loss)
-        self._add_optimizer("optim", cfg.optim_factory, trained, cfg.learning_rate)
+        # one optimizer over the Q-network and the imitator (one loss), in place of DQN's
+        return DiscreteBCQModules.extending(
+            modules, imitator=imitator, optim=self._optimizer(cfg.optim_factory, trained, cfg.learning_rate))
 
     def _shares_features(self) -> bool:
         """Whether one encoder pass can give both the Q-values and the
         imitator's logits: a shared encoder under a mean (non-distributional)
         Q-function, whose values are ``head(encoder(s))``."""
-        return bool(self._config.share_encoder) and type(self._nets["q_function"]) is MeanQFunction
+        return bool(self._config.share_encoder) and type(self._modules.q_function) is MeanQFunction
 
     def _values_and_logits(self, observations) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(Q(s, .) (E, B, A), imitator logits (B, A))`` from one pass
         through the shared encoder (only when :meth:`_shares_features`)."""
-        q = self._nets["q_function"]
+        q = self._modules.q_function
         features = q.encoder(observations)  # (E, B, F); the imitator reads the first member's
-        return q.head(features), self._nets["imitator"].fc(features[0])
+        return q.head(features), self._modules.imitator.fc(features[0])
 
     def _next_value(self, next_observations) -> torch.Tensor:
-        q, targ = self._nets["q_function"], self._target_q_function()
+        q, targ = self._modules.q_function, self._target_q_function()
         dist = targ.distribution(next_observations, greedy_taus=False)  # (E, B, A, N)
         if self._shares_features():
             values, next_logits = self._values_and_logits(next_observations)
             values = values.mean(dim=0)
         else:
-            values, next_logits = q.expected(next_observations).mean(dim=0), self._nets["imitator"](next_observations)
+            values, next_logits = q.expected(next_observations).mean(dim=0), self._modules.imitator(next_observations)
         next_action = restricted_argmax(values, next_logits, float(self._config.action_flexibility))
         index = next_action.view(1, -1, 1, 1).expand(dist.shape[0], -1, 1, dist.shape[-1])
         return q.reduce(dist.gather(2, index).squeeze(2), "min")
 
     def _update(self, batch, grad_step: int) -> TrainStepResult:
         cfg = self._config
-        q, imitator = self._nets["q_function"], self._nets["imitator"]
+        q, imitator = self._modules.q_function, self._modules.imitator
         with torch.no_grad():
             target = td_target(batch.rewards, self._next_value(batch.next_observations), batch.terminals, cfg.gamma, batch.intervals)
         if self._shares_features():
@@ -486,12 +515,12 @@ class DiscreteBCQ(DoubleDQN):
         td_loss = q.loss(pred, target, taus, batch.weights)
         imitator_loss = F.cross_entropy(logits, batch.actions.reshape(-1).long()) + float(cfg.beta) * (logits**2).mean()
         loss = td_loss + imitator_loss
-        optim = self._optims["optim"]
+        optim = self._modules.optim
         optim.zero_grad()
         loss.backward()
         optim.step()
         if (grad_step + 1) % int(cfg.target_update_interval) == 0:
-            hard_update(self._nets["targ_q_function"], q)
+            hard_update(self._modules.targ_q_function, q)
         td_errors = abs_td_errors(pred.detach(), target) if batch.weights is not None else None
         return TrainStepResult(
             {"loss": loss.detach(), "td_loss": td_loss.detach(), "imitator_loss": imitator_loss.detach()}, td_errors
@@ -501,5 +530,5 @@ class DiscreteBCQ(DoubleDQN):
         return self.policy_module()(x)
 
     def policy_module(self) -> nn.Module:
-        return DiscreteBCQGreedyPolicy(self._nets["q_function"], self._nets["imitator"], float(self._config.action_flexibility),
+        return DiscreteBCQGreedyPolicy(self._modules.q_function, self._modules.imitator, float(self._config.action_flexibility),
                                        shared=self._shares_features())

@@ -40,18 +40,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
 
+from ..models.builders import build_critics, build_normal_policy
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.mmd import MMD_KERNELS, mmd
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.parameters import ScalarParameter
 from ..models.policies import NormalPolicy, squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
-from ..models.vae import create_conditional_vae, repeat_observations
+from ..models.vae import ConditionalVAE, create_conditional_vae, repeat_observations
 from ..serialization import register
 from ._common import no_param_grads, soft_update, td_target
 from .bcq import FixedNoise, best_candidate, soft_clipped_max
@@ -67,9 +68,9 @@ from .config import (
     one_of,
     param,
 )
-from .sac import SAC, build_critics, build_policy
+from .sac import SAC, SACModules
 
-__all__ = ["BEARConfig", "BEAR", "BEARGreedyPolicy"]
+__all__ = ["BEARConfig", "BEAR", "BEARModules", "BEARGreedyPolicy"]
 
 #: bounds of log alpha (the authors' and d3rlpy's)
 LOG_ALPHA_MIN, LOG_ALPHA_MAX = -5.0, 10.0
@@ -196,33 +197,47 @@ class BEARGreedyPolicy(nn.Module):
         return best_candidate(self.q_function, repeat_observations(x, table.shape[0]), _candidates(self.policy, x, table))
 
 
+@dataclasses.dataclass(frozen=True)
+class BEARModules(SACModules):
+    """SAC's networks and optimizers plus the MMD multiplier, the VAE of
+    the data, the fixed noise of ``predict``'s candidates and their
+    optimizers (``alpha_optim`` is None when ``alpha`` is fixed)."""
+
+    log_alpha: ScalarParameter
+    vae: ConditionalVAE
+    candidate_noise: FixedNoise
+    imitator_optim: OptimizerWrapper
+    alpha_optim: Optional[OptimizerWrapper]
+
+
 class BEAR(SAC):
     """BEAR (see the module docstring): SAC's networks plus a VAE of the
     data and an MMD constraint with a learned multiplier."""
 
+    _modules: BEARModules
     #: the greedy action is a best-of-n choice, not a draw from the Gaussian
     _action_log_prob = None  # type: ignore[assignment]
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> BEARModules:
         cfg = self._config
-        policy = self._add_module("policy", build_policy(cfg.actor_encoder_factory, observation_shape, action_size))
+        policy = build_normal_policy(cfg.actor_encoder_factory, observation_shape, action_size)
         q, targ = build_critics(cfg, observation_shape, action_size)
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", targ)
-        log_temp = self._add_module("log_temp", ScalarParameter(cfg.initial_temperature))
-        log_alpha = self._add_module("log_alpha", ScalarParameter(cfg.initial_alpha))
-        vae = self._add_module(
-            "vae", create_conditional_vae(cfg.imitator_encoder_factory, observation_shape, action_size, 2 * action_size)
-        )
-        self._add_module("candidate_noise", FixedNoise(int(cfg.n_action_samples), action_size))
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
-        self._add_optimizer("imitator_optim", cfg.imitator_optim_factory, [vae], cfg.imitator_learning_rate)
-        if cfg.temp_learning_rate > 0:
-            self._add_optimizer("temp_optim", cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
-        if cfg.alpha_learning_rate > 0:
-            self._add_optimizer("alpha_optim", cfg.alpha_optim_factory, [log_alpha], cfg.alpha_learning_rate)
+        log_temp = ScalarParameter(cfg.initial_temperature)
+        log_alpha = ScalarParameter(cfg.initial_alpha)
+        vae = create_conditional_vae(cfg.imitator_encoder_factory, observation_shape, action_size, 2 * action_size)
+        candidate_noise = FixedNoise(int(cfg.n_action_samples), action_size)
         self._zero = torch.zeros((), device=self._device)
+        return BEARModules(
+            policy=policy, q_function=q, targ_q_function=targ, log_temp=log_temp, log_alpha=log_alpha, vae=vae,
+            candidate_noise=candidate_noise,
+            actor_optim=self._optimizer(cfg.actor_optim_factory, [policy], cfg.actor_learning_rate),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q], cfg.critic_learning_rate),
+            imitator_optim=self._optimizer(cfg.imitator_optim_factory, [vae], cfg.imitator_learning_rate),
+            temp_optim=(self._optimizer(cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
+                        if cfg.temp_learning_rate > 0 else None),
+            alpha_optim=(self._optimizer(cfg.alpha_optim_factory, [log_alpha], cfg.alpha_learning_rate)
+                         if cfg.alpha_learning_rate > 0 else None),
+        )
 
     def _mmd(self, x: Any) -> torch.Tensor:
         """Per-state MMD between the policy's and the VAE's samples before
@@ -230,22 +245,22 @@ class BEAR(SAC):
         cfg = self._config
         p = int(cfg.n_mmd_action_samples)
         with torch.no_grad():
-            behaviour = self._nets["vae"].sample(x, n=p, raw=True)  # (B, p, A)
-        mean, logstd = self._nets["policy"](x)
+            behaviour = self._modules.vae.sample(x, n=p, raw=True)  # (B, p, A)
+        mean, logstd = self._modules.policy(x)
         noise = torch.randn(mean.shape[0], p, mean.shape[1], device=mean.device)
         policy_raw = mean.unsqueeze(1) + logstd.exp().unsqueeze(1) * noise
         return mmd(policy_raw, behaviour, str(cfg.mmd_kernel), float(cfg.mmd_sigma))
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
-        nets, optims = self._nets, self._optims
-        policy, q, targ, vae = nets["policy"], nets["q_function"], nets["targ_q_function"], nets["vae"]
-        log_temp, log_alpha = nets["log_temp"], nets["log_alpha"]
+        m = self._modules
+        policy, q, targ, vae = m.policy, m.q_function, m.targ_q_function, m.vae
+        log_temp, log_alpha = m.log_temp, m.log_alpha
 
         imitator_loss = vae.loss(batch.observations, batch.actions, float(cfg.vae_kl_weight))[0]
-        optims["imitator_optim"].zero_grad()
+        m.imitator_optim.zero_grad()
         imitator_loss.backward()
-        optims["imitator_optim"].step()
+        m.imitator_optim.step()
 
         n = int(cfg.n_target_samples)
         with torch.no_grad():
@@ -258,9 +273,9 @@ class BEAR(SAC):
             target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         critic_loss = q.loss(pred, target, taus)
-        optims["critic_optim"].zero_grad()
+        m.critic_optim.zero_grad()
         critic_loss.backward()
-        optims["critic_optim"].step()
+        m.critic_optim.step()
 
         distance = self._mmd(batch.observations)  # (B,)
         alpha = log_alpha()
@@ -268,14 +283,14 @@ class BEAR(SAC):
         temp = log_temp()
         if grad_step < int(cfg.warmup_steps):
             actor_loss = constraint
-            optims["actor_optim"].zero_grad()
+            m.actor_optim.zero_grad()
             actor_loss.backward()
-            optims["actor_optim"].step()
+            m.actor_optim.step()
             temp_loss = alpha_loss = self._zero
         else:
             mean, logstd = policy(batch.observations)
             action, log_prob = squashed_sample(mean, logstd)
-            temp_optim, alpha_optim = optims.get("temp_optim"), optims.get("alpha_optim")
+            temp_optim, alpha_optim = m.temp_optim, m.alpha_optim
             temp_loss = alpha_loss = self._zero
             if temp_optim is not None:  # SAC's temperature step first, as d3rlpy 2.8.1
                 temp_loss = -(temp * (log_prob.detach() - float(self._action_size))).mean()
@@ -291,9 +306,9 @@ class BEAR(SAC):
                 alpha_loss = -(alpha * (distance.detach() - float(cfg.alpha_threshold))).mean()
                 loss = loss + alpha_loss
                 alpha_optim.zero_grad()
-            optims["actor_optim"].zero_grad()
+            m.actor_optim.zero_grad()
             loss.backward()  # the two parts have disjoint parameters
-            optims["actor_optim"].step()
+            m.actor_optim.step()
             if alpha_optim is not None:
                 alpha_optim.step()
                 log_alpha.clamp_(math.exp(LOG_ALPHA_MIN), math.exp(LOG_ALPHA_MAX))
@@ -316,10 +331,10 @@ class BEAR(SAC):
     def _sample(self, x) -> torch.Tensor:
         n = int(self._config.n_action_samples)
         noise = torch.randn(_batch_size(x), n, int(self._action_size), device=self._device)
-        mean, logstd = self._nets["policy"](x)
+        mean, logstd = self._modules.policy(x)
         candidates = torch.tanh(mean.unsqueeze(1) + logstd.exp().unsqueeze(1) * noise)
-        return best_candidate(self._nets["q_function"], repeat_observations(x, n), candidates)
+        return best_candidate(self._modules.q_function, repeat_observations(x, n), candidates)
 
     def policy_module(self) -> nn.Module:
         self._require_built()
-        return BEARGreedyPolicy(self._nets["policy"], self._nets["q_function"], self._nets["candidate_noise"])
+        return BEARGreedyPolicy(self._modules.policy, self._modules.q_function, self._modules.candidate_noise)

@@ -52,13 +52,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from .._allocator import retain_freed_memory
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.parameters import ScalarParameter
 from ..models.policies import squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
@@ -78,9 +78,9 @@ from .config import (
     param,
 )
 from .dqn import DQN, DQNConfig, abs_td_errors
-from .sac import SAC, actor_temperature_step
+from .sac import SAC, SACModules, actor_temperature_step
 
-__all__ = ["CQLConfig", "CQL", "DiscreteCQLConfig", "DiscreteCQL"]
+__all__ = ["CQLConfig", "CQL", "CQLModules", "DiscreteCQLConfig", "DiscreteCQL"]
 
 #: range ``alpha`` is projected onto after each Lagrangian step
 ALPHA_RANGE = (1e-8, 1e6)
@@ -182,28 +182,40 @@ def _repeat_observations(x: Any, n: int) -> Any:
     return x.repeat_interleave(n, dim=0)
 
 
+@dataclasses.dataclass(frozen=True)
+class CQLModules(SACModules):
+    """SAC's networks and optimizers plus the Lagrange multiplier
+    (``alpha_optim`` is None when ``alpha`` is fixed)."""
+
+    log_alpha: ScalarParameter
+    alpha_optim: Optional[OptimizerWrapper]
+
+
 class CQL(SAC):
     """Conservative Q-Learning for continuous actions (see the module
     docstring): SAC's networks, acting and actor step, with the conservative
     critic update."""
 
-    def _build(self, observation_shape, action_size: int) -> None:
-        super()._build(observation_shape, action_size)
+    _modules: CQLModules
+
+    def _build(self, observation_shape, action_size: int) -> CQLModules:
+        modules = super()._build(observation_shape, action_size)
         cfg = self._config
         if self._device.type == "cpu":
             # the conservative term allocates and frees ~16 MB activations every
             # step: keep them in the heap rather than page-faulting them back
             retain_freed_memory()
         # rows of one call share batch-norm statistics: merge calls only without it
-        self._one_policy_call = not mixes_rows(self._nets["policy"])
+        self._one_policy_call = not mixes_rows(modules.policy)
         self._one_critic_call = isinstance(cfg.q_func_factory, MeanQFunctionFactory) and not mixes_rows(
-            self._nets["q_function"])
-        log_alpha = self._add_module("log_alpha", ScalarParameter(cfg.initial_alpha))
-        if cfg.alpha_learning_rate > 0:
-            self._add_optimizer("alpha_optim", cfg.alpha_optim_factory, [log_alpha], cfg.alpha_learning_rate)
+            modules.q_function)
+        log_alpha = ScalarParameter(cfg.initial_alpha)
+        alpha_optim = self._optimizer(cfg.alpha_optim_factory, [log_alpha], cfg.alpha_learning_rate) \
+            if cfg.alpha_learning_rate > 0 else None
+        return CQLModules.extending(modules, log_alpha=log_alpha, alpha_optim=alpha_optim)
 
     def _target(self, batch, next_mean: torch.Tensor, next_logstd: torch.Tensor) -> torch.Tensor:
-        targ = self._nets["targ_q_function"]
+        targ = self._modules.targ_q_function
         if self._config.max_q_backup:
             n = int(self._config.n_action_samples)
             actions, _ = squashed_sample(next_mean, next_logstd, n)  # (B, n, A)
@@ -213,7 +225,7 @@ class CQL(SAC):
         elif self._config.soft_q_backup:
             next_action, next_log_prob = squashed_sample(next_mean, next_logstd)
             next_dist, _ = targ.at_action(batch.next_observations, next_action)
-            next_value = targ.reduce(next_dist, "min") - self._nets["log_temp"]() * next_log_prob.unsqueeze(-1)
+            next_value = targ.reduce(next_dist, "min") - self._modules.log_temp() * next_log_prob.unsqueeze(-1)
         else:
             next_dist, _ = targ.at_action(batch.next_observations, torch.tanh(next_mean))
             next_value = targ.reduce(next_dist, "min")
@@ -240,12 +252,12 @@ class CQL(SAC):
         return actions, log_density
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
-        cfg = self._config
-        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
-        log_alpha: ScalarParameter = self._nets["log_alpha"]
+        cfg, m = self._config, self._modules
+        q, targ = m.q_function, m.targ_q_function
+        log_alpha = m.log_alpha
         observations = batch.observations
         n, size, batch_size = int(cfg.n_action_samples), int(self._action_size), batch.rewards.shape[0]
-        policy = self._nets["policy"]
+        policy = m.policy
         with torch.no_grad():
             if self._one_policy_call:  # one policy pass serves s (proposals) and s' (target, proposals)
                 mean, logstd = policy(stack_observations(observations, batch.next_observations))
@@ -276,12 +288,12 @@ class CQL(SAC):
         terms = cfg.conservative_weight * ((logsumexp - data_values).mean(dim=1) - cfg.alpha_threshold)  # (E,)
         alpha = log_alpha()
         conservative_loss = (alpha.detach() * terms).sum()
-        alpha_optim = self._optims.get("alpha_optim")
+        alpha_optim = m.alpha_optim
         if alpha_optim is not None:
             alpha_loss = -(alpha * terms.detach()).mean()
         else:
             alpha_loss = torch.zeros((), device=alpha.device)
-        critic_optim = self._optims["critic_optim"]
+        critic_optim = m.critic_optim
         critic_optim.zero_grad()
         loss = td_loss + conservative_loss
         if alpha_optim is not None:
@@ -295,8 +307,8 @@ class CQL(SAC):
             log_alpha.clamp_(*ALPHA_RANGE)
 
         metrics = actor_temperature_step(
-            self._nets["policy"], q, self._nets["log_temp"], self._optims["actor_optim"],
-            self._optims.get("temp_optim"), batch.observations, -float(self._action_size),
+            m.policy, q, m.log_temp, m.actor_optim,
+            m.temp_optim, batch.observations, -float(self._action_size),
         )
         soft_update(targ, q, float(cfg.tau))
         return {
@@ -352,7 +364,7 @@ class DiscreteCQL(DQN):
 
     def _update(self, batch, grad_step: int) -> TrainStepResult:
         cfg = self._config
-        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
+        q, targ = self._modules.q_function, self._modules.targ_q_function
         with torch.no_grad():
             next_action = q.expected(batch.next_observations).mean(dim=0).argmax(dim=-1)
             next_dist, _ = targ.at_action(batch.next_observations, next_action)
@@ -368,7 +380,7 @@ class DiscreteCQL(DQN):
         td_errors = abs_td_errors(pred.detach(), target) if batch.weights is not None else None
         conservative_loss = (torch.logsumexp(values, dim=2) - data_values).mean(dim=1).sum()
         loss = td_loss + cfg.alpha * conservative_loss
-        optim = self._optims["optim"]
+        optim = self._modules.optim
         optim.zero_grad()
         loss.backward()
         optim.step()

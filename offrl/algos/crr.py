@@ -51,10 +51,10 @@ from ..models.policies import NormalPolicy, gaussian_log_prob
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, soft_update, td_target
-from .awac import AdvantageWeightedBase, gaussian_sample, sampled_action_values
+from .awac import AdvantageWeightedBase, AWACModules, gaussian_sample, sampled_action_values
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, one_of, param
 
-__all__ = ["CRRConfig", "CRR"]
+__all__ = ["CRRConfig", "CRR", "CRRModules"]
 
 
 @register("algorithm")
@@ -129,23 +129,30 @@ class CRRConfig(LearnableConfig):
         return CRR
 
 
+@dataclasses.dataclass(frozen=True)
+class CRRModules(AWACModules):
+    """AWAC's networks and optimizers plus the target policy."""
+
+    targ_policy: NormalPolicy
+
+
 class CRR(AdvantageWeightedBase):
     """CRR (see the module docstring)."""
 
+    _modules: CRRModules
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> CRRModules:
         cfg = self._config
         encoder = cfg.actor_encoder_factory.create(observation_shape)
         policy = NormalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size, min_logstd=-20.0, max_logstd=2.0)
         q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
-        self._add_module("policy", policy)
-        self._add_module("targ_policy", freeze(copy.deepcopy(policy)))
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
         # reported on steps without a policy update until the first one
         self._last_actor_loss = torch.zeros((), device=self._device)
+        return CRRModules(
+            policy=policy, targ_policy=freeze(copy.deepcopy(policy)), q_function=q, targ_q_function=freeze(copy.deepcopy(q)),
+            actor_optim=self._optimizer(cfg.actor_optim_factory, [policy], cfg.actor_learning_rate),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q], cfg.critic_learning_rate),
+        )
 
     def _weights(self, observations: Any, actions: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
         """The filter ``f(A(s, a))`` of each logged action, ``(B,)``, no
@@ -153,7 +160,7 @@ class CRR(AdvantageWeightedBase):
         cfg = self._config
         with torch.no_grad():
             sampled = gaussian_sample(mean, logstd, int(cfg.n_action_samples))
-            q_data, q_sampled = sampled_action_values(self._nets["q_function"], observations, actions, sampled, "mean")
+            q_data, q_sampled = sampled_action_values(self._modules.q_function, observations, actions, sampled, "mean")
             baseline = q_sampled.mean(dim=1) if cfg.advantage_type == "mean" else q_sampled.max(dim=1).values
             advantage = q_data - baseline
             if cfg.weight_type == "binary":
@@ -162,8 +169,8 @@ class CRR(AdvantageWeightedBase):
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
-        nets = self._nets
-        q, targ_q, policy, targ_policy = nets["q_function"], nets["targ_q_function"], nets["policy"], nets["targ_policy"]
+        m = self._modules
+        q, targ_q, policy, targ_policy = m.q_function, m.targ_q_function, m.policy, m.targ_policy
 
         with torch.no_grad():
             next_actions = gaussian_sample(*targ_policy(batch.next_observations))
@@ -171,7 +178,7 @@ class CRR(AdvantageWeightedBase):
             target = td_target(batch.rewards, targ_q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         critic_loss = q.loss(pred, target, taus)
-        critic_optim = self._optims["critic_optim"]
+        critic_optim = m.critic_optim
         critic_optim.zero_grad()
         critic_loss.backward()
         critic_optim.step()
@@ -180,7 +187,7 @@ class CRR(AdvantageWeightedBase):
             mean, logstd = policy(batch.observations)
             weights = self._weights(batch.observations, batch.actions, mean.detach(), logstd.detach())
             actor_loss = -(weights * gaussian_log_prob(batch.actions, torch.tanh(mean), logstd)).mean()
-            actor_optim = self._optims["actor_optim"]
+            actor_optim = m.actor_optim
             actor_optim.zero_grad()
             actor_loss.backward()
             actor_optim.step()

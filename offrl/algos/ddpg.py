@@ -35,15 +35,16 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.policies import DeterministicPolicy
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, no_param_grads, soft_update, td_target
 from .base import QLearningAlgoBase
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
 
-__all__ = ["DDPGConfig", "DDPG"]
+__all__ = ["DDPGConfig", "DDPG", "DDPGModules"]
 
 
 @register("algorithm")
@@ -97,6 +98,19 @@ class DDPGConfig(LearnableConfig):
         return DDPG
 
 
+@dataclasses.dataclass(frozen=True)
+class DDPGModules(Modules):
+    """The deterministic policy, the critic ensemble, their target copies
+    and optimizers (DDPG's, TD3's, TD3+BC's, ReBRAC's, PRDC's)."""
+
+    policy: DeterministicPolicy
+    targ_policy: DeterministicPolicy
+    q_function: QFunction
+    targ_q_function: QFunction
+    actor_optim: OptimizerWrapper
+    critic_optim: OptimizerWrapper
+
+
 class DDPG(QLearningAlgoBase):
     """Deep Deterministic Policy Gradients (see the module docstring).
 
@@ -106,35 +120,35 @@ class DDPG(QLearningAlgoBase):
 
     _action_type = ActionSpace.CONTINUOUS
     has_q_function = True
+    _modules: DDPGModules
     _policy_module = "policy"
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"
     _q_optim = "critic_optim"
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> DDPGModules:
         cfg = self._config
         encoder = cfg.actor_encoder_factory.create(observation_shape)
         policy = DeterministicPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
         q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
-        self._add_module("policy", policy)
-        self._add_module("targ_policy", freeze(copy.deepcopy(policy)))
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
         # reported on steps without a policy update until the first one
         self._last_actor_loss = torch.zeros((), device=self._device)
+        return DDPGModules(
+            policy=policy, targ_policy=freeze(copy.deepcopy(policy)), q_function=q, targ_q_function=freeze(copy.deepcopy(q)),
+            actor_optim=self._optimizer(cfg.actor_optim_factory, [policy], cfg.actor_learning_rate),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q], cfg.critic_learning_rate),
+        )
 
     # ------------------------------------------------------------- hooks
     def _target_actions(self, next_observations: Any) -> torch.Tensor:
         """The action the critic target is evaluated at (no gradient): the
         target policy's, ``(B, action_size)``."""
-        return self._nets["targ_policy"](next_observations)
+        return self._modules.targ_policy(next_observations)
 
     def _next_value(self, batch: Any, next_actions: torch.Tensor) -> torch.Tensor:
         """The bootstrapped value at ``s'`` (no gradient): the target
         critics' minimum at ``next_actions``."""
-        targ_q = self._nets["targ_q_function"]
+        targ_q = self._modules.targ_q_function
         next_dist, _ = targ_q.at_action(batch.next_observations, next_actions)
         return targ_q.reduce(next_dist, "min")
 
@@ -145,20 +159,20 @@ class DDPG(QLearningAlgoBase):
     def _actor_loss(self, batch: Any, policy_actions: torch.Tensor) -> torch.Tensor:
         """The policy's loss at its actions ``pi(s)`` (gradients flow into
         the policy through the critic): ``-mean Q_1(s, pi(s))``."""
-        return -self._nets["q_function"].expected(batch.observations, policy_actions)[0].mean()
+        return -self._modules.q_function.expected(batch.observations, policy_actions)[0].mean()
 
     # -------------------------------------------------------------- step
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
-        nets = self._nets
-        q, targ_q, policy, targ_policy = nets["q_function"], nets["targ_q_function"], nets["policy"], nets["targ_policy"]
+        m = self._modules
+        q, targ_q, policy, targ_policy = m.q_function, m.targ_q_function, m.policy, m.targ_policy
 
         with torch.no_grad():
             next_actions = self._target_actions(batch.next_observations)
             target = td_target(batch.rewards, self._next_value(batch, next_actions), batch.terminals, cfg.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         critic_loss = q.loss(pred, target, taus)
-        critic_optim = self._optims["critic_optim"]
+        critic_optim = m.critic_optim
         critic_optim.zero_grad()
         critic_loss.backward()
         critic_optim.step()
@@ -167,7 +181,7 @@ class DDPG(QLearningAlgoBase):
             # gradients flow through the critic to the action, not into its weights
             with no_param_grads(q):
                 actor_loss = self._actor_loss(batch, policy(batch.observations))
-                actor_optim = self._optims["actor_optim"]
+                actor_optim = m.actor_optim
                 actor_optim.zero_grad()
                 actor_loss.backward()
                 actor_optim.step()
@@ -179,11 +193,11 @@ class DDPG(QLearningAlgoBase):
 
     # ---------------------------------------------------------- acting
     def _predict(self, x) -> torch.Tensor:
-        return self._nets["policy"](x)
+        return self._modules.policy(x)
 
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._nets["q_function"].expected(x, action).mean(dim=0)
+        return self._modules.q_function.expected(x, action).mean(dim=0)
 
     def policy_module(self) -> nn.Module:
         self._require_built()
-        return self._nets["policy"]
+        return self._modules.policy

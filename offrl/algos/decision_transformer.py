@@ -41,7 +41,8 @@ from torch import nn
 
 from ..constants import ActionSpace, PositionEncodingType
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.transformers import ContinuousDecisionTransformer, create_position_encoding
 from ..models.transformers import DiscreteDecisionTransformer as DiscreteDecisionTransformerModel
 from ..serialization import register
@@ -65,6 +66,8 @@ __all__ = [
     "DecisionTransformer",
     "DiscreteDecisionTransformerConfig",
     "DiscreteDecisionTransformer",
+    "DecisionTransformerModules",
+    "DiscreteDecisionTransformerModules",
 ]
 
 # ------------------------------------------------------- Decision Transformer
@@ -126,7 +129,7 @@ class DecisionTransformerConfig(TransformerConfig):
         return DecisionTransformer
 
 
-def _attention_masks(batch: TorchTrajectoryBatch) -> Optional[torch.Tensor]:
+def attention_masks(batch: TorchTrajectoryBatch) -> Optional[torch.Tensor]:
     """The batch's step masks for the transformer when a window is front
     padded (the padding is then kept out of attention); ``None`` when no
     step is padded, so the plain causal kernel runs."""
@@ -135,15 +138,24 @@ def _attention_masks(batch: TorchTrajectoryBatch) -> Optional[torch.Tensor]:
     return batch.masks
 
 
-def _masked_mean(values: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
+def masked_mean(values: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
     """Mean of ``values`` ``(B, L)`` over the steps where ``masks`` is 1."""
     return (values * masks).sum() / masks.sum().clamp(min=1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionTransformerModules(Modules):
+    """The Decision Transformer and its optimizer."""
+
+    transformer: ContinuousDecisionTransformer
+    optim: OptimizerWrapper
 
 
 class DecisionTransformer(TransformerAlgoBase):
     """Decision Transformer for continuous control (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
+    _modules: DecisionTransformerModules
     _policy_module = "transformer"
 
     def _build_transformer(self, observation_shape: Any, action_size: int, encoder_factory: EncoderFactory) -> nn.Module:
@@ -156,25 +168,25 @@ class DecisionTransformer(TransformerAlgoBase):
                                              int(cfg.num_layers), float(cfg.attn_dropout), float(cfg.resid_dropout),
                                              float(cfg.embed_dropout), cfg.activation_type)
 
-    def _build(self, observation_shape: Any, action_size: int) -> None:
+    def _build(self, observation_shape: Any, action_size: int) -> DecisionTransformerModules:
         cfg = self._config
-        transformer = self._add_module("transformer", self._build_transformer(observation_shape, action_size,
-                                                                              cfg.encoder_factory))
-        self._add_optimizer("optim", cfg.optim_factory, [transformer], float(cfg.learning_rate))
+        transformer = self._build_transformer(observation_shape, action_size, cfg.encoder_factory)
+        return DecisionTransformerModules(
+            transformer=transformer, optim=self._optimizer(cfg.optim_factory, [transformer], float(cfg.learning_rate)))
 
     def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
-        optim = self._optims["optim"]
+        optim = self._modules.optim
         optim.zero_grad()
-        predicted = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
-                                              masks=_attention_masks(batch))
-        loss = _masked_mean(((predicted - batch.actions) ** 2).mean(dim=-1), batch.masks)
+        predicted = self._modules.transformer(batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
+                                              masks=attention_masks(batch))
+        loss = masked_mean(((predicted - batch.actions) ** 2).mean(dim=-1), batch.masks)
         loss.backward()
         optim.step()
         return {"loss": loss.detach()}
 
     @embeds_steps_once
     def _predict_sequence(self, observations, actions, returns_to_go, timesteps) -> torch.Tensor:
-        return self._nets["transformer"](observations, actions, returns_to_go, timesteps, last_only=True)[:, -1]
+        return self._modules.transformer(observations, actions, returns_to_go, timesteps, last_only=True)[:, -1]
 
 
 # ---------------------------------------------- Discrete Decision Transformer
@@ -265,13 +277,24 @@ class _TokenCounter(nn.Module):
         self.register_buffer("tokens", torch.zeros((), dtype=torch.int64))
 
 
+@dataclasses.dataclass(frozen=True)
+class DiscreteDecisionTransformerModules(Modules):
+    """The discrete Decision Transformer, the count of trained tokens (the
+    learning-rate schedule's clock) and the optimizer."""
+
+    transformer: DiscreteDecisionTransformerModel
+    token_counter: _TokenCounter
+    optim: OptimizerWrapper
+
+
 class DiscreteDecisionTransformer(TransformerAlgoBase):
     """Decision Transformer for discrete control (see the module docstring)."""
 
     _action_type = ActionSpace.DISCRETE
+    _modules: DiscreteDecisionTransformerModules
     _policy_module = "transformer"
 
-    def _build(self, observation_shape: Any, action_size: int) -> None:
+    def _build(self, observation_shape: Any, action_size: int) -> DiscreteDecisionTransformerModules:
         cfg = self._config
         encoder = cfg.encoder_factory.create(observation_shape)
         hidden = compute_output_size(encoder, observation_shape)
@@ -280,10 +303,10 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
         transformer = DiscreteDecisionTransformerModel(
             encoder, hidden, position, action_size, int(cfg.num_heads), int(cfg.num_layers), float(cfg.attn_dropout),
             float(cfg.resid_dropout), float(cfg.embed_dropout), cfg.activation_type, cfg.embed_activation_type)
-        self._add_module("transformer", transformer)
-        self._add_module("token_counter", _TokenCounter())
         self._tokens = None
-        self._add_optimizer("optim", cfg.optim_factory, [transformer], float(cfg.learning_rate))
+        return DiscreteDecisionTransformerModules(
+            transformer=transformer, token_counter=_TokenCounter(),
+            optim=self._optimizer(cfg.optim_factory, [transformer], float(cfg.learning_rate)))
 
     def load_state(self, state: Dict[str, Any], source: str = "the state") -> None:
         super().load_state(state, source)
@@ -296,14 +319,14 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
         ``compile_graph=True`` (a Python float changing every step would make
         the compiled step recompile each time)."""
         cfg = self._config
-        counter = self._nets["token_counter"].tokens
+        counter = self._modules.token_counter.tokens
         if getattr(self, "_tokens", None) is None:  # one read after building or loading, no sync per step
             self._tokens = int(counter)
         self._tokens += batch.n_steps or int(batch.masks.sum())  # a batch built by hand may not carry the count
         counter.fill_(self._tokens)
         factor = token_learning_rate_factor(self._tokens, int(cfg.warmup_tokens), int(cfg.final_tokens))
         lr = float(cfg.learning_rate) * factor
-        for group in self._optims["optim"].optim.param_groups:
+        for group in self._modules.optim.optim.param_groups:
             group["lr"] = lr
         # on the algorithm's device (a CPU tensor beside CUDA losses broke fit on CUDA); fill_ with a
         # Python number launches no host sync
@@ -312,17 +335,17 @@ class DiscreteDecisionTransformer(TransformerAlgoBase):
         return self._lr_metric.fill_(lr)
 
     def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
-        optim = self._optims["optim"]
+        optim = self._modules.optim
         lr = self._schedule_learning_rate(batch)
         optim.zero_grad()
-        logits = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
-                                           masks=_attention_masks(batch))
+        logits = self._modules.transformer(batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
+                                           masks=attention_masks(batch))
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.actions.reshape(-1), reduction="none")
-        loss = _masked_mean(nll.view(batch.masks.shape), batch.masks)
+        loss = masked_mean(nll.view(batch.masks.shape), batch.masks)
         loss.backward()
         optim.step()
         return {"loss": loss.detach(), "learning_rate": lr}
 
     @embeds_steps_once
     def _predict_sequence(self, observations, actions, returns_to_go, timesteps) -> torch.Tensor:
-        return self._nets["transformer"](observations, actions, returns_to_go, timesteps, last_only=True)[:, -1]
+        return self._modules.transformer(observations, actions, returns_to_go, timesteps, last_only=True)[:, -1]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -42,16 +42,17 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.parameters import ScalarParameter
 from ..models.policies import ArgmaxPolicy, CategoricalPolicy
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, td_target
 from .base import QLearningAlgoBase
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
 
-__all__ = ["DiscreteSACConfig", "DiscreteSAC", "target_entropy", "ensemble_min_per_action"]
+__all__ = ["DiscreteSACConfig", "DiscreteSAC", "DiscreteSACModules", "target_entropy", "ensemble_min_per_action"]
 
 
 @register("algorithm")
@@ -138,39 +139,55 @@ def ensemble_min_per_action(dist: torch.Tensor) -> torch.Tensor:
     return dist.gather(0, index)[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class DiscreteSACModules(Modules):
+    """Discrete SAC's networks and optimizers (``log_temp`` is None without
+    entropy terms, ``temp_optim`` when the temperature is fixed)."""
+
+    policy: CategoricalPolicy
+    q_function: QFunction
+    targ_q_function: QFunction
+    log_temp: Optional[ScalarParameter]
+    actor_optim: OptimizerWrapper
+    critic_optim: OptimizerWrapper
+    temp_optim: Optional[OptimizerWrapper]
+
+
 class DiscreteSAC(QLearningAlgoBase):
     """Soft Actor-Critic for discrete actions (see the module docstring)."""
 
     _action_type = ActionSpace.DISCRETE
     has_q_function = True
+    _modules: DiscreteSACModules
     _policy_module = "policy"
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"
     _q_optim = "critic_optim"
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> DiscreteSACModules:
         cfg = self._config
         encoder = cfg.actor_encoder_factory.create(observation_shape)
-        policy = self._add_module("policy", CategoricalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size))
+        policy = CategoricalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size)
         q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=True)
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
-        if cfg.initial_temperature > 0:
-            log_temp = self._add_module("log_temp", ScalarParameter(cfg.initial_temperature))
-            if cfg.temp_learning_rate > 0:
-                self._add_optimizer("temp_optim", cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
+        log_temp = ScalarParameter(cfg.initial_temperature) if cfg.initial_temperature > 0 else None
+        return DiscreteSACModules(
+            policy=policy, q_function=q, targ_q_function=freeze(copy.deepcopy(q)), log_temp=log_temp,
+            actor_optim=self._optimizer(cfg.actor_optim_factory, [policy], cfg.actor_learning_rate),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q], cfg.critic_learning_rate),
+            temp_optim=(self._optimizer(cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
+                        if log_temp is not None and cfg.temp_learning_rate > 0 else None),
+        )
 
     def _temperature(self) -> torch.Tensor:
         """``alpha`` as a 0-dim tensor (0 without entropy terms)."""
-        if "log_temp" in self._nets:
-            return self._nets["log_temp"]()
+        if self._modules.log_temp is not None:
+            return self._modules.log_temp()
         return torch.zeros((), device=self._device)
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
-        policy, q, targ = self._nets["policy"], self._nets["q_function"], self._nets["targ_q_function"]
+        m = self._modules
+        policy, q, targ = m.policy, m.q_function, m.targ_q_function
 
         # critics
         with torch.no_grad():
@@ -181,7 +198,7 @@ class DiscreteSAC(QLearningAlgoBase):
             target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         critic_loss = q.loss(pred, target, taus)
-        critic_optim = self._optims["critic_optim"]
+        critic_optim = m.critic_optim
         critic_optim.zero_grad()
         critic_loss.backward()
         critic_optim.step()
@@ -191,7 +208,7 @@ class DiscreteSAC(QLearningAlgoBase):
             q_values = q.expected(batch.observations).min(dim=0).values  # (B, A)
         log_probs = F.log_softmax(policy(batch.observations), dim=-1)
         probs = log_probs.exp()
-        if self._optims.get("temp_optim") is not None:
+        if m.temp_optim is not None:
             with torch.no_grad():
                 gap = (probs * log_probs).sum(dim=1) + target_entropy(int(self._action_size))  # (B,)
             temp_loss = self._temperature_step(gap)
@@ -199,7 +216,7 @@ class DiscreteSAC(QLearningAlgoBase):
             temp_loss = torch.zeros((), device=critic_loss.device)
         temp = self._temperature().detach()
         actor_loss = (probs * (temp * log_probs - q_values)).sum(dim=1).mean()
-        actor_optim = self._optims["actor_optim"]
+        actor_optim = m.actor_optim
         actor_optim.zero_grad()
         actor_loss.backward()
         actor_optim.step()
@@ -215,28 +232,28 @@ class DiscreteSAC(QLearningAlgoBase):
         Eager under ``compile_graph=True``: traced beside the actor's forward
         pass, its backward would run (and free) the compiled backward the
         actor's loss needs next."""
-        temp_loss = -(self._nets["log_temp"]() * gap).mean()
-        temp_optim = self._optims["temp_optim"]
+        temp_loss = -(self._modules.log_temp() * gap).mean()
+        temp_optim = self._modules.temp_optim
         temp_optim.zero_grad()
         temp_loss.backward()
         temp_optim.step()
         return temp_loss.detach()
 
     def _predict(self, x) -> torch.Tensor:
-        return self._nets["policy"](x).argmax(dim=-1)
+        return self._modules.policy(x).argmax(dim=-1)
 
     def _sample(self, x) -> torch.Tensor:
-        probs = torch.softmax(self._nets["policy"](x), dim=-1)
+        probs = torch.softmax(self._modules.policy(x), dim=-1)
         return torch.multinomial(probs, 1).squeeze(1)
 
     def _action_probabilities(self, x) -> torch.Tensor:
         """``softmax(logits)``, ``(B, A)``: the distribution ``sample_action`` draws from (for :mod:`offrl.ope`)."""
-        return torch.softmax(self._nets["policy"](x), dim=-1)
+        return torch.softmax(self._modules.policy(x), dim=-1)
 
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        values = self._nets["q_function"].expected(x).mean(dim=0)
+        values = self._modules.q_function.expected(x).mean(dim=0)
         return values.gather(1, action.long().view(-1, 1)).squeeze(1)
 
     def policy_module(self) -> nn.Module:
         self._require_built()
-        return ArgmaxPolicy(self._nets["policy"])
+        return ArgmaxPolicy(self._modules.policy)

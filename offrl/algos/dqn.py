@@ -34,14 +34,15 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunctionFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, td_target
 from .base import QLearningAlgoBase, TrainStepResult
 from .config import POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
 
-__all__ = ["DQNConfig", "DQN", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy", "abs_td_errors"]
+__all__ = ["DQNConfig", "DQN", "DQNModules", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy", "abs_td_errors"]
 
 
 @register("algorithm")
@@ -128,6 +129,16 @@ def _at_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     return values.gather(2, actions.reshape(1, -1, 1).long().expand(values.shape[0], -1, 1))
 
 
+@dataclasses.dataclass(frozen=True)
+class DQNModules(Modules):
+    """DQN's Q-function ensemble, its target copy (None without a target
+    network: NFQ) and their optimizer."""
+
+    q_function: QFunction
+    targ_q_function: Optional[QFunction]
+    optim: OptimizerWrapper
+
+
 class DQN(QLearningAlgoBase):
     """Deep Q-Network (see the module docstring).
 
@@ -139,30 +150,32 @@ class DQN(QLearningAlgoBase):
     _action_type = ActionSpace.DISCRETE
     has_q_function = True
     supports_priorities = True
+    _modules: DQNModules
     _q_modules = ("q_function", "targ_q_function")
     _q_optim = "optim"
     _double = False
     #: False: bootstrap from the online network itself (NFQ)
     _has_target_network = True
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> DQNModules:
         cfg = self._config
         q = cfg.q_func_factory.create(cfg.encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=True)
-        self._add_module("q_function", q)
-        if self._has_target_network:
-            self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_optimizer("optim", cfg.optim_factory, [q], cfg.learning_rate)
         #: mean Q-function: values read straight from Q(s, .) (no distribution axis)
         self._mean_q = isinstance(q, MeanQFunction)
         #: and a single critic: (B, A) values without the ensemble axis (d3rlpy's default DQN / NFQ)
         self._single_mean_q = self._mean_q and int(cfg.n_critics) == 1
+        return DQNModules(
+            q_function=q,
+            targ_q_function=freeze(copy.deepcopy(q)) if self._has_target_network else None,
+            optim=self._optimizer(cfg.optim_factory, [q], cfg.learning_rate),
+        )
 
     def _target_q_function(self) -> nn.Module:
         """The network the target bootstraps from (the online one without a target network)."""
-        return self._nets["targ_q_function" if self._has_target_network else "q_function"]
+        return self._modules.targ_q_function if self._has_target_network else self._modules.q_function
 
     def _update(self, batch, grad_step: int) -> TrainStepResult:
-        q = self._nets["q_function"]
+        q = self._modules.q_function
         if self._single_mean_q and batch.weights is None:
             return self._update_single(batch, grad_step)
         with torch.no_grad():
@@ -178,7 +191,7 @@ class DQN(QLearningAlgoBase):
     def _update_single(self, batch, grad_step: int) -> TrainStepResult:
         """:meth:`_update` for one mean critic and no importance weights:
         the same loss on ``(B, A)`` values, with fewer ops."""
-        q, targ = self._nets["q_function"], self._target_q_function()
+        q, targ = self._modules.q_function, self._target_q_function()
         with torch.no_grad():
             next_values = targ.single(batch.next_observations)  # (B, A)
             if self._double:
@@ -196,17 +209,17 @@ class DQN(QLearningAlgoBase):
     def _minimise(self, loss: torch.Tensor, grad_step: int) -> None:
         """One optimizer step on ``loss``, then the target network's copy
         every ``target_update_interval`` steps."""
-        optim = self._optims["optim"]
+        optim = self._modules.optim
         optim.zero_grad()
         loss.backward()
         optim.step()
         if self._has_target_network and (grad_step + 1) % int(self._config.target_update_interval) == 0:
-            hard_update(self._nets["targ_q_function"], self._nets["q_function"])
+            hard_update(self._modules.targ_q_function, self._modules.q_function)
 
     def _next_value(self, next_observations) -> torch.Tensor:
         """``Q_target(s', a*)`` reduced over the ensemble, ``(B, N)``: one
         target forward pass for all actions, then a gather."""
-        q, targ = self._nets["q_function"], self._target_q_function()
+        q, targ = self._modules.q_function, self._target_q_function()
         if self._mean_q:
             return greedy_value(targ.expected(next_observations), q.expected(next_observations) if self._double else None)
         dist = targ.distribution(next_observations, greedy_taus=False)  # (E, B, A, N)
@@ -216,14 +229,14 @@ class DQN(QLearningAlgoBase):
         return q.reduce(dist.gather(2, index).squeeze(2), "min")
 
     def _predict(self, x) -> torch.Tensor:
-        return self._nets["q_function"].expected(x).mean(dim=0).argmax(dim=-1)
+        return self._modules.q_function.expected(x).mean(dim=0).argmax(dim=-1)
 
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        values = self._nets["q_function"].expected(x).mean(dim=0)
+        values = self._modules.q_function.expected(x).mean(dim=0)
         return values.gather(1, action.long().view(-1, 1)).squeeze(1)
 
     def policy_module(self) -> nn.Module:
-        return DiscreteGreedyPolicy(self._nets["q_function"])
+        return DiscreteGreedyPolicy(self._modules.q_function)
 
 
 @register("algorithm")

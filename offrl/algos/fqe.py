@@ -65,8 +65,8 @@ from ._common import freeze, hard_update, soft_update, td_target
 from .base import DeviceArg, QLearningAlgoBase, normalise_shape
 from ..training.fit import prepare_algorithm
 from .fqe_diagnostics import (CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW, OFF_SUPPORT_WARN, RESIDUAL_GROWTH,
-                              ConvergenceDiagnostic, PolicyValueEstimate, _bootstrap_interval, _check_convergence_args,
-                              _ConvergenceMonitor, _not_settled_message, _slice_observations, heldout_split,
+                              ConvergenceDiagnostic, PolicyValueEstimate, bootstrap_interval, check_convergence_args,
+                              ConvergenceMonitor, not_settled_message, slice_observations, heldout_split,
                               initial_observations, is_settled, off_support_fraction, projected_drift, relative_change,
                               replay_convergence)
 from .config import (POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Constraint, LearnableConfig, check_positive_int, instance_of,
@@ -78,30 +78,18 @@ from ..dataset.split import split_episodes
 from ..metrics.sequence import SequencePolicy
 from ..metrics.evaluators import TDErrorEvaluator
 from ..models.encoders import ByShapeEncoderFactory, DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..preprocessing import StandardObservationScaler
 from ..serialization import check_model_sizes, config_from_params, read_model_file, register
 
 __all__ = [
-    "FQEConfig",
-    "DiscreteFQEConfig",
-    "FQE",
-    "DiscreteFQE",
+    "FQEConfig", "DiscreteFQEConfig", "FQE", "FQEModules", "DiscreteFQE",
     # the diagnostics, defined in fqe_diagnostics.py and importable from here too
-    "CONVERGENCE_TOLERANCE",
-    "CONVERGENCE_WINDOW",
-    "OFF_SUPPORT_WARN",
-    "RESIDUAL_GROWTH",
-    "ConvergenceDiagnostic",
-    "PolicyValueEstimate",
-    "heldout_split",
-    "initial_observations",
-    "is_settled",
-    "off_support_fraction",
-    "projected_drift",
-    "relative_change",
-    "replay_convergence",
+    "CONVERGENCE_TOLERANCE", "CONVERGENCE_WINDOW", "OFF_SUPPORT_WARN", "RESIDUAL_GROWTH", "ConvergenceDiagnostic",
+    "PolicyValueEstimate", "heldout_split", "initial_observations", "is_settled", "off_support_fraction",
+    "projected_drift", "relative_change", "replay_convergence",
 ]
 
 
@@ -306,6 +294,16 @@ def _on_dataset(evaluator: Any, dataset: Any) -> Any:
     return score
 
 
+@dataclasses.dataclass(frozen=True)
+class FQEModules(Modules):
+    """The Q-function, its target copy, its optimizer and (``ema_decay``) its weights' moving average."""
+
+    q_function: QFunction
+    targ_q_function: QFunction
+    optim: OptimizerWrapper
+    averaged_q_function: Optional[QFunction]
+
+
 class FQE(QLearningAlgoBase):
     """Fitted Q Evaluation of a trained continuous-action algorithm's greedy
     policy (see the module docstring).
@@ -323,6 +321,7 @@ class FQE(QLearningAlgoBase):
     _action_type = ActionSpace.CONTINUOUS
     has_q_function = True
     evaluates_algorithm = True
+    _modules: FQEModules
     _q_modules = ("q_function", "targ_q_function")
     _q_optim = "optim"
 
@@ -422,21 +421,22 @@ class FQE(QLearningAlgoBase):
     def _discrete(self) -> bool:
         return self._action_type == ActionSpace.DISCRETE
 
-    def _build(self, observation_shape: Any, action_size: int) -> None:
+    def _build(self, observation_shape: Any, action_size: int) -> FQEModules:
         cfg = self._config
         q = cfg.q_func_factory.create(cfg.encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=self._discrete())
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_optimizer("optim", cfg.optim_factory, [q], cfg.learning_rate)
         self._q_modules = FQE._q_modules
+        averaged = None
         if cfg.ema_decay is not None:  # the weights' moving average: what predict_value reads
-            self._add_module("averaged_q_function", freeze(copy.deepcopy(q)))
+            averaged = freeze(copy.deepcopy(q))
             self._q_modules = FQE._q_modules + ("averaged_q_function",)  # copy_q_function_from sets it too
+        return FQEModules(q_function=q, targ_q_function=freeze(copy.deepcopy(q)),
+                          optim=self._optimizer(cfg.optim_factory, [q], cfg.learning_rate), averaged_q_function=averaged)
 
     def _value_network(self) -> nn.Module:
         """The Q-function that values are read from: the weights' moving
         average with ``ema_decay``, else the trained network."""
-        return self._nets["averaged_q_function"] if "averaged_q_function" in self._nets else self._nets["q_function"]
+        averaged = self._modules.averaged_q_function
+        return averaged if averaged is not None else self._modules.q_function
 
     def to_params(self) -> Dict[str, Any]:
         params = super().to_params()
@@ -472,7 +472,7 @@ class FQE(QLearningAlgoBase):
 
     # ------------------------------------------------------------ training
     def _update(self, batch: TorchTransitionMiniBatch, grad_step: int) -> Dict[str, torch.Tensor]:
-        q, targ = self._nets["q_function"], self._nets["targ_q_function"]
+        q, targ = self._modules.q_function, self._modules.targ_q_function
         with torch.no_grad():
             next_dist, _ = targ.at_action(batch.next_observations, batch.next_actions)
             target = td_target(batch.rewards, targ.reduce(next_dist, "min"), batch.terminals, self._config.gamma, batch.intervals)
@@ -483,14 +483,14 @@ class FQE(QLearningAlgoBase):
             loss = F.mse_loss(pred, target.expand_as(pred)) * pred.shape[0]
         else:
             loss = q.loss(pred, target, taus)
-        optim = self._optims["optim"]
+        optim = self._modules.optim
         optim.zero_grad()
         loss.backward()
         optim.step()
         if (grad_step + 1) % int(self._config.target_update_interval) == 0:
             hard_update(targ, q)
         if self._config.ema_decay is not None:
-            soft_update(self._nets["averaged_q_function"], q, 1.0 - float(self._config.ema_decay))
+            soft_update(self._modules.averaged_q_function, q, 1.0 - float(self._config.ema_decay))
         return {"loss": loss.detach()}
 
     def fit(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
@@ -569,9 +569,9 @@ class FQE(QLearningAlgoBase):
                holdout_fraction: float = 0.1, convergence_window: int = CONVERGENCE_WINDOW,
                convergence_tolerance: float = CONVERGENCE_TOLERANCE) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
-        _check_convergence_args(early_stopping, holdout_fraction, convergence_window, convergence_tolerance)
+        check_convergence_args(early_stopping, holdout_fraction, convergence_window, convergence_tolerance)
         evaluators = _merge_scorers(evaluators, scorers)
-        clash = sorted(set(evaluators or {}) & set(_ConvergenceMonitor.names))
+        clash = sorted(set(evaluators or {}) & set(ConvergenceMonitor.names))
         if clash:
             raise ValueError(f"evaluators {clash} clash with the convergence diagnostic's metric names: rename them")
         train, monitor = self._convergence_monitor(dataset, float(holdout_fraction), int(convergence_window),
@@ -589,7 +589,7 @@ class FQE(QLearningAlgoBase):
         return self._until_settled(inner, train, monitor, bool(early_stopping))
 
     def _until_settled(self, inner: Generator[Tuple[int, Dict[str, float]], None, None], train: Any,
-                       monitor: _ConvergenceMonitor,
+                       monitor: ConvergenceMonitor,
                        early_stopping: bool) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         try:
             prepare_algorithm(self, train)  # as fit does first: builds FQE to measure V(s0) before the first update
@@ -602,7 +602,7 @@ class FQE(QLearningAlgoBase):
             inner.close()  # closes the run's logger when stopping early
 
     def _convergence_monitor(self, dataset: Any, fraction: float, window: int,
-                             tolerance: float) -> Tuple[Any, _ConvergenceMonitor]:
+                             tolerance: float) -> Tuple[Any, ConvergenceMonitor]:
         """The dataset FQE trains on and the monitor of the diagnostic."""
         if not hasattr(dataset, "sample_transition_batch") or not hasattr(dataset, "episodes"):
             raise TypeError(f"dataset must be a ReplayBuffer or MDPDataset, got {type(dataset).__name__}")
@@ -620,7 +620,7 @@ class FQE(QLearningAlgoBase):
         support = None
         if heldout is not None and not self._discrete() and not isinstance(self._algo, SequencePolicy):
             support = lambda: self._off_support(train, heldout)  # noqa: E731
-        return train, _ConvergenceMonitor(self, initial, residual, n_heldout, window, tolerance, support)
+        return train, ConvergenceMonitor(self, initial, residual, n_heldout, window, tolerance, support)
 
     def _off_support(self, train: Any, heldout: Any, n_query: int = 2000, n_reference: int = 20000) -> float:
         """:func:`off_support_fraction` of the evaluated policy on up to
@@ -702,13 +702,13 @@ class FQE(QLearningAlgoBase):
         observations = initial_observations(episodes)
         count = int(observations[0].shape[0] if isinstance(observations, list) else observations.shape[0])
         values = np.concatenate([
-            self.predict_state_value(_slice_observations(observations, start, start + batch_size))
+            self.predict_state_value(slice_observations(observations, start, start + batch_size))
             for start in range(0, count, batch_size)
         ])
-        lower, upper = _bootstrap_interval(values, float(confidence), int(n_bootstrap), seed)
+        lower, upper = bootstrap_interval(values, float(confidence), int(n_bootstrap), seed)
         diagnostic = self.convergence
         if diagnostic is None or not diagnostic.converged:
-            warnings.warn(_not_settled_message(type(self).__name__, diagnostic), UserWarning, stacklevel=2)
+            warnings.warn(not_settled_message(type(self).__name__, diagnostic), UserWarning, stacklevel=2)
         if diagnostic is not None and diagnostic.off_support > OFF_SUPPORT_WARN:
             warnings.warn(
                 f"the evaluated policy acts off the data at {100 * diagnostic.off_support:.0f}% of the held-out "

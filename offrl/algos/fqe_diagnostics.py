@@ -146,7 +146,7 @@ def heldout_split(n_episodes: int, fraction: float) -> Tuple[np.ndarray, np.ndar
     return index[~held], index[held]
 
 
-def _check_convergence_args(early_stopping: Any, holdout_fraction: Any, window: Any, tolerance: Any) -> None:
+def check_convergence_args(early_stopping: Any, holdout_fraction: Any, window: Any, tolerance: Any) -> None:
     if not isinstance(early_stopping, (bool, np.bool_)):
         raise ValueError(f"early_stopping must be True or False, got {early_stopping!r}")
     if (isinstance(holdout_fraction, bool) or not isinstance(holdout_fraction, (int, float, np.integer, np.floating))
@@ -253,7 +253,7 @@ def replay_convergence(values: Any, residuals: Any = None, window: int = CONVERG
         if residuals.shape[0] != values.shape[0] - 1:
             raise ValueError(f"residuals: expected one per epoch ({values.shape[0] - 1}, values less the one "
                              f"before training), got {residuals.shape[0]}")
-    _check_convergence_args(False, 0.0, window, tolerance)
+    check_convergence_args(False, 0.0, window, tolerance)
     return np.array([is_settled(values[:k + 1], None if residuals is None else residuals[:k], window, tolerance)
                      for k in range(1, values.shape[0])], dtype=bool)
 
@@ -315,7 +315,7 @@ def off_support_fraction(observations: np.ndarray, logged_actions: np.ndarray, p
     return float(np.mean(nearest(acting) > threshold))
 
 
-class _ConvergenceMonitor:
+class ConvergenceMonitor:
     """Measures the diagnostic once per epoch through ``fit``'s evaluator
     path (the first of its evaluator entries measures, the others report),
     so the figures are logged with the epoch's other metrics."""
@@ -338,7 +338,7 @@ class _ConvergenceMonitor:
     def initial_value(self) -> float:
         fqe = self.fqe
         count = int(self.initial[0].shape[0] if isinstance(self.initial, list) else self.initial.shape[0])
-        values = np.concatenate([fqe.predict_state_value(_slice_observations(self.initial, s, s + 4096))
+        values = np.concatenate([fqe.predict_state_value(slice_observations(self.initial, s, s + 4096))
                                  for s in range(0, count, 4096)])
         return float(values.mean())
 
@@ -378,7 +378,7 @@ class _ConvergenceMonitor:
         return dict(zip(self.names, (initial_value, value_change, value_drift, heldout_residual)))
 
 
-def _bootstrap_interval(values: np.ndarray, confidence: float, n_bootstrap: int, seed: Any) -> Tuple[float, float]:
+def bootstrap_interval(values: np.ndarray, confidence: float, n_bootstrap: int, seed: Any) -> Tuple[float, float]:
     """Percentile interval of the mean of ``values`` over ``n_bootstrap``
     resamples, drawn in chunks of at most ~1e6 indices."""
     rng = np.random.default_rng(seed)
@@ -428,11 +428,11 @@ def initial_observations(episodes: Any) -> Union[np.ndarray, List[np.ndarray]]:
     return np.stack(firsts)
 
 
-def _slice_observations(x: Any, start: int, stop: int) -> Any:
+def slice_observations(x: Any, start: int, stop: int) -> Any:
     return [a[start:stop] for a in x] if isinstance(x, list) else x[start:stop]
 
 
-def _not_settled_message(name: str, diagnostic: Optional[ConvergenceDiagnostic]) -> str:
+def not_settled_message(name: str, diagnostic: Optional[ConvergenceDiagnostic]) -> str:
     advice = (f"train longer (a larger n_steps with fit(..., early_stopping=True, n_steps_per_epoch=1000)) "
               f"or use {name}Config.recommended() (measured within 10 % in 20,000 updates on the CartPole and "
               f"Pendulum cases, but not always settled there: read the diagnostic's values before trusting the "

@@ -38,9 +38,10 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.policies import GreedyNormalPolicy, NormalPolicy, ValueFunction
-from ..models.q_functions import MeanQFunctionFactory
+from ..models.q_functions import MeanQFunctionFactory, QFunction
 from ..serialization import register
 from ._common import expectile_loss, freeze, soft_update, td_target
 from .base import QLearningAlgoBase
@@ -108,17 +109,31 @@ class IQLConfig(LearnableConfig):
         return IQL
 
 
+@dataclasses.dataclass(frozen=True)
+class IQLModules(Modules):
+    """IQL's policy, critics, target critics, value function and optimizers
+    (``critic_optim`` steps the critics and the value function)."""
+
+    policy: NormalPolicy
+    q_function: QFunction
+    targ_q_function: QFunction
+    value_function: ValueFunction
+    actor_optim: OptimizerWrapper
+    critic_optim: OptimizerWrapper
+
+
 class IQL(QLearningAlgoBase):
     """Implicit Q-Learning (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
     has_q_function = True
+    _modules: IQLModules
     _policy_module = "policy"
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"
     _q_optim = "critic_optim"
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> IQLModules:
         cfg = self._config
         encoder = cfg.actor_encoder_factory.create(observation_shape)
         policy = NormalPolicy(
@@ -128,17 +143,16 @@ class IQL(QLearningAlgoBase):
         q = MeanQFunctionFactory().create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
         value_encoder = cfg.value_encoder_factory.create(observation_shape)
         value = ValueFunction(value_encoder, compute_output_size(value_encoder, observation_shape))
-        self._add_module("policy", policy)
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_module("value_function", value)
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q, value], cfg.critic_learning_rate)
+        return IQLModules(
+            policy=policy, q_function=q, targ_q_function=freeze(copy.deepcopy(q)), value_function=value,
+            actor_optim=self._optimizer(cfg.actor_optim_factory, [policy], cfg.actor_learning_rate),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q, value], cfg.critic_learning_rate),
+        )
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
-        nets = self._nets
-        q, targ, value_function, policy = nets["q_function"], nets["targ_q_function"], nets["value_function"], nets["policy"]
+        m = self._modules
+        q, targ, value_function, policy = m.q_function, m.targ_q_function, m.value_function, m.policy
         obs, actions = batch.observations, batch.actions
 
         with torch.no_grad():
@@ -156,7 +170,7 @@ class IQL(QLearningAlgoBase):
         actor_loss = -(weight * policy.log_prob(obs, actions)).mean()
 
         # the two losses share no parameters: one backward pass serves both optimizers
-        critic_optim, actor_optim = self._optims["critic_optim"], self._optims["actor_optim"]
+        critic_optim, actor_optim = m.critic_optim, m.actor_optim
         critic_optim.zero_grad()
         actor_optim.zero_grad()
         (critic_loss + actor_loss).backward()
@@ -171,21 +185,21 @@ class IQL(QLearningAlgoBase):
         }
 
     def _predict(self, x) -> torch.Tensor:
-        return self._nets["policy"].greedy(x)
+        return self._modules.policy.greedy(x)
 
     def _sample(self, x) -> torch.Tensor:
-        mean, logstd = self._nets["policy"](x)
+        mean, logstd = self._modules.policy(x)
         action = torch.tanh(mean) + torch.randn_like(mean) * logstd.exp()
         return action.clamp(-1.0, 1.0)
 
     def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
         """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (the clipped
         mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
-        return self._nets["policy"].log_prob(x, action)
+        return self._modules.policy.log_prob(x, action)
 
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._nets["q_function"].expected(x, action).mean(dim=0)
+        return self._modules.q_function.expected(x, action).mean(dim=0)
 
     def policy_module(self) -> nn.Module:
         self._require_built()
-        return GreedyNormalPolicy(self._nets["policy"])
+        return GreedyNormalPolicy(self._modules.policy)

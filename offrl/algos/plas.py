@@ -37,17 +37,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
 
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.perturbation import create_perturbation_actor
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.perturbation import PerturbationActor, create_perturbation_actor
 from ..models.policies import DeterministicPolicy
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
-from ..models.vae import create_conditional_vae
+from ..models.vae import ConditionalVAE, create_conditional_vae
 from ..serialization import register
 from ._common import freeze, no_param_grads, soft_update
 from .config import (
@@ -61,9 +61,9 @@ from .config import (
     instance_of,
     param,
 )
-from .ddpg import DDPG
+from .ddpg import DDPG, DDPGModules
 
-__all__ = ["PLASConfig", "PLAS", "PLASWithPerturbationConfig", "PLASWithPerturbation", "MAX_LATENT"]
+__all__ = ["PLASConfig", "PLAS", "PLASModules", "PLASWithPerturbationConfig", "PLASWithPerturbation", "MAX_LATENT"]
 
 #: the latent policy's range, ``[-MAX_LATENT, MAX_LATENT]`` per latent dimension (the paper's and d3rlpy's 2)
 MAX_LATENT = 2.0
@@ -188,68 +188,79 @@ class LatentPolicy(nn.Module):
         return action
 
 
+@dataclasses.dataclass(frozen=True)
+class PLASModules(DDPGModules):
+    """DDPG's networks (the policy acting in the latent space) plus the
+    conditional VAE, its optimizer and, with perturbation, the perturbation
+    actor and its target copy (trained by ``actor_optim``)."""
+
+    vae: ConditionalVAE
+    perturbation: Optional[PerturbationActor]
+    targ_perturbation: Optional[PerturbationActor]
+    imitator_optim: OptimizerWrapper
+
+
 class PLAS(DDPG):
     """PLAS (see the module docstring): DDPG whose policy acts in the latent
     space of a conditional VAE pre-trained for ``warmup_steps``."""
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    _modules: PLASModules
+
+    def _build(self, observation_shape, action_size: int) -> PLASModules:
         cfg = self._config
         latent_size = 2 * action_size
         encoder = cfg.actor_encoder_factory.create(observation_shape)
         policy = DeterministicPolicy(encoder, compute_output_size(encoder, observation_shape), latent_size)
         q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics), discrete=False)
         vae = create_conditional_vae(cfg.imitator_encoder_factory, observation_shape, action_size, latent_size)
-        self._add_module("policy", policy)
-        self._add_module("targ_policy", freeze(copy.deepcopy(policy)))
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_module("vae", vae)
-        actors = [policy]
         perturbation = self._build_perturbation(observation_shape, action_size)
-        if perturbation is not None:
-            self._add_module("perturbation", perturbation)
-            self._add_module("targ_perturbation", freeze(copy.deepcopy(perturbation)))
-            actors.append(perturbation)
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, actors, cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
-        self._add_optimizer("imitator_optim", cfg.imitator_optim_factory, [vae], cfg.imitator_learning_rate)
+        actors = [policy] if perturbation is None else [policy, perturbation]
         zero = torch.zeros((), device=self._device)
         self._last_actor_loss = self._last_critic_loss = self._last_vae_loss = zero
+        return PLASModules(
+            policy=policy, targ_policy=freeze(copy.deepcopy(policy)), q_function=q, targ_q_function=freeze(copy.deepcopy(q)),
+            vae=vae, perturbation=perturbation,
+            targ_perturbation=None if perturbation is None else freeze(copy.deepcopy(perturbation)),
+            actor_optim=self._optimizer(cfg.actor_optim_factory, actors, cfg.actor_learning_rate),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q], cfg.critic_learning_rate),
+            imitator_optim=self._optimizer(cfg.imitator_optim_factory, [vae], cfg.imitator_learning_rate),
+        )
 
-    def _build_perturbation(self, observation_shape, action_size: int) -> Any:
+    def _build_perturbation(self, observation_shape, action_size: int) -> Optional[PerturbationActor]:
         """The perturbation actor (``None``: plain PLAS)."""
         return None
 
-    def _perturb(self, name: str, x: Any, action: torch.Tensor) -> torch.Tensor:
-        """``action`` through the perturbation actor ``name`` (identity in PLAS)."""
-        return action
+    @staticmethod
+    def _perturb(perturbation: Optional[nn.Module], x: Any, action: torch.Tensor) -> torch.Tensor:
+        """``action`` through a perturbation actor (identity without one: PLAS)."""
+        return action if perturbation is None else perturbation(x, action)
 
     def _decode(self, x: Any, latent_policy_output: torch.Tensor) -> torch.Tensor:
-        return self._nets["vae"].decode(x, MAX_LATENT * latent_policy_output)
+        return self._modules.vae.decode(x, MAX_LATENT * latent_policy_output)
 
     # ------------------------------------------------------------- hooks
     def _target_actions(self, next_observations: Any) -> torch.Tensor:
-        action = self._decode(next_observations, self._nets["targ_policy"](next_observations))
-        return self._perturb("targ_perturbation", next_observations, action)
+        action = self._decode(next_observations, self._modules.targ_policy(next_observations))
+        return self._perturb(self._modules.targ_perturbation, next_observations, action)
 
     def _next_value(self, batch: Any, next_actions: torch.Tensor) -> torch.Tensor:
         """``lam * min_j Q'_j + (1 - lam) * max_j Q'_j`` at ``s'`` (no gradient)."""
-        targ_q = self._nets["targ_q_function"]
+        targ_q = self._modules.targ_q_function
         next_dist, _ = targ_q.at_action(batch.next_observations, next_actions)
         lam = float(self._config.lam)
         return lam * targ_q.reduce(next_dist, "min") + (1.0 - lam) * targ_q.reduce(next_dist, "max")
 
     def _actor_loss(self, batch: Any, policy_actions: torch.Tensor) -> torch.Tensor:
         # gradients flow through the (fixed) decoder to the latent action
-        with no_param_grads(self._nets["vae"]):
+        with no_param_grads(self._modules.vae):
             action = self._decode(batch.observations, policy_actions)
-        action = self._perturb("perturbation", batch.observations, action)
-        return -self._nets["q_function"].expected(batch.observations, action)[0].mean()
+        action = self._perturb(self._modules.perturbation, batch.observations, action)
+        return -self._modules.q_function.expected(batch.observations, action)[0].mean()
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         if grad_step < int(self._config.warmup_steps):
-            loss, _, _ = self._nets["vae"].loss(batch.observations, batch.actions, float(self._config.beta))
-            optim = self._optims["imitator_optim"]
+            loss, _, _ = self._modules.vae.loss(batch.observations, batch.actions, float(self._config.beta))
+            optim = self._modules.imitator_optim
             optim.zero_grad()
             loss.backward()
             optim.step()
@@ -257,26 +268,23 @@ class PLAS(DDPG):
         else:
             losses = super()._update(batch, grad_step)
             self._last_critic_loss = losses["critic_loss"]
-            if "perturbation" in self._nets:
-                soft_update(self._nets["targ_perturbation"], self._nets["perturbation"], float(self._config.tau))
+            if self._modules.perturbation is not None:
+                soft_update(self._modules.targ_perturbation, self._modules.perturbation, float(self._config.tau))
         return {"vae_loss": self._last_vae_loss, "critic_loss": self._last_critic_loss, "actor_loss": self._last_actor_loss}
 
     # ---------------------------------------------------------- acting
     def _predict(self, x) -> torch.Tensor:
-        return self._perturb("perturbation", x, self._decode(x, self._nets["policy"](x)))
+        return self._perturb(self._modules.perturbation, x, self._decode(x, self._modules.policy(x)))
 
     def policy_module(self) -> nn.Module:
         self._require_built()
-        return LatentPolicy(self._nets["policy"], self._nets["vae"], self._nets["perturbation"] if "perturbation" in self._nets else None)
+        return LatentPolicy(self._modules.policy, self._modules.vae, self._modules.perturbation)
 
 
 class PLASWithPerturbation(PLAS):
     """PLAS with BCQ's perturbation actor on the decoded action (see the
     module docstring)."""
 
-    def _build_perturbation(self, observation_shape, action_size: int) -> Any:
+    def _build_perturbation(self, observation_shape, action_size: int) -> Optional[PerturbationActor]:
         cfg = self._config
         return create_perturbation_actor(cfg.actor_encoder_factory, observation_shape, action_size, float(cfg.action_flexibility))
-
-    def _perturb(self, name: str, x: Any, action: torch.Tensor) -> torch.Tensor:
-        return self._nets[name](x, action)

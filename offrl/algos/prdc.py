@@ -47,6 +47,7 @@ from ..models.optimizers import AdamFactory, OptimizerFactory
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .ddpg import DDPGModules
 from .td3_plus_bc import TD3PlusBC
 from ..training.fit import prepare_algorithm
 
@@ -128,12 +129,13 @@ class PRDC(TD3PlusBC):
     """PRDC (see the module docstring): :class:`~offrl.algos.td3_plus_bc.TD3PlusBC`
     whose behaviour-cloning target is the nearest dataset point's action."""
 
-    def _build(self, observation_shape, action_size: int) -> None:
-        super()._build(observation_shape, action_size)
+    def _build(self, observation_shape, action_size: int) -> DDPGModules:
+        modules = super()._build(observation_shape, action_size)
         self._neighbor_index: Optional[nearest.NearestNeighborIndex] = None
         self._neighbor_actions: Optional[torch.Tensor] = None
         self._neighbor_count = 0
         self._last_dc_loss = torch.zeros((), device=self._device)
+        return modules
 
     # ------------------------------------------------------ the index
     @property
@@ -191,7 +193,7 @@ class PRDC(TD3PlusBC):
 
     # ------------------------------------------------------ the hooks
     def _actor_loss(self, batch, policy_actions: torch.Tensor) -> torch.Tensor:
-        q_first = self._nets["q_function"].expected(batch.observations, policy_actions)[0]  # (B, 1)
+        q_first = self._modules.q_function.expected(batch.observations, policy_actions)[0]  # (B, 1)
         lam = float(self._config.alpha) / q_first.abs().mean().detach()
         target = self._nearest_actions(batch.observations, policy_actions).to(policy_actions.device)
         dc_loss = ((policy_actions - target) ** 2).mean()

@@ -114,7 +114,7 @@ class ReBRAC(TD3):
         return super()._next_value(batch, next_actions) - float(self._config.critic_beta) * penalty
 
     def _actor_loss(self, batch: Any, policy_actions: torch.Tensor) -> torch.Tensor:
-        q_min = self._nets["q_function"].expected(batch.observations, policy_actions).min(dim=0).values  # (B, 1)
+        q_min = self._modules.q_function.expected(batch.observations, policy_actions).min(dim=0).values  # (B, 1)
         lam = 1.0 / q_min.abs().mean().detach()
         bc = ((policy_actions - batch.actions) ** 2).sum(dim=1, keepdim=True)
         return (-lam * q_min + float(self._config.actor_beta) * bc).mean()

@@ -21,31 +21,32 @@ is ``tanh(mean)``; ``sample_action`` draws from the squashed Gaussian.
 Each step updates the critics, then the temperature, then the actor with
 the updated temperature (d3rlpy 2.8.1's order), then the target critics.
 
-The actor/critic building blocks and the actor/temperature step here are
-shared with :mod:`offrl.algos.cql`.
+The actor/temperature step here is shared with :mod:`offrl.algos.cql`;
+the networks are built by :mod:`offrl.models.builders`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
 
 from ..constants import ActionSpace
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.builders import build_critics, build_normal_policy
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.parameters import ScalarParameter
 from ..models.policies import GreedyNormalPolicy, NormalPolicy, squashed_log_prob, squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
-from ._common import freeze, no_param_grads, soft_update, td_target
+from ._common import no_param_grads, soft_update, td_target
 from .base import QLearningAlgoBase
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
 
-__all__ = ["SACConfig", "SAC"]
+__all__ = ["SACConfig", "SAC", "SACModules"]
 
 
 @register("algorithm")
@@ -108,16 +109,18 @@ class SACConfig(LearnableConfig):
         return SAC
 
 
-def build_policy(encoder_factory: EncoderFactory, observation_shape: Any, action_size: int) -> NormalPolicy:
-    """A state-dependent Gaussian policy with ``logstd`` in ``[-20, 2]``."""
-    encoder = encoder_factory.create(observation_shape)
-    return NormalPolicy(encoder, compute_output_size(encoder, observation_shape), action_size, min_logstd=-20.0, max_logstd=2.0)
+@dataclasses.dataclass(frozen=True)
+class SACModules(Modules):
+    """SAC's networks and optimizers (``temp_optim`` is None when the
+    temperature is fixed)."""
 
-
-def build_critics(config: Any, observation_shape: Any, action_size: int) -> Tuple[QFunction, QFunction]:
-    """The critic ensemble and its (frozen) target copy."""
-    q = config.q_func_factory.create(config.critic_encoder_factory, observation_shape, action_size, int(config.n_critics), discrete=False)
-    return q, freeze(copy.deepcopy(q))
+    policy: NormalPolicy
+    q_function: QFunction
+    targ_q_function: QFunction
+    log_temp: ScalarParameter
+    actor_optim: OptimizerWrapper
+    critic_optim: OptimizerWrapper
+    temp_optim: Optional[OptimizerWrapper]
 
 
 def actor_temperature_step(
@@ -161,26 +164,28 @@ class SAC(QLearningAlgoBase):
 
     _action_type = ActionSpace.CONTINUOUS
     has_q_function = True
+    _modules: SACModules
     _policy_module = "policy"
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"
     _q_optim = "critic_optim"
 
-    def _build(self, observation_shape, action_size: int) -> None:
+    def _build(self, observation_shape, action_size: int) -> SACModules:
         cfg = self._config
-        policy = self._add_module("policy", build_policy(cfg.actor_encoder_factory, observation_shape, action_size))
+        policy = build_normal_policy(cfg.actor_encoder_factory, observation_shape, action_size)
         q, targ = build_critics(cfg, observation_shape, action_size)
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", targ)
-        log_temp = self._add_module("log_temp", ScalarParameter(cfg.initial_temperature))
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [policy], cfg.actor_learning_rate)
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], cfg.critic_learning_rate)
-        if cfg.temp_learning_rate > 0:
-            self._add_optimizer("temp_optim", cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
+        log_temp = ScalarParameter(cfg.initial_temperature)
+        return SACModules(
+            policy=policy, q_function=q, targ_q_function=targ, log_temp=log_temp,
+            actor_optim=self._optimizer(cfg.actor_optim_factory, [policy], cfg.actor_learning_rate),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q], cfg.critic_learning_rate),
+            temp_optim=(self._optimizer(cfg.temp_optim_factory, [log_temp], cfg.temp_learning_rate)
+                        if cfg.temp_learning_rate > 0 else None),
+        )
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
-        policy, q, targ = self._nets["policy"], self._nets["q_function"], self._nets["targ_q_function"]
-        log_temp = self._nets["log_temp"]
+        m = self._modules
+        policy, q, targ, log_temp = m.policy, m.q_function, m.targ_q_function, m.log_temp
         with torch.no_grad():
             mean, logstd = policy(batch.next_observations)
             next_action, next_log_prob = squashed_sample(mean, logstd)
@@ -189,31 +194,31 @@ class SAC(QLearningAlgoBase):
             target = td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         critic_loss = q.loss(pred, target, taus)
-        critic_optim = self._optims["critic_optim"]
+        critic_optim = m.critic_optim
         critic_optim.zero_grad()
         critic_loss.backward()
         critic_optim.step()
 
         metrics = actor_temperature_step(
-            policy, q, log_temp, self._optims["actor_optim"], self._optims.get("temp_optim"),
+            policy, q, log_temp, m.actor_optim, m.temp_optim,
             batch.observations, -float(self._action_size),
         )
         soft_update(targ, q, float(self._config.tau))
         return {"critic_loss": critic_loss.detach(), **metrics}
 
     def _predict(self, x) -> torch.Tensor:
-        return torch.tanh(self._nets["policy"](x)[0])
+        return torch.tanh(self._modules.policy(x)[0])
 
     def _sample(self, x) -> torch.Tensor:
-        mean, logstd = self._nets["policy"](x)
+        mean, logstd = self._modules.policy(x)
         return squashed_sample(mean, logstd)[0]
 
     def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
         """Log-density of scaled ``action`` under the squashed Gaussian, ``(B,)`` (for :mod:`offrl.ope`)."""
-        return squashed_log_prob(*self._nets["policy"](x), action)
+        return squashed_log_prob(*self._modules.policy(x), action)
 
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._nets["q_function"].expected(x, action).mean(dim=0)
+        return self._modules.q_function.expected(x, action).mean(dim=0)
 
     def policy_module(self) -> nn.Module:
-        return GreedyNormalPolicy(self._nets["policy"])
+        return GreedyNormalPolicy(self._modules.policy)

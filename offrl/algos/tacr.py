@@ -17,16 +17,18 @@ import torch
 
 from ..constants import PositionEncodingType
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
+from ..models.modules import Modules
+from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..models.transformers import ContinuousDecisionTransformer
 from ..serialization import register
 from ._common import freeze, no_param_grads, soft_update
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, instance_of, param
 from .td3 import smooth_target_action
-from .decision_transformer import DecisionTransformer, _attention_masks, _masked_mean
+from .decision_transformer import DecisionTransformer, attention_masks, masked_mean
 from .transformer_base import ACTIVATION, DROPOUT, POSITION_ENCODING, TorchTrajectoryBatch, TransformerConfig
 
-__all__ = ["TACRConfig", "TACR"]
+__all__ = ["TACRConfig", "TACR", "TACRModules"]
 
 
 # ----------------------------------------------------------------------- TACR
@@ -101,30 +103,43 @@ class TACRConfig(TransformerConfig):
         return TACR
 
 
+@dataclasses.dataclass(frozen=True)
+class TACRModules(Modules):
+    """The Decision Transformer (the actor), the critics, their target copy
+    and the optimizers."""
+
+    transformer: ContinuousDecisionTransformer
+    q_function: QFunction
+    targ_q_function: QFunction
+    actor_optim: OptimizerWrapper
+    critic_optim: OptimizerWrapper
+
+
 class TACR(DecisionTransformer):
     """TACR (see the module docstring): the Decision Transformer trained as
     the actor of TD3+BC."""
 
+    _modules: TACRModules  # type: ignore[assignment]  # the actor is DT's; the optimizers are TD3+BC's
     _q_modules = ("q_function", "targ_q_function")
     _policy_optim = "actor_optim"
     _q_optim = "critic_optim"
 
-    def _build(self, observation_shape: Any, action_size: int) -> None:
+    def _build(self, observation_shape: Any, action_size: int) -> TACRModules:  # type: ignore[override]
         cfg = self._config
-        transformer = self._add_module("transformer", self._build_transformer(observation_shape, action_size,
-                                                                              cfg.actor_encoder_factory))
+        transformer = self._build_transformer(observation_shape, action_size, cfg.actor_encoder_factory)
         q = cfg.q_func_factory.create(cfg.critic_encoder_factory, observation_shape, action_size, int(cfg.n_critics),
                                       discrete=False)
-        self._add_module("q_function", q)
-        self._add_module("targ_q_function", freeze(copy.deepcopy(q)))
-        self._add_optimizer("actor_optim", cfg.actor_optim_factory, [transformer], float(cfg.actor_learning_rate))
-        self._add_optimizer("critic_optim", cfg.critic_optim_factory, [q], float(cfg.critic_learning_rate))
+        return TACRModules(
+            transformer=transformer, q_function=q, targ_q_function=freeze(copy.deepcopy(q)),
+            actor_optim=self._optimizer(cfg.actor_optim_factory, [transformer], float(cfg.actor_learning_rate)),
+            critic_optim=self._optimizer(cfg.critic_optim_factory, [q], float(cfg.critic_learning_rate)),
+        )
 
     def _update(self, batch: TorchTrajectoryBatch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
-        q, targ_q = self._nets["q_function"], self._nets["targ_q_function"]
-        predicted = self._nets["transformer"](batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
-                                              masks=_attention_masks(batch))
+        q, targ_q = self._modules.q_function, self._modules.targ_q_function
+        predicted = self._modules.transformer(batch.observations, batch.actions, batch.returns_to_go, batch.timesteps,
+                                              masks=attention_masks(batch))
         b, length = batch.masks.shape
 
         def steps(x: Any, sl: slice) -> Any:  # (B, L, ...)[:, sl] flattened to (B * L', ...)
@@ -142,22 +157,22 @@ class TACR(DecisionTransformer):
             next_value = targ_q.expected(steps(batch.observations, nxt), next_action).min(dim=0).values[:, 0]
             rewards, terminals = steps(batch.rewards, now)[:, 0], steps(batch.terminals, now)[:, 0]
             target = rewards + float(cfg.gamma) * (1.0 - terminals) * next_value
-        critic_optim = self._optims["critic_optim"]
+        critic_optim = self._modules.critic_optim
         critic_optim.zero_grad()
         values = q.expected(obs_t, act_t)[..., 0]  # (E, N)
         critic_loss = (((values - target) ** 2) * pair_masks).sum(dim=1).sum() / pair_masks.sum().clamp(min=1.0)
         critic_loss.backward()
         critic_optim.step()
 
-        actor_optim = self._optims["actor_optim"]
+        actor_optim = self._modules.actor_optim
         actor_optim.zero_grad()
         all_steps = slice(0, length)
         masks = batch.masks.reshape(-1)
         with no_param_grads(q):
             q_first = q.expected(steps(batch.observations, all_steps), steps(predicted, all_steps))[0, :, 0]
-        lam = float(cfg.alpha) / _masked_mean(q_first.abs().detach(), masks)
+        lam = float(cfg.alpha) / masked_mean(q_first.abs().detach(), masks)
         bc = ((predicted - batch.actions) ** 2).mean(dim=-1).reshape(-1)
-        actor_loss = _masked_mean(-lam * q_first + bc, masks)
+        actor_loss = masked_mean(-lam * q_first + bc, masks)
         actor_loss.backward()
         actor_optim.step()
         soft_update(targ_q, q, float(cfg.tau))

@@ -109,7 +109,7 @@ class TD3(DDPG):
     def _target_actions(self, next_observations: Any) -> torch.Tensor:
         cfg = self._config
         return smooth_target_action(
-            self._nets["targ_policy"](next_observations), float(cfg.target_smoothing_sigma), float(cfg.target_smoothing_clip)
+            self._modules.targ_policy(next_observations), float(cfg.target_smoothing_sigma), float(cfg.target_smoothing_clip)
         )
 
     def _actor_interval(self) -> int:

@@ -106,6 +106,6 @@ class TD3PlusBC(TD3):
     whose policy loss adds the behaviour-cloning term."""
 
     def _actor_loss(self, batch, policy_actions: torch.Tensor) -> torch.Tensor:
-        q_first = self._nets["q_function"].expected(batch.observations, policy_actions)[0]  # (B, 1)
+        q_first = self._modules.q_function.expected(batch.observations, policy_actions)[0]  # (B, 1)
         lam = float(self._config.alpha) / q_first.abs().mean().detach()
         return -lam * q_first.mean() + ((policy_actions - batch.actions) ** 2).mean()

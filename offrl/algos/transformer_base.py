@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, TypeVar, Union, runtime_checkable
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ from ..dataset.batch import TrajectoryMiniBatch
 from ..dataset.signature import observation_from_dict
 from ..metrics.utility import evaluate_transformer_with_environment
 from ..models.transformers import ACTIVATIONS
-from .base import QLearningAlgoBase, _as_array, check_real_values
+from .base import QLearningAlgoBase, as_array, check_real_values
 from .config import (POSITIVE, POSITIVE_INT, Constraint, LearnableConfig,
                      between, check_enable_ddp, one_of, param)
 
@@ -162,7 +162,12 @@ class TransformerConfig(LearnableConfig):
 
 
 # ----------------------------------------------------------------------- base
-class TransformerAlgoBase(QLearningAlgoBase):
+#: d3rlpy's type parameters of ``TransformerAlgoBase[TTransformerImpl, TTransformerConfig]``
+TTransformerImpl = TypeVar("TTransformerImpl")
+TTransformerConfig = TypeVar("TTransformerConfig", bound=TransformerConfig)
+
+
+class TransformerAlgoBase(QLearningAlgoBase[TTransformerImpl, TTransformerConfig]):
     """Base of the sequence models: ``predict(TransformerInput)``,
     :meth:`as_stateful_wrapper` and ``fit`` with evaluation in an
     environment at a target return. Subclasses define ``_build``,
@@ -246,7 +251,7 @@ class TransformerAlgoBase(QLearningAlgoBase):
         if timesteps.dtype.kind not in "iu":
             raise TypeError(f"timesteps must hold integers, got dtype {timesteps.dtype}")
         self._check_timesteps(timesteps, "timesteps")
-        rtg = _as_array(inpt.returns_to_go, "returns_to_go")
+        rtg = as_array(inpt.returns_to_go, "returns_to_go")
         check_real_values(np.asarray(rtg, dtype=np.float64).reshape(length, -1), "returns_to_go")
         rtg_t = torch.as_tensor(np.ascontiguousarray(rtg, dtype=np.float32).reshape(1, length, 1), device=self._device)
         if self._reward_scaler is not None:

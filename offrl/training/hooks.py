@@ -80,7 +80,7 @@ class set_learning_rate:
                 raise ValueError(f"{type(algo).__name__} has no optimizer {self.optimizer!r}; it has {sorted(optims)}")
             optims = {self.optimizer: optims[self.optimizer]}
         for wrapper in optims.values():
-            for group in wrapper.optim.param_groups:
+            for group in getattr(wrapper, "optim", wrapper).param_groups:  # a torch optimizer is its own
                 group["lr"] = value
 
     def __repr__(self) -> str:

@@ -133,22 +133,22 @@ def test_compile_graph_false_never_compiles(monkeypatch, dataset_factory):
 
 @pytest.mark.slow  # one torch.compile: about 10 s on a loaded 2-core CPU
 def test_parameter_cache_is_not_traced_by_the_compiler():
-    """``_common._tensors`` caches parameter lists in a weak dictionary; traced
+    """``module_tensors`` caches parameter lists in a weak dictionary; traced
     code indexed that dictionary's keys by position, so a network collected
     later (another algorithm's) shifted them and dynamo raised StopIteration
     (SAC after BCQ and DiscreteSAC in one process). While compiling it lists
     the tensors directly and leaves the cache alone."""
-    from offrl.algos import _common
+    from offrl.models import modules
 
     torch._dynamo.reset()
     module = torch.nn.Linear(3, 2)
 
     def total(x: torch.Tensor) -> torch.Tensor:
-        params, _ = _common._tensors(module)
+        params, _ = modules.module_tensors(module)
         return x + sum(p.sum() for p in params)
 
     x = torch.ones(2)
     got = torch.compile(total)(x)
-    assert module not in _common._PARAMS  # the compiled call did not touch the cache
+    assert module not in modules._TENSORS  # the compiled call did not touch the cache (private: the cache itself is the subject)
     torch.testing.assert_close(got, total(x), rtol=1e-5, atol=1e-6)
-    assert module in _common._PARAMS  # the eager call did
+    assert module in modules._TENSORS  # the eager call did

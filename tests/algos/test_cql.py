@@ -138,7 +138,7 @@ def test_cql_lagrange_multiplier_fixed_or_projected(small_encoder, hand_batch, b
     for _ in range(3):
         metrics = fixed.update(hand_batch())
     assert metrics["alpha"] == pytest.approx(2.5, rel=1e-6) and metrics["alpha_loss"] == 0.0
-    assert "alpha_optim" not in fixed._optims
+    assert "alpha_optim" not in fixed.optimizers
 
     learned = build_algo(CQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, alpha_threshold=-100.0, alpha_learning_rate=1.0))
     with torch.no_grad():

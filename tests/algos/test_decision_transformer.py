@@ -303,7 +303,7 @@ def test_wrapper_predicts_in_eval_mode_and_restores_training_mode():
     for k in range(5):
         np.testing.assert_array_equal(first.predict(observations[k], 0.5), second.predict(observations[k], 0.5))
         np.testing.assert_array_equal(first.context().timesteps, np.arange(max(0, k - 2), k + 1))
-    modules = list(algo._nets.modules())
+    modules = list(algo.modules.modules())
     assert len(modules) > 10 and all(m.training for m in modules)
 
 

@@ -89,16 +89,16 @@ def test_weights_are_checked_even_when_the_losses_were_finite(tmp_path, monkeypa
     """The last update of an epoch can blow the weights up after its loss
     was computed: the save is refused all the same."""
     algo = _config(True, 1e-3).create()
-    original = type(algo)._update
+    original = algo.training_step
 
-    def poison_last(self, batch, grad_step):
-        out = original(self, batch, grad_step)
-        if grad_step == 3:  # the last update of epoch 2 (grad_step counts from 0 here)
+    def poison_last(batch):
+        out = original(batch)
+        if algo.grad_step == 4:  # after the last update of epoch 2
             with torch.no_grad():
-                next(iter(self.modules.values())).parameters().__next__().fill_(float("inf"))
+                next(iter(algo.modules.values())).parameters().__next__().fill_(float("inf"))
         return out
 
-    monkeypatch.setattr(type(algo), "_update", poison_last)
+    monkeypatch.setattr(algo, "training_step", poison_last)
     with pytest.raises(NonFiniteLossError, match=r"holds inf at the end of epoch 2 .*no model was saved from this epoch"):
         algo.fit(_dataset(True), 10, 2, experiment_name="run", with_timestamp=False,
                  logger_adapter=FileAdapterFactory(str(tmp_path)), show_progress=False)

@@ -54,7 +54,7 @@ def state_dicts_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 
 def adam_state(algo, name):
-    state = algo._optims[name].state_dict()["state"]
+    state = algo.optimizers[name].state_dict()["state"]
     return [{k: v.clone() for k, v in s.items()} for _, s in sorted(state.items())]
 
 
@@ -154,13 +154,13 @@ def test_reward_scaler_fitted_offline_applies_online():
     algo = DQNConfig(batch_size=16, encoder_factory=ENC, reward_scaler=StandardRewardScaler()).create()
     algo.fit(dataset, n_steps=5, **quiet())
     seen = []
-    update = algo._update
+    step = algo.training_step
 
-    def spy(batch, grad_step):
-        seen.append(batch.rewards.detach().numpy().copy())
-        return update(batch, grad_step)
+    def spy(batch):
+        seen.append(algo.preprocess_batch(batch).rewards.detach().numpy().copy())  # what the update sees
+        return step(batch)
 
-    algo._update = spy
+    algo.training_step = spy
     algo.fit_online(Corridor(LENGTH, 6), n_steps=60, **quiet())
     values = np.unique(np.concatenate(seen))
     scaled = (np.array([0.0, 1.0]) - mean) / (std + 1e-3)

@@ -87,10 +87,10 @@ def test_critic_optimizer_covers_q_and_value_function(small_encoder, build_algo)
     def ids(optim):
         return {id(p) for group in optim.optim.param_groups for p in group["params"]}
 
-    assert ids(algo._optims["critic_optim"]) == {id(p) for p in nets["q_function"].parameters()} | {
+    assert ids(algo.optimizers["critic_optim"]) == {id(p) for p in nets["q_function"].parameters()} | {
         id(p) for p in nets["value_function"].parameters()
     }
-    assert ids(algo._optims["actor_optim"]) == {id(p) for p in nets["policy"].parameters()}
+    assert ids(algo.optimizers["actor_optim"]) == {id(p) for p in nets["policy"].parameters()}
 
 
 def test_value_function_gets_gradients_from_the_value_loss_only(small_encoder, hand_batch, build_algo):

@@ -482,7 +482,7 @@ def test_learning_rate_schedule_during_fit_online():
     seen = []
 
     def read_lr(algo, epoch, step):
-        seen.append((step, algo._optims["optim"].optim.param_groups[0]["lr"]))
+        seen.append((step, algo.optimizers["optim"].optim.param_groups[0]["lr"]))
 
     hook = LinearInterpolationHook(10, 1e-3, 1e-4, set_learning_rate())
     fit_online(algo, Corridor(), n_steps=15, callback=combine_callbacks(hook, None, read_lr))

@@ -88,18 +88,17 @@ def test_nan_loss_stops_fit_naming_step_and_loss(tmp_path, monkeypatch):
     algo.fit(_dataset(), n_steps=4, n_steps_per_epoch=4, experiment_name="a", with_timestamp=False,
              logger_adapter=FileAdapterFactory(str(tmp_path)), show_progress=False)
     saved = tmp_path / "a" / "model_4.d3"
-    original = type(algo)._update
+    original = algo.training_step
     calls = {"n": 0}
 
-    def poisoned(self, batch, grad_step):
-        out = original(self, batch, grad_step)
+    def poisoned(batch):
+        out = original(batch)
         calls["n"] += 1
         if calls["n"] == 3:
-            metrics = out.metrics if hasattr(out, "metrics") else out
-            metrics["loss"] = metrics["loss"] * float("nan")
+            out.metrics["loss"] = out.metrics["loss"] * float("nan")
         return out
 
-    monkeypatch.setattr(type(algo), "_update", poisoned)
+    monkeypatch.setattr(algo, "training_step", poisoned)
     with pytest.raises(NonFiniteLossError, match=r"loss became nan at step 7"):
         algo.fit(_dataset(), n_steps=50, n_steps_per_epoch=10, experiment_name="a", with_timestamp=False,
                  logger_adapter=FileAdapterFactory(str(tmp_path)), show_progress=False)
@@ -202,9 +201,9 @@ def test_grad_step_and_reset_optimizer():
     assert algo.grad_step == 100
     with pytest.raises(ValueError):
         algo.set_grad_step(-1)
-    assert algo._optims["optim"].optim.state
+    assert algo.optimizers["optim"].optim.state
     algo.reset_optimizer_states()
-    assert not algo._optims["optim"].optim.state
+    assert not algo.optimizers["optim"].optim.state
 
 
 def test_copy_q_function_between_dqns():

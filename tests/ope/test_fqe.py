@@ -23,6 +23,7 @@ from offrl.constants import ActionSpace
 from offrl.dataset import MDPDataset, TransitionMiniBatch, create_fifo_replay_buffer
 from offrl.logging import NoopAdapterFactory
 from offrl.models import QRQFunctionFactory, VectorEncoderFactory
+from offrl.models.modules import Modules
 from offrl.ope import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig, PolicyValueEstimate, initial_observations
 from offrl.preprocessing import (
     MinMaxActionScaler,
@@ -50,9 +51,16 @@ class _Table(nn.Module):
         self.register_buffer("table", table)
 
 
+@dataclasses.dataclass(frozen=True)
+class _TableModules(Modules):
+    table: _Table
+
+
 class TablePolicy(QLearningAlgoBase):
     """A fixed policy on (scaled) observations ``x``: ``argmax(x @ table)``
     for discrete actions, ``tanh(x @ table)`` for continuous ones."""
+
+    _modules: _TableModules
 
     def __init__(self, table: np.ndarray, discrete: bool, observation_scaler=None, action_scaler=None) -> None:
         super().__init__(_TableConfig(observation_scaler=observation_scaler, action_scaler=action_scaler))
@@ -60,11 +68,11 @@ class TablePolicy(QLearningAlgoBase):
         self._table = torch.as_tensor(np.asarray(table, dtype=np.float32))
         self.create_impl((self._table.shape[0],), self._table.shape[1])
 
-    def _build(self, observation_shape, action_size: int) -> None:
-        self._add_module("table", _Table(self._table))
+    def _build(self, observation_shape, action_size: int) -> _TableModules:
+        return _TableModules(table=_Table(self._table))
 
     def _predict(self, x) -> torch.Tensor:
-        out = x @ self._nets["table"].table
+        out = x @ self._modules.table.table
         return out.argmax(dim=-1) if self._action_type == ActionSpace.DISCRETE else torch.tanh(out)
 
 
@@ -514,17 +522,17 @@ def test_estimate_is_the_mean_state_value_at_first_observations():
 
 
 def test_bootstrap_interval_matches_the_normal_approximation():
-    from offrl.algos.fqe import _bootstrap_interval
+    from offrl.algos.fqe import bootstrap_interval
 
     values = np.random.default_rng(0).normal(3.0, 2.0, size=400)
     half_width = float(1.96 * values.std() / np.sqrt(values.size))
-    lower, upper = _bootstrap_interval(values, 0.95, 4000, seed=1)  # 1e6 // 400 = 2500 rows a chunk: 2 chunks
+    lower, upper = bootstrap_interval(values, 0.95, 4000, seed=1)  # 1e6 // 400 = 2500 rows a chunk: 2 chunks
     assert lower == pytest.approx(values.mean() - half_width, abs=0.1 * half_width)
     assert upper == pytest.approx(values.mean() + half_width, abs=0.1 * half_width)
-    narrow = _bootstrap_interval(values, 0.5, 4000, seed=1)
+    narrow = bootstrap_interval(values, 0.5, 4000, seed=1)
     assert lower < narrow[0] < values.mean() < narrow[1] < upper
-    assert _bootstrap_interval(np.full(7, 2.5), 0.9, 50, seed=0) == (2.5, 2.5)
-    assert _bootstrap_interval(values, 0.95, 300, seed=4) == _bootstrap_interval(values, 0.95, 300, seed=4)
+    assert bootstrap_interval(np.full(7, 2.5), 0.9, 50, seed=0) == (2.5, 2.5)
+    assert bootstrap_interval(values, 0.95, 300, seed=4) == bootstrap_interval(values, 0.95, 300, seed=4)
 
 
 def test_estimate_rejects_bad_arguments():

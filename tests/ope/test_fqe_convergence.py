@@ -29,6 +29,7 @@ from offrl.dataset import MDPDataset
 from offrl.logging import NoopAdapterFactory
 from offrl.models import DefaultEncoderFactory, VectorEncoderFactory
 from offrl.models.encoders import ByShapeEncoderFactory
+from offrl.models.modules import Modules
 from offrl.ope import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig, PolicyValueEstimate
 from offrl.preprocessing import MinMaxActionScaler, StandardObservationScaler
 from tabular_mdp import action_values, make_mdp, sample_dataset
@@ -50,21 +51,27 @@ class _Weights(nn.Module):
         self.register_buffer("table", table)
 
 
+@dataclasses.dataclass(frozen=True)
+class _WeightsModules(Modules):
+    table: _Weights
+
+
 class FixedPolicy(QLearningAlgoBase):
     """The discrete policy ``argmax(x @ table)`` on raw observations."""
 
     _action_type = ActionSpace.DISCRETE
+    _modules: _WeightsModules
 
     def __init__(self, table: np.ndarray) -> None:
         super().__init__(_FixedPolicyConfig())
         self._table = torch.as_tensor(np.asarray(table, dtype=np.float32))
         self.create_impl((self._table.shape[0],), self._table.shape[1])
 
-    def _build(self, observation_shape, action_size: int) -> None:
-        self._add_module("table", _Weights(self._table))
+    def _build(self, observation_shape, action_size: int) -> _WeightsModules:
+        return _WeightsModules(table=_Weights(self._table))
 
     def _predict(self, x) -> torch.Tensor:
-        return (x @ self._nets["table"].table).argmax(dim=-1)
+        return (x @ self._modules.table.table).argmax(dim=-1)
 
 
 def _episodes_dataset(n_episodes: int = 20, length: int = 3, seed: int = 0) -> MDPDataset:
@@ -208,11 +215,11 @@ def test_a_steady_drift_under_the_spread_tolerance_is_not_settled():
     assert relative_change(values, 5) > 0.03 and projected_drift(values, 5) == pytest.approx(0.0497, rel=1e-3)
     assert not replay_convergence(values).any()
     # the warning names both figures
-    from offrl.algos.fqe import _not_settled_message
+    from offrl.algos.fqe import not_settled_message
 
     diagnostic = ConvergenceDiagnostic(tuple(values), (1.0,) * 15, relative_change(values, 5), 1.0, 2, 5, 0.03,
                                        15000, False, value_drift=projected_drift(values, 5))
-    message = _not_settled_message("FQE", diagnostic)
+    message = not_settled_message("FQE", diagnostic)
     assert "spread by 5.0% over the last 5 epochs" in message and "trend projects 5.0% over the next 5 epochs" in message
     assert "climbing" not in message
 
@@ -315,14 +322,14 @@ def test_holdout_fraction_zero_trains_on_everything_and_residual_is_in_sample():
 def test_a_climbing_heldout_residual_blocks_convergence():
     """V(s0) steady but the residual up by more than RESIDUAL_GROWTH over the
     window: not settled; the same values with a steady residual: settled."""
-    from offrl.algos.fqe import _ConvergenceMonitor
+    from offrl.algos.fqe import ConvergenceMonitor
 
     dataset = _episodes_dataset()
     fqe = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config())
     fqe.build_with_dataset(dataset)
     for residuals, settled in (([1.0, 1.0, 1.0, 1.1, 1.2, 1.3], False), ([1.0, 1.1, 1.0, 1.2, 1.0, 1.2], True)):
         feed = iter(residuals)
-        monitor = _ConvergenceMonitor(fqe, initial_observations_of(dataset), lambda algo: next(feed), 2, 3, 0.03)
+        monitor = ConvergenceMonitor(fqe, initial_observations_of(dataset), lambda algo: next(feed), 2, 3, 0.03)
         monitor.start()
         for _ in residuals:
             diagnostic = monitor.measure()  # V(s0) is the same every time: the weights do not change
@@ -476,17 +483,18 @@ class ContinuousFixedPolicy(QLearningAlgoBase):
     """The continuous policy ``a = tanh(scale * x[:, 0]) + shift`` on raw observations."""
 
     _action_type = ActionSpace.CONTINUOUS
+    _modules: _WeightsModules
 
     def __init__(self, scale: float, shift: float) -> None:
         super().__init__(_FixedPolicyConfig())
         self._table = torch.tensor([scale, shift])
         self.create_impl((2,), 1)
 
-    def _build(self, observation_shape, action_size: int) -> None:
-        self._add_module("table", _Weights(self._table))
+    def _build(self, observation_shape, action_size: int) -> _WeightsModules:
+        return _WeightsModules(table=_Weights(self._table))
 
     def _predict(self, x) -> torch.Tensor:
-        scale, shift = self._nets["table"].table
+        scale, shift = self._modules.table.table
         return (torch.tanh(scale * x[:, :1]) + shift).float()
 
 
@@ -574,22 +582,22 @@ def test_averaged_network_is_the_moving_average_of_the_weights(discrete):
     offrl.seed(0)
     fqe = fqe_cls(algo=algo, config=config)
     fqe.build_with_dataset(dataset)
-    expected = _flat_weights(fqe._nets["q_function"])
-    assert all(torch.equal(a, b) for a, b in zip(expected, _flat_weights(fqe._nets["averaged_q_function"])))
+    expected = _flat_weights(fqe.modules["q_function"])
+    assert all(torch.equal(a, b) for a, b in zip(expected, _flat_weights(fqe.modules["averaged_q_function"])))
 
     def record(algo, epoch, step):
-        for avg, theta in zip(expected, _flat_weights(algo._nets["q_function"])):
+        for avg, theta in zip(expected, _flat_weights(algo.modules["q_function"])):
             avg.mul_(decay).add_((1.0 - decay) * theta)
 
     _fit(fqe, dataset, steps=6, per_epoch=3, callback=record)
-    averaged, online = _flat_weights(fqe._nets["averaged_q_function"]), _flat_weights(fqe._nets["q_function"])
+    averaged, online = _flat_weights(fqe.modules["averaged_q_function"]), _flat_weights(fqe.modules["q_function"])
     for got, want in zip(averaged, expected):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert any(not torch.allclose(a, b) for a, b in zip(averaged, online))  # the average lags the online weights
 
     arrays = dataset.to_arrays()
     obs, actions = arrays["observations"][:8], arrays["actions"][:8]
-    by_hand = copy.deepcopy(fqe._nets["q_function"])
+    by_hand = copy.deepcopy(fqe.modules["q_function"])
     with torch.no_grad():
         for p, want in zip(by_hand.parameters(), expected):
             p.copy_(want)
@@ -610,7 +618,7 @@ def test_weight_averaging_is_off_by_default(cls):
     offrl.seed(0)
     fqe = DiscreteFQE(algo=FixedPolicy(np.eye(2)), config=_small_config())
     _fit(fqe, _episodes_dataset(n_episodes=4), steps=4, per_epoch=2)
-    assert "averaged_q_function" not in fqe._nets  # d3rlpy's FQE: values read from the trained network
+    assert "averaged_q_function" not in fqe.modules  # d3rlpy's FQE: values read from the trained network
 
 
 def test_weight_averaging_survives_save_and_load(tmp_path):
@@ -625,11 +633,11 @@ def test_weight_averaging_survives_save_and_load(tmp_path):
     obs = dataset.to_arrays()["observations"]
     actions = policy.predict(obs)
     np.testing.assert_array_equal(loaded.predict_value(obs, actions), fqe.predict_value(obs, actions))
-    for a, b in zip(_flat_weights(loaded._nets["averaged_q_function"]), _flat_weights(fqe._nets["averaged_q_function"])):
+    for a, b in zip(_flat_weights(loaded.modules["averaged_q_function"]), _flat_weights(fqe.modules["averaged_q_function"])):
         assert torch.equal(a, b)
     online = DiscreteFQE(algo=policy, config=_small_config(learning_rate=1e-2))  # without averaging: other values
     online.build_with_dataset(dataset)
-    online._nets["q_function"].load_state_dict(fqe._nets["q_function"].state_dict())
+    online.modules["q_function"].load_state_dict(fqe.modules["q_function"].state_dict())
     assert not np.allclose(online.predict_value(obs, actions), fqe.predict_value(obs, actions))
 
 
@@ -640,7 +648,7 @@ def test_copy_q_function_from_sets_the_averaged_network_too():
     plain = DiscreteFQE(algo=policy, config=_small_config())
     plain.build_with_dataset(dataset)
     averaged.copy_q_function_from(plain)
-    for a, b in zip(_flat_weights(averaged._nets["averaged_q_function"]), _flat_weights(plain._nets["q_function"])):
+    for a, b in zip(_flat_weights(averaged.modules["averaged_q_function"]), _flat_weights(plain.modules["q_function"])):
         assert torch.equal(a, b)  # values are read from the copied weights, not the old initial ones
     obs = dataset.to_arrays()["observations"]
     np.testing.assert_array_equal(averaged.predict_value(obs, policy.predict(obs)), plain.predict_value(obs, policy.predict(obs)))
@@ -665,7 +673,7 @@ def test_recommended_keeps_convolutions_for_images_and_a_deeper_mlp_for_vectors(
     fqe = DiscreteFQE(algo=policy, config=DiscreteFQEConfig.recommended(observation_scaler=None))  # nothing to fit
     fqe.create_impl(shape, 2)
     for name in ("q_function", "averaged_q_function"):
-        modules = list(fqe._nets[name].modules())
+        modules = list(fqe.modules[name].modules())
         assert any(isinstance(m, nn.Conv2d) for m in modules) == conv
         if not conv:
             assert sum(isinstance(m, nn.LayerNorm) for m in modules) == 3
