@@ -36,10 +36,11 @@ __all__ = [
 ]
 
 #: subpackages imported on first attribute access (``model_selection`` too,
-#: though not in ``__all__``: it needs the search extra)
+#: though not in ``__all__``: it needs the search extra; ``base`` and
+#: ``torch_utility``, d3rlpy's paths for writing one's own algorithm)
 _LAZY_MODULES = frozenset({
     "algos", "dataset", "datasets", "logging", "metrics", "models", "ope", "preprocessing",
-    "envs", "types", "optimizers", "distributed", "model_selection",
+    "envs", "types", "optimizers", "distributed", "model_selection", "base", "torch_utility",
 })
 
 #: names imported on first access: (module, attribute)
@@ -49,6 +50,9 @@ _LAZY_ATTRIBUTES: Dict[str, Tuple[str, str]] = {
     "LoggingStrategy": (".constants", "LoggingStrategy"),
     "PositionEncodingType": (".constants", "PositionEncodingType"),
     "load_learnable": (".serialization", "load_learnable"),
+    # d3rlpy's extension API (not in __all__, as model_selection)
+    "Modules": (".torch_utility", "Modules"),
+    "TorchMiniBatch": (".torch_utility", "TorchMiniBatch"),
 }
 
 

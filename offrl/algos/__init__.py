@@ -1,6 +1,7 @@
 """Algorithms: one file each, sharing base.py; the loops that run them live in offrl.training."""
 
 from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainStepResult, parse_device
+from .impl import QLearningAlgoImplBase, TQLearningConfig, TQLearningImpl
 from .awac import AWAC, AWACConfig
 from .calql import CalQL, CalQLConfig
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
@@ -50,6 +51,9 @@ from .td3_plus_bc import TD3PlusBC, TD3PlusBCConfig
 __all__ = [
     "LearnableConfig",
     "QLearningAlgoBase",
+    "QLearningAlgoImplBase",
+    "TQLearningConfig",
+    "TQLearningImpl",
     "NonFiniteLossError",
     "TrainStepResult",
     "parse_device",

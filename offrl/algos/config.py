@@ -212,7 +212,12 @@ class LearnableConfig(D3rlpySerializable, Serializable):
 
     @classmethod
     def algorithm_class(cls) -> type:
-        raise NotImplementedError
+        """The algorithm class this config creates. A config written the
+        d3rlpy way defines ``create`` instead: its class is that of what
+        ``create()`` makes from the default config (nothing is built)."""
+        if cls.create is LearnableConfig.create:
+            raise NotImplementedError(f"{cls.__name__} defines neither algorithm_class nor create")
+        return type(cls().create())
 
     # scikit-learn style access to hyperparameters
     def get_params(self, deep: bool = True) -> Dict[str, Any]:

@@ -31,14 +31,11 @@ D3RLPY_NAMES = (
 _SUBMODULES = ("bc", "cql", "ddpg", "dqn", "explorers", "iql", "nfq", "random_policy", "sac", "td3", "td3_plus_bc",
                "awac", "crr", "cal_ql", "rebrac", "bcq", "bear", "plas", "prdc")
 
-#: the issue that brings each d3rlpy name offrl does not have; names of
-#: d3rlpy's implementation layer have no counterpart (an offrl algorithm is
-#: one class: see offrl.algos.base)
+#: the issue that brings each d3rlpy name offrl does not have
 _PLANNED: Dict[str, str] = {
     **{n: "issue 16" for n in ("AWAC", "CRR", "CalQL", "ReBRAC")},
     **{n: "issue 17" for n in ("BCQ", "DiscreteBCQ", "BEAR", "PLAS", "PLASWithPerturbation", "PRDC")},
 }
-_NO_COUNTERPART = ("QLearningAlgoImplBase", "TQLearningConfig", "TQLearningImpl")
 
 _algos = sys.modules[__name__.rpartition(".")[0]]
 
@@ -54,8 +51,6 @@ for _name in _SUBMODULES:
 
 
 def _why_missing(name: str) -> str:
-    if name in _NO_COUNTERPART:
-        return "it is part of d3rlpy's implementation layer, which offrl does not have (an algorithm is one class)"
     base = name[: -len("Config")] if name.endswith("Config") else name
     return f"planned in {_PLANNED.get(base, 'a later issue')}"
 
