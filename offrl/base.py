@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from .algos.base import QLearningAlgoBase as LearnableBase
 from .algos.config import LearnableConfig
-from .algos.device import DeviceArg
+from .training.device import DeviceArg
 from .algos.impl import ImplBase
 from .serialization import load_learnable, register
 
