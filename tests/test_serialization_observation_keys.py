@@ -58,7 +58,7 @@ def test_from_json_knows_the_keys_and_checks_them_by_name(tmp_path):
     with pytest.raises(ValueError, match="unexpected key 'extra'"):
         rebuilt.predict({**x, "extra": x["state"]})
     # the module-level rebuild gives the same
-    assert offrl.algos.base.algo_from_params_json(str(params_path)).observation_keys == ("joints", "state")
+    assert offrl.serialization.algo_from_params_json(str(params_path)).observation_keys == ("joints", "state")
 
 
 def test_params_written_before_keys_existed_still_load(tmp_path):

@@ -32,6 +32,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from .._safety import available_memory, format_bytes
+from ..model_rules import SCALER_NAMES
 
 __all__ = ["SIZE_FIELDS", "planned_state", "size_fields", "check_networks_fit", "training_step_bytes",
            "check_training_step_fits"]
@@ -41,7 +42,6 @@ SIZE_FIELDS = ("batch_size", "n_critics", "hidden_units", "feature_size", "n_qua
                "embed_size", "n_action_samples", "latent_size", "num_heads", "num_layers", "context_size",
                "max_timestep", "filters", "n_neighbors", "n_steps")
 
-_SCALER_NAMES = ("observation_scaler", "action_scaler", "reward_scaler")
 #: weights, their gradients and an optimizer's two moments (Adam): what training keeps per weight
 _COPIES = 4
 
@@ -89,7 +89,7 @@ def _device_memory(device: Any) -> Tuple[Optional[int], str]:
 def _probe(config: Any, evaluated: Any = None) -> Any:
     """``config``'s algorithm on the meta device (scalers left out: they
     hold numpy statistics and size no network)."""
-    bare = dataclasses.replace(config, **{k: None for k in _SCALER_NAMES if hasattr(config, k)})
+    bare = dataclasses.replace(config, **{k: None for k in SCALER_NAMES if hasattr(config, k)})
     meta = torch.device("meta")
     if evaluated is not None:
         return bare.algorithm_class()(algo=evaluated, config=bare, device=meta)

@@ -62,7 +62,8 @@ from torch import nn
 import torch.nn.functional as F
 
 from ._common import freeze, hard_update, soft_update, td_target
-from .base import DeviceArg, QLearningAlgoBase, normalise_shape
+from .base import DeviceArg, QLearningAlgoBase
+from .inputs_check import normalise_shape
 from ..training.fit import prepare_algorithm
 from .fqe_diagnostics import (CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW, OFF_SUPPORT_WARN, RESIDUAL_GROWTH,
                               ConvergenceDiagnostic, PolicyValueEstimate, bootstrap_interval, check_convergence_args,

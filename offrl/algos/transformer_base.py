@@ -26,7 +26,8 @@ from ..dataset.batch import TrajectoryMiniBatch
 from ..dataset.signature import observation_from_dict
 from ..metrics.utility import evaluate_transformer_with_environment
 from ..models.transformers import ACTIVATIONS
-from .base import QLearningAlgoBase, as_array, check_real_values
+from .base import QLearningAlgoBase
+from .inputs_check import as_array, check_real_values
 from .config import (POSITIVE, POSITIVE_INT, Constraint, LearnableConfig,
                      between, check_enable_ddp, one_of, param)
 

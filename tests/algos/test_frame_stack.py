@@ -12,7 +12,7 @@ import pytest
 from gymnasium.spaces import Box, Discrete
 
 from offrl.algos import DiscreteCQLConfig, DQNConfig
-from offrl.algos.base import network_observation_shape
+from offrl.algos.inputs_check import network_observation_shape
 from offrl.dataset import FrameStackTransitionPicker, MDPDataset
 from offrl.envs import FrameStack
 from offrl.preprocessing import PixelObservationScaler

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from offrl.algos import DQNConfig, SACConfig
-from offrl.algos.base import FLOAT32_MAX, check_real_values
+from offrl.algos.inputs_check import FLOAT32_MAX, check_real_values
 
 
 @pytest.fixture(scope="module")

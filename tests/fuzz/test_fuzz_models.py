@@ -25,7 +25,7 @@ from fuzz_budget import budget
 from offrl import load_learnable
 from offrl._model_file import read_payload, write_payload
 from offrl.algos import DQNConfig, SACConfig
-from offrl.algos.base import FLOAT32_MAX
+from offrl.algos.inputs_check import FLOAT32_MAX
 from offrl.models import VectorEncoderFactory
 from offrl.preprocessing import MinMaxActionScaler, StandardObservationScaler
 
