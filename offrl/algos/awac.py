@@ -42,23 +42,24 @@ import torch
 from torch import nn
 
 from ..constants import ActionSpace
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.encoders import compute_output_size
 from ..models.builders import build_critics
 from ..models.modules import Modules
-from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.optimizers import OptimizerWrapper
 from ..models.policies import GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
-from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..models.q_functions import QFunction
 from ..serialization import register
 from ._common import soft_update, td_target
 from .base import QLearningAlgoBase
-from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .actor_critic import ActorCriticConfig
+from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
 
 __all__ = ["AWACConfig", "AWAC", "AWACModules", "gaussian_sample", "sampled_action_values"]
 
 
 @register("algorithm")
 @dataclasses.dataclass
-class AWACConfig(LearnableConfig):
+class AWACConfig(ActorCriticConfig):
     """Config of AWAC (details in the module docstring).
 
     Loss:
@@ -78,13 +79,6 @@ class AWACConfig(LearnableConfig):
         Reinforcement Learning with Offline Datasets", 2020, arXiv:2006.09359.
 
     Args:
-        actor_learning_rate: learning rate of the policy.
-        critic_learning_rate: learning rate of the Q-functions.
-        actor_optim_factory: optimizer of the policy (Adam).
-        critic_optim_factory: optimizer of the Q-functions (Adam).
-        actor_encoder_factory: encoder of the policy.
-        critic_encoder_factory: encoder of the Q-functions.
-        q_func_factory: Q-function type (mean, QR, IQN).
         tau: Polyak averaging factor of the target critics.
         lam: temperature λ of the advantage weights (smaller: greedier).
         n_action_samples: policy samples per state in the value baseline.
@@ -92,13 +86,6 @@ class AWACConfig(LearnableConfig):
     """
 
     batch_size: int = param(1024, check=POSITIVE_INT)
-    actor_learning_rate: float = param(3e-4, check=POSITIVE)
-    critic_learning_rate: float = param(3e-4, check=POSITIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
     tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
     lam: float = param(1.0, check=POSITIVE)
     n_action_samples: int = param(1, check=POSITIVE_INT)

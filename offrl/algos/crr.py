@@ -45,21 +45,20 @@ from typing import Any, Dict
 
 import torch
 
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory
+from ..models.encoders import compute_output_size
 from ..models.policies import NormalPolicy, gaussian_log_prob
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, soft_update, td_target
 from .awac import AdvantageWeightedBase, AWACModules, gaussian_sample, sampled_action_values
-from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, one_of, param
+from .actor_critic import ActorCriticConfig
+from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, one_of, param
 
 __all__ = ["CRRConfig", "CRR", "CRRModules"]
 
 
 @register("algorithm")
 @dataclasses.dataclass
-class CRRConfig(LearnableConfig):
+class CRRConfig(ActorCriticConfig):
     """Config of CRR (details in the module docstring).
 
     Loss:
@@ -81,13 +80,6 @@ class CRRConfig(LearnableConfig):
         2020, arXiv:2006.15134.
 
     Args:
-        actor_learning_rate: learning rate of the policy.
-        critic_learning_rate: learning rate of the Q-functions.
-        actor_optim_factory: optimizer of the policy (Adam).
-        critic_optim_factory: optimizer of the Q-functions (Adam).
-        actor_encoder_factory: encoder of the policy.
-        critic_encoder_factory: encoder of the Q-functions.
-        q_func_factory: Q-function type (mean, QR, IQN).
         beta: temperature of the "exp" weights.
         n_action_samples: policy samples per state in the advantage baseline.
         advantage_type: "mean" or "max" baseline over the samples.
@@ -102,13 +94,6 @@ class CRRConfig(LearnableConfig):
     """
 
     batch_size: int = param(100, check=POSITIVE_INT)
-    actor_learning_rate: float = param(3e-4, check=POSITIVE)
-    critic_learning_rate: float = param(3e-4, check=POSITIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
     beta: float = param(1.0, check=POSITIVE)
     n_action_samples: int = param(4, check=POSITIVE_INT)
     advantage_type: str = param("mean", check=one_of(("mean", "max")))

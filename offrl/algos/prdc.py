@@ -42,11 +42,9 @@ import torch
 from ..dataset import create_fifo_replay_buffer
 from ..metrics.transitions import TransitionSet, dataset_buffer
 from ..models import nearest
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
-from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .actor_critic import TD3StyleConfig
+from .config import NON_NEGATIVE, POSITIVE_INT, param
 from .ddpg import DDPGModules
 from .td3_plus_bc import TD3PlusBC
 from ..training.fit import prepare_algorithm
@@ -56,7 +54,7 @@ __all__ = ["PRDCConfig", "PRDC"]
 
 @register("algorithm")
 @dataclasses.dataclass
-class PRDCConfig(LearnableConfig):
+class PRDCConfig(TD3StyleConfig):
     """Config of PRDC (details in the module docstring).
 
     Loss:
@@ -79,33 +77,11 @@ class PRDCConfig(LearnableConfig):
         Reinforcement Learning", 2021, arXiv:2106.06860.
 
     Args:
-        actor_learning_rate: learning rate of the policy.
-        critic_learning_rate: learning rate of the Q-functions.
-        actor_optim_factory: optimizer of the policy (Adam).
-        critic_optim_factory: optimizer of the Q-functions (Adam).
-        actor_encoder_factory: encoder of the policy.
-        critic_encoder_factory: encoder of the Q-functions.
-        q_func_factory: Q-function type (mean, QR, IQN).
-        tau: Polyak averaging factor of the target networks.
-        n_critics: number of Q-functions.
-        target_smoothing_sigma: standard deviation of the target policy noise.
-        target_smoothing_clip: the target policy noise is clipped to ``[-clip, clip]``.
         alpha: weight of the Q term against the dataset-constraint term.
         beta: weight of the state in the neighbour search (against the action).
         update_actor_interval: critic steps per policy (and target) update.
     """
 
-    actor_learning_rate: float = param(3e-4, check=POSITIVE)
-    critic_learning_rate: float = param(3e-4, check=POSITIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
-    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
-    n_critics: int = param(2, check=POSITIVE_INT)
-    target_smoothing_sigma: float = param(0.2, check=NON_NEGATIVE)
-    target_smoothing_clip: float = param(0.5, check=NON_NEGATIVE)
     alpha: float = param(2.5, check=NON_NEGATIVE)
     beta: float = param(2.0, check=NON_NEGATIVE)
     update_actor_interval: int = param(2, check=POSITIVE_INT)

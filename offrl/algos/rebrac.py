@@ -32,11 +32,9 @@ from typing import Any
 
 import torch
 
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
-from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .actor_critic import TD3StyleConfig
+from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, param
 from .td3 import TD3
 
 __all__ = ["ReBRACConfig", "ReBRAC"]
@@ -44,7 +42,7 @@ __all__ = ["ReBRACConfig", "ReBRAC"]
 
 @register("algorithm")
 @dataclasses.dataclass
-class ReBRACConfig(LearnableConfig):
+class ReBRACConfig(TD3StyleConfig):
     """Config of ReBRAC (details in :mod:`offrl.algos.rebrac`).
 
     Loss:
@@ -66,14 +64,6 @@ class ReBRACConfig(LearnableConfig):
         arXiv:2305.09836.
 
     Args:
-        actor_learning_rate, critic_learning_rate: learning rates.
-        actor_optim_factory, critic_optim_factory: optimizers (Adam).
-        actor_encoder_factory, critic_encoder_factory: encoders.
-        q_func_factory: Q-function type (mean, QR, IQN).
-        tau: Polyak averaging factor of the target networks.
-        n_critics: number of Q-functions.
-        target_smoothing_sigma: standard deviation of the target policy noise.
-        target_smoothing_clip: the target policy noise is clipped to ``[-clip, clip]``.
         actor_beta: β₁, weight of the actor's behaviour-cloning penalty.
         critic_beta: β₂, weight of the penalty in the critic target.
         update_actor_interval: critic steps per policy (and target) update.
@@ -82,15 +72,6 @@ class ReBRACConfig(LearnableConfig):
     batch_size: int = param(1024, check=POSITIVE_INT)
     actor_learning_rate: float = param(1e-3, check=POSITIVE)
     critic_learning_rate: float = param(1e-3, check=POSITIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
-    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
-    n_critics: int = param(2, check=POSITIVE_INT)
-    target_smoothing_sigma: float = param(0.2, check=NON_NEGATIVE)
-    target_smoothing_clip: float = param(0.5, check=NON_NEGATIVE)
     actor_beta: float = param(0.001, check=NON_NEGATIVE)
     critic_beta: float = param(0.01, check=NON_NEGATIVE)
     update_actor_interval: int = param(2, check=POSITIVE_INT)

@@ -26,11 +26,9 @@ from typing import Any
 
 import torch
 
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
-from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .actor_critic import TD3StyleConfig
+from .config import POSITIVE_INT, param
 from .ddpg import DDPG
 
 __all__ = ["TD3Config", "TD3", "smooth_target_action"]
@@ -38,7 +36,7 @@ __all__ = ["TD3Config", "TD3", "smooth_target_action"]
 
 @register("algorithm")
 @dataclasses.dataclass
-class TD3Config(LearnableConfig):
+class TD3Config(TD3StyleConfig):
     """Config of TD3 (details in the module docstring).
 
     Loss:
@@ -56,32 +54,10 @@ class TD3Config(LearnableConfig):
         Error in Actor-Critic Methods", 2018, arXiv:1802.09477.
 
     Args:
-        actor_learning_rate: learning rate of the policy.
-        critic_learning_rate: learning rate of the Q-functions.
-        actor_optim_factory: optimizer of the policy (Adam).
-        critic_optim_factory: optimizer of the Q-functions (Adam).
-        actor_encoder_factory: encoder of the policy.
-        critic_encoder_factory: encoder of the Q-functions.
-        q_func_factory: Q-function type (mean, QR, IQN).
-        tau: Polyak averaging factor of the target networks.
-        n_critics: number of Q-functions.
-        target_smoothing_sigma: standard deviation of the target policy noise.
-        target_smoothing_clip: the target policy noise is clipped to ``[-clip, clip]``.
         update_actor_interval: critic steps per policy (and target) update.
     """
 
     batch_size: int = param(256, check=POSITIVE_INT)
-    actor_learning_rate: float = param(3e-4, check=POSITIVE)
-    critic_learning_rate: float = param(3e-4, check=POSITIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
-    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
-    n_critics: int = param(2, check=POSITIVE_INT)
-    target_smoothing_sigma: float = param(0.2, check=NON_NEGATIVE)
-    target_smoothing_clip: float = param(0.5, check=NON_NEGATIVE)
     update_actor_interval: int = param(2, check=POSITIVE_INT)
 
     @staticmethod

@@ -28,11 +28,9 @@ import dataclasses
 
 import torch
 
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
-from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .actor_critic import TD3StyleConfig
+from .config import NON_NEGATIVE, POSITIVE_INT, param
 from .td3 import TD3, smooth_target_action
 
 __all__ = ["TD3PlusBCConfig", "TD3PlusBC", "smooth_target_action"]
@@ -40,7 +38,7 @@ __all__ = ["TD3PlusBCConfig", "TD3PlusBC", "smooth_target_action"]
 
 @register("algorithm")
 @dataclasses.dataclass
-class TD3PlusBCConfig(LearnableConfig):
+class TD3PlusBCConfig(TD3StyleConfig):
     """Config of TD3+BC (details in the module docstring).
 
     Loss:
@@ -63,32 +61,10 @@ class TD3PlusBCConfig(LearnableConfig):
         2018, arXiv:1802.09477.
 
     Args:
-        actor_learning_rate: learning rate of the policy.
-        critic_learning_rate: learning rate of the Q-functions.
-        actor_optim_factory: optimizer of the policy (Adam).
-        critic_optim_factory: optimizer of the Q-functions (Adam).
-        actor_encoder_factory: encoder of the policy.
-        critic_encoder_factory: encoder of the Q-functions.
-        q_func_factory: Q-function type (mean, QR, IQN).
-        tau: Polyak averaging factor of the target networks.
-        n_critics: number of Q-functions.
-        target_smoothing_sigma: standard deviation of the target policy noise.
-        target_smoothing_clip: the target policy noise is clipped to ``[-clip, clip]``.
         alpha: weight of the Q term against the behaviour-cloning term.
         update_actor_interval: critic steps per policy (and target) update.
     """
 
-    actor_learning_rate: float = param(3e-4, check=POSITIVE)
-    critic_learning_rate: float = param(3e-4, check=POSITIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
-    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
-    n_critics: int = param(2, check=POSITIVE_INT)
-    target_smoothing_sigma: float = param(0.2, check=NON_NEGATIVE)
-    target_smoothing_clip: float = param(0.5, check=NON_NEGATIVE)
     alpha: float = param(2.5, check=NON_NEGATIVE)
     update_actor_interval: int = param(2, check=POSITIVE_INT)
 
