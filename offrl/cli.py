@@ -454,6 +454,7 @@ def _check_output_file(path: Optional[str], option: str) -> None:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     _check_output_file(args.json, "--json")
     _check_ope_options(args)
+    normalize = _normalize_name(args)
     algo = _load_model(args.model)
     if args.dataset is None and args.env is None:
         raise CLIError("give --dataset DATASET and/or --env ENV_ID to evaluate on")
@@ -479,6 +480,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             report[name] = float(evaluator(algo, dataset))
         if args.ope:
             report.update(_run_ope(args.ope.split(","), algo, dataset, args))
+    if normalize is not None:
+        from ._scores import get_normalized_score
+
+        for key in [k for k in report if k.startswith("environment")]:
+            report[f"{key}_normalized"] = float(get_normalized_score(normalize, report[key]))
     width = max(len(k) for k in report)
     for name, value in report.items():
         print(f"{name:<{width}}  {value:.6g}")
@@ -486,6 +492,25 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         _write_json(args.json, report)
         print(f"wrote {args.json}")
     return 0
+
+
+def _normalize_name(args: argparse.Namespace) -> Optional[str]:
+    """The locomotion task whose D4RL-normalised scores ``evaluate`` adds:
+    ``--normalize NAME``, else the ``--dataset`` when it is one of
+    :func:`offrl.datasets.get_mujoco`'s names; None otherwise (checked
+    before any work: an unknown name lists the known ones)."""
+    from ._scores import environment_of, mujoco_dataset_names
+
+    name = args.normalize
+    if name is None and isinstance(args.dataset, str) and args.dataset in mujoco_dataset_names():
+        name = args.dataset
+    if name is None:
+        return None
+    try:
+        environment_of(name)
+    except ValueError as e:
+        raise CLIError(f"--normalize {name}: {e}") from None
+    return name
 
 
 def _train_fqe(algo: Any, dataset: Any, n_steps: int) -> Any:
@@ -997,6 +1022,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ratio-steps", type=_positive_int, default=10000,
                    help="updates of the DualDICE density ratio of mis, wmis and mdr (default: 10000)")
     p.add_argument("--return-threshold", type=float, default=None, help="success threshold for soft_opc")
+    p.add_argument("--normalize", default=None, metavar="NAME",
+                   help="also report the environment returns as D4RL-normalised scores (0 random, 100 expert) of the "
+                        "locomotion task NAME (hopper, Hopper-v5, hopper-medium-v0, ...); on by default when --dataset "
+                        "is a get_mujoco name")
     p.add_argument("--n-trials", type=_positive_int, default=10)
     p.add_argument("--epsilon", type=_probability, default=0.0,
                    help="probability of a random action in the environment (default: 0)")

@@ -677,3 +677,31 @@ def test_an_error_in_a_config_file_names_the_file(dataset_file, tmp_path, capsys
     (tmp_path / "c.json").write_text('{"batch_size": -1}')
     assert main(["fit", str(dataset_file), "dqn", "--config", str(tmp_path / "c.json")]) == 2
     _one_line_error(capsys, f"{tmp_path / 'c.json'}: invalid config for DQNConfig: batch_size must be a positive int")
+
+
+def test_evaluate_reports_d4rl_normalised_returns_of_a_locomotion_task(tmp_path, capsys):
+    pytest.importorskip("mujoco", reason="HalfCheetah-v5 needs MuJoCo (the mujoco extra)")
+    from offrl import _scores
+    from offrl.algos import BCConfig
+
+    rng = np.random.default_rng(0)
+    data = MDPDataset(rng.normal(size=(40, 17)).astype(np.float32), rng.uniform(-1, 1, size=(40, 6)).astype(np.float32),
+                      np.ones(40, dtype=np.float32), (np.arange(40) % 20 == 19).astype(np.float32))
+    algo = BCConfig(encoder_factory=VectorEncoderFactory(hidden_units=[8])).create()
+    algo.build_with_dataset(data)
+    algo.save(str(tmp_path / "model.d3"))
+    out = tmp_path / "report.json"
+    assert main(["evaluate", str(tmp_path / "model.d3"), "--env", "HalfCheetah-v5", "--n-trials", "1",
+                 "--normalize", "halfcheetah-medium-v0", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    random_return, expert_return = _scores.REFERENCE_RETURNS["halfcheetah"]
+    for key in ("environment_return_mean", "environment_return_min", "environment_return_max"):
+        expected = 100.0 * (report[key] - random_return) / (expert_return - random_return)
+        assert report[f"{key}_normalized"] == pytest.approx(expected, rel=1e-12)
+    assert "environment_return_mean_normalized" in capsys.readouterr().out
+
+
+def test_evaluate_refuses_an_unknown_normalisation_name_before_any_work(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path / "missing.d3"), "--env", "CartPole-v1", "--normalize", "cartpole"]) == 2
+    err = capsys.readouterr().err
+    assert "--normalize cartpole: no reference returns for 'cartpole'; known: hopper, halfcheetah, walker2d, hopper-random-v0" in err
