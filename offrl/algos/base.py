@@ -520,6 +520,8 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
         """A batch as torch tensors on the device with this algorithm's
         observation scaler, action scaler and reward scaler applied."""
         if isinstance(batch, TransitionMiniBatch):
+            if isinstance(batch.observations, dict):  # dict observations: the encoders' key order
+                batch = batch.with_observation_keys(self._observation_keys)
             if self.need_returns_to_go:  # Monte-Carlo returns of the scaled rewards (CalQL)
                 transform = None if self._reward_scaler is None else self._reward_scaler.transform_numpy
                 batch = batch.to_torch(self._device, returns_to_go_gamma=self._config.gamma, reward_transform=transform)

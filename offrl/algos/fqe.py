@@ -465,7 +465,7 @@ class FQE(QLearningAlgoBase):
         if sequence:  # pi(s') depends on the history: replayed by the picker fit puts on the data
             self._algo.check_replayed(batch)
         if isinstance(batch, TransitionMiniBatch):
-            batch = batch.to_torch(self._device)
+            batch = batch.with_observation_keys(self.observation_keys).to_torch(self._device)
         elif not isinstance(batch, TorchTransitionMiniBatch):
             raise TypeError(f"batch must be a TransitionMiniBatch, got {type(batch).__name__}")
         next_actions = batch.next_actions if sequence else self._policy_actions(batch.next_observations)
@@ -630,7 +630,7 @@ class FQE(QLearningAlgoBase):
         flat vectors."""
         query, reference = heldout.to_arrays(), train.to_arrays()
         obs, ref_obs = query["observations"], reference["observations"]
-        if isinstance(obs, list) or np.asarray(obs).ndim != 2:
+        if not isinstance(obs, np.ndarray) or obs.ndim != 2:  # tuple or dict observations
             return float("nan")
         rng = np.random.default_rng(0)
         rows = np.sort(rng.choice(obs.shape[0], min(n_query, obs.shape[0]), replace=False))

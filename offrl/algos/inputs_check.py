@@ -10,6 +10,8 @@ from typing import Any, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from ..dataset.signature import observation_columns
+
 __all__ = ["FLOAT32_MAX", "as_array", "check_real_values", "raise_bad_row", "stored_observation_shape",
            "network_observation_shape", "float_observation", "normalise_shape"]
 
@@ -93,7 +95,7 @@ def network_observation_shape(dataset: Any) -> Shape:
     for episode in episodes:
         # a transition index valid under d3rlpy's picker contract (a user picker may rely on it)
         if episode.size() >= 2 or (episode.size() == 1 and bool(episode.terminated)):
-            observation = picker(episode, 0).observation
+            observation = observation_columns(picker(episode, 0).observation)  # a dict's values in stored order
             if isinstance(observation, (list, tuple)):
                 return [tuple(np.shape(o)) for o in observation]
             return tuple(np.shape(observation))

@@ -23,7 +23,7 @@ from torch import nn
 from .._random import get_rng
 from ..constants import ActionSpace, PositionEncodingType
 from ..dataset.batch import TrajectoryMiniBatch
-from ..dataset.signature import observation_from_dict
+from ..dataset.signature import observation_columns, observation_from_dict
 from ..metrics.utility import evaluate_transformer_with_environment
 from ..models.transformers import ACTIVATIONS
 from .base import QLearningAlgoBase
@@ -203,7 +203,9 @@ class TransformerAlgoBase(QLearningAlgoBase[TTransformerImpl, TTransformerConfig
         def tensor(array: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(array)).to(device)
 
-        obs = [tensor(o) for o in batch.observations] if isinstance(batch.observations, list) else tensor(batch.observations)
+        obs = batch.with_observation_keys(self._observation_keys).observations  # dict observations: the encoders' order
+        obs = observation_columns(obs)
+        obs = [tensor(o) for o in obs] if isinstance(obs, list) else tensor(obs)
         obs = self.scale_observations(obs)
         actions = tensor(batch.actions)
         if self._action_type == ActionSpace.DISCRETE:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from .episode import PartialTrajectory, Transition
+from .signature import keyed_observation, observation_columns, observation_from_dict
 
 __all__ = [
     "RewardsToGo",
@@ -23,12 +24,15 @@ __all__ = [
     "stack_observations",
 ]
 
-ObservationBatch = Union[np.ndarray, Sequence[np.ndarray]]
+ObservationBatch = Union[np.ndarray, Sequence[np.ndarray], Mapping[str, np.ndarray]]
 
 
 def stack_observations(observations: Sequence[Any]) -> ObservationBatch:
-    """Stack per-item observations (arrays or tuples of arrays) on a new axis 0."""
+    """Stack per-item observations (arrays, tuples of arrays or dicts of
+    arrays) on a new axis 0."""
     first = observations[0]
+    if isinstance(first, Mapping):
+        return {key: np.stack([o[key] for o in observations]) for key in first}
     if isinstance(first, (list, tuple)):
         return [np.stack([o[k] for o in observations]) for k in range(len(first))]
     return np.stack(observations)
@@ -49,15 +53,30 @@ def _converter(device: Any) -> Callable[[np.ndarray], Any]:
 
 
 def _observations_to_tensor(observations: ObservationBatch, convert: Callable[[np.ndarray], Any]):
+    """Tensors in columnar form: a dict's values in its key order (what
+    encoders read), a tuple's elements as a list."""
+    observations = observation_columns(observations)
     if isinstance(observations, (list, tuple)):
         return [convert(o) for o in observations]
     return convert(observations)
 
 
 def _shape_of(observations: ObservationBatch):
+    observations = observation_columns(observations)
     if isinstance(observations, (list, tuple)):
         return [o.shape[1:] for o in observations]
     return observations.shape[1:]
+
+
+def _needs_keys(observations: ObservationBatch, keys: Sequence[str]) -> bool:
+    """Whether ``observations`` is not yet a dict in ``keys`` order."""
+    return not isinstance(observations, Mapping) or tuple(observations) != tuple(keys)
+
+
+def _in_key_order(observations: ObservationBatch, keys: Sequence[str], name: str) -> ObservationBatch:
+    if isinstance(observations, Mapping):
+        return dict(zip(keys, observation_from_dict(observations, keys, name)))
+    return keyed_observation(observations, keys)
 
 
 class RewardsToGo:
@@ -195,8 +214,10 @@ class RewardsToGo:
 class TransitionMiniBatch:
     """A batch of ``B`` transitions.
 
-    observations / next_observations: ``(B, *obs_shape)`` or a list of such
-    arrays for tuple observations; actions / next_actions: ``(B, action_dim)``
+    observations / next_observations: ``(B, *obs_shape)``, a list of such
+    arrays for tuple observations or a dict of them by key for dict
+    observations (``batch.observations["image"]``); ``to_torch`` gives
+    a dict's values as a list in its key order; actions / next_actions: ``(B, action_dim)``
     (``(B, 1)`` int64 for discrete actions); rewards, terminals, intervals:
     ``(B, 1)`` float32. From a prioritized buffer also ``weights``, ``(B, 1)``
     float32 importance weights, and ``indices``, ``(B,)`` int64 transition
@@ -238,6 +259,20 @@ class TransitionMiniBatch:
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
+
+    def with_observation_keys(self, keys: Optional[Sequence[str]]) -> "TransitionMiniBatch":
+        """This batch with its observations as dicts in ``keys`` order: columnar
+        observations (the stored key order of a dict-observation dataset)
+        by key, or dicts in another order reordered (``ValueError`` naming a
+        missing or extra key). The batch itself when ``keys`` is None or
+        nothing changes."""
+        if keys is None or not _needs_keys(self.observations, keys):
+            return self
+        return dataclasses.replace(
+            self,
+            observations=_in_key_order(self.observations, keys, "observations"),
+            next_observations=_in_key_order(self.next_observations, keys, "next_observations"),
+        )
 
     @property
     def observation_shape(self):
@@ -319,7 +354,8 @@ class TorchTransitionMiniBatch:
 class TrajectoryMiniBatch:
     """A batch of ``B`` trajectory windows of ``length`` steps.
 
-    observations: ``(B, L, *obs_shape)`` (or a list for tuple observations);
+    observations: ``(B, L, *obs_shape)`` (a list for tuple observations, a
+    dict by key for dict observations);
     actions: ``(B, L, action_dim)``; rewards, returns_to_go, terminals:
     ``(B, L, 1)`` float32; timesteps: ``(B, L)`` int64; masks: ``(B, L)``
     float32, 0 on front padding.
@@ -351,6 +387,13 @@ class TrajectoryMiniBatch:
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
+
+    def with_observation_keys(self, keys: Optional[Sequence[str]]) -> "TrajectoryMiniBatch":
+        """This batch with its columnar observations given back as a dict by
+        ``keys`` (see :meth:`TransitionMiniBatch.with_observation_keys`)."""
+        if keys is None or not _needs_keys(self.observations, keys):
+            return self
+        return dataclasses.replace(self, observations=_in_key_order(self.observations, keys, "observations"))
 
     def to_torch(self, device: Any = "cpu") -> "TorchTrajectoryMiniBatch":
         convert = _converter(device)

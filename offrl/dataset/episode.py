@@ -11,7 +11,15 @@ from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
 import numpy as np
 
-from .signature import Observation, ObservationSequence, Signature, dict_observation_keys, observation_from_dict
+from .signature import (
+    Observation,
+    ObservationSequence,
+    Signature,
+    dict_observation_keys,
+    keyed_observation,
+    observation_columns,
+    observation_from_dict,
+)
 
 __all__ = [
     "EpisodeBase",
@@ -25,14 +33,19 @@ __all__ = [
 
 
 def retrieve_observation(observations: ObservationSequence, index: Any) -> Observation:
-    """``observations[index]`` for plain and tuple observation sequences."""
+    """``observations[index]`` for plain, tuple and dict observation sequences
+    (a dict gives a dict with the same keys)."""
+    if isinstance(observations, Mapping):
+        return {key: value[index] for key, value in observations.items()}
     if isinstance(observations, (list, tuple)):
         return [o[index] for o in observations]
     return observations[index]
 
 
 def create_zero_observation(observation: Observation) -> Observation:
-    """An all-zero observation of the same dtype and shape."""
+    """An all-zero observation of the same dtype and shape (and keys)."""
+    if isinstance(observation, Mapping):
+        return {key: np.zeros_like(value) for key, value in observation.items()}
     if isinstance(observation, (list, tuple)):
         return [np.zeros_like(o) for o in observation]
     return np.zeros_like(observation)
@@ -40,9 +53,11 @@ def create_zero_observation(observation: Observation) -> Observation:
 
 def get_observation_signature(observations: ObservationSequence, keys: Optional[Any] = None) -> Signature:
     """The signature of a sequence of observations (time on the first axis);
-    ``keys``: the key of each element for dict observations."""
+    ``keys``: the key of each element for dict observations (a dict without
+    ``keys`` is taken in sorted key order)."""
     if isinstance(observations, Mapping):
-        keys = dict_observation_keys(observations)
+        if keys is None:
+            keys = dict_observation_keys(observations)
         observations = observation_from_dict(observations, keys, "observations")
     if isinstance(observations, (list, tuple)):
         return Signature(
@@ -53,6 +68,9 @@ def get_observation_signature(observations: ObservationSequence, keys: Optional[
 
 def _single_observation_signature(observation: Observation) -> Signature:
     """The signature of one observation (no time axis)."""
+    if isinstance(observation, Mapping):
+        arrays = [np.asarray(o) for o in observation.values()]
+        return Signature(dtype=[a.dtype for a in arrays], shape=[a.shape for a in arrays], keys=tuple(observation))
     if isinstance(observation, (list, tuple)):
         arrays = [np.asarray(o) for o in observation]
         return Signature(dtype=[a.dtype for a in arrays], shape=[a.shape for a in arrays])
@@ -89,8 +107,9 @@ class Episode:
     """One episode of ``T`` steps.
 
     Attributes:
-        observations: ``(T, *obs_shape)`` array, or a list of such arrays for
-            tuple observations.
+        observations: ``(T, *obs_shape)`` array, a list of such arrays for
+            tuple observations, or a dict of them by key for dict
+            observations (``episode.observations["image"]``).
         actions: ``(T, action_dim)``; discrete actions are ``(T, 1)`` int64.
         rewards: ``(T, 1)`` float32.
         terminated: whether the episode ended in a terminal state (no
@@ -105,10 +124,12 @@ class Episode:
             actions) or density (continuous actions) of each step's action
             under the policy that collected the data; None when not logged.
             Used by importance-sampling off-policy evaluation.
-        observation_keys: for dict observations, the key of each element.
-            Dict ``observations`` (and ``final_observation``) given here are
-            stored as the list of their values in sorted key order, the way
-            every picker and slicer reads tuple observations.
+        observation_keys: for dict observations, the key of each element in
+            stored order (sorted for dicts given without it, see
+            :func:`~offrl.dataset.dict_observation_keys`). Given with a list
+            of arrays (the columnar form), that list is read back as a dict
+            by these keys; :attr:`observation_columns` gives the columnar
+            form pickers and slicers read.
     """
 
     observations: ObservationSequence
@@ -125,14 +146,24 @@ class Episode:
             if keys is None:
                 keys = dict_observation_keys(self.observations)
             values = observation_from_dict(self.observations, keys, "observations")
-            object.__setattr__(self, "observations", values[0] if len(values) == 1 else values)
+            object.__setattr__(self, "observations", dict(zip(keys, values)))
+        elif keys is not None:
+            object.__setattr__(self, "observations", keyed_observation(self.observations, keys))
         if isinstance(self.final_observation, Mapping):
             if keys is None:
                 raise TypeError("final_observation is a dict but observations is not")
             values = observation_from_dict(self.final_observation, keys, "final_observation")
-            object.__setattr__(self, "final_observation", values[0] if len(values) == 1 else values)
+            object.__setattr__(self, "final_observation", dict(zip(keys, values)))
+        elif keys is not None:
+            object.__setattr__(self, "final_observation", keyed_observation(self.final_observation, keys))
         if keys is not None:
             object.__setattr__(self, "observation_keys", tuple(keys))
+
+    @property
+    def observation_columns(self) -> ObservationSequence:
+        """:attr:`observations` in columnar form: the array, or the list of
+        arrays of a tuple or dict observation (a dict's in key order)."""
+        return observation_columns(self.observations)
 
     def size(self) -> int:
         """Number of steps."""
@@ -170,22 +201,14 @@ class Episode:
         ``Episode.serialize``; offrl also keeps ``final_observation`` and
         ``behaviour_probabilities`` when present; dict observations are
         given back as dicts)."""
-        keys = self.observation_keys
-
-        def by_key(observation: Any) -> Any:
-            if keys is None or observation is None:
-                return observation
-            values = observation if isinstance(observation, (list, tuple)) else [observation]
-            return dict(zip(keys, values))
-
         data: dict[str, Any] = {
-            "observations": by_key(self.observations),
+            "observations": self.observations,
             "actions": self.actions,
             "rewards": self.rewards,
             "terminated": self.terminated,
         }
         if self.final_observation is not None:
-            data["final_observation"] = by_key(self.final_observation)
+            data["final_observation"] = self.final_observation
         if self.behaviour_probabilities is not None:
             data["behaviour_probabilities"] = self.behaviour_probabilities
         return data
@@ -275,7 +298,7 @@ class PartialTrajectory:
     to the end of the episode; ``timesteps`` are positions in the episode.
     """
 
-    observations: ObservationSequence  # (L, *obs_shape)
+    observations: ObservationSequence  # (L, *obs_shape); a dict by key for dict observations
     actions: np.ndarray  # (L, action_dim)
     rewards: np.ndarray  # (L, 1)
     returns_to_go: np.ndarray  # (L, 1)
@@ -294,7 +317,8 @@ class PartialTrajectory:
 
     @property
     def observation_signature(self) -> Signature:
-        return get_observation_signature(self.observations)
+        keys = tuple(self.observations) if isinstance(self.observations, Mapping) else None
+        return get_observation_signature(self.observations, keys)
 
     @property
     def action_signature(self) -> Signature:

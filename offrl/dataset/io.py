@@ -177,8 +177,9 @@ def dump_episodes(episodes: Sequence[EpisodeBase], info: Any, f: PathOrFile, com
             from .episode import get_observation_signature
             from .signature import Signature
 
+            keys = getattr(episode, "observation_keys", None) or checks.observation_keys(episode.observations)
             store.initialize(
-                get_observation_signature(obs),
+                get_observation_signature(obs, keys),
                 Signature(dtype=[actions.dtype], shape=[actions.shape[1:]]),
                 Signature(dtype=[np.float32], shape=[(1,)]),
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -132,6 +132,8 @@ def _concat_batches(parts: list):
             values[field.name] = None
         elif isinstance(items[0], RewardsToGo):
             values[field.name] = RewardsToGo.concatenate(items)
+        elif isinstance(items[0], Mapping):  # dict observations, by the first part's keys
+            values[field.name] = {key: np.concatenate([it[key] for it in items]) for key in items[0]}
         elif isinstance(items[0], list):
             values[field.name] = [np.concatenate([it[k] for it in items]) for k in range(len(items[0]))]
         else:

@@ -16,6 +16,7 @@ import numpy as np
 
 from .batch import RewardsToGo, TransitionMiniBatch
 from .episode import EpisodeBase, Transition, create_zero_observation, retrieve_observation
+from .signature import keyed_observation, observation_columns
 from .storage import ColumnStore
 
 __all__ = [
@@ -282,7 +283,8 @@ class FrameStackTransitionPicker:
     def _stack(self, episode: EpisodeBase, index: int, next_frame=None):
         """Stack frames ``index - n + 1 .. index``; with ``next_frame``, the
         window shifted by one step whose newest frame is ``next_frame``."""
-        columns = episode.observations if isinstance(episode.observations, (list, tuple)) else [episode.observations]
+        columns = observation_columns(episode.observations)
+        columns = columns if isinstance(columns, list) else [columns]
         keys = getattr(episode, "observation_keys", None)
         stacked = []
         for k, column in enumerate(columns):
@@ -297,7 +299,7 @@ class FrameStackTransitionPicker:
             if next_frame is not None:
                 frames.append(next_frame[k])
             stacked.append(stack_frames(frames))
-        return _unwrap(stacked)
+        return keyed_observation(_unwrap(stacked), keys)
 
     def __call__(self, episode: EpisodeBase, index: int) -> Transition:
         _check_index(episode, index)
@@ -310,7 +312,8 @@ class FrameStackTransitionPicker:
                 nxt = retrieve_observation(episode.observations, index + 1)
             else:
                 nxt = _final_observation(episode)
-            nxt_list = list(nxt) if isinstance(nxt, (list, tuple)) else [nxt]
+            nxt = observation_columns(nxt)
+            nxt_list = nxt if isinstance(nxt, list) else [nxt]
             next_observation = self._stack(episode, index, next_frame=nxt_list)
         return Transition(
             observation=observation,

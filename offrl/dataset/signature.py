@@ -18,11 +18,14 @@ __all__ = [
     "normalise_action_signature",
     "dict_observation_keys",
     "observation_from_dict",
+    "observation_columns",
+    "keyed_observation",
 ]
 
 #: One observation: an array, a tuple of arrays (e.g. an image and a vector),
-#: or a dict of arrays by name (stored as the tuple of its values in sorted
-#: key order, the key names kept in the signature).
+#: or a dict of arrays by name (stored as the tuple of its values in the
+#: stored key order, the key names kept in the signature, and read back as a
+#: dict: see :func:`keyed_observation`).
 Observation = Union[np.ndarray, Sequence[np.ndarray], Mapping[str, np.ndarray]]
 #: A sequence of observations along the time axis, in the same three forms.
 ObservationSequence = Union[np.ndarray, Sequence[np.ndarray], Mapping[str, np.ndarray]]
@@ -58,6 +61,33 @@ def observation_from_dict(
         extra = [k for k in observation if k not in set(keys)]
         raise ValueError(f"{name} has an unexpected key {extra[0]!r}: expected keys {list(keys)}")
     return [observation[k] for k in keys]
+
+
+def observation_columns(observation: Any) -> Any:
+    """The columnar form pickers, slicers and algorithms read: a dict's
+    values in its key order (the one array of a one-key dict), a tuple's
+    elements as a list, an array as itself. The inverse of
+    :func:`keyed_observation`; dicts built by offrl are in stored key order."""
+    if isinstance(observation, Mapping):
+        values = list(observation.values())
+        return values[0] if len(values) == 1 else values
+    if isinstance(observation, tuple):
+        return list(observation)
+    return observation
+
+
+def keyed_observation(columns: Any, keys: Optional[Sequence[str]]) -> Any:
+    """The view a user reads: ``columns`` (one array, or a list of arrays in
+    stored key order) as a dict by ``keys`` when the data has dict
+    observations; ``columns`` unchanged when ``keys`` is None or it already
+    is a dict."""
+    if keys is None or columns is None or isinstance(columns, Mapping):
+        return columns
+    if len(keys) == 1 and not isinstance(columns, (list, tuple)):
+        return {keys[0]: columns}
+    if len(columns) != len(keys):
+        raise ValueError(f"{len(columns)} observation columns for the {len(keys)} keys {list(keys)}")
+    return dict(zip(keys, columns))
 
 
 @dataclasses.dataclass(frozen=True)

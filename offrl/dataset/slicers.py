@@ -15,6 +15,7 @@ import numpy as np
 from .batch import TrajectoryMiniBatch
 from .episode import EpisodeBase, PartialTrajectory
 from .pickers import stacks_frames
+from .signature import keyed_observation, observation_columns
 from .storage import ColumnStore
 
 __all__ = [
@@ -75,10 +76,10 @@ class BasicTrajectorySlicer:
         keys = getattr(episode, "observation_keys", None)
         observations = [
             _front_pad(self._observation_window(c, start, end) if self._transforms(keys, c) else c[start:end], pad)
-            for c in _columns(episode.observations)
+            for c in _columns(observation_columns(episode.observations))
         ]
         return PartialTrajectory(
-            observations=_unwrap(observations),
+            observations=keyed_observation(_unwrap(observations), keys),
             actions=_front_pad(np.asarray(episode.actions[start:end]), pad),
             rewards=_front_pad(rewards, pad),
             returns_to_go=_front_pad(returns_to_go, pad),

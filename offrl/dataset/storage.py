@@ -632,7 +632,7 @@ class ColumnStore:
         buffer takes its signatures from it); later calls for the same
         episode object store the steps it has gained since (an episode
         written step by step) and its current ``terminated`` flag."""
-        from .checks import episode_columns
+        from .checks import episode_columns, observation_keys
 
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"index must be an int, got {type(index).__name__}")
@@ -641,8 +641,9 @@ class ColumnStore:
             return
         obs, actions, rewards, final, behaviour = episode_columns(episode, self)
         if not self.is_initialized:
+            keys = getattr(episode, "observation_keys", None) or observation_keys(episode.observations)
             self.initialize(
-                Signature(dtype=[o.dtype for o in obs], shape=[o.shape[1:] for o in obs]),
+                Signature(dtype=[o.dtype for o in obs], shape=[o.shape[1:] for o in obs], keys=keys),
                 Signature(dtype=[actions.dtype], shape=[actions.shape[1:]]),
                 Signature(dtype=[rewards.dtype], shape=[rewards.shape[1:]]),
             )

@@ -46,6 +46,7 @@ from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
 from ..dataset.keys import check_observation_keys
+from ..dataset.signature import observation_columns
 from ..dataset.io import check_discrete_action_size
 from ..dataset.disk_writer import DiskDatasetWriter
 from ..dataset.replay_buffer import MDPDataset, ReplayBufferBase
@@ -643,10 +644,10 @@ def _write_minari_folder(
     h5 = h5py.File(folder / MAIN_FILE, "w", track_order=True) if data_format == "hdf5" else None
     try:
         for i, episode in enumerate(episodes):
-            obs = episode.observations
+            obs = observation_columns(episode.observations)
             columns = list(obs) if isinstance(obs, (list, tuple)) else [obs]
             n = int(episode.actions.shape[0])
-            final = episode.final_observation
+            final = observation_columns(episode.final_observation)
             missing = final is None and not episode.terminated
             if final is None:
                 finals = [np.zeros_like(c[0]) for c in columns]

@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..constants import ActionSpace
+from ..dataset.signature import observation_columns
 
 __all__ = ["LoggedData", "logged_data", "take_rows", "locate"]
 
@@ -91,7 +92,8 @@ def logged_data(dataset: Any) -> LoggedData:
             arrays = None
     if arrays is not None:
         lengths = np.asarray(arrays["episode_ends"], dtype=np.int64) - np.asarray(arrays["episode_starts"], dtype=np.int64)
-        observations, actions, rewards = arrays["observations"], np.asarray(arrays["actions"]), np.asarray(arrays["rewards"])
+        observations = observation_columns(arrays["observations"])  # a dict's values in stored key order
+        actions, rewards = np.asarray(arrays["actions"]), np.asarray(arrays["rewards"])
     else:
         episodes = _episode_list(dataset)
         lengths = np.fromiter((int(ep.size()) for ep in episodes), dtype=np.int64, count=len(episodes))
@@ -101,11 +103,11 @@ def logged_data(dataset: Any) -> LoggedData:
         i = int(np.argmax(lengths == 0))
         raise ValueError(f"episode {i} is empty (0 steps): every episode needs at least one step")
     if arrays is None:
-        first = episodes[0].observations
-        if isinstance(first, (list, tuple)):
-            observations = [np.concatenate([ep.observations[k] for ep in episodes]) for k in range(len(first))]
+        columns = [observation_columns(ep.observations) for ep in episodes]
+        if isinstance(columns[0], (list, tuple)):
+            observations = [np.concatenate([c[k] for c in columns]) for k in range(len(columns[0]))]
         else:
-            observations = np.concatenate([ep.observations for ep in episodes])
+            observations = np.concatenate(columns)
         actions = np.concatenate([np.asarray(ep.actions) for ep in episodes])
         rewards = np.concatenate([np.asarray(ep.rewards).reshape(-1) for ep in episodes])
 

@@ -21,6 +21,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from ..dataset.signature import observation_columns
+
 __all__ = ["FitData", "Summary", "CHUNK_ROWS"]
 
 #: rows summarised together (a dataset of fewer rows is summarised in one pass)
@@ -131,6 +133,7 @@ class _Collector:
         self.returns: List[float] = []
 
     def add(self, observations: Any, actions: Any, rewards: Any) -> None:
+        observations = observation_columns(observations)  # a dict's values in stored key order
         columns = _columns(observations)
         if self.observations is None:
             self.tuple_observations = isinstance(observations, (list, tuple))
@@ -230,8 +233,9 @@ class FitData:
         for episode in episodes:
             n = int(count(episode))
             rewards = np.asarray(episode.rewards, dtype=np.float64).reshape(-1)[:n]
-            observations = [column[:n] for column in _columns(episode.observations)]
-            collector.add(observations if isinstance(episode.observations, (list, tuple)) else observations[0],
+            stored = observation_columns(episode.observations)
+            observations = [column[:n] for column in _columns(stored)]
+            collector.add(observations if isinstance(stored, (list, tuple)) else observations[0],
                           np.asarray(episode.actions)[:n], rewards)
             collector.returns.append(float(np.sum(rewards)))
 
@@ -254,7 +258,7 @@ class FitData:
                 total = 0.0
                 for index in range(int(counted(episode))):
                     transition = transition_picker(episode, index)
-                    observation = transition.observation
+                    observation = observation_columns(transition.observation)
                     if isinstance(observation, (list, tuple)):
                         observation = [np.asarray(o)[None] for o in observation]
                     else:

@@ -400,6 +400,8 @@ def _slice_rows(batch: Any, start: int, stop: int) -> Any:
     def cut(value: Any) -> Any:
         if value is None:
             return None
+        if isinstance(value, dict):  # dict observations
+            return {key: v[start:stop] for key, v in value.items()}
         if isinstance(value, (list, tuple)):
             return type(value)(v[start:stop] for v in value)
         return value[start:stop]

@@ -1,9 +1,11 @@
 """Dict observations in the data path.
 
 A dict observation is stored as the tuple of its values in sorted key order
-with the keys in the observation signature, so the reference for every
-picker, slicer, dump/load and split is the same data given as that tuple:
-the sampled arrays must be identical, and the keys must survive."""
+with the keys in the observation signature, and every view a user reads
+(episodes, transitions, mini-batches, arrays, loaded files) gives it back
+as a dict by key. The reference for every picker, slicer, dump/load and
+split is the same data given as that tuple: the dict's values must be
+identical to the tuple's, in the same (stored) key order."""
 
 from __future__ import annotations
 
@@ -60,6 +62,11 @@ def _pair(seed: int, n: int, n_episodes: int, picker=None, slicer=None, with_ima
 
 
 def _assert_same(a, b) -> None:
+    """``a`` equals ``b``; a dict ``a`` (the dict view) holds ``b``'s list
+    (the tuple path's) by sorted key."""
+    if isinstance(b, list) and not isinstance(a, list):
+        assert isinstance(a, dict) and list(a) == sorted(a) and len(a) == len(b), type(a)
+        a = list(a.values())
     if isinstance(a, list):
         assert isinstance(b, list) and len(a) == len(b)
         for x, y in zip(a, b):
@@ -108,14 +115,14 @@ def test_pickers_and_slicers_match_the_tuple_path(seed, n, n_episodes, picker, s
         for field in ("observations", "next_observations"):
             got, want = getattr(a, field), getattr(b, field)
             if frame_stacked_picker:
-                want = [want[0]] + getattr(plain, field)[1:]
+                want = [want[0]] + list(getattr(plain, field).values())[1:]
             _assert_same(got, want)
         for field in ("actions", "rewards", "terminals", "intervals"):
             _assert_same(getattr(a, field), getattr(b, field))
     a, b = draw(as_dict, "sample_trajectory_batch", 3, length), draw(as_tuple, "sample_trajectory_batch", 3, length)
     want = b.observations
     if frame_stacked_slicer:
-        want = [want[0]] + draw(basic, "sample_trajectory_batch", 3, length).observations[1:]
+        want = [want[0]] + list(draw(basic, "sample_trajectory_batch", 3, length).observations.values())[1:]
     _assert_same(a.observations, want)
     for field in ("actions", "rewards", "returns_to_go", "timesteps", "masks"):
         _assert_same(getattr(a, field), getattr(b, field))
@@ -130,19 +137,20 @@ def test_frame_stacking_per_item_matches_a_naive_loop(seed, n, n_episodes, timeo
     as_dict, _, _ = _pair(seed, n, n_episodes, timeouts=timeouts)
     picker, slicer = FrameStackTransitionPicker(2), FrameStackTrajectorySlicer(2)
     for episode in as_dict.episodes:
-        camera, goal, state = episode.observations
+        camera, goal, state = (episode.observations[key] for key in ("camera", "goal", "state"))
         for i in range(episode.transition_count):
             t = picker(episode, i)
+            assert list(t.observation) == list(t.next_observation) == ["camera", "goal", "state"]
             previous = camera[i - 1] if i > 0 else np.zeros_like(camera[0])
-            np.testing.assert_array_equal(t.observation[0], np.concatenate([previous, camera[i]]))
-            np.testing.assert_array_equal(t.observation[1], goal[i])
-            np.testing.assert_array_equal(t.observation[2], state[i])
+            np.testing.assert_array_equal(t.observation["camera"], np.concatenate([previous, camera[i]]))
+            np.testing.assert_array_equal(t.observation["goal"], goal[i])
+            np.testing.assert_array_equal(t.observation["state"], state[i])
             if not t.terminal and i + 1 < episode.size():
-                np.testing.assert_array_equal(t.next_observation[0], np.concatenate([camera[i], camera[i + 1]]))
-                np.testing.assert_array_equal(t.next_observation[2], state[i + 1])
+                np.testing.assert_array_equal(t.next_observation["camera"], np.concatenate([camera[i], camera[i + 1]]))
+                np.testing.assert_array_equal(t.next_observation["state"], state[i + 1])
         window = slicer(episode, episode.size() - 1, 3)
-        np.testing.assert_array_equal(window.observations[2][-1], state[-1])
-        assert window.observations[0].shape == (3, 2, 4, 4)
+        np.testing.assert_array_equal(window.observations["state"][-1], state[-1])
+        assert window.observations["camera"].shape == (3, 2, 4, 4)
 
 
 @settings(max_examples=15, deadline=None)
@@ -151,14 +159,17 @@ def test_episodes_and_arrays_hold_the_values_by_key(seed, n, n_episodes):
     as_dict, _, obs = _pair(seed, n, n_episodes)
     keys = ("camera", "goal", "state")
     arrays = as_dict.to_arrays()["observations"]
-    for k, key in enumerate(keys):
-        np.testing.assert_array_equal(arrays[k], obs[key])
+    assert list(arrays) == list(keys)
+    for key in keys:
+        np.testing.assert_array_equal(arrays[key], obs[key])
     row = 0
     for episode in as_dict.episodes:
         assert episode.observation_keys == keys
         assert episode.observation_signature.keys == keys
+        assert list(episode.observations) == list(keys)
         for k, key in enumerate(keys):
-            np.testing.assert_array_equal(episode.observations[k], obs[key][row:row + episode.size()])
+            np.testing.assert_array_equal(episode.observations[key], obs[key][row:row + episode.size()])
+            assert episode.observation_columns[k] is episode.observations[key]
         row += episode.size()
     assert row == n
 
@@ -187,15 +198,24 @@ def test_dump_load_keeps_keys_and_values(tmp_path):
     loaded = ReplayBuffer.load(path)
     assert loaded.dataset_info.observation_signature == as_dict.dataset_info.observation_signature
     assert loaded.dataset_info.observation_signature.keys == ("camera", "goal", "state")
-    for x, y in zip(loaded.to_arrays()["observations"], as_dict.to_arrays()["observations"]):
-        np.testing.assert_array_equal(x, y)
+    got = loaded.to_arrays()["observations"]
+    assert list(got) == ["camera", "goal", "state"]
+    for key in got:
+        np.testing.assert_array_equal(got[key], obs[key])
     assert [e.size() for e in loaded.episodes] == [e.size() for e in as_dict.episodes]
+    row = 0
+    for episode in loaded.episodes:
+        for key in ("camera", "goal", "state"):
+            np.testing.assert_array_equal(episode.observations[key], obs[key][row:row + episode.size()])
+        row += episode.size()
     # an episode-only (non-columnar) dump path keeps them too
     buffer = create_infinite_replay_buffer(episodes=list(as_dict.episodes))
     stream = io.BytesIO()
     buffer.dump(stream)
     stream.seek(0)
-    assert ReplayBuffer.load(stream).dataset_info.observation_signature.keys == ("camera", "goal", "state")
+    again = ReplayBuffer.load(stream)
+    assert again.dataset_info.observation_signature.keys == ("camera", "goal", "state")
+    np.testing.assert_array_equal(again.episodes[0].observations["state"], as_dict.episodes[0].observations["state"])
 
 
 def _write_schema_1_1(path, observations, actions, rewards) -> None:
@@ -274,10 +294,9 @@ def test_online_append_of_dicts_matches_tuples():
     assert as_dict.dataset_info.observation_signature == Signature(
         dtype=[np.float32, np.float32], shape=[(2,), (3,)], keys=["goal", "state"]
     )
-    for x, y in zip(as_dict.to_arrays()["observations"], as_tuple.to_arrays()["observations"]):
-        np.testing.assert_array_equal(x, y)
+    _assert_same(as_dict.to_arrays()["observations"], as_tuple.to_arrays()["observations"])
     assert as_dict.transition_count == as_tuple.transition_count == 7
-    np.testing.assert_array_equal(as_dict.episodes[1].final_observation[1], final["state"].astype(np.float32))
+    np.testing.assert_array_equal(as_dict.episodes[1].final_observation["state"], final["state"].astype(np.float32))
 
 
 def test_buffer_from_dict_episodes_and_env_signature():
@@ -365,15 +384,15 @@ def test_episode_generator_and_serialize_keep_keys():
     obs = {"b": rng.normal(size=(6, 2)).astype(np.float32), "a": rng.normal(size=(6, 1)).astype(np.float32)}
     episodes = EpisodeGenerator(obs, np.zeros((6, 2), np.float32), np.zeros(6), np.r_[0, 0, 1, 0, 0, 1])()
     assert [e.observation_keys for e in episodes] == [("a", "b"), ("a", "b")]
-    np.testing.assert_array_equal(episodes[1].observations[1], obs["b"][3:])
+    np.testing.assert_array_equal(episodes[1].observations["b"], obs["b"][3:])
     final = {"a": np.ones(1, np.float32), "b": np.ones(2, np.float32)}
     episode = Episode(obs, np.zeros((6, 2), np.float32), np.zeros((6, 1), np.float32), False, final_observation=final)
     data = episode.serialize()
     assert set(data["observations"]) == {"a", "b"} and set(data["final_observation"]) == {"a", "b"}
     again = Episode.deserialize(data)
     assert again.observation_keys == ("a", "b")
-    np.testing.assert_array_equal(again.observations[1], obs["b"])
-    np.testing.assert_array_equal(again.final_observation[0], final["a"])
+    np.testing.assert_array_equal(again.observations["b"], obs["b"])
+    np.testing.assert_array_equal(again.final_observation["a"], final["a"])
 
 
 @pytest.mark.parametrize("write_at_termination", [False, True])
@@ -388,8 +407,8 @@ def test_experience_writer_takes_dicts(write_at_termination):
         writer.write({"b": np.full(2, t), "a": np.full(1, -t)}, np.zeros(2), 1.0)
     writer.clip_episode(True)
     episode = buffer.episodes[0]
-    np.testing.assert_array_equal(episode.observations[0][:, 0], [0, -1, -2])
-    np.testing.assert_array_equal(episode.observations[1][:, 1], [0, 1, 2])
+    np.testing.assert_array_equal(episode.observations["a"][:, 0], [0, -1, -2])
+    np.testing.assert_array_equal(episode.observations["b"][:, 1], [0, 1, 2])
     with pytest.raises(ValueError, match="no key 'a'"):
         writer.write({"b": np.zeros(2)}, np.zeros(2), 1.0)
 

@@ -96,6 +96,9 @@ def _assert_batches_equal(a, b) -> None:
     for field in ("observations", "actions", "rewards", "next_observations", "next_actions", "terminals", "intervals"):
         if hasattr(a, field):
             x, y = getattr(a, field), getattr(b, field)
+            if isinstance(x, dict):  # dict observations: one array per key
+                assert list(x) == list(y), field
+                x, y = list(x.values()), list(y.values())
             if isinstance(x, (list, tuple)):  # tuple observations: one array per column
                 assert len(x) == len(y), field
                 for k, (u, v) in enumerate(zip(x, y)):

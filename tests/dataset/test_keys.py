@@ -89,7 +89,9 @@ def test_good_keys_round_trip_through_a_file(tmp_path):
     dataset.dump(tmp_path / "d.h5")
     loaded = ReplayBuffer.load(tmp_path / "d.h5")
     assert loaded.dataset_info.observation_signature.keys == ("robot/arm", "état")
-    np.testing.assert_array_equal(loaded.episodes[0].observations[0], obs["robot/arm"])
+    assert list(loaded.episodes[0].observations) == ["robot/arm", "état"]
+    for key in obs:
+        np.testing.assert_array_equal(loaded.episodes[0].observations[key], obs[key])
 
 
 def test_a_gymnasium_dict_space_with_a_bad_key_is_refused():

@@ -241,13 +241,14 @@ def test_reads_a_dict_space_dataset_written_by_the_layout(tmp_path, writer):
     assert dataset.transition_count == 12
     for ep, source in zip(dataset.episodes, EPISODES):
         n = len(source["actions"])
-        goal, obs = ep.observations  # Dict members in the space's order
+        assert list(ep.observations) == ["achieved_goal", "observation"]  # the Dict's members, stored (sorted) order
+        goal, obs = ep.observations["achieved_goal"], ep.observations["observation"]
         assert goal.dtype == np.float32 and obs.dtype == np.float32
         np.testing.assert_array_equal(goal, source["goal"][:n].astype(np.float32))
         np.testing.assert_array_equal(obs, source["obs"][:n])
         np.testing.assert_array_equal(ep.actions[:, 0], source["actions"] - 1)
         np.testing.assert_allclose(ep.rewards[:, 0], source["rewards"].astype(np.float32))
-    final_goal, final_obs = dataset.episodes[1].final_observation
+    final_goal, final_obs = dataset.episodes[1].final_observation.values()
     np.testing.assert_array_equal(final_obs, EPISODES[1]["obs"][3])
     np.testing.assert_array_equal(final_goal, EPISODES[1]["goal"][3].astype(np.float32))
     assert dataset.episodes[0].final_observation is None
@@ -840,7 +841,7 @@ def test_compressed_bomb_in_an_episode_is_refused(tmp_path, monkeypatch):
         get_minari(root, to=tmp_path / "disk", max_expansion=1.05)
     assert not (tmp_path / "disk").exists()
     dataset, _ = get_minari(root, max_expansion=None)
-    assert not dataset.episodes[1].observations[1].any()  # the fill value, read because the caller asked
+    assert not dataset.episodes[1].observations["observation"].any()  # the fill value, read because the caller asked
 
 
 def test_describe_minari_reads_the_metadata_only(tmp_path):

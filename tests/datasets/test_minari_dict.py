@@ -37,17 +37,24 @@ def _dict_dataset(keys=("state", "camera")) -> MDPDataset:
                       next_observations=next_obs)
 
 
+def _assert_same_by_key(x, y) -> None:
+    if not isinstance(x, dict):  # array observations
+        np.testing.assert_array_equal(x, y)
+        return
+    assert isinstance(y, dict) and list(x) == list(y)
+    for key in x:
+        np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
 def _assert_same(a: MDPDataset, b: MDPDataset) -> None:
     assert a.dataset_info.observation_signature == b.dataset_info.observation_signature
     assert [e.size() for e in a.episodes] == [e.size() for e in b.episodes]
     for x, y in zip(a.episodes, b.episodes):
-        for u, v in zip(x.observations, y.observations):
-            np.testing.assert_array_equal(u, v)
+        _assert_same_by_key(x.observations, y.observations)
         if x.final_observation is None:
             assert y.final_observation is None or not x.terminated
         else:
-            for u, v in zip(x.final_observation, y.final_observation):
-                np.testing.assert_array_equal(u, v)
+            _assert_same_by_key(x.final_observation, y.final_observation)
         np.testing.assert_array_equal(x.actions, y.actions)
 
 
@@ -85,7 +92,7 @@ def test_a_stored_dict_space_in_any_key_order_is_read_by_key(tmp_path):
     assert loaded.dataset_info.observation_signature.keys == ("camera", "state")
     _assert_same(original, loaded)
     with h5py.File(folder / "data" / "main_data.hdf5", "r") as h5:
-        np.testing.assert_array_equal(h5["episode_0/observations/state"][:5], original.episodes[0].observations[1])
+        np.testing.assert_array_equal(h5["episode_0/observations/state"][:5], original.episodes[0].observations["state"])
 
 
 def test_a_given_dict_space_must_have_the_keys(tmp_path):
@@ -144,7 +151,8 @@ def test_tuple_observation_gives_d3rlpys_goal_conditioned_forms(tmp_path, data_f
         assert dataset.dataset_info.observation_signature.keys is None
         assert [tuple(s) for s in dataset.dataset_info.observation_signature.shape] == want_shapes
         for e_dict, e in zip(as_dict.episodes, dataset.episodes):
-            parts = dict(zip(keys, e_dict.observations))
+            parts = e_dict.observations
+            assert list(parts) == list(keys)
             goal = np.concatenate([parts[k] for k in goal_keys], axis=1)  # a dict goal in sorted key order
             if form:
                 np.testing.assert_array_equal(e.observations[0], parts["observation"])

@@ -75,7 +75,8 @@ def test_fqe_on_dict_observations_matches_the_tuple_dataset():
         values.append(fqe.predict_value(x, policy.predict(x)))
         fqes.append((policy, fqe))
         if dataset is as_dict:
-            by_key = {"position": x[0], "velocity": x[1]}
+            assert list(x) == ["position", "velocity"]  # to_arrays gives the dict view
+            by_key = {"velocity": x["velocity"], "position": x["position"]}  # any key order
             np.testing.assert_array_equal(fqe.predict_value(by_key, policy.predict(by_key)), values[0])
     np.testing.assert_allclose(values[0], values[1], rtol=1e-5, atol=1e-6)
     # the doubly robust estimators on the dict dataset, with its FQE as the model
@@ -129,7 +130,8 @@ def test_online_collect_into_a_dict_buffer():
     assert buffer.transition_count >= 20
     assert buffer.dataset_info.observation_signature.keys == ("position", "velocity")
     batch = buffer.sample_transition_batch(4)
-    assert [o.shape for o in batch.observations] == [(4, 3), (4, 2)]
+    assert {k: o.shape for k, o in batch.observations.items()} == {"position": (4, 3), "velocity": (4, 2)}
+    assert list(batch.next_observations) == ["position", "velocity"]
 
 
 def test_rollout_passes_dicts_to_predict_by_key():
@@ -175,6 +177,8 @@ def test_collect_stores_an_unsorted_dict_space_by_key():
     algo.build_with_env(env)
     buffer = offrl.dataset.create_infinite_replay_buffer(env=env)
     algo.collect(env, buffer, n_steps=4, show_progress=False)
-    a, z = buffer.to_arrays()["observations"]
+    stored = buffer.to_arrays()["observations"]
+    assert list(stored) == ["a", "z"]  # the stored (sorted) key order, whatever the space's
+    a, z = stored["a"], stored["z"]
     np.testing.assert_array_equal(a, np.stack([o["a"] for o in env.seen[:4]]))
     np.testing.assert_array_equal(z, np.stack([o["z"] for o in env.seen[:4]]))
