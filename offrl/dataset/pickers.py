@@ -99,10 +99,10 @@ def _one_step_batch(store: ColumnStore, rows: np.ndarray, next_rows: np.ndarray,
         if not next_valid.all():
             next_actions[~next_valid] = 0
     return TransitionMiniBatch(
-        observations=_unwrap(observations),
+        observations=store.observation_view(observations),
         actions=actions,
         rewards=rewards,
-        next_observations=_unwrap(next_observations),
+        next_observations=store.observation_view(next_observations),
         next_actions=next_actions,
         terminals=terminals,
         intervals=np.ones((rows.shape[0], 1), dtype=np.float32),
@@ -234,10 +234,10 @@ class MultiStepTransitionPicker:
                 nxt[is_terminal] = 0
             next_observations.append(nxt)
         return TransitionMiniBatch(
-            observations=_unwrap([column[rows] for column in store.observations]),
+            observations=store.observation_view([column[rows] for column in store.observations]),
             actions=store.actions[rows],
             rewards=returns.astype(np.float32)[:, None],
-            next_observations=_unwrap(next_observations),
+            next_observations=store.observation_view(next_observations),
             next_actions=_gather_next_actions(store, next_rows, ends),
             terminals=is_terminal.astype(np.float32)[:, None],
             intervals=intervals.astype(np.float32)[:, None],
@@ -360,10 +360,10 @@ class FrameStackTransitionPicker:
                 nxt[is_terminal] = 0
             next_observations.append(nxt)
         return TransitionMiniBatch(
-            observations=_unwrap(observations),
+            observations=store.observation_view(observations),
             actions=store.actions[rows],
             rewards=store.rewards[rows],
-            next_observations=_unwrap(next_observations),
+            next_observations=store.observation_view(next_observations),
             next_actions=_gather_next_actions(store, rows + 1, ends),
             terminals=is_terminal.astype(np.float32)[:, None],
             intervals=np.ones((batch, 1), dtype=np.float32),

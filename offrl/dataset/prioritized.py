@@ -450,8 +450,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         positions = ids - (self._written - self._live)
         if self._batch_picker:
             episode_ids, rows = self._store.locate_transitions(positions)
-            batch = self._transition_picker.pick_batch(self._store, episode_ids, rows)
-            return batch.with_observation_keys(self._store.observation_signature.keys)
+            return self._transition_picker.pick_batch(self._store, episode_ids, rows)
         transitions = []
         for position in positions:
             episode, index = self._buffer[int(position)]

@@ -22,7 +22,7 @@ from . import checks
 from .batch import TrajectoryMiniBatch, TransitionMiniBatch
 from .episode import Episode, EpisodeBase, PartialTrajectory, Transition, get_observation_signature
 from .pickers import BasicTransitionPicker, TransitionPickerProtocol
-from .signature import Observation, Signature, dict_observation_keys, keyed_observation, observation_from_dict
+from .signature import Observation, Signature, dict_observation_keys, observation_from_dict
 from .slicers import BasicTrajectorySlicer, TrajectorySlicerProtocol
 from .storage import BufferProtocol, ColumnStore, FIFOBuffer, InfiniteBuffer
 from .summary import format_summary, summary_dict
@@ -610,10 +610,8 @@ class ReplayBuffer(ReplayBufferBase):
         if self._batch_picker:
             picker = self._transition_picker
             if type(picker) is BasicTransitionPicker:
-                batch = picker.pick_transitions(self._store, indices)
-            else:
-                batch = picker.pick_batch(self._store, *self._store.locate_transitions(indices))
-            return batch.with_observation_keys(self._store.observation_signature.keys)
+                return picker.pick_transitions(self._store, indices)
+            return picker.pick_batch(self._store, *self._store.locate_transitions(indices))
         picker = self._transition_picker
         if self._user_picker and self._store is not None:
             return TransitionMiniBatch.from_transitions(
@@ -663,8 +661,7 @@ class ReplayBuffer(ReplayBufferBase):
             )
         episode_ids, rows = self._sample_trajectory_ends(batch_size)
         if self._batch_slicer:
-            batch = self._trajectory_slicer.slice_batch(self._store, episode_ids, rows, length)
-            return batch.with_observation_keys(self._store.observation_signature.keys)
+            return self._trajectory_slicer.slice_batch(self._store, episode_ids, rows, length)
         slicer = self._trajectory_slicer
         trajectories = []
         if episode_ids is None:
@@ -703,8 +700,7 @@ class ReplayBuffer(ReplayBufferBase):
         observations = [o[rows] for o in store.observations]
         behaviour = store.behaviour_probabilities
         return {
-            "observations": keyed_observation(observations[0] if len(observations) == 1 else observations,
-                                              store.observation_signature.keys),
+            "observations": store.observation_view(observations),
             "actions": store.actions[rows],
             "rewards": store.rewards[rows],
             "terminals": terminals,

@@ -124,7 +124,7 @@ class BasicTrajectorySlicer:
         terminals[:, -1, 0] = terminated[episode_ids] & (end_rows == ends - 1)
         timesteps = np.where(valid, window - starts[:, None], 0)
         return TrajectoryMiniBatch(
-            observations=_unwrap(observations),
+            observations=store.observation_view(observations),
             actions=gather(store.actions),
             rewards=gather(store.rewards),
             returns_to_go=returns_to_go.astype(np.float32)[..., None],

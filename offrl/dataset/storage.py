@@ -22,12 +22,12 @@ newest ``limit`` transitions. Both also implement d3rlpy's ``BufferProtocol``
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import Any, Iterator, NamedTuple, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import numpy as np
 
 from .episode import Episode, EpisodeBase
-from .signature import Signature
+from .signature import Signature, keyed_observation
 
 __all__ = [
     "BufferProtocol",
@@ -231,6 +231,13 @@ class ColumnStore:
     def observations(self) -> list[np.ndarray]:
         """Raw observation columns (one per tuple element), all rows."""
         return self._observations  # type: ignore[return-value]
+
+    def observation_view(self, columns: Sequence[np.ndarray]) -> Any:
+        """Columns gathered from :attr:`observations` (same order) as a user
+        reads them: the one array, the list of a tuple observation, or a
+        dict by key for dict observations (what every built-in picker and
+        slicer puts in its mini-batches)."""
+        return keyed_observation(columns[0] if len(columns) == 1 else list(columns), self.observation_signature.keys)
 
     @property
     def actions(self) -> np.ndarray:

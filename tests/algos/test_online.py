@@ -65,6 +65,8 @@ def fit_online(algo, env, **kwargs):
 
 
 def _parts(observation):
+    if isinstance(observation, dict):  # dict observations: the values in stored key order
+        return list(observation.values())
     return list(observation) if isinstance(observation, (list, tuple)) else [observation]
 
 
@@ -99,6 +101,7 @@ def test_collect_writes_exactly_n_steps_with_episode_endings(n_steps, tuple_obs)
 def test_collect_dict_observations_in_the_space_key_order():
     env = ScriptedEnv(SCRIPT, dict_obs=True)
     buffer = DiscreteRandomPolicyConfig().create().collect(env, n_steps=9, show_progress=False)
+    assert all(list(e.observations) == ["position", "time"] for e in buffer.episodes)  # read back by key
     assert_buffer_holds(buffer, scripted_episodes(SCRIPT, 9), tuple_obs=True)  # ["position", "time"]
 
 

@@ -300,13 +300,14 @@ def test_dict_observations_in_a_vector_env(kind):
     want = scripted_episodes(script, 5)  # each environment's 5 transitions
     assert buffer.size() == 4
     for k, episode in enumerate(buffer.episodes):  # env 0 and env 1 end their episodes at the same vector steps
-        position, time_ = episode.observations  # the Dict space's (sorted) key order: "position", "time"
+        assert list(episode.observations) == ["position", "time"]  # the Dict space's (sorted) key order
+        position, time_ = episode.observations["position"], episode.observations["time"]
         np.testing.assert_array_equal(position, want[k // 2]["observations"])
         np.testing.assert_array_equal(time_[:, 0], want[k // 2]["observations"][:, 1])
         assert episode.terminated == want[k // 2]["terminated"]
         if not episode.terminated:
-            np.testing.assert_array_equal(episode.final_observation[0], want[k // 2]["final_observation"])
-            np.testing.assert_array_equal(episode.final_observation[1], want[k // 2]["final_observation"][1:])
+            np.testing.assert_array_equal(episode.final_observation["position"], want[k // 2]["final_observation"])
+            np.testing.assert_array_equal(episode.final_observation["time"], want[k // 2]["final_observation"][1:])
 
 
 # ------------------------------------------------------------- fit_online

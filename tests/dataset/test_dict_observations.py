@@ -25,10 +25,12 @@ from offrl.dataset import (
     FrameStackTrajectorySlicer,
     FrameStackTransitionPicker,
     MDPDataset,
+    MixedReplayBuffer,
     MultiStepTransitionPicker,
     ReplayBuffer,
     Signature,
     create_infinite_replay_buffer,
+    create_prioritized_replay_buffer,
     train_test_split,
 )
 from offrl.dataset.io import SCHEMA_MINOR_VERSION, read_dataset_file
@@ -417,3 +419,137 @@ def _identity():
     from offrl.dataset import BasicWriterPreprocess
 
     return BasicWriterPreprocess()
+
+
+# ------------------------------------------------------- the views a user reads
+def _user_dataset(seed: int = 0, n: int = 30, timeouts: bool = False) -> tuple:
+    """A dataset a new user builds: ``{"state", "image"}`` (not sorted), each
+    step's action its row number (so a sampled row is known), episodes of
+    7 steps."""
+    rng = np.random.default_rng(seed)
+    obs = {"state": rng.normal(size=(n, 3)).astype(np.float32),
+           "image": rng.integers(0, 256, size=(n, 1, 4, 4), dtype=np.uint8)}
+    flags = np.zeros(n, np.float32)
+    flags[6::7] = 1.0
+    flags[-1] = 1.0
+    terminals, timeout_flags = (np.zeros(n, np.float32), flags) if timeouts else (flags, None)
+    actions = np.arange(n, dtype=np.float32)[:, None].repeat(2, axis=1)
+    return MDPDataset(obs, actions, rng.normal(size=n), terminals, timeout_flags), obs, flags
+
+
+def test_a_new_user_reads_episodes_by_key():
+    dataset, obs, _ = _user_dataset()
+    episode = dataset.episodes[0]
+    assert isinstance(episode.observations, dict)
+    # the stored key order is sorted (gymnasium's Dict order), whatever order the user gave
+    assert list(episode.observations) == ["image", "state"] == list(episode.observation_keys)
+    np.testing.assert_array_equal(episode.observations["image"], obs["image"][:7])
+    np.testing.assert_array_equal(episode.observations["state"], obs["state"][:7])
+    assert episode.observations["image"].dtype == np.uint8
+    # the columnar form pickers read: the dict's values, views of the storage
+    assert [c is episode.observations[k] for k, c in zip(("image", "state"), episode.observation_columns)] == [True, True]
+    nxt = episode.next_observation(6)  # after the terminal step: zeros, by key
+    assert list(nxt) == ["image", "state"] and not any(v.any() for v in nxt.values())
+    np.testing.assert_array_equal(episode.next_observation(2)["state"], obs["state"][3])
+    transition = dataset.sample_transition()
+    assert list(transition.observation) == list(transition.next_observation) == ["image", "state"]
+    row = int(transition.action[0])
+    np.testing.assert_array_equal(transition.observation["state"], obs["state"][row])
+    window = dataset.sample_trajectory(3)
+    assert list(window.observations) == ["image", "state"]
+    assert window.observation_signature.keys == ("image", "state")
+
+
+@pytest.mark.parametrize("timeouts", [False, True])
+@pytest.mark.parametrize("buffer_kind", ["replay", "prioritized", "mixed"])
+def test_mini_batches_hold_a_naive_per_row_gather_by_key(timeouts, buffer_kind):
+    dataset, obs, flags = _user_dataset(1, timeouts=timeouts)
+    if buffer_kind == "prioritized":
+        source = create_prioritized_replay_buffer(episodes=list(dataset.episodes))
+    elif buffer_kind == "mixed":
+        source = MixedReplayBuffer(dataset, create_infinite_replay_buffer(episodes=list(dataset.episodes)), 0.5)
+    else:
+        source = dataset
+    offrl.seed(3)
+    batch = source.sample_transition_batch(64)
+    assert list(batch.observations) == list(batch.next_observations) == ["image", "state"]
+    rows = batch.actions[:, 0].astype(np.int64)
+    for key in ("image", "state"):
+        np.testing.assert_array_equal(batch.observations[key], obs[key][rows])
+        want_next = np.stack([
+            np.zeros_like(obs[key][0]) if flags[r] and not timeouts else obs[key][r + 1] for r in rows
+        ])
+        np.testing.assert_array_equal(batch.next_observations[key], want_next)
+        assert batch.observations[key].dtype == obs[key].dtype
+    # the torch batch holds the columns the encoders read, in stored key order
+    tensors = batch.to_torch("cpu")
+    assert isinstance(tensors.observations, list)
+    np.testing.assert_array_equal(tensors.observations[0].numpy(), obs["image"][rows])
+    np.testing.assert_array_equal(tensors.next_observations[1].numpy(), batch.next_observations["state"])
+
+
+def test_trajectory_batches_hold_a_naive_window_by_key():
+    dataset, obs, _ = _user_dataset(2)
+    offrl.seed(4)
+    batch = dataset.sample_trajectory_batch(16, 4)
+    assert list(batch.observations) == ["image", "state"]
+    for b in range(16):
+        valid = batch.masks[b].astype(bool)
+        rows = batch.actions[b, valid, 0].astype(np.int64)
+        for key in ("image", "state"):
+            np.testing.assert_array_equal(batch.observations[key][b, valid], obs[key][rows])
+            assert not batch.observations[key][b, ~valid].any()  # front padding
+
+
+def test_a_batch_in_another_key_order_is_reordered_by_the_algorithm_keys():
+    dataset, _, _ = _user_dataset(3)
+    batch = dataset.sample_transition_batch(8)
+    reversed_batch = batch.with_observation_keys(("state", "image"))
+    assert list(reversed_batch.observations) == ["state", "image"]
+    again = reversed_batch.with_observation_keys(("image", "state"))
+    assert list(again.observations) == ["image", "state"]
+    assert batch.with_observation_keys(("image", "state")) is batch
+    with pytest.raises(ValueError, match="no key 'goal'"):
+        batch.with_observation_keys(("goal", "image"))
+
+
+def test_disk_and_file_round_trips_read_back_dicts(tmp_path):
+    from offrl.dataset import DiskDatasetWriter
+
+    dataset, obs, _ = _user_dataset(4)
+    dataset.dump(tmp_path / "d.h5")
+    with DiskDatasetWriter(tmp_path / "disk") as writer:
+        writer.add_episodes(list(dataset.episodes))
+    for loaded in (ReplayBuffer.load(tmp_path / "d.h5"), ReplayBuffer.load(tmp_path / "disk", in_memory=False),
+                   ReplayBuffer.load(tmp_path / "disk")):
+        assert loaded.dataset_info.observation_signature.keys == ("image", "state")
+        row = 0
+        for episode in loaded.episodes:
+            assert list(episode.observations) == ["image", "state"]
+            for key in ("image", "state"):
+                np.testing.assert_array_equal(episode.observations[key], obs[key][row:row + episode.size()])
+            row += episode.size()
+        assert row == obs["state"].shape[0]
+        arrays = loaded.to_arrays()["observations"]
+        assert list(arrays) == ["image", "state"]
+        np.testing.assert_array_equal(arrays["image"], obs["image"])
+        offrl.seed(5)
+        batch = loaded.sample_transition_batch(8)
+        np.testing.assert_array_equal(batch.observations["state"], obs["state"][batch.actions[:, 0].astype(np.int64)])
+
+
+def test_an_episode_from_columns_and_keys_reads_as_a_dict():
+    columns = [np.zeros((3, 1, 2, 2), np.uint8), np.arange(6.0, dtype=np.float32).reshape(3, 2)]
+    episode = Episode(columns, np.zeros((3, 1), np.float32), np.zeros((3, 1), np.float32), False,
+                      final_observation=[np.ones((1, 2, 2), np.uint8), np.full(2, 9.0, np.float32)],
+                      observation_keys=("image", "state"))
+    assert episode.observations["state"] is columns[1]
+    np.testing.assert_array_equal(episode.final_observation["state"], [9.0, 9.0])
+    np.testing.assert_array_equal(episode.next_observation(2)["image"], np.ones((1, 2, 2)))
+    one_key = Episode(np.zeros((3, 2)), np.zeros((3, 1)), np.zeros((3, 1)), True, observation_keys=("state",))
+    assert list(one_key.observations) == ["state"] and one_key.observation_columns is one_key.observations["state"]
+    with pytest.raises(ValueError, match="2 observation columns for the 3 keys"):
+        Episode(columns, np.zeros((3, 1)), np.zeros((3, 1)), True, observation_keys=("a", "b", "c"))
+    # tuple observations stay lists
+    as_tuple = Episode(columns, np.zeros((3, 1)), np.zeros((3, 1)), True)
+    assert isinstance(as_tuple.observations, list) and as_tuple.observation_keys is None
