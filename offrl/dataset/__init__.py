@@ -25,9 +25,9 @@ from .pickers import (
 )
 from .mixed import MixedReplayBuffer
 from .prioritized import PrioritizedReplayBuffer, SumTree, create_prioritized_replay_buffer
+from .compat import MDPDataset
 from .replay_buffer import (
     DatasetInfo,
-    MDPDataset,
     ReplayBuffer,
     ReplayBufferBase,
     create_fifo_replay_buffer,

@@ -126,7 +126,7 @@ class Episode:
             Used by importance-sampling off-policy evaluation.
         observation_keys: for dict observations, the key of each element in
             stored order (sorted for dicts given without it, see
-            :func:`~offrl.dataset.dict_observation_keys`). Given with a list
+            :func:`~offrl.dataset.signature.dict_observation_keys`). Given with a list
             of arrays (the columnar form), that list is read back as a dict
             by these keys; :attr:`observation_columns` gives the columnar
             form pickers and slicers read.

@@ -1,4 +1,4 @@
-"""Replay buffers and ``MDPDataset``.
+"""Replay buffers.
 
 A :class:`ReplayBuffer` composes a Buffer (storage), a transition picker, a
 trajectory slicer and a writer preprocessor, as in d3rlpy 2.x. With the
@@ -8,10 +8,8 @@ fancy indexing; user components go through a per-item path.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
-from typing import Any, BinaryIO, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -20,12 +18,13 @@ from .._safety import DEFAULT_MAX_EXPANSION, available_memory
 from ..constants import ActionSpace
 from . import checks
 from .batch import TrajectoryMiniBatch, TransitionMiniBatch
+from .buffer_base import DatasetInfo, EmptyBufferError, PathOrFile, ReplayBufferBase, as_positive_int
 from .episode import Episode, EpisodeBase, PartialTrajectory, Transition, get_observation_signature
 from .pickers import BasicTransitionPicker, TransitionPickerProtocol
 from .signature import Observation, Signature, dict_observation_keys, observation_from_dict
 from .slicers import BasicTrajectorySlicer, TrajectorySlicerProtocol
 from .storage import BufferProtocol, ColumnStore, FIFOBuffer, InfiniteBuffer
-from .summary import format_summary, summary_dict
+from .summary import summary_dict
 from .signature import normalise_action_signature, signatures_from_env
 from .writer import BasicWriterPreprocess, WriterPreprocessProtocol
 
@@ -33,33 +32,9 @@ __all__ = [
     "DatasetInfo",
     "ReplayBufferBase",
     "ReplayBuffer",
-    "MDPDataset",
     "create_infinite_replay_buffer",
     "create_fifo_replay_buffer",
 ]
-
-PathOrFile = Union[str, os.PathLike, BinaryIO]
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-    """Signatures and action space of the data a buffer holds."""
-
-    observation_signature: Signature
-    action_signature: Signature
-    reward_signature: Signature
-    action_space: ActionSpace
-    action_size: int
-
-
-def as_positive_int(value: Any, name: str) -> int:
-    """``value`` as an int > 0 (``TypeError`` for a non-int or bool, ``ValueError`` for <= 0, naming ``name``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return int(value)
-
 
 def _available_memory() -> Optional[int]:
     """Bytes of memory available now, or None when unknown (a seam the
@@ -119,79 +94,6 @@ def _is_user_component(component: Any, batch_method: str) -> bool:
     return call_owner is not batch_owner and issubclass(call_owner, batch_owner)
 
 
-class ReplayBufferBase:
-    """What every replay buffer offers (see :class:`ReplayBuffer`)."""
-
-    def append(self, observation: Observation, action: Any, reward: Any) -> None:
-        raise NotImplementedError
-
-    def append_episode(self, episode: EpisodeBase) -> None:
-        raise NotImplementedError
-
-    def clip_episode(self, terminated: bool, final_observation: Optional[Observation] = None) -> None:
-        raise NotImplementedError
-
-    def sample_transition(self) -> Transition:
-        raise NotImplementedError
-
-    def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
-        raise NotImplementedError
-
-    def sample_trajectory(self, length: int) -> PartialTrajectory:
-        raise NotImplementedError
-
-    def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
-        raise NotImplementedError
-
-    def dump(self, f: PathOrFile) -> None:
-        from .io import dump_episodes
-
-        dump_episodes(self.episodes, self.dataset_info, f)
-
-    def size(self) -> int:
-        """Number of episodes."""
-        return len(self.episodes)
-
-    @property
-    def episodes(self) -> Sequence[EpisodeBase]:
-        raise NotImplementedError
-
-    @property
-    def transition_count(self) -> int:
-        raise NotImplementedError
-
-    @property
-    def dataset_info(self) -> DatasetInfo:
-        raise NotImplementedError
-
-    @property
-    def action_space(self) -> ActionSpace:
-        return self.dataset_info.action_space
-
-    @property
-    def action_size(self) -> int:
-        return self.dataset_info.action_size
-
-    def compute_returns(self) -> np.ndarray:
-        """Undiscounted return of each episode, float64."""
-        return np.array([e.compute_return() for e in self.episodes], dtype=np.float64)
-
-    def summary(self) -> dict:
-        """Episodes, transitions, signatures, action space and return statistics."""
-        episodes = self.episodes
-        info = self.dataset_info
-        returns = self.compute_returns()
-        lengths = np.array([e.size() for e in episodes], dtype=np.int64)
-        terminated = int(sum(bool(e.terminated) for e in episodes)) if len(episodes) < 10_000 else None
-        return summary_dict(info, returns, lengths, terminated, self.transition_count)
-
-    def __repr__(self) -> str:
-        try:
-            return format_summary(type(self).__name__, self.summary())
-        except EmptyBufferError:
-            return f"{type(self).__name__}(empty)"
-
-
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -213,10 +115,6 @@ def _real_step_value(value: Any, field: str) -> np.ndarray:
             index = f"[{', '.join(map(str, where))}]" if where else ""
             raise ValueError(f"{field}{index} is {array[where].item()!r}, beyond float32's range (|x| <= {_FLOAT32_MAX:.4g})")
     return array
-
-
-class EmptyBufferError(ValueError):
-    """A buffer with no data and no signatures was asked what it holds."""
 
 
 class ReplayBuffer(ReplayBufferBase):
@@ -244,6 +142,11 @@ class ReplayBuffer(ReplayBufferBase):
     Without any of these, the signatures are taken from the first step or
     episode written.
     """
+
+    #: whether :meth:`_subset` (splits) gives this class back; a subclass
+    #: whose ``__init__`` takes other arguments than :class:`ReplayBuffer`'s
+    #: and whose state is the buffer's alone (``MDPDataset``) sets it
+    subsets_keep_type = False
 
     def __init__(
         self,
@@ -841,33 +744,14 @@ class ReplayBuffer(ReplayBufferBase):
         from .disk import DiskStore, subset_view
 
         if isinstance(store, DiskStore):  # a view of the same files: nothing is loaded
-            out = ReplayBuffer.__new__(type(self) if isinstance(self, MDPDataset) else ReplayBuffer)
+            out = ReplayBuffer.__new__(type(self) if self.subsets_keep_type else ReplayBuffer)
             ReplayBuffer.__init__(
                 out, subset_view(store, episode_indices), self._transition_picker, self._trajectory_slicer,
                 self._writer_preprocessor, action_space=self.action_space, action_size=self.action_size,
             )
             return out
-        starts, ends, terminated, has_final = store.episode_table()
-        idx = np.asarray(episode_indices, dtype=np.int64)
-        spans = (ends - starts + has_final)[idx]
-        new_ends_full = np.cumsum(spans)
-        new_starts = new_ends_full - spans
-        offsets = np.repeat(starts[idx] - new_starts, spans)
-        rows = np.arange(int(spans.sum()), dtype=np.int64) + offsets
-        new = InfiniteBuffer()
-        behaviour = store.behaviour_probabilities
-        new.set_columns(
-            [o[rows] for o in store.observations],
-            store.actions[rows],
-            store.rewards[rows],
-            new_starts,
-            new_starts + (ends - starts)[idx],
-            terminated[idx],
-            has_final[idx],
-            None if behaviour is None else behaviour[rows],
-            observation_keys=store.observation_signature.keys,
-        )
-        out = ReplayBuffer.__new__(type(self) if isinstance(self, MDPDataset) else ReplayBuffer)
+        new = store.copy_episodes(episode_indices)
+        out = ReplayBuffer.__new__(type(self) if self.subsets_keep_type else ReplayBuffer)
         ReplayBuffer.__init__(
             out, new, self._transition_picker, self._trajectory_slicer, self._writer_preprocessor,
             action_space=self.action_space, action_size=self.action_size,
@@ -908,112 +792,3 @@ def create_fifo_replay_buffer(
         FIFOBuffer(limit), transition_picker, trajectory_slicer, writer_preprocessor,
         episodes=episodes, env=env, write_at_termination=write_at_termination, **kwargs,
     )
-
-
-class MDPDataset(ReplayBuffer):
-    """An offline dataset built from step-aligned arrays.
-
-    ``observations[i]``, ``actions[i]``, ``rewards[i]`` describe step ``i``;
-    an episode ends at a step whose ``terminals`` (terminal state, no
-    bootstrap) or ``timeouts`` (cut short) flag is 1, and a final stretch
-    with neither flag is kept as a truncated episode.
-
-    Args:
-        observations: ``(N, *obs_shape)`` array, or a list/tuple of such
-            arrays for tuple observations.
-        actions: ``(N, action_dim)`` continuous, or ``(N,)`` action indices.
-        rewards: ``(N,)`` or ``(N, 1)``.
-        terminals, timeouts: ``(N,)`` 0/1 flags.
-        action_space, action_size: inferred when not given (integer-valued
-            1-D actions are discrete, with ``action_size = max + 1``).
-        next_observations: optional ``(N, *obs_shape)`` (as in D4RL files):
-            used as the final observation of each truncated episode so its
-            last step stays a usable transition.
-        behaviour_probabilities: optional ``(N,)`` logged probability of each
-            step's action under the data-collecting policy, in (0, 1] for
-            discrete actions (a density > 0 for continuous ones); kept for
-            importance-sampling off-policy evaluation.
-    """
-
-    def __init__(
-        self,
-        observations: Any,
-        actions: Any,
-        rewards: Any,
-        terminals: Any,
-        timeouts: Any = None,
-        transition_picker: Optional[TransitionPickerProtocol] = None,
-        trajectory_slicer: Optional[TrajectorySlicerProtocol] = None,
-        action_space: Optional[ActionSpace] = None,
-        action_size: Optional[int] = None,
-        next_observations: Any = None,
-        behaviour_probabilities: Any = None,
-    ) -> None:
-        keys = checks.observation_keys(observations)
-        obs_columns = checks.as_observation_columns(observations)
-        n = obs_columns[0].shape[0]
-        if n == 0:
-            raise ValueError("the dataset is empty: observations has 0 rows")
-        action_array, space, size = checks.as_actions(
-            actions, n, None if action_space is None else ActionSpace.parse(action_space), action_size
-        )
-        reward_array = checks.as_rewards(rewards, n)
-        behaviour = None
-        if behaviour_probabilities is not None:
-            behaviour = checks.as_behaviour_probabilities(behaviour_probabilities, n, space)
-        terminal_flags = checks.as_flags(terminals, "terminals", n)
-        if timeouts is None:
-            timeout_flags = np.zeros(n, dtype=bool)
-        else:
-            timeout_flags = checks.as_flags(timeouts, "timeouts", n)
-            both = terminal_flags & timeout_flags
-            if both.any():
-                i = int(np.argmax(both))
-                raise ValueError(
-                    f"step {i} is flagged both terminal and timeout: terminals[{i}] and timeouts[{i}] are 1"
-                )
-        ends = np.flatnonzero(terminal_flags | timeout_flags) + 1
-        if ends.size == 0 or ends[-1] != n:
-            ends = np.append(ends, n)
-        starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
-        terminated = terminal_flags[ends - 1]
-        has_final = np.zeros(ends.shape[0], dtype=bool)
-
-        if next_observations is not None:
-            if (checks.observation_keys(next_observations, "next_observations") is None) != (keys is None):
-                raise TypeError("next_observations must be a dict exactly when observations is one")
-            next_columns = checks.as_observation_columns(next_observations, "next_observations", keys)
-            if len(next_columns) != len(obs_columns) or any(
-                a.shape != b.shape for a, b in zip(next_columns, obs_columns)
-            ):
-                raise ValueError(
-                    "next_observations must match observations: got "
-                    f"{[c.shape for c in next_columns]}, expected {[c.shape for c in obs_columns]}"
-                )
-            has_final = ~terminated
-            insert_at = ends[has_final]
-            finals = [c[insert_at - 1] for c in next_columns]
-            obs_columns = [
-                np.insert(c, insert_at, f.astype(c.dtype, copy=False), axis=0)
-                for c, f in zip(obs_columns, finals)
-            ]
-            action_array = np.insert(action_array, insert_at, 0, axis=0)
-            reward_array = np.insert(reward_array, insert_at, 0, axis=0)
-            if behaviour is not None:
-                behaviour = np.insert(behaviour, insert_at, 1.0)
-            shift = np.concatenate(([0], np.cumsum(has_final)[:-1]))
-            starts = starts + shift
-            ends = ends + shift
-
-        store = InfiniteBuffer()
-        store.set_columns(
-            obs_columns, action_array, reward_array, starts, ends, terminated, has_final, behaviour,
-            observation_keys=keys,
-        )
-        super().__init__(
-            store,
-            transition_picker=transition_picker,
-            trajectory_slicer=trajectory_slicer,
-            action_space=space,
-            action_size=size,
-        )

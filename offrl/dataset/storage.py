@@ -477,6 +477,24 @@ class ColumnStore:
             observation_keys=self.observation_signature.keys,
         )
 
+    def copy_episodes(self, episode_indices: np.ndarray) -> "InfiniteBuffer":
+        """A new :class:`InfiniteBuffer` holding copies of the live episodes
+        at ``episode_indices`` (positions, in that order), final-observation
+        rows and behaviour probabilities included."""
+        starts, ends, terminated, has_final = self.episode_table()
+        idx = np.asarray(episode_indices, dtype=np.int64)
+        spans = (ends - starts + has_final)[idx]
+        new_starts = np.cumsum(spans) - spans
+        rows = np.arange(int(spans.sum()), dtype=np.int64) + np.repeat(starts[idx] - new_starts, spans)
+        behaviour = self.behaviour_probabilities
+        new = InfiniteBuffer()
+        new.set_columns(
+            [o[rows] for o in self.observations], self.actions[rows], self.rewards[rows], new_starts,
+            new_starts + (ends - starts)[idx], terminated[idx], has_final[idx],
+            None if behaviour is None else behaviour[rows], observation_keys=self.observation_signature.keys,
+        )
+        return new
+
     @property
     def episodes(self) -> EpisodeSequence:
         return EpisodeSequence(self)

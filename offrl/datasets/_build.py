@@ -9,7 +9,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..constants import ActionSpace
-from ..dataset.replay_buffer import MDPDataset, ReplayBuffer
+from ..dataset.compat import MDPDataset
+from ..dataset.replay_buffer import ReplayBuffer
 from ..dataset.storage import InfiniteBuffer
 
 __all__ = ["episode_layout", "dataset_from_rows", "locate_row"]

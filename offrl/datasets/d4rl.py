@@ -20,7 +20,7 @@ from .. import _safety
 from ..constants import ActionSpace
 from ..dataset import checks
 from ..dataset.io import MAX_DISCRETE_ACTION_SIZE, check_discrete_action_size, describe_h5_sizes
-from ..dataset.replay_buffer import MDPDataset
+from ..dataset.compat import MDPDataset
 from ._build import dataset_from_rows, episode_layout
 from .streaming import check_layout
 

@@ -49,7 +49,8 @@ from ..dataset.keys import check_observation_keys
 from ..dataset.signature import observation_columns
 from ..dataset.io import check_discrete_action_size
 from ..dataset.disk_writer import DiskDatasetWriter
-from ..dataset.replay_buffer import MDPDataset, ReplayBufferBase
+from ..dataset.compat import MDPDataset
+from ..dataset.replay_buffer import ReplayBufferBase
 from ..envs.wrappers import GoalConcatWrapper
 from ._build import dataset_from_rows, episode_layout
 from ._minari_format import (

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional, Union
 import numpy as np
 
 from ..constants import ActionSpace
-from ..dataset.replay_buffer import MDPDataset
+from ..dataset.compat import MDPDataset
 
 __all__ = ["from_dataframe_chunks"]
 

@@ -13,7 +13,7 @@ from .. import _safety
 from ..constants import ActionSpace
 from ..dataset import checks
 from ..dataset.io import check_discrete_action_size
-from ..dataset.replay_buffer import MDPDataset
+from ..dataset.compat import MDPDataset
 
 __all__ = ["from_dataframe", "read_table"]
 
