@@ -116,6 +116,9 @@ rewrote a file after it was opened (size, mtime and inode recorded at open;
 sizes checked against the manifest at open); training calls it before every
 epoch.
 
+The format's names and limits, the manifest's rules and the directory's
+files opened relative to it live in :mod:`offrl.dataset.disk_format`.
+
 Writing (:mod:`offrl.dataset.disk_writer`): ``DiskDatasetWriter`` streams
 episodes into a new dataset (a hidden sibling directory renamed into place
 on success), ``dump_disk_dataset`` writes a buffer in chunks of rows.
@@ -139,13 +142,16 @@ import numpy as np
 
 from .. import _safety
 from .._atomic import FileWriteError
-from .._version import __version__
 from ..constants import ActionSpace
 from ._disk_files import (
-    MAPPED_GATHER_BYTES, ColumnFile, DiskColumn, DiskDatasetChangedError, RecordField, RecordFile, ValueRule,
-    open_member, read_exact, record_dtype,
+    MAPPED_GATHER_BYTES, ColumnFile, DiskColumn, DiskDatasetChangedError, RecordField, RecordFile, record_dtype,
 )
 from ._split_reads import read_rows
+from .disk_format import (
+    DISK_FORMAT, DISK_SCHEMA_VERSION, LAYOUTS, MAX_OBSERVATION_COLUMNS, RECORDS_FILE, OPEN_ATTEMPTS, TABLE_COLUMNS, DatasetMembers,
+    DirectoryReplaced, column_spec, corrupt_dataset, field_names, int_field, is_disk_dataset, read_manifest,
+    record_specs, value_rule,
+)
 from .episode import Episode
 from .signature import Signature
 from .storage import InfiniteBuffer
@@ -165,27 +171,8 @@ __all__ = [
     "subset_view",
 ]
 
-DISK_FORMAT = "offrl.disk_dataset"
-#: the newest schema version this offrl writes and reads; a ``layout="columns"``
-#: dataset is written as version 1 (readable by offrls before the rows layout)
-DISK_SCHEMA_VERSION = 2
-#: schema version of each layout
-LAYOUT_VERSIONS = {"columns": 1, "rows": 2}
-LAYOUTS = tuple(LAYOUT_VERSIONS)
-#: the record file of ``layout="rows"`` (a fixed name, never taken from the manifest)
-RECORDS_FILE = "records.bin"
-_MAX_RECORD_BYTES = 1 << 24
-MANIFEST = "manifest.json"
-_MAX_MANIFEST_BYTES = 1 << 20
-_MAX_OBSERVATION_COLUMNS = 1024
-#: dtypes a column may have (little-endian or single-byte): no objects, no strings
-_ALLOWED_DTYPES = {
-    "|b1", "|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8",
-}
-TABLE_COLUMNS = (("episode_starts", "<i8"), ("episode_ends", "<i8"), ("episode_terminated", "|b1"), ("episode_has_final", "|b1"))
 #: bytes kept free on the target file system beyond the data itself
 SPACE_MARGIN = 16 << 20
-_COPY_ROWS = 1 << 18  # rows copied per chunk when dumping a buffer
 #: resident bytes one random row of one column may add: Linux maps the
 #: cached pages around a faulting one too ("fault-around", 64 kB by
 #: default, whatever the madvise hint): measured 50 kB per random row on a
@@ -197,11 +184,6 @@ TOUCH_BYTES = 64 << 10
 READ_MODES = ("pread", "mmap")
 
 
-def dtype_string(dtype: Any) -> str:
-    return np.dtype(dtype).newbyteorder("<").str if np.dtype(dtype).itemsize > 1 else np.dtype(dtype).str
-
-
-# ------------------------------------------------------------- disk space
 class NoSpaceError(FileWriteError):
     """``OSError(ENOSPC)`` raised before writing, a :class:`FileWriteError`
     whose ``filename`` is the target: its message names the target and the
@@ -570,248 +552,6 @@ class DiskStore(InfiniteBuffer):
         return f"DiskStore({self.path!r}, episodes={self.episode_count}, transitions={self.transition_count})"
 
 
-def is_disk_dataset(path: Any) -> bool:
-    """Whether ``path`` is a directory holding a disk dataset's manifest."""
-    try:
-        return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
-    except TypeError:
-        return False
-
-
-def _corrupt(path: str, message: str) -> ValueError:
-    return ValueError(f"{path} is not a valid offrl disk dataset: {message}")
-
-
-class _Replaced(Exception):
-    """The dataset's directory was replaced (or removed) while it was being
-    opened: a writer dumping over it. Opening starts again."""
-
-
-#: times opening starts again when the directory is replaced meanwhile
-_OPEN_ATTEMPTS = 8
-
-
-class _Members:
-    """The files of one dataset directory opened by :func:`open_member`
-    relative to that directory (all from the same directory, whatever
-    renames happen meanwhile), their stats, and the fds not handed over
-    to a :class:`ColumnFile` yet (closed by :meth:`close`)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.dir_fd: Optional[int] = None
-        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-        if os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY"):
-            try:
-                self.dir_fd = os.open(path, flags)
-            except FileNotFoundError:
-                raise _Replaced() from None
-            except NotADirectoryError:
-                raise ValueError(f"{path} is not a directory: a disk dataset is a directory written by "
-                                 "DiskDatasetWriter") from None
-        elif not os.path.isdir(path):  # pragma: no cover - platforms without openat
-            raise _Replaced()
-        self.opened: dict[str, tuple[int, os.stat_result]] = {}
-        self.stats: dict[str, tuple[int, int, int]] = {}
-
-    def open(self, name: str, what: str) -> tuple[int, os.stat_result]:
-        """``(fd, stat)`` of the member ``name`` (``what``: how a message
-        calls it when it is missing)."""
-        if name not in self.opened:
-            try:
-                fd, st = open_member(self.dir_fd, self.path, name)
-            except FileNotFoundError:
-                if self.replaced():
-                    raise _Replaced() from None
-                raise _corrupt(self.path, f"{what} {name} is missing") from None
-            self.opened[name] = (fd, st)
-            self.stats[name] = (st.st_size, st.st_mtime_ns, st.st_ino)
-        return self.opened[name]
-
-    def take(self, name: str) -> int:
-        """The fd of ``name``, no longer closed by :meth:`close`."""
-        return self.opened.pop(name)[0]
-
-    def replaced(self) -> bool:
-        """Whether ``path`` no longer names the directory opened."""
-        if self.dir_fd is None:  # pragma: no cover - platforms without openat
-            return not os.path.isdir(self.path)
-        try:
-            now = os.stat(self.path)
-        except OSError:
-            return True
-        opened = os.fstat(self.dir_fd)
-        return (now.st_ino, now.st_dev) != (opened.st_ino, opened.st_dev)
-
-    def read(self, name: str, what: str) -> np.ndarray:
-        """All the bytes of the member ``name`` (uint8)."""
-        fd, st = self.open(name, what)
-        return read_exact(fd, st.st_size, 0, os.path.join(self.path, name))
-
-    def close(self) -> None:
-        for fd, _ in self.opened.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.opened.clear()
-        if self.dir_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.dir_fd)
-            self.dir_fd = None
-
-
-def _read_manifest(members: _Members) -> tuple[dict, str]:
-    path = members.path
-    _, st = members.open(MANIFEST, "its manifest")
-    if st.st_size > _MAX_MANIFEST_BYTES:
-        raise _corrupt(path, f"{MANIFEST} is {st.st_size} bytes, more than the {_MAX_MANIFEST_BYTES} a manifest may have")
-    raw = members.read(MANIFEST, "its manifest").tobytes()
-    try:
-        manifest = _safety.load_json(raw, MANIFEST)
-    except ValueError as e:
-        raise _corrupt(path, f"{e}; it may be truncated or edited by hand") from None
-    text = raw.decode("utf-8")
-    if not isinstance(manifest, dict):
-        raise _corrupt(path, f"{MANIFEST} holds a {type(manifest).__name__}, expected a JSON object")
-    if manifest.get("format") != DISK_FORMAT:
-        raise _corrupt(path, f"{MANIFEST} 'format' is {manifest.get('format')!r}, expected {DISK_FORMAT!r}")
-    version = manifest.get("schema_version")
-    if isinstance(version, bool) or version not in LAYOUT_VERSIONS.values():
-        raise ValueError(
-            f"{path}: disk dataset schema version {version!r}; this offrl "
-            f"({__version__}) reads versions {sorted(LAYOUT_VERSIONS.values())}"
-        )
-    layout = manifest.get("layout", "columns")
-    if not isinstance(layout, str) or layout not in LAYOUT_VERSIONS or LAYOUT_VERSIONS[layout] != version:
-        raise _corrupt(path, f"{MANIFEST} 'layout' is {layout!r} with schema version {version}, expected "
-                             + " or ".join(f"{k!r} with {v}" for k, v in LAYOUT_VERSIONS.items()))
-    checked = manifest.get("values_checked", False)
-    if not isinstance(checked, bool):
-        raise _corrupt(path, f"{MANIFEST} 'values_checked' is {checked!r}, expected true or false")
-    return manifest, text
-
-
-def _int_field(path: str, manifest: dict, key: str, low: int, high: Optional[int] = None) -> int:
-    value = manifest.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        bound = f"an int >= {low}" + ("" if high is None else f" and <= {high}")
-        raise _corrupt(path, f"{MANIFEST} field {key!r} is {value!r}, expected {bound}")
-    return value
-
-
-def _declared_field(path: str, manifest: dict, key: str, rows: int, what: str) -> tuple[dict, np.dtype, list]:
-    """A column's (``what``: "column") or record field's ("field") manifest
-    entry with its dtype and shape checked: ``(entry, dtype, shape)``."""
-    columns = manifest.get("columns")
-    if not isinstance(columns, dict) or not isinstance(columns.get(key), dict):
-        raise _corrupt(path, f"{MANIFEST} has no entry for {what} {key!r} under 'columns'")
-    spec = columns[key]
-    dtype_str = spec.get("dtype")
-    if not isinstance(dtype_str, str) or dtype_str not in _ALLOWED_DTYPES:
-        raise _corrupt(path, f"{what} {key!r} has dtype {dtype_str!r}, expected one of {sorted(_ALLOWED_DTYPES)}")
-    shape = spec.get("shape")
-    if (
-        not isinstance(shape, list) or not 1 <= len(shape) <= 8
-        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape)
-    ):
-        raise _corrupt(path, f"{what} {key!r} has shape {shape!r}, expected a list of 1 to 8 non-negative ints")
-    if shape[0] != rows:
-        raise _corrupt(path, f"{what} {key!r} declares {shape[0]} rows, the manifest {rows}")
-    if any(s == 0 for s in shape[1:]):
-        raise _corrupt(path, f"{what} {key!r} has shape {shape!r}: a row of zero width (every dimension after "
-                             "the rows must be at least 1)")
-    return spec, np.dtype(dtype_str), shape
-
-
-def _column_spec(members: _Members, manifest: dict, key: str, rows: int) -> tuple[np.dtype, tuple[int, ...], int]:
-    """A column's declared dtype and shape, checked, and its byte size."""
-    path = members.path
-    spec, dtype, shape = _declared_field(path, manifest, key, rows, "column")
-    count = 1
-    for s in shape:
-        count *= s
-    nbytes = count * dtype.itemsize
-    declared = spec.get("bytes")
-    if declared != nbytes:
-        raise _corrupt(path, f"column {key!r} declares {declared!r} bytes, its dtype and shape make {nbytes}")
-    _, st = members.open(f"{key}.bin", "the column file")
-    if st.st_size != nbytes:
-        raise _corrupt(
-            path, f"{key}.bin holds {st.st_size} bytes, the manifest declares {nbytes} "
-            f"({'truncated' if st.st_size < nbytes else 'extra data'})"
-        )
-    return dtype, tuple(shape), nbytes
-
-
-def _record_specs(members: _Members, manifest: dict, names: list[str], rows: int) -> tuple[dict, np.dtype]:
-    """``layout="rows"``: each field's declared dtype, shape and offset,
-    checked (aligned, inside the record, not overlapping), the record's
-    dtype, and the record file's size against ``rows`` records."""
-    path = members.path
-    record_bytes = _int_field(path, manifest, "record_bytes", 1, _MAX_RECORD_BYTES)
-    specs: dict[str, tuple[np.dtype, tuple[int, ...], int]] = {}
-    for key in names:
-        spec, dtype, shape = _declared_field(path, manifest, key, rows, "field")
-        offset = spec.get("offset")
-        count = 1
-        for s in shape[1:]:
-            count *= s
-        if (
-            isinstance(offset, bool) or not isinstance(offset, int) or offset < 0
-            or offset % dtype.itemsize or offset + count * dtype.itemsize > record_bytes
-        ):
-            raise _corrupt(path, f"field {key!r} has offset {offset!r}: expected a multiple of {dtype.itemsize} "
-                                 f"with its {count * dtype.itemsize} bytes inside the {record_bytes}-byte record")
-        specs[key] = (dtype, tuple(shape), offset)
-    spans = sorted((o, o + d.itemsize * int(np.prod(sh[1:], dtype=np.int64)), k) for k, (d, sh, o) in specs.items())
-    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
-        if start < end:
-            raise _corrupt(path, f"fields {first!r} and {second!r} overlap in the record")
-    align = max(d.itemsize for d, _, _ in specs.values())
-    if record_bytes % align:
-        raise _corrupt(path, f"'record_bytes' is {record_bytes}, expected a multiple of {align} (the largest item size)")
-    dtype = np.dtype({
-        "names": names, "formats": [(specs[k][0], specs[k][1][1:]) if len(specs[k][1]) > 1 else specs[k][0]
-                                     for k in names],
-        "offsets": [specs[k][2] for k in names], "itemsize": record_bytes,
-    })
-    _, st = members.open(RECORDS_FILE, "the record file")
-    size, expected = st.st_size, rows * record_bytes
-    if size != expected:
-        raise _corrupt(
-            path, f"{RECORDS_FILE} holds {size} bytes, the manifest declares {rows} records of {record_bytes} bytes "
-            f"= {expected} ({'truncated' if size < expected else 'extra data'})"
-        )
-    return specs, dtype
-
-
-def field_names(n_columns: int, keys: Optional[tuple[str, ...]]) -> dict[str, str]:
-    """How messages call each stored field: ``observations`` (one
-    column), ``observations[1]`` (tuples), ``observations['pos']`` (dicts)."""
-    out = {}
-    for k in range(n_columns):
-        out[f"observations_{k}"] = (
-            "observations" if n_columns == 1 else f"observations[{keys[k]!r}]" if keys is not None
-            else f"observations[{k}]"
-        )
-    out.update(actions="actions", rewards="rewards", behaviour_probabilities="behaviour_probabilities")
-    return out
-
-
-def value_rule(where: str, field: str, name: str, dtype: np.dtype, action_space: ActionSpace,
-               action_size: int, note: str = ValueRule.FILE_NOTE) -> Optional[ValueRule]:
-    """The rule the values of the stored field ``name`` are checked against
-    as they are read or written (None: integer observations, where any
-    value is valid)."""
-    if name == "behaviour_probabilities":
-        kind = "probability" if action_space == ActionSpace.DISCRETE else "density"
-        return ValueRule(where, field, kind, note=note)
-    if name == "actions" and action_space == ActionSpace.DISCRETE:
-        return ValueRule(where, field, "index", action_size, note=note)
-    if dtype.kind == "f":
-        return ValueRule(where, field, "finite", note=note)
-    return None
-
-
 def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     """Open the disk dataset at ``path``: ``(store, action_space, action_size)``.
 
@@ -827,40 +567,40 @@ def open_disk_dataset(path: Any) -> tuple[DiskStore, ActionSpace, int]:
     path = os.path.abspath(os.fspath(path))
     if not os.path.exists(path):
         raise ValueError(f"{path} is not a directory: a disk dataset is a directory written by DiskDatasetWriter")
-    for attempt in range(_OPEN_ATTEMPTS):
+    for attempt in range(OPEN_ATTEMPTS):
         members = None
         try:
-            members = _Members(path)
+            members = DatasetMembers(path)
             return _open(members)
-        except _Replaced:
+        except DirectoryReplaced:
             time.sleep(0.001 * (attempt + 1))  # the writer's two renames are microseconds apart
         finally:
             if members is not None:
                 members.close()
     raise DiskDatasetChangedError(
-        f"{path} was replaced by another process {_OPEN_ATTEMPTS} times while it was being opened (a writer "
+        f"{path} was replaced by another process {OPEN_ATTEMPTS} times while it was being opened (a writer "
         "dumping over it?); open it again once that writer is done"
     )
 
 
-def _open(members: _Members) -> tuple[DiskStore, ActionSpace, int]:
+def _open(members: DatasetMembers) -> tuple[DiskStore, ActionSpace, int]:
     path = members.path
-    manifest, text = _read_manifest(members)
-    rows = _int_field(path, manifest, "rows", 1)
-    episodes = _int_field(path, manifest, "episodes", 1)
-    n_columns = _int_field(path, manifest, "n_observation_columns", 1, _MAX_OBSERVATION_COLUMNS)
+    manifest, text = read_manifest(members)
+    rows = int_field(path, manifest, "rows", 1)
+    episodes = int_field(path, manifest, "episodes", 1)
+    n_columns = int_field(path, manifest, "n_observation_columns", 1, MAX_OBSERVATION_COLUMNS)
     space_name = manifest.get("action_space")
     if space_name not in ("continuous", "discrete"):
-        raise _corrupt(path, f"'action_space' is {space_name!r}, expected 'continuous' or 'discrete'")
+        raise corrupt_dataset(path, f"'action_space' is {space_name!r}, expected 'continuous' or 'discrete'")
     action_space = ActionSpace.DISCRETE if space_name == "discrete" else ActionSpace.CONTINUOUS
-    action_size = _int_field(path, manifest, "action_size", 1, 2**24 if space_name == "discrete" else None)
+    action_size = int_field(path, manifest, "action_size", 1, 2**24 if space_name == "discrete" else None)
     keys = manifest.get("observation_keys")
     if keys is not None:
         if (
             not isinstance(keys, list) or len(keys) != n_columns
             or not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys)
         ):
-            raise _corrupt(path, f"'observation_keys' is {keys!r}, expected {n_columns} distinct strings")
+            raise corrupt_dataset(path, f"'observation_keys' is {keys!r}, expected {n_columns} distinct strings")
         keys = tuple(keys)
 
     names = [f"observations_{k}" for k in range(n_columns)] + ["actions", "rewards"]
@@ -868,41 +608,41 @@ def _open(members: _Members) -> tuple[DiskStore, ActionSpace, int]:
         names.append("behaviour_probabilities")
     layout = manifest.get("layout", "columns")
     if layout == "rows":
-        specs, records_dtype = _record_specs(members, manifest, names, rows)
+        specs, records_dtype = record_specs(members, manifest, names, rows)
     else:
-        specs = {name: _column_spec(members, manifest, name, rows) for name in names}
+        specs = {name: column_spec(members, manifest, name, rows) for name in names}
     table_specs = {}
     committed = 0
     for name, dtype_str in TABLE_COLUMNS:
-        dtype, shape, _ = _column_spec(members, manifest, name, episodes)
+        dtype, shape, _ = column_spec(members, manifest, name, episodes)
         if dtype.str != dtype_str or len(shape) != 1:
-            raise _corrupt(path, f"column {name!r} is {dtype.str} {list(shape)}, expected {dtype_str} [{episodes}]")
+            raise corrupt_dataset(path, f"column {name!r} is {dtype.str} {list(shape)}, expected {dtype_str} [{episodes}]")
         committed += _safety.check_declared_size(path, name, shape, dtype, committed)
         table_specs[name] = (dtype, shape)
     # schema: the dtypes an in-memory store would hold
     for name in ("rewards",):
         dtype, shape, _ = specs[name]
         if dtype != np.float32 or shape[1:] != (1,):
-            raise _corrupt(path, f"rewards is {dtype} {list(shape)}, expected float32 [{rows}, 1]")
+            raise corrupt_dataset(path, f"rewards is {dtype} {list(shape)}, expected float32 [{rows}, 1]")
     dtype, shape, _ = specs["actions"]
     if action_space == ActionSpace.DISCRETE:
         if dtype != np.int64 or shape[1:] != (1,):
-            raise _corrupt(path, f"discrete actions are {dtype} {list(shape)}, expected int64 [{rows}, 1]")
+            raise corrupt_dataset(path, f"discrete actions are {dtype} {list(shape)}, expected int64 [{rows}, 1]")
     elif dtype != np.float32 or shape[1:] != (action_size,):
-        raise _corrupt(path, f"continuous actions are {dtype} {list(shape)}, expected float32 [{rows}, {action_size}]")
+        raise corrupt_dataset(path, f"continuous actions are {dtype} {list(shape)}, expected float32 [{rows}, {action_size}]")
     for k in range(n_columns):
         dtype, shape, _ = specs[f"observations_{k}"]
         if dtype.kind == "f" and dtype != np.float32:
-            raise _corrupt(path, f"observations_{k} is {dtype}, expected float32 (or an integer type)")
+            raise corrupt_dataset(path, f"observations_{k} is {dtype}, expected float32 (or an integer type)")
         if len(shape) < 2:
-            raise _corrupt(path, f"observations_{k} has shape {list(shape)}, expected [{rows}, ...] with at least "
+            raise corrupt_dataset(path, f"observations_{k} has shape {list(shape)}, expected [{rows}, ...] with at least "
                                  "one dimension after the rows")
         if dtype.kind == "b":
-            raise _corrupt(path, f"observations_{k} is bool, expected float32 or an integer type")
+            raise corrupt_dataset(path, f"observations_{k} is bool, expected float32 or an integer type")
     if "behaviour_probabilities" in specs:
         dtype, shape, _ = specs["behaviour_probabilities"]
         if dtype != np.float64 or len(shape) != 1:
-            raise _corrupt(path, f"behaviour_probabilities is {dtype} {list(shape)}, expected float64 [{rows}]")
+            raise corrupt_dataset(path, f"behaviour_probabilities is {dtype} {list(shape)}, expected float64 [{rows}]")
 
     table = {}
     for name, (dtype, shape) in table_specs.items():
@@ -911,7 +651,7 @@ def _open(members: _Members) -> tuple[DiskStore, ActionSpace, int]:
             bad = raw > 1
             if bad.any():
                 i = int(np.argmax(bad))
-                raise _corrupt(path, f"{name}.bin byte {i} is {int(raw[i])}, expected 0 or 1 (a bool)")
+                raise corrupt_dataset(path, f"{name}.bin byte {i} is {int(raw[i])}, expected 0 or 1 (a bool)")
         table[name] = raw.view(dtype)
     starts, ends = table["episode_starts"], table["episode_ends"]
     terminated, has_final = table["episode_terminated"], table["episode_has_final"]
@@ -920,7 +660,7 @@ def _open(members: _Members) -> tuple[DiskStore, ActionSpace, int]:
         starts[0] != 0 or np.any(ends <= starts) or np.any(starts[1:] != spans_end[:-1])
         or spans_end[-1] != rows or np.any(terminated & has_final)
     ):
-        raise _corrupt(path, f"its episode table does not match its {rows} rows")
+        raise corrupt_dataset(path, f"its episode table does not match its {rows} rows")
 
     # every member is open (from the same directory) and checked: map and wrap them
     fields = field_names(n_columns, keys)

@@ -28,9 +28,11 @@ import numpy as np
 from .. import _safety
 from .._version import __version__
 from ..constants import ActionSpace
-from .disk import (
-    DISK_FORMAT, LAYOUT_VERSIONS, LAYOUTS, MANIFEST, RECORDS_FILE, TABLE_COLUMNS, DiskStore, NoSpaceError,
-    check_free_space, dtype_string, field_names, is_disk_dataset, record_dtype, value_rule,
+from ._disk_files import record_dtype
+from .disk import DiskStore, NoSpaceError, check_free_space
+from .disk_format import (
+    DISK_FORMAT, LAYOUT_VERSIONS, LAYOUTS, MANIFEST, RECORDS_FILE, TABLE_COLUMNS, dtype_string, field_names,
+    is_disk_dataset, value_rule,
 )
 from .episode import EpisodeBase
 from .storage import ColumnStore, InfiniteBuffer

@@ -33,6 +33,7 @@ from offrl.dataset import (
 )
 from offrl.dataset import _disk_files
 from offrl.dataset import disk as disk_module
+from offrl.dataset import disk_format
 from offrl.dataset import disk_writer as writer_module
 from offrl.logging import NoopAdapterFactory
 from offrl.preprocessing import StandardObservationScaler
@@ -476,7 +477,7 @@ def test_a_directory_replaced_while_being_opened_is_opened_again_whole(tmp_path,
     path = tmp_path / "data"
     _write(path, "rows", n_episodes=2)
     _write(tmp_path / "new", "columns", n_episodes=3)
-    real = disk_module.open_member
+    real = disk_format.open_member  # the opener of a dataset's files (DatasetMembers) looks it up there
     swaps = []
 
     def replacing(directory_fd, directory, name):
@@ -487,7 +488,7 @@ def test_a_directory_replaced_while_being_opened_is_opened_again_whole(tmp_path,
             swaps.append(name)
         return real(directory_fd, directory, name)
 
-    monkeypatch.setattr(disk_module, "open_member", replacing)
+    monkeypatch.setattr(disk_format, "open_member", replacing)
     dataset = ReplayBuffer.load(path, in_memory=False)
     assert swaps and dataset.buffer.episode_count == 3 and "observations_0.bin" in dataset.buffer._stats
 
@@ -499,7 +500,7 @@ def test_a_directory_replaced_while_being_opened_is_opened_again_whole(tmp_path,
             disk_module.shutil.rmtree(tmp_path / "old")
         return real(directory_fd, directory, name)
 
-    monkeypatch.setattr(disk_module, "open_member", always)
+    monkeypatch.setattr(disk_format, "open_member", always)
     with pytest.raises(DiskDatasetChangedError, match=r"was replaced by another process 8 times while it was being "
                                                       "opened"):
         ReplayBuffer.load(path, in_memory=False)
