@@ -58,14 +58,8 @@ import numpy as np
 from ._logged import logged_data
 from ._policies import DEFAULT_BANDWIDTH, DEFAULT_EPSILON, check_built
 from .bounds import bootstrap_counts
-from .importance import (
-    build_padded,
-    check_options,
-    kish_effective_sample_size,
-    prepare,
-    resolve_behaviour,
-    resolve_gamma,
-)
+from .importance import build_padded, kish_effective_sample_size, prepare, resolve_behaviour
+from .options import check_options, resolve_gamma
 
 __all__ = ["ReturnDistribution", "estimate_return_distribution"]
 

@@ -60,7 +60,7 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from ..training.device import DeviceArg, parse_device
-from . import importance
+from . import importance, options
 from ._logged import logged_data
 from ._policies import (
     DEFAULT_BANDWIDTH,
@@ -214,14 +214,14 @@ def estimate_marginal_value(
         raise ValueError(f"estimator must be one of {list(MARGINAL_ESTIMATORS)}, got {estimator!r}")
     label = MARGINAL_ESTIMATORS[estimator]
     check_built(target, "target policy")
-    gamma = importance.resolve_gamma(gamma, target)
+    gamma = options.resolve_gamma(gamma, target)
     if not 0.0 <= gamma < 1.0:
         raise ValueError(f"gamma must be in [0, 1) for the marginal estimators (they divide by 1 - gamma), got {gamma!r}")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     if ci not in CI_METHODS:
         raise ValueError(f"ci must be one of {list(CI_METHODS)}, got {ci!r}")
-    importance.check_positive_ints(n_bootstrap=n_bootstrap, batch_size=batch_size, n_action_samples=n_action_samples)
+    options.check_positive_ints(n_bootstrap=n_bootstrap, batch_size=batch_size, n_action_samples=n_action_samples)
     if behaviour_probabilities is not None or behaviour_policy is not None:
         raise ValueError(
             f"{label} does not use behaviour_probabilities / behaviour_policy (the density ratio is learned from "

@@ -54,7 +54,8 @@ from ..metrics.sequence import SequencePolicy, as_sequence_policy
 from ._logged import logged_data
 from ._policies import DEFAULT_BANDWIDTH, DEFAULT_EPSILON, check_built
 from .bounds import parse_value_range
-from .importance import ESTIMATORS, check_ci, check_options, estimate_prepared, prepare, resolve_behaviour
+from .importance import ESTIMATORS, estimate_prepared, prepare, resolve_behaviour
+from .options import check_ci, check_options
 from .marginal import MARGINAL_ESTIMATORS, estimate_marginal_value
 
 __all__ = ["PolicySelection", "select_policies", "selection_metrics", "SELECTION_METRICS"]
