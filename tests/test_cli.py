@@ -528,7 +528,7 @@ def test_json_report_into_a_directory_leaves_nothing_behind(tmp_path, capsys):
 def test_concurrent_json_reports_to_one_path_never_fail(tmp_path):
     import threading
 
-    from offrl.cli import _write_json
+    from offrl.cli.common import write_json as _write_json
 
     path = str(tmp_path / "sub" / "report.json")
     errors = []

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from offrl.algos import DiscreteBCConfig
-from offrl.cli import _CI_METHODS, _OPE_ESTIMATORS, main
+from offrl.cli import main
+from offrl.cli.evaluate import CI_METHODS as _CI_METHODS
+from offrl.cli.evaluate import OPE_ESTIMATORS as _OPE_ESTIMATORS
 from offrl.dataset import MDPDataset
 from offrl.logging import NoopAdapterFactory
 from offrl.models.encoders import VectorEncoderFactory

@@ -20,7 +20,7 @@ import offrl.metrics
 import offrl.ope
 import offrl.plotting
 from offrl.algos import fqe as fqe_module
-from offrl.cli import _OPE_ESTIMATORS
+from offrl.cli.evaluate import OPE_ESTIMATORS as _OPE_ESTIMATORS
 from offrl.ope import distributional, importance, marginal
 from offrl.ope.bounds import CI_METHODS
 from offrl.ope.selection import SELECTION_METRICS

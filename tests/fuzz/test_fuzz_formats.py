@@ -142,7 +142,7 @@ def test_cli_overrides_of_any_depth(key, text):
 def test_cli_config_files_of_any_depth(tmp_path, text):
     path = tmp_path / "config.json"
     path.write_text(text)
-    from offrl.cli import _config_from_args
+    from offrl.cli.common import config_from_args as _config_from_args
 
     try:
         _config_from_args(DQNConfig, str(path), [])

@@ -18,337 +18,29 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import time
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
+
+from .common import (
+    DEFAULT_MAX_EXPANSION,
+    EVALUATORS,
+    CLIError,
+    apply_overrides,
+    build_evaluators,
+    check_env_fits,
+    config_from_args,
+    env_from_header,
+    env_name,
+    hdf5_kind,
+    load_dataset,
+    load_model,
+    make_env,
+    parse_overrides,
+)
+from .evaluate import CI_METHODS, OPE_ESTIMATORS, cmd_evaluate
 
 __all__ = ["main", "build_parser", "CLIError", "parse_overrides", "apply_overrides", "load_dataset", "check_env_fits"]
-
-
-class CLIError(Exception):
-    """A user error: printed as one line, exit status 2."""
-
-
-_FIELD_KINDS = (
-    ("observation_scaler", "observation_scaler"),
-    ("action_scaler", "action_scaler"),
-    ("reward_scaler", "reward_scaler"),
-    ("encoder_factory", "encoder"),
-    ("optim_factory", "optimizer"),
-    ("q_func_factory", "q_function"),
-)
-
-
-def _kind_of_field(field: str, current: Any) -> Optional[str]:
-    if isinstance(current, dict) and set(current) == {"kind", "type", "params"}:
-        return current["kind"]
-    for suffix, kind in _FIELD_KINDS:
-        if field.endswith(suffix):
-            return kind
-    return None
-
-
-def _override_value(key: str, text: str) -> Any:
-    """An override's value: JSON when it parses as JSON, else the text.
-    JSON nested more deeply than offrl reads is refused with a ``CLIError``
-    naming ``key`` (instead of being taken as a string)."""
-    from ._safety import load_json
-
-    source = f"override {key}"
-    try:
-        return load_json(text, source)
-    except ValueError as e:
-        if str(e).startswith(f"{source}: JSON nested"):
-            raise CLIError(str(e)) from None
-        return text
-
-
-def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
-    """``["batch_size=64", "encoder_factory.hidden_units=[64,64]"]`` ->
-    ``{"batch_size": 64, ...}``; values are JSON when they parse as JSON
-    (numbers, lists, true/false/null, objects), strings otherwise."""
-    overrides: Dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key or any(not part for part in key.split(".")):
-            raise CLIError(f"malformed override {item!r}: expected key=value (e.g. batch_size=64)")
-        overrides[key] = _override_value(key, text)
-    return overrides
-
-
-def apply_overrides(config_cls: type, overrides: Dict[str, Any], base: Optional[Dict[str, Any]] = None) -> Any:
-    """A config of ``config_cls`` with ``overrides`` applied to its JSON form.
-
-    Keys are field names, dotted for nested factories
-    (``critic_encoder_factory.hidden_units``). A string given to a
-    factory or scaler field names its type (``q_func_factory=qr``,
-    ``observation_scaler=standard``), with that type's defaults; a JSON
-    object gives ``{"type": ..., "params": {...}}``.
-    """
-    from .serialization import from_json_value, lookup
-
-    data = base if base is not None else config_cls().to_dict()
-    data = json.loads(json.dumps(data))
-    for key, value in overrides.items():
-        parts = key.split(".")
-        node = data
-        for depth, part in enumerate(parts):
-            params = node["params"]
-            if part not in params:
-                where = ".".join(parts[:depth]) or config_cls.__name__
-                raise CLIError(f"unknown config key {'.'.join(parts[: depth + 1])!r} in {where}; valid: {', '.join(sorted(params))}")
-            if depth < len(parts) - 1:
-                child = params[part]
-                if not (isinstance(child, dict) and "params" in child):
-                    raise CLIError(f"{'.'.join(parts[: depth + 1])} is not a factory or scaler, so {key!r} cannot go inside it")
-                node = child
-                continue
-            current = params[part]
-            kind = _kind_of_field(part, current)
-            if kind is not None and isinstance(value, str):
-                try:
-                    cls = lookup(kind, value)
-                except ValueError as e:
-                    raise CLIError(f"{key}: {e}") from None
-                value = cls().to_dict()
-            elif kind is not None and isinstance(value, dict) and "type" in value:
-                try:
-                    cls = lookup(kind, value["type"])
-                except ValueError as e:
-                    raise CLIError(f"{key}: {e}") from None
-                full = cls().to_dict()
-                unknown = set(value.get("params", {})) - set(full["params"])
-                if unknown:
-                    raise CLIError(f"{key}: {cls.__name__} has no parameters {sorted(unknown)}; valid: {', '.join(sorted(full['params']))}")
-                full["params"].update(value.get("params", {}))
-                value = full
-            params[part] = value
-    try:
-        return from_json_value(data)
-    except (TypeError, ValueError) as e:
-        raise CLIError(f"invalid config for {config_cls.__name__}: {e}") from None
-
-
-def _config_from_args(config_cls: type, config_file: Optional[str], overrides: Sequence[str]) -> Any:
-    base = None
-    extra: Dict[str, Any] = {}
-    if config_file:
-        if not os.path.isfile(config_file):
-            raise CLIError(f"{config_file}: no such config file")
-        from ._safety import load_json
-
-        try:
-            with open(config_file, "rb") as f:
-                loaded = load_json(f.read(), config_file)
-        except ValueError as e:
-            raise CLIError(str(e)) from None
-        if not isinstance(loaded, dict):
-            raise CLIError(f"{config_file}: expected a JSON object of config values")
-        if set(loaded) == {"kind", "type", "params"}:
-            if loaded["type"] != config_cls.get_type():
-                raise CLIError(f"{config_file} holds a {loaded['type']!r} config, not {config_cls.get_type()!r}")
-            base = loaded
-        else:
-            extra = loaded
-    if config_file:  # the file's own keys first, so that an error in them names the file
-        try:
-            apply_overrides(config_cls, extra, base)
-        except CLIError as e:
-            raise CLIError(f"{config_file}: {e}") from None
-    extra.update(parse_overrides(overrides))
-    return apply_overrides(config_cls, extra, base)
-
-
-# -------------------------------------------------------------- datasets
-#: ``--max-expansion``'s default: offrl._safety.DEFAULT_MAX_EXPANSION (written here so that
-#: building the parser imports nothing numeric)
-_DEFAULT_MAX_EXPANSION = 1000.0
-
-
-def _hdf5_kind(path: str) -> str:
-    """``"offrl"`` for offrl's and d3rlpy 2.x's dataset files, ``"d4rl"``
-    for any other HDF5 file (the D4RL reader names what is missing)."""
-    import h5py
-
-    from .dataset.io import dataset_file_format
-
-    from ._safety import check_regular_file
-
-    check_regular_file(path, "dataset file")  # a named pipe would block the read
-    if not h5py.is_hdf5(path):
-        raise CLIError(f"{path}: not an HDF5 file")
-    return dataset_file_format(path) or "d4rl"
-
-
-def load_dataset(spec: str, max_expansion: Optional[float] = _DEFAULT_MAX_EXPANSION) -> Tuple[Any, Any]:
-    """``(dataset, env or None)`` for a dataset file (offrl or d3rlpy HDF5,
-    D4RL-format HDF5), an offrl disk dataset directory (sampled in place,
-    never loaded whole), a Minari dataset directory, or a built-in dataset
-    name. ``max_expansion``: the loaders' bound on compressed HDF5 arrays."""
-    from .dataset import MDPDataset
-    from .dataset.disk import is_disk_dataset
-
-    if is_disk_dataset(spec):
-        return MDPDataset.load(spec, in_memory=False), None
-    if os.path.isdir(spec):
-        from .datasets import get_minari
-
-        return get_minari(spec, max_expansion=max_expansion)
-    if os.path.isfile(spec):
-        if _hdf5_kind(spec) == "offrl":
-            return MDPDataset.load(spec, max_expansion=max_expansion), None
-        from .datasets import load_d4rl_hdf5
-
-        return load_d4rl_hdf5(spec, max_expansion=max_expansion), None
-    if os.sep in spec or spec.endswith((".h5", ".hdf5")):
-        raise CLIError(f"{spec}: no such dataset file")
-    try:
-        from .datasets import get_dataset
-    except ImportError:
-        raise CLIError(f"{spec}: no such dataset file") from None
-    return get_dataset(spec)
-
-
-def _load_model(path: str) -> Any:
-    # offrl.load_learnable (not serialization's) first loads the packages
-    # whose algorithms, encoders and scalers a model file may name
-    from . import load_learnable
-
-    if not os.path.isfile(path):
-        raise CLIError(f"{path}: no such model file")
-    return load_learnable(path)
-
-
-#: gymnasium's id syntax: [module:][namespace/]name[-vN]
-_ENV_ID = re.compile(r"^(?:[A-Za-z_][\w.]*:)?(?:[\w.-]+/)?[\w.-]+$")
-
-
-def _make_env(env_id: str, render_mode: Optional[str] = None) -> Any:
-    if not _ENV_ID.match(env_id):
-        raise CLIError(f"--env {env_id!r} is not a gymnasium environment id "
-                       "(expected [module:][namespace/]Name-vN, e.g. CartPole-v1)")
-    import gymnasium
-
-    try:
-        return gymnasium.make(env_id, render_mode=render_mode)
-    except Exception as e:  # gymnasium raises its own errors, ValueError, ImportError ... for bad ids
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CLIError(f"cannot make environment {env_id!r}: {first}") from None
-
-
-def _env_from_header(code: str) -> Any:
-    """The ``env`` that the user's one-line Python ``code`` (given on the
-    command line, as with ``python -c``) defines; for environments that
-    need arguments or wrappers (``--env-header``)."""
-    namespace: Dict[str, Any] = {}
-    try:
-        exec(compile(code, "<--env-header>", "exec"), namespace)  # noqa: S102  (the user's own command-line code)
-    except Exception as e:
-        raise CLIError(f"--env-header failed: {type(e).__name__}: {e}") from None
-    if "env" not in namespace:
-        raise CLIError("--env-header must define a variable named env (e.g. \"import gymnasium; env = gymnasium.make('CartPole-v1')\")")
-    env = namespace["env"]
-    missing = [name for name in ("action_space", "observation_space", "reset", "step") if not hasattr(env, name)]
-    if missing:
-        raise CLIError(f"--env-header defined env as a {type(env).__name__}, not a gymnasium environment (it has no {', '.join(missing)})")
-    return env
-
-
-def _env_name(env: Any) -> str:
-    spec = getattr(env, "spec", None)
-    return spec.id if spec is not None and getattr(spec, "id", None) else type(env).__name__
-
-
-def check_env_fits(algo: Any, env: Any, model_name: str = "the model") -> None:
-    """Raise ``CLIError`` (one line naming both sizes) when ``algo`` cannot
-    act in ``env``: a discrete model in a continuous environment or the other
-    way round, a different number of actions, or a different observation
-    shape. Checked before any episode runs, so the error is not an assertion
-    deep inside the environment."""
-    import numpy as np
-    from gymnasium import spaces
-
-    from .constants import ActionSpace
-
-    name = _env_name(env)
-    action_space = env.action_space
-    kind = algo.get_action_type()
-    size = int(algo.action_size)
-    if isinstance(action_space, spaces.Discrete):
-        if kind == ActionSpace.CONTINUOUS:
-            raise CLIError(f"{model_name} is a continuous-action model (action_size {size}), but {name} has a discrete "
-                           f"action space ({action_space}, {int(action_space.n)} actions)")
-        if size != int(action_space.n):
-            raise CLIError(f"{model_name} chooses among {size} discrete actions, but {name} has {int(action_space.n)} "
-                           f"({action_space})")
-        if int(getattr(action_space, "start", 0)) != 0:
-            raise CLIError(f"{model_name} chooses actions 0..{size - 1}, but the actions of {name} start at "
-                           f"{int(action_space.start)} ({action_space})")
-    elif isinstance(action_space, spaces.Box):
-        env_size = int(np.prod(action_space.shape))
-        if kind == ActionSpace.DISCRETE:
-            raise CLIError(f"{model_name} is a discrete-action model ({size} actions), but {name} has a continuous "
-                           f"action space of size {env_size} ({action_space})")
-        if len(action_space.shape) != 1 or size != env_size:
-            raise CLIError(f"{model_name} outputs actions of size {size}, but {name} expects shape "
-                           f"{tuple(action_space.shape)} ({action_space})")
-    else:
-        raise CLIError(f"{name} has an action space offrl models cannot act in: {action_space} "
-                       "(expected Discrete or a 1-D Box)")
-    obs_shape = getattr(env.observation_space, "shape", None)
-    model_shape = tuple(int(d) for d in algo.observation_shape) if algo.observation_shape is not None else None
-    if obs_shape is not None and model_shape is not None and tuple(obs_shape) != model_shape:
-        raise CLIError(f"{model_name} takes observations of shape {model_shape}, but {name} gives {tuple(obs_shape)}")
-
-
-# ------------------------------------------------------------ evaluators
-_EVALUATORS: Dict[str, Tuple[str, str]] = {
-    # name: (class in offrl.metrics, what it needs)
-    "td_error": ("TDErrorEvaluator", "q"),
-    "advantage": ("DiscountedSumOfAdvantageEvaluator", "q"),
-    "average_value": ("AverageValueEstimationEvaluator", "q"),
-    "init_value": ("InitialStateValueEstimationEvaluator", "q"),
-    "soft_opc": ("SoftOPCEvaluator", "q"),
-    "action_diff": ("ContinuousActionDiffEvaluator", "continuous"),
-    "action_match": ("DiscreteActionMatchEvaluator", "discrete"),
-    "environment": ("EnvironmentEvaluator", "env"),
-}
-
-
-def build_evaluators(names: Sequence[str], algo: Any, episodes: Any, env: Any, soft_opc_threshold: Optional[float] = None) -> Dict[str, Any]:
-    """Evaluator objects for ``names`` (``"auto"``: those that suit ``algo``)."""
-    from . import metrics
-    from .constants import ActionSpace
-
-    discrete = algo.get_action_type() == ActionSpace.DISCRETE
-    chosen = list(names)
-    if chosen == ["auto"]:
-        chosen = ["action_match" if discrete else "action_diff"]
-        if algo.has_q_function:
-            chosen = ["td_error", "init_value", "average_value"] + chosen
-        if env is not None:
-            chosen.append("environment")
-        if algo.predicts_from_sequences:  # a sequence model acts from a context at a target return
-            chosen = []
-    out: Dict[str, Any] = {}
-    for name in chosen:
-        if name not in _EVALUATORS:
-            raise CLIError(f"unknown evaluator {name!r}; valid: auto, {', '.join(_EVALUATORS)}")
-        class_name, needs = _EVALUATORS[name]
-        cls = getattr(metrics, class_name)
-        if needs == "env":
-            if env is None:
-                raise CLIError("the environment evaluator needs an environment: give --env ENV_ID")
-            out[name] = cls(env)
-        elif name == "soft_opc":
-            if soft_opc_threshold is None:
-                raise CLIError("soft_opc needs --return-threshold")
-            out[name] = cls(soft_opc_threshold, episodes=episodes)
-        else:
-            out[name] = cls(episodes=episodes)
-    return out
 
 
 # ----------------------------------------------------------- subcommands
@@ -376,12 +68,12 @@ def _launch_nproc(args: argparse.Namespace) -> int:
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
-    from ._atomic import remove_stale_temporaries
-    from .training import distributed
-    from ._random import seed as seed_everything
-    from .algos.registry import resolve_algorithm
-    from .logging import FileAdapterFactory
-    from .logging.file_adapter import STALE_AFTER_S
+    from .._atomic import remove_stale_temporaries
+    from ..training import distributed
+    from .._random import seed as seed_everything
+    from ..algos.registry import resolve_algorithm
+    from ..logging import FileAdapterFactory
+    from ..logging.file_adapter import STALE_AFTER_S
 
     if getattr(args, "nproc", 1) > 1 and not distributed.in_torchrun():
         return _launch_nproc(args)
@@ -390,10 +82,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     config_cls = resolve_algorithm(args.algo)
     if not config_cls.algorithm_class().is_trainable:
         raise CLIError(f"{config_cls.get_type()} only acts and cannot be trained")
-    config = _config_from_args(config_cls, args.config, args.overrides)
+    config = config_from_args(config_cls, args.config, args.overrides)
     dataset, env = load_dataset(args.dataset, max_expansion=args.max_expansion)
     if args.env:
-        env = _make_env(args.env)
+        env = make_env(args.env)
     if args.seed is not None:
         seed_everything(args.seed)
     algo = config.create(device=args.device, enable_ddp=ddp)
@@ -440,165 +132,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_output_file(path: Optional[str], option: str) -> None:
-    """Fail before any work when ``path`` cannot be written as a file."""
-    if path is None:
-        return
-    if os.path.isdir(path):
-        raise CLIError(f"{option} {path}: is a directory, expected a file path (e.g. {os.path.join(path, 'report.json')})")
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise CLIError(f"{option} {path}: {directory} is not a directory")
-
-
-def _cmd_evaluate(args: argparse.Namespace) -> int:
-    _check_output_file(args.json, "--json")
-    _check_ope_options(args)
-    normalize = _normalize_name(args)
-    algo = _load_model(args.model)
-    if args.dataset is None and args.env is None:
-        raise CLIError("give --dataset DATASET and/or --env ENV_ID to evaluate on")
-    env = _make_env(args.env) if args.env else None
-    if env is not None:
-        check_env_fits(algo, env, args.model)
-    report: Dict[str, float] = {}
-    if env is not None and args.dataset is None:
-        from .metrics.utility import rollout_returns
-
-        returns = rollout_returns(algo, env, args.n_trials, args.epsilon, seed=args.seed)
-        report["environment_return_mean"] = float(sum(returns) / len(returns))
-        report["environment_return_min"] = float(min(returns))
-        report["environment_return_max"] = float(max(returns))
-    if args.dataset is not None:
-        dataset, dataset_env = load_dataset(args.dataset, max_expansion=args.max_expansion)
-        if env is None and dataset_env is not None:
-            env = dataset_env
-            check_env_fits(algo, env, args.model)
-        names = args.evaluators.split(",") if args.evaluators else ["auto"]
-        evaluators = build_evaluators(names, algo, dataset.episodes, env, args.return_threshold)
-        for name, evaluator in evaluators.items():
-            report[name] = float(evaluator(algo, dataset))
-        if args.ope:
-            report.update(_run_ope(args.ope.split(","), algo, dataset, args))
-    if normalize is not None:
-        from ._scores import get_normalized_score
-
-        for key in [k for k in report if k.startswith("environment")]:
-            report[f"{key}_normalized"] = float(get_normalized_score(normalize, report[key]))
-    width = max(len(k) for k in report)
-    for name, value in report.items():
-        print(f"{name:<{width}}  {value:.6g}")
-    if args.json:
-        _write_json(args.json, report)
-        print(f"wrote {args.json}")
-    return 0
-
-
-def _normalize_name(args: argparse.Namespace) -> Optional[str]:
-    """The locomotion task whose D4RL-normalised scores ``evaluate`` adds:
-    ``--normalize NAME``, else the ``--dataset`` when it is one of
-    :func:`offrl.datasets.get_mujoco`'s names; None otherwise (checked
-    before any work: an unknown name lists the known ones)."""
-    from ._scores import environment_of, mujoco_dataset_names
-
-    name = args.normalize
-    if name is None and isinstance(args.dataset, str) and args.dataset in mujoco_dataset_names():
-        name = args.dataset
-    if name is None:
-        return None
-    try:
-        environment_of(name)
-    except ValueError as e:
-        raise CLIError(f"--normalize {name}: {e}") from None
-    return name
-
-
-def _train_fqe(algo: Any, dataset: Any, n_steps: int) -> Any:
-    from . import ope
-    from .constants import ActionSpace
-
-    if algo.get_action_type() == ActionSpace.DISCRETE:
-        fqe = ope.DiscreteFQE(algo=algo, config=ope.DiscreteFQEConfig())
-    else:
-        fqe = ope.FQE(algo=algo, config=ope.FQEConfig())
-    fqe.fit(dataset, n_steps=n_steps, n_steps_per_epoch=n_steps, show_progress=False, logger_adapter=_noop())
-    return fqe
-
-
-#: the interval methods of ``--ci`` (those of :data:`offrl.ope.bounds.CI_METHODS`; listed here so that
-#: building the parser imports no torch)
-_CI_METHODS = ("bootstrap", "hoeffding", "bernstein", "ttest")
-#: the estimators of ``--ope``: FQE, then those of :data:`offrl.ope.importance.ESTIMATORS`
-_OPE_ESTIMATORS = ("fqe", "is", "wis", "pdis", "wpdis", "dr", "wdr", "mis", "wmis", "mdr")
-
-
-def _check_ope_options(args: argparse.Namespace) -> None:
-    """Fail before any work on an interval that needs a range without one."""
-    if args.ci in ("hoeffding", "bernstein") and args.value_range is None:
-        raise CLIError(f"--ci {args.ci} needs --value-range LOW HIGH: a bound, known in advance, on each episode's "
-                       "term (use --ci bootstrap or ttest for unbounded rewards)")
-    if args.value_range is not None:
-        low, high = args.value_range
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
-            raise CLIError(f"--value-range {low:g} {high:g}: expected finite numbers with LOW < HIGH")
-
-
-def _run_ope(names: Sequence[str], algo: Any, dataset: Any, args: argparse.Namespace) -> Dict[str, float]:
-    """FQE's estimate (``fqe``, bootstrap interval only), the
-    importance-sampling family (``is``, ``wis``, ``pdis``, ``wpdis``,
-    ``dr``, ``wdr``) and the state-action marginal estimators (``mis``,
-    ``wmis``, ``mdr``, each training a DualDICE ratio of ``--ratio-steps``
-    updates); DR and MDR use FQE as their model. The interval is
-    ``--ci`` (with ``--value-range``) for all but FQE."""
-    from .ope import ESTIMATORS, estimate_policy_value
-    from .ope.marginal import MARGINAL_ESTIMATORS, DensityRatioConfig
-
-    valid = ["fqe", *ESTIMATORS]
-    unknown = [n for n in names if n not in valid]
-    if unknown:
-        raise CLIError(f"unknown OPE estimator {unknown[0]!r}; valid: {', '.join(valid)}")
-    _check_ope_options(args)
-    ratio = DensityRatioConfig(n_steps=args.ratio_steps, log_interval=min(500, args.ratio_steps))
-    fqe = None
-    if "fqe" in names or any(ESTIMATORS[n][1] for n in names if n in ESTIMATORS):
-        fqe = _train_fqe(algo, dataset, args.fqe_steps)
-    out: Dict[str, float] = {}
-    for name in names:
-        if name == "fqe":
-            estimate = fqe.estimate_policy_value(dataset.episodes)
-            out.update({"fqe": estimate.value, "fqe_lower": estimate.lower, "fqe_upper": estimate.upper})
-            if args.ci != "bootstrap":
-                print(f"note: fqe's interval is a bootstrap one (FQE offers no --ci {args.ci})", file=sys.stderr)
-            continue
-        result = estimate_policy_value(algo, dataset, name, q_model=fqe if ESTIMATORS[name][1] else None,
-                                       seed=args.seed if args.seed is not None else 0, ci=args.ci,
-                                       value_range=None if args.value_range is None else tuple(args.value_range),
-                                       ratio_model=ratio if name in MARGINAL_ESTIMATORS else None)
-        out.update({name: result.value, f"{name}_lower": result.lower, f"{name}_upper": result.upper,
-                    f"{name}_effective_sample_size": result.effective_sample_size})
-        if not result.reliable:
-            print(f"warning: {name} is unreliable: {'; '.join(result.warnings)}", file=sys.stderr)
-    return out
-
-
-def _noop() -> Any:
-    from .logging import NoopAdapterFactory
-
-    return NoopAdapterFactory()
-
-
-def _write_json(path: str, data: Any) -> None:
-    """Write ``data`` as JSON, atomically under a unique temporary name (two
-    runs writing the same report do not collide)."""
-    from ._atomic import atomic_write_json
-
-    _check_output_file(path, "--json")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write_json(path, data)
-
-
 def _cmd_export(args: argparse.Namespace) -> int:
-    algo = _load_model(args.model)
+    algo = load_model(args.model)
     algo.save_policy(args.output)
     print(f"wrote {args.output} ({type(algo).__name__}, verified against the model)")
     return 0
@@ -615,19 +150,19 @@ def _dataset_metadata(path: str) -> Optional[Dict[str, Any]]:
     """What ``offrl info`` prints for a dataset file or a Minari folder,
     from metadata only (shapes, dtypes, counts, attributes: no per-step
     array is read), or None for a disk dataset (opened in place instead)."""
-    from .dataset.disk import is_disk_dataset
+    from ..dataset.disk import is_disk_dataset
 
     if is_disk_dataset(path):
         return None
     if os.path.isdir(path):
-        from .datasets.minari import describe_minari
+        from ..datasets.minari import describe_minari
 
         return describe_minari(path)
-    if _hdf5_kind(path) == "offrl":
-        from .dataset.io import describe_dataset_file
+    if hdf5_kind(path) == "offrl":
+        from ..dataset.io import describe_dataset_file
 
         return describe_dataset_file(path)
-    from .datasets.d4rl import describe_d4rl_hdf5
+    from ..datasets.d4rl import describe_d4rl_hdf5
 
     return describe_d4rl_hdf5(path)
 
@@ -651,10 +186,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
             print(f"  environment: {env.spec.id if env.spec else env}")
         return 0
     _use_threads(args)
-    from .serialization import read_model_file
+    from ..serialization import read_model_file
 
     payload = read_model_file(path)
-    algo = _load_model(path)
+    algo = load_model(path)
     print(f"model {path}")
     print(f"  algorithm: {type(algo).__name__} ({algo.config.get_type()})")
     print(f"  observation_shape: {algo.observation_shape}")
@@ -672,7 +207,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from .plotting import metric_stats, plot_curves, read_metric_csv
+    from ..plotting import metric_stats, plot_curves, read_metric_csv
 
     for path in args.paths:
         stats = metric_stats(read_metric_csv(path))
@@ -685,7 +220,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot_all(args: argparse.Namespace) -> int:
-    from .plotting import plot_all, read_params
+    from ..plotting import plot_all, read_params
 
     params = read_params(args.path)
     if params is not None:
@@ -697,7 +232,7 @@ def _cmd_plot_all(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from .plotting import metric_stats, read_metric_csv
+    from ..plotting import metric_stats, read_metric_csv
 
     for path in args.paths:
         print(path)
@@ -707,7 +242,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _run_episodes(algo: Any, env: Any, n_episodes: int, seed: Optional[int], epsilon: float = 0.0) -> List[float]:
-    from .metrics.utility import rollout_returns
+    from ..metrics.utility import rollout_returns
 
     return rollout_returns(algo, env, n_episodes, epsilon, seed=seed)
 
@@ -718,10 +253,10 @@ def _env_for_rendering(args: argparse.Namespace, render_mode: str) -> Tuple[Any,
     if args.env_id is not None and args.env_header is not None:
         raise CLIError("give either --env-id or --env-header, not both")
     if args.env_id is not None:
-        return _make_env(args.env_id, render_mode=render_mode), args.env_id
+        return make_env(args.env_id, render_mode=render_mode), args.env_id
     if args.env_header is not None:
-        env = _env_from_header(args.env_header)
-        return env, _env_name(env)
+        env = env_from_header(args.env_header)
+        return env, env_name(env)
     raise CLIError("give --env-id ENV_ID (e.g. CartPole-v1) or --env-header CODE")
 
 
@@ -732,7 +267,7 @@ def _warn_target_return(args: argparse.Namespace) -> None:
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
-    algo = _load_model(args.model)
+    algo = load_model(args.model)
     try:
         import moviepy  # noqa: F401
     except ImportError:
@@ -757,7 +292,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
-    algo = _load_model(args.model)
+    algo = load_model(args.model)
     _warn_target_return(args)
     env, env_name = _env_for_rendering(args, "human")
     check_env_fits(algo, env, args.model)
@@ -775,7 +310,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> int:
-    from .quickstart import run_quickstart
+    from ..quickstart import run_quickstart
 
     run_quickstart(dataset_name=args.dataset, algorithm=args.algo, n_steps=args.steps, output_dir=args.output_dir,
                    fqe_steps=args.fqe_steps, n_trials=args.n_trials, show_progress=not args.no_progress,
@@ -797,15 +332,15 @@ def _test_size(text: str) -> Any:
 
 def _cmd_search(args: argparse.Namespace) -> int:
     """``offrl search``: :class:`offrl.model_selection.OfflineSearch` from the command line."""
-    from ._atomic import atomic_write_text
-    from ._safety import load_json
-    from .algos.registry import resolve_algorithm
-    from .model_selection import OfflineSearch, space_from_json
+    from .._atomic import atomic_write_text
+    from .._safety import load_json
+    from ..algos.registry import resolve_algorithm
+    from ..model_selection import OfflineSearch, space_from_json
 
     config_cls = resolve_algorithm(args.algo)
     if not config_cls.algorithm_class().is_trainable:
         raise CLIError(f"{config_cls.get_type()} only acts and cannot be trained")
-    config = _config_from_args(config_cls, args.config, args.overrides)
+    config = config_from_args(config_cls, args.config, args.overrides)
     if not os.path.isfile(args.space):
         raise CLIError(f"--space {args.space}: no such file")
     with open(args.space, "rb") as f:
@@ -825,7 +360,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
                            pruner=pruner, n_eval_episodes=args.eval_episodes, fqe_steps=args.fqe_steps,
                            output_dir=output, device=args.device, show_progress=not args.no_progress)
     dataset, data_env = load_dataset(args.dataset)
-    env = _make_env(args.env) if args.env else (data_env if args.true_return else None)
+    env = make_env(args.env) if args.env else (data_env if args.true_return else None)
     if args.true_return and env is None:
         raise CLIError(f"--true-return: {args.dataset} comes with no environment; give --env ENV_ID")
     if env is not None:  # before any training: the policies must be able to act in it
@@ -884,7 +419,7 @@ def _expansion(text: str) -> Optional[float]:
 
 
 _MAX_EXPANSION_HELP = (f"read HDF5 data whose compressed arrays expand up to this many times the bytes stored for "
-                       f"them (default: {_DEFAULT_MAX_EXPANSION:g}; 'none': no bound; see SECURITY.md)")
+                       f"them (default: {DEFAULT_MAX_EXPANSION:g}; 'none': no bound; see SECURITY.md)")
 
 
 def _probability(text: str) -> float:
@@ -908,7 +443,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The ``offrl`` argument parser. Building it imports neither torch nor
     offrl's numeric modules: ``offrl --help`` answers at once."""
-    from ._version import __version__
+    from .._version import __version__
 
     parser = _Parser(prog="offrl", description="offline-first reinforcement learning: fit, judge and export policies")
     parser.add_argument("--version", action="version", version=f"offrl {__version__}")
@@ -944,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="JSON file: a full config (as written in params.json) or an object of overrides")
     p.add_argument("--steps", type=_positive_int, default=10000)
     p.add_argument("--steps-per-epoch", type=_positive_int, default=1000)
-    p.add_argument("--evaluators", default=None, help="comma-separated: auto, " + ", ".join(_EVALUATORS))
+    p.add_argument("--evaluators", default=None, help="comma-separated: auto, " + ", ".join(EVALUATORS))
     p.add_argument("--env", "--env-id", dest="env", default=None, help="gymnasium env id for the environment evaluator")
     p.add_argument("--output-dir", default=None, help="run directory (default: offrl_runs/<algo>_<time>)")
     p.add_argument("--resume", default=None, metavar="DIR",
@@ -954,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--seed", type=_seed, default=None)
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--max-expansion", type=_expansion, default=_DEFAULT_MAX_EXPANSION, metavar="RATIO",
+    p.add_argument("--max-expansion", type=_expansion, default=DEFAULT_MAX_EXPANSION, metavar="RATIO",
                    help=_MAX_EXPANSION_HELP)
     p.add_argument("--nproc", type=_positive_int, default=1,
                    help="train data-parallel in N processes on this machine, started by torchrun (gloo on CPU, "
@@ -1009,12 +544,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model")
     p.add_argument("--dataset", default=None)
     p.add_argument("--env", "--env-id", dest="env", default=None, help="gymnasium env id")
-    p.add_argument("--evaluators", default=None, help="comma-separated (default: auto): " + ", ".join(_EVALUATORS))
+    p.add_argument("--evaluators", default=None, help="comma-separated (default: auto): " + ", ".join(EVALUATORS))
     p.add_argument("--ope", default=None,
-                   help="comma-separated OPE estimators: " + ", ".join(_OPE_ESTIMATORS) + " (dr, wdr and mdr use an "
+                   help="comma-separated OPE estimators: " + ", ".join(OPE_ESTIMATORS) + " (dr, wdr and mdr use an "
                         "FQE of --fqe-steps as their Q model; mis, wmis and mdr train a DualDICE density ratio)")
     p.add_argument("--fqe-steps", type=_positive_int, default=5000)
-    p.add_argument("--ci", choices=_CI_METHODS, default="bootstrap",
+    p.add_argument("--ci", choices=CI_METHODS, default="bootstrap",
                    help="interval of the --ope estimators other than fqe (which always bootstraps); "
                         "hoeffding and bernstein need --value-range (default: bootstrap)")
     p.add_argument("--value-range", nargs=2, type=float, default=None, metavar=("LOW", "HIGH"),
@@ -1031,9 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probability of a random action in the environment (default: 0)")
     p.add_argument("--seed", type=_seed, default=None)
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    p.add_argument("--max-expansion", type=_expansion, default=_DEFAULT_MAX_EXPANSION, metavar="RATIO",
+    p.add_argument("--max-expansion", type=_expansion, default=DEFAULT_MAX_EXPANSION, metavar="RATIO",
                    help=_MAX_EXPANSION_HELP)
-    p.set_defaults(run=_cmd_evaluate)
+    p.set_defaults(run=cmd_evaluate)
 
     p = commands.add_parser("export", help="export a saved model's policy to ONNX or TorchScript",
                             description="Export the greedy policy of MODEL (a file written by algo.save) "
@@ -1049,7 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="a model: also print the full config; a dataset: also load it and print its return and "
                         "length statistics")
-    p.add_argument("--max-expansion", type=_expansion, default=_DEFAULT_MAX_EXPANSION, metavar="RATIO",
+    p.add_argument("--max-expansion", type=_expansion, default=DEFAULT_MAX_EXPANSION, metavar="RATIO",
                    help=_MAX_EXPANSION_HELP + " (with -v)")
     p.set_defaults(run=_cmd_info)
 
