@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import sys
 
+from _harness import log, print_load
+
 ALGOS = ("BC", "DQN", "SAC", "CQL", "IQL", "TD3PlusBC")
 
 CHILD = r'''
@@ -69,6 +71,7 @@ def main() -> None:
     names = args.only.split(",")
     ratios = {name: [] for name in names}
     speeds = {name: {"before": [], "after": []} for name in names}
+    print_load("start")
     for r in range(args.rounds):
         for name in names:
             order = [("before", args.before), ("after", args.after)]
@@ -77,9 +80,9 @@ def main() -> None:
                 got[label] = run(tree, name, args.steps)
                 speeds[name][label].append(got[label])
             ratios[name].append(got["after"] / got["before"])
-        print(f"round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
-    print(f"fit() updates per CPU-second, {args.rounds} interleaved rounds of {args.steps} updates, one thread; "
-          f"load average {os.getloadavg()[0]:.2f}")
+        log(f"round {r + 1}/{args.rounds} done")
+    print_load("end")
+    print(f"fit() updates per CPU-second, {args.rounds} interleaved rounds of {args.steps} updates, one thread")
     print(f"{'algorithm':<12} {'before':>10} {'after':>10} {'after/before (median of rounds)':>34}")
     for name in names:
         before, after = statistics.median(speeds[name]["before"]), statistics.median(speeds[name]["after"])
