@@ -49,6 +49,7 @@ here before ``_update`` sees them.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import inspect
@@ -68,6 +69,7 @@ from ..models.modules import Modules
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
 from ..model_rules import SCALER_NAMES, saved_observation_keys
 from ..training import distributed, graph, online
+from ..training import precision as mixed_precision
 from ..training import fit as training
 from . import _sizing
 from .config import LearnableConfig, check_enable_ddp, check_instance, check_positive_int, check_positive_number
@@ -95,6 +97,7 @@ __all__ = [
 ]
 
 Shape = Union[Tuple[int, ...], Sequence[Tuple[int, ...]]]
+_FLOAT32_STEP = contextlib.nullcontext()
 
 
 def _uses_impl(cls: type) -> bool:
@@ -576,13 +579,15 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
 
     def _step(self, batch: Union[TransitionMiniBatch, TorchTransitionMiniBatch]) -> TrainStepResult:
         torch_batch = self.preprocess_batch(batch)
-        if not self._config.compile_graph:
-            out = self._update(torch_batch, self._grad_step)
-        elif getattr(self, "_compiled_for", None) is not self._nets:  # first step on these networks: compile
-            self._compiled_for = self._nets
-            self._update_fn, out = graph.compiled_step(self, self._update, lambda fn: fn(torch_batch, self._grad_step))
-        else:
-            out = self._update_fn(torch_batch, self._grad_step)
+        mixed = self._config.precision != "float32" and self._mixed_step_ready()
+        with mixed_precision.autocast(self._device) if mixed else _FLOAT32_STEP:
+            if not self._config.compile_graph:
+                out = self._update(torch_batch, self._grad_step)
+            elif getattr(self, "_compiled_for", None) is not self._nets:  # first step on these networks: compile
+                self._compiled_for = self._nets
+                self._update_fn, out = graph.compiled_step(self, self._update, lambda fn: fn(torch_batch, self._grad_step))
+            else:
+                out = self._update_fn(torch_batch, self._grad_step)
         result = out if isinstance(out, TrainStepResult) else TrainStepResult(out)
         self._grad_step += 1
         capture = getattr(self, "_capture", None)
@@ -598,8 +603,45 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
         out = {k: float(v) for k, v in result.metrics.items()}
         for name, value in out.items():
             if not math.isfinite(value):
-                raise NonFiniteLossError(f"{name} is {value} at step {self._grad_step}")
+                where = "" if self.precision == "float32" else f" with precision={self.precision!r}"
+                raise NonFiniteLossError(f"{name} is {value} at step {self._grad_step}{where}")
         return out
+
+    @property
+    def precision(self) -> str:
+        """The precision the update step runs in: the config's ``precision``,
+        or ``"float32"`` where the device has no bf16 units (see
+        :mod:`offrl.training.precision`). ``predict`` is always float32."""
+        return mixed_precision.effective_precision(self._config.precision, self._device)
+
+    def _mixed_step_ready(self) -> bool:
+        """bf16-mixed can run here (else float32, one warning); at the first
+        such step on these networks, custom modules that cannot run in bf16
+        are switched to float32 (one warning naming them)."""
+        if self.precision == "float32":
+            return False
+        if getattr(self, "_probed_for", None) is not self._nets:
+            self._probed_for = self._nets
+            mixed_precision.fall_back_custom_modules(self._nets, self._device, self._probe_inputs, type(self).__name__)
+        return True
+
+    def _probe_inputs(self, n_inputs: int) -> Optional[Tuple[Any, ...]]:
+        """A small random batch for probing a custom encoder: ``(x,)`` or
+        ``(x, action)``; ``None`` for other signatures."""
+        shape = self._observation_shape
+        if n_inputs not in (1, 2) or shape is None or self._observation_keys is not None:
+            return None
+        gen = torch.Generator().manual_seed(0)
+        tuple_obs = len(shape) > 0 and isinstance(shape[0], (tuple, list))
+        parts = [torch.randn((4, *s), generator=gen).to(self._device) for s in (shape if tuple_obs else [shape])]
+        x = parts if tuple_obs else parts[0]
+        if n_inputs == 1:
+            return (x,)
+        if self.get_action_type() == ActionSpace.DISCRETE:
+            action = torch.zeros(4, 1, dtype=torch.long, device=self._device)
+        else:
+            action = (torch.rand((4, int(self._action_size or 1)), generator=gen) * 2 - 1).to(self._device)
+        return (x, action)
 
     def _update(self, batch: TorchTransitionMiniBatch, grad_step: int) -> Union[Dict[str, torch.Tensor], TrainStepResult]:
         if self._impl is None:

@@ -23,6 +23,7 @@ import numpy as np
 from ..preprocessing import ActionScaler, DictObservationScaler, ObservationScaler, RewardScaler
 from .._d3rlpy_json import D3rlpySerializable
 from ..serialization import Serializable
+from ..training.precision import PRECISIONS
 
 __all__ = [
     "Constraint",
@@ -172,6 +173,12 @@ class LearnableConfig(D3rlpySerializable, Serializable):
         observation_scaler, action_scaler, reward_scaler: preprocessing; an
             unfitted scaler is fitted on the training data (on a copy held
             by the algorithm: the config is never changed by ``fit``).
+        compile_graph: compile the update step with ``torch.compile``.
+        precision: offrl's addition (keyword only; d3rlpy has no such
+            field): ``"float32"`` (default, d3rlpy's behaviour) or
+            ``"bf16-mixed"``, the update step's products in bfloat16 on
+            hardware with bf16 units, weights, optimizer state, targets and
+            losses float32 (see :mod:`offrl.training.precision`).
     """
 
     _kind = "algorithm"
@@ -182,6 +189,7 @@ class LearnableConfig(D3rlpySerializable, Serializable):
     action_scaler: Optional[ActionScaler] = param(None, check=instance_of(ActionScaler, optional=True))
     reward_scaler: Optional[RewardScaler] = param(None, check=instance_of(RewardScaler, optional=True))
     compile_graph: bool = param(False, check=BOOL)
+    precision: str = dataclasses.field(default="float32", kw_only=True, metadata={"check": one_of(PRECISIONS)})
 
     def __post_init__(self) -> None:
         if isinstance(self.observation_scaler, dict):  # per-key scalers for dict observations

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
 import torch.nn.functional as F
 
-__all__ = ["Linear", "linear", "linear_backward", "EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled"]
+__all__ = ["float32_head", "Linear", "linear", "linear_backward", "EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled"]
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -149,6 +149,7 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and x.dtype == torch.float32
         and weight.dtype == torch.float32
         and _ONEDNN["enabled"]
+        and not torch.is_autocast_enabled("cpu")  # bf16-mixed: autocast's bf16 products instead
         and _onednn_op() is not None
         and not torch.jit.is_scripting()
         and torch._C._get_tracing_state() is None
@@ -220,6 +221,22 @@ def linear_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, i
     else:  # (x.T grad).T: for few inputs ~4x faster than grad.T x on the CPU (225 x 4 inputs: 11 against 48 us)
         grad_w = torch.mm(x.t(), grad).t().contiguous()
     return grad_x, grad_w, grad.sum(dim=0)
+
+
+def float32_head(layer: Callable[[torch.Tensor], torch.Tensor], features: torch.Tensor) -> torch.Tensor:
+    """``layer(features)`` computed in float32: the output layer of a shared
+    network (Q-values, state values, a policy's mean, log-std or logits).
+    In a ``precision="bf16-mixed"`` step (under autocast, see
+    :mod:`offrl.training.precision`) the hidden layers' products run in bf16
+    but this small product runs in float32 on the upcast features, so the
+    values a target, a TD error or a log-probability is computed from keep
+    float32's 24-bit mantissa (a bf16 Q-value of 100 would be rounded to a
+    multiple of 0.5). Outside autocast: ``layer(features)``."""
+    kind = features.device.type
+    if not torch.is_autocast_enabled(kind):
+        return layer(features)
+    with torch.autocast(kind, enabled=False):
+        return layer(features.float())
 
 
 class Linear(nn.Linear):

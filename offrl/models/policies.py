@@ -9,6 +9,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from .layers import float32_head
+
 __all__ = [
     "DeterministicPolicy",
     "NormalPolicy",
@@ -69,7 +71,7 @@ class DeterministicPolicy(nn.Module):
         self.fc = nn.Linear(feature_size, action_size)
 
     def forward(self, x) -> torch.Tensor:
-        return torch.tanh(self.fc(self.encoder(x)))
+        return torch.tanh(float32_head(self.fc, self.encoder(x)))
 
 
 class NormalPolicy(nn.Module):
@@ -106,13 +108,13 @@ class NormalPolicy(nn.Module):
 
     def forward(self, x) -> Tuple[torch.Tensor, torch.Tensor]:
         h = self.encoder(x)
-        mean = self.mu(h)
+        mean = float32_head(self.mu, h)
         if self.use_std_parameter:
             # squashed into the range by a sigmoid, so the gradient never vanishes at the bounds
             span = self.max_logstd - self.min_logstd
             logstd = (self.min_logstd + torch.sigmoid(self.logstd) * span).expand_as(mean)
             return mean, logstd
-        return mean, self.logstd(h).clamp(self.min_logstd, self.max_logstd)
+        return mean, float32_head(self.logstd, h).clamp(self.min_logstd, self.max_logstd)
 
     def greedy(self, x) -> torch.Tensor:
         return torch.tanh(self.forward(x)[0])
@@ -132,7 +134,7 @@ class CategoricalPolicy(nn.Module):
         self.fc = nn.Linear(feature_size, action_size)
 
     def forward(self, x) -> torch.Tensor:
-        return self.fc(self.encoder(x))
+        return float32_head(self.fc, self.encoder(x))
 
 
 class ValueFunction(nn.Module):
@@ -144,7 +146,7 @@ class ValueFunction(nn.Module):
         self.fc = nn.Linear(feature_size, 1)
 
     def forward(self, x) -> torch.Tensor:
-        return self.fc(self.encoder(x))
+        return float32_head(self.fc, self.encoder(x))
 
 
 class GreedyNormalPolicy(nn.Module):

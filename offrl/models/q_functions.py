@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from ..serialization import register
 from ._init_params import InitParamsSerializable
 from .encoders import EncoderFactory, ShapeLike, compute_output_size
-from .layers import EnsembleLinear
+from .layers import EnsembleLinear, float32_head
 
 __all__ = [
     "QFunctionFactory",
@@ -206,13 +206,13 @@ class MeanQFunction(QFunction):
         super().__init__(encoder, feature_size, action_size, n_critics, discrete, action_size if discrete else 1)
 
     def _distribution(self, x, action, taus):
-        return self.head(self._features(x, action)).unsqueeze(-1)  # (E, B, A|1, 1)
+        return float32_head(self.head, self._features(x, action)).unsqueeze(-1)  # (E, B, A|1, 1)
 
     # the same results as the generic paths with fewer ops (this is the hot loop)
     def expected(self, x, action: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self.n_critics == 1:  # the plain encoder and head, one view at the end (no (1, B, F) round trip)
             return self.single(x, action).unsqueeze(0)
-        return self.head(self._features(x, action))
+        return float32_head(self.head, self._features(x, action))
 
     def single(self, x, action: Optional[torch.Tensor] = None) -> torch.Tensor:
         """A one-critic function's values without the ensemble axis,
@@ -221,6 +221,9 @@ class MeanQFunction(QFunction):
             raise ValueError(f"single() needs n_critics == 1, this Q-function has {self.n_critics}")
         encoder = self.encoder.encoder
         h = encoder(x) if self.discrete else encoder(x, action)
+        return float32_head(self._single_head, h)
+
+    def _single_head(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(h, self.head.weight, self.head.bias)
 
     def at_action(self, x, action: torch.Tensor, greedy_taus: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -238,7 +241,7 @@ class QRQFunction(QFunction):
         self.n_quantiles = n_quantiles
 
     def _distribution(self, x, action, taus):
-        out = self.head(self._features(x, action))  # (E, B, A*N)
+        out = float32_head(self.head, self._features(x, action))  # (E, B, A*N)
         return out.view(out.shape[0], out.shape[1], -1, self.n_quantiles)
 
     def at_action(self, x, action, greedy_taus: bool = False):
@@ -272,7 +275,7 @@ class IQNQFunction(QFunction):
         n = taus.shape[1]
         cos = torch.cos(taus.reshape(b * n, 1) * self._pis)  # (B*N, embed)
         phi = torch.relu(self.embed(cos)).view(e, b, n, f)
-        out = self.head((h.unsqueeze(2) * phi).view(e, b * n, f))  # (E, B*N, A)
+        out = float32_head(self.head, (h.unsqueeze(2) * phi).view(e, b * n, f))  # (E, B*N, A)
         return out.view(e, b, n, -1).transpose(2, 3)  # (E, B, A, N)
 
     def at_action(self, x, action, greedy_taus: bool = False):

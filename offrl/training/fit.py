@@ -213,9 +213,12 @@ def end_epoch(algo: Any, logger: Any, epoch: int, n_epochs: int, total_step: int
         epoch_callback(algo, epoch, total_step)
 
 
-def rolled_back(error: NonFiniteLossError, guard: Optional[StateGuard]) -> NonFiniteLossError:
+def rolled_back(error: NonFiniteLossError, guard: Optional[StateGuard], precision: str = "float32") -> NonFiniteLossError:
     """``error`` with the algorithm restored from ``guard`` and the message
-    saying so (snapshots written so far hold finite weights only)."""
+    saying so (snapshots written so far hold finite weights only), naming
+    the update step's ``precision`` unless it is float32."""
+    if precision != "float32" and "precision=" not in str(error):
+        error = NonFiniteLossError(f"{error} (with precision={precision!r}; precision='float32' trains without bf16)")
     if guard is None:
         return error
     return NonFiniteLossError(f"{error}; {guard.restore()}. Model files saved before are intact "
@@ -448,7 +451,7 @@ def _fit_loop(algo, dataset, sampler, options: FitOptions, resume, prioritized):
                 save_checkpoint(algo, os.path.join(logdir, CHECKPOINT_NAME), loop)
             yield epoch, metrics
     except NonFiniteLossError as error:
-        raise rolled_back(error, guard) from None
+        raise rolled_back(error, guard, getattr(algo, "precision", "float32")) from None
     finally:
         if run_lock is not None:
             run_lock.release()

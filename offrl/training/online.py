@@ -404,7 +404,7 @@ def run_online(algo: Any, env: Any, buffer: Any, explorer: Any, options: FitOpti
             end_epoch(algo, logger, epoch, n_epochs, total_step, metrics, save_interval, epoch_callback, guard)
             results.append((epoch, metrics))
     except NonFiniteLossError as error:
-        restored = rolled_back(error, guard)
+        restored = rolled_back(error, guard, getattr(algo, "precision", "float32"))
         _attach_buffer(restored, buffer)
         _close_quietly(rollout)
         raise restored from None

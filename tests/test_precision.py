@@ -1,0 +1,319 @@
+"""``precision="bf16-mixed"`` (offrl.training.precision): one update against
+float32 from the same weights and batch, the float32 parts, saving and
+export, the fallbacks and bad input.
+
+Tolerance of a bf16-mixed loss against float32. bf16 keeps 8 significant
+bits, so rounding a number to bf16 changes it by a relative u = 2**-8 at
+most. In the mixed step each hidden layer rounds its inputs and weights to
+bf16 (<= 2u on each product, float32 accumulation) and its output (u): <= 3u
+a layer, 6u after the two hidden layers of these networks; the output
+layers run in float32 on those features. A squared error doubles a relative
+error: 12u = 0.047 relative to the loss, plus the same absolute for losses
+that are differences of larger terms (an actor's Q - alpha log pi). The
+bound is a worst case (errors of random sign add far more slowly); the
+measured differences are a few times smaller.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import offrl
+from offrl.algos import (BCConfig, CQLConfig, DiscreteCQLConfig, DQNConfig, FQEConfig, IQLConfig, NonFiniteLossError,
+                         SACConfig, TD3PlusBCConfig)
+from offrl.algos import dqn as dqn_module
+from offrl.algos import iql as iql_module
+from offrl.algos import sac as sac_module
+from offrl.dataset import MDPDataset
+from offrl.logging import FileAdapterFactory
+from offrl.models import EncoderFactory, VectorEncoderFactory
+from offrl.models.layers import EnsembleLinear, Linear
+from offrl.training import precision
+
+U = 2.0 ** -8  # bf16's unit roundoff (8 significant bits)
+TOLERANCE = 12 * U
+
+SMALL = VectorEncoderFactory(hidden_units=[64, 64])
+CONTINUOUS = {
+    "bc": lambda **kw: BCConfig(encoder_factory=SMALL, **kw),
+    "td3_plus_bc": lambda **kw: TD3PlusBCConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, **kw),
+    "iql": lambda **kw: IQLConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, value_encoder_factory=SMALL, **kw),
+    "cql": lambda **kw: CQLConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, **kw),
+    "sac": lambda **kw: SACConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, **kw),
+}
+DISCRETE = {
+    "dqn": lambda **kw: DQNConfig(encoder_factory=SMALL, **kw),
+    "discrete_cql": lambda **kw: DiscreteCQLConfig(encoder_factory=SMALL, **kw),
+}
+ALL = {**CONTINUOUS, **DISCRETE}
+
+
+@pytest.fixture(autouse=True)
+def bf16_units():
+    """bf16 on (emulated where the CPU lacks the units: same numbers, slower)."""
+    precision.set_bf16_available(True)
+    yield
+    precision.set_bf16_available(None)
+
+
+def _dataset(discrete: bool, n: int = 256, seed: int = 0) -> MDPDataset:
+    rng = np.random.default_rng(seed)
+    actions = rng.integers(3, size=n) if discrete else rng.uniform(-1, 1, size=(n, 2)).astype(np.float32)
+    return MDPDataset(rng.normal(size=(n, 5)).astype(np.float32), actions, rng.normal(size=n).astype(np.float32) + 1.0,
+                      (np.arange(n) % 32 == 31).astype(np.float32), action_size=3 if discrete else None)
+
+
+def _twins(name: str):
+    """A float32 and a bf16-mixed algorithm with the same weights, and a batch."""
+    discrete = name in DISCRETE
+    dataset = _dataset(discrete)
+    offrl.seed(0)
+    f32 = ALL[name](precision="float32").create()
+    f32.build_with_dataset(dataset)
+    b16 = ALL[name](precision="bf16-mixed").create()
+    b16.build_with_dataset(dataset)
+    b16.modules.load_state_dict(f32.modules.state_dict())
+    offrl.seed(1)
+    batch = dataset.sample_transition_batch(128)
+    return f32, b16, batch
+
+
+def _update(algo, batch):
+    torch.manual_seed(2)  # the same noise (SAC's samples, CQL's random actions) in both
+    return algo.update(batch)
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_one_bf16_update_matches_float32_within_bf16s_precision(name):
+    f32, b16, batch = _twins(name)
+    assert b16.precision == "bf16-mixed"
+    expected, got = _update(f32, batch), _update(b16, batch)
+    assert sorted(got) == sorted(expected)
+    for key, value in expected.items():
+        assert math.isfinite(got[key])
+        assert abs(got[key] - value) <= TOLERANCE * (abs(value) + 1.0), (key, got[key], value)
+    assert got != expected  # it did run in bf16
+
+
+def test_the_hidden_products_run_in_bf16_and_the_outputs_in_float32():
+    f32, b16, batch = _twins("sac")
+    seen = {}
+    q_function = b16.modules["q_function"]
+    hidden = next(m for m in q_function.modules() if isinstance(m, (EnsembleLinear, Linear)))
+    hidden.register_forward_hook(lambda m, i, o: seen.setdefault("hidden", o.dtype) and None)
+    targets = []
+    real_td_target = sac_module.td_target
+
+    def recording_td_target(*args, **kwargs):
+        out = real_td_target(*args, **kwargs)
+        targets.append(out.dtype)
+        return out
+
+    sac_module.td_target = recording_td_target
+    try:
+        result = b16.training_step(batch)
+    finally:
+        sac_module.td_target = real_td_target
+    assert seen["hidden"] == torch.bfloat16
+    assert targets == [torch.float32]
+    assert all(v.dtype == torch.float32 for v in result.metrics.values())
+    with precision.autocast(b16.device):  # the shared networks' outputs inside a mixed step
+        obs = torch.randn(4, 5)
+        assert q_function.expected(obs, torch.zeros(4, 2)).dtype == torch.float32
+        mean, logstd = b16.modules["policy"](obs)
+        assert mean.dtype == logstd.dtype == torch.float32
+
+
+@pytest.mark.parametrize("name", ["iql", "dqn"])
+def test_weights_gradients_optimizer_state_and_targets_stay_float32(name, monkeypatch):
+    _, b16, batch = _twins(name)
+    module = iql_module if name == "iql" else dqn_module
+    targets = []
+    real = module.td_target
+    monkeypatch.setattr(module, "td_target", lambda *a, **k: targets.append(real(*a, **k)) or targets[-1])
+    for _ in range(2):
+        result = b16.training_step(batch)
+    assert targets and all(t.dtype == torch.float32 for t in targets)
+    if result.td_errors is not None:
+        assert result.td_errors.dtype == torch.float32
+    for param in b16.modules.parameters():
+        assert param.dtype == torch.float32
+        assert param.grad is None or param.grad.dtype == torch.float32
+    states = [v for optim in b16.optimizers.values() for s in optim.optim.state.values() for v in s.values()
+              if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    assert states and all(v.dtype == torch.float32 for v in states)
+
+
+def test_a_bf16_trained_model_saves_loads_predicts_and_exports_in_float32(tmp_path):
+    from offrl.export import load_onnx_policy, load_torchscript_policy
+
+    f32, b16, batch = _twins("iql")
+    for _ in range(3):
+        b16.update(batch)
+    obs = np.random.default_rng(3).normal(size=(7, 5)).astype(np.float32)
+    predicted = b16.predict(obs)
+    assert predicted.dtype == np.float32
+    f32.modules.load_state_dict(b16.modules.state_dict())
+    np.testing.assert_array_equal(f32.predict(obs), predicted)  # predict is float32, no autocast
+    path = tmp_path / "iql.d3"
+    b16.save(str(path))
+    loaded = offrl.load_learnable(str(path))
+    assert loaded.config.precision == "bf16-mixed"
+    np.testing.assert_array_equal(loaded.predict(obs), predicted)
+    np.testing.assert_array_equal(loaded.predict_value(obs, predicted), b16.predict_value(obs, predicted))
+    for ext, loader in ((".pt", load_torchscript_policy), (".onnx", load_onnx_policy)):
+        b16.save_policy(str(tmp_path / f"policy{ext}"))
+        got = loader(str(tmp_path / f"policy{ext}"))(obs)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, predicted, atol=1e-5, rtol=1e-5)
+
+
+def test_without_bf16_units_it_warns_once_and_runs_the_float32_path():
+    precision.set_bf16_available(False)
+    f32, b16, batch = _twins("td3_plus_bc")
+    with pytest.warns(RuntimeWarning, match=r"precision='bf16-mixed'.*training runs in float32"):
+        assert b16.precision == "float32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: no second warning
+        assert _update(b16, batch) == _update(f32, batch)  # bit for bit the float32 step
+        other = ALL["dqn"](precision="bf16-mixed").create()
+        assert other.precision == "float32"
+
+
+def test_the_environment_variable_turns_bf16_off_and_on(monkeypatch):
+    precision.set_bf16_available(None)
+    monkeypatch.setenv(precision.ENV_VAR, "0")
+    with pytest.warns(RuntimeWarning, match=f"{precision.ENV_VAR}=0"):
+        assert SACConfig(precision="bf16-mixed").create().precision == "float32"
+    monkeypatch.setenv(precision.ENV_VAR, "1")
+    assert SACConfig(precision="bf16-mixed").create().precision == "bf16-mixed"
+    assert SACConfig().create().precision == "float32"
+
+
+def test_the_hardware_check_reads_the_cpu_flags_and_the_gpu_capability(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_bf16\n")
+    assert precision.cpu_bf16_flags(str(cpuinfo)) == ("avx512_bf16",)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2\n")
+    assert precision.cpu_bf16_flags(str(cpuinfo)) == ()
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n")  # ARM (Graviton 3, ...)
+    assert precision.cpu_bf16_flags(str(cpuinfo)) == ("bf16",)
+    assert precision.cpu_bf16_flags(str(tmp_path / "absent")) == ()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for capability, expected in (((8, 0), True), ((9, 0), True), ((7, 5), False)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert precision._detect("cuda", torch.device("cuda")) is expected
+
+
+def test_on_cuda_the_step_autocasts_cuda_to_bf16():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that CUDA is absent here
+        context = precision.autocast(torch.device("cuda", 0))
+    assert context.device == "cuda" and context.fast_dtype == torch.bfloat16
+    context = precision.autocast(torch.device("cpu"))
+    assert context.device == "cpu" and context.fast_dtype == torch.bfloat16
+
+
+def test_an_unknown_precision_lists_the_valid_ones():
+    for make in (lambda: IQLConfig(precision="fp16"), lambda: FQEConfig(precision="bf16"),
+                 lambda: DQNConfig().set_params(precision="float16")):
+        with pytest.raises(ValueError, match=r"precision must be one of \['float32', 'bf16-mixed'\]"):
+            make()
+
+
+def test_the_field_is_keyword_only_defaults_to_float32_and_round_trips():
+    parameter = inspect.signature(IQLConfig).parameters["precision"]
+    assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default == "float32"
+    assert FQEConfig().precision == "float32"
+    record = IQLConfig(precision="bf16-mixed").to_dict()
+    assert IQLConfig.from_dict(record).precision == "bf16-mixed"
+    del record["params"]["precision"]  # a file written before the field
+    assert IQLConfig.from_dict(record).precision == "float32"
+    assert IQLConfig.deserialize(IQLConfig(precision="bf16-mixed").serialize()).precision == "bf16-mixed"
+
+
+class _Float32Only(nn.Module):
+    """A custom encoder built around a float32-only operation."""
+
+    def __init__(self, observation_shape, feature_size):
+        super().__init__()
+        self.fc = nn.Linear(observation_shape[0], feature_size)
+        self.out = nn.Linear(feature_size, feature_size)
+
+    def forward(self, x):
+        h = torch.relu(self.fc(x))
+        if h.dtype != torch.float32:
+            raise TypeError(f"_Float32Only needs float32, got {h.dtype}")
+        return torch.relu(self.out(h))
+
+
+class _Float32OnlyFactory(EncoderFactory):
+    def __init__(self, feature_size=32):
+        self.feature_size = feature_size
+
+    def create(self, observation_shape):
+        return _Float32Only(observation_shape, self.feature_size)
+
+    @staticmethod
+    def get_type():
+        return "test_float32_only"
+
+
+def test_a_custom_encoder_that_cannot_run_in_bf16_falls_back_to_float32_with_one_warning():
+    dataset = _dataset(discrete=True)
+    algo = DQNConfig(encoder_factory=_Float32OnlyFactory(), precision="bf16-mixed").create()
+    algo.build_with_dataset(dataset)
+    batch = dataset.sample_transition_batch(32)
+    with pytest.warns(RuntimeWarning, match=r"q_func.*\(_Float32Only\).*cannot run in bf16 \(TypeError"):
+        losses = algo.update(batch)
+    assert all(math.isfinite(v) for v in losses.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        algo.update(batch)
+    assert algo.precision == "bf16-mixed"
+    obs = np.zeros((2, 5), dtype=np.float32)
+    assert algo.predict(obs).shape == (2,)
+
+
+class _Plain(_Float32Only):
+    def forward(self, x):
+        return torch.relu(self.out(torch.relu(self.fc(x))))
+
+
+class _PlainFactory(_Float32OnlyFactory):
+    def create(self, observation_shape):
+        return _Plain(observation_shape, self.feature_size)
+
+
+def test_a_custom_encoder_that_runs_in_bf16_is_left_alone():
+    dataset = _dataset(discrete=True)
+    algo = DQNConfig(encoder_factory=_PlainFactory(), precision="bf16-mixed").create()
+    algo.build_with_dataset(dataset)
+    seen = []
+    encoder = next(m for m in algo.modules.modules() if isinstance(m, _Plain))
+    encoder.out.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        algo.update(dataset.sample_transition_batch(32))
+    assert torch.bfloat16 in seen
+
+
+def test_a_loss_that_becomes_non_finite_in_bf16_names_the_precision(tmp_path):
+    f32, b16, batch = _twins("iql")
+    batch.rewards[:] = 1e30  # squared: inf
+    with pytest.raises(NonFiniteLossError, match=r"loss is inf at step \d+ with precision='bf16-mixed'"):
+        b16.update(batch)
+    rng = np.random.default_rng(0)
+    huge = MDPDataset(rng.normal(size=(64, 5)).astype(np.float32), rng.uniform(-1, 1, size=(64, 2)).astype(np.float32),
+                      np.full(64, 1e30, dtype=np.float32), (np.arange(64) % 16 == 15).astype(np.float32))
+    algo = CONTINUOUS["iql"](batch_size=8, precision="bf16-mixed").create()
+    with pytest.raises(NonFiniteLossError, match=r"precision='bf16-mixed'.*restored"):
+        algo.fit(huge, 4, 2, logger_adapter=FileAdapterFactory(str(tmp_path)), show_progress=False)
+    assert not list(tmp_path.rglob("*.d3"))  # nothing diverged was saved
