@@ -11,6 +11,7 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
     python benchmarks/algos.py --threads 2      # torch.set_num_threads(2) in both libraries (default 1)
     python benchmarks/algos.py --no-d3rlpy      # offrl and the reference only
     python benchmarks/algos.py --profile        # + torch.profiler / cProfile of offrl's training_step
+    python benchmarks/algos.py --precision bf16-mixed [--batch-size 1024]   # float32 vs bf16-mixed vs d3rlpy only
     D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/algos.py   # with d3rlpy
 
 Every algorithm runs at its documented default config (only ``device`` is
@@ -46,6 +47,11 @@ interpreter given by ``--d3rlpy-python`` or ``$D3RLPY_PYTHON`` (skipped
 with a note when neither is given), a worker process that runs this same
 file with ``--backend d3rlpy --json``. The d3rlpy side never imports offrl.
 
+With ``--precision bf16-mixed`` (issue 32) only updates/s are measured:
+offrl in float32 and in bf16-mixed (two algorithms with the same weights,
+interleaved rounds) and d3rlpy, at the default batch size or
+``--batch-size``; the CPU's bf16 flags are reported beside the figures.
+
 Timing: after a warm-up (20 updates, 5 with ``--quick``) the number of steps
 per round is calibrated to a round length; variants that are compared with
 each other (offrl / reference, fit / loop, 1 / N threads) run in interleaved
@@ -59,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -231,6 +238,118 @@ def measure_offrl_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, O
     return out
 
 
+def _data_and_dataset(spec: AlgoSpec, library: Any) -> Tuple[dict, Any]:
+    """The synthetic data of ``spec`` and its ``MDPDataset`` in ``library`` (offrl or d3rlpy)."""
+    data = make_data(spec.data)
+    if library.__name__ == "offrl":
+        dataset = library.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
+                                             data["timeouts"])
+    else:
+        dataset = library.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
+                                             timeouts=data["timeouts"])
+    return data, dataset
+
+
+def measure_offrl_precision(spec: AlgoSpec, settings: Settings, threads: Tuple[int, Optional[int]],
+                            log: Callable[[str], None], precision: str, batch_size: Optional[int]) -> dict:
+    """updates/s (sample + update) in float32 and at ``precision``: two
+    algorithms with the same weights, interleaved rounds."""
+    import torch
+
+    import offrl
+
+    config_class, why = offrl_config_class(spec)
+    if config_class is None:
+        return {"skipped": why}
+    torch.set_num_threads(threads[0])
+    offrl.seed(SEED)
+    _, dataset = _data_and_dataset(spec, offrl)
+    sizes = {} if batch_size is None else {"batch_size": batch_size}
+    algos = {}
+    for name in ("float32", precision):
+        algos[name] = config_class(precision=name, **sizes).create(device="cpu")
+        algos[name].build_with_dataset(dataset)
+        prepare_offrl(spec.name, algos[name], dataset)
+    algos[precision].modules.load_state_dict(algos["float32"].modules.state_dict())
+    bs = algos["float32"].batch_size
+    out: dict = {"batch_size": bs, "precision_in_effect": algos[precision].precision}
+    variants = {}
+    for name, algo in algos.items():
+        variants[name] = loop(lambda algo=algo: algo.update(dataset.sample_transition_batch(bs)))
+        log(f"[offrl] {spec.name}: warm-up {name}")
+        warm_up(variants[name], settings.warmup)
+    log(f"[offrl] {spec.name}: float32 vs {precision}, interleaved")
+    res = run_rounds(variants, settings.main_round_s, settings.main_rounds, warmup=0, min_steps=2)
+    out["update"], out["update_mixed"] = res["float32"], res[precision]
+    out["mixed_ratio"] = paired_ratio(res["float32"], res[precision])  # ms float32 / ms mixed: the speed-up
+    return out
+
+
+def measure_d3rlpy_update(spec: AlgoSpec, settings: Settings, threads: Tuple[int, Optional[int]],
+                          log: Callable[[str], None], batch_size: Optional[int]) -> dict:
+    """d3rlpy's updates/s only (sample + update), at ``batch_size``."""
+    import d3rlpy
+    import torch
+
+    config_class = getattr(d3rlpy.algos, spec.config, None)
+    if config_class is None:
+        return {"skipped": f"d3rlpy.algos has no {spec.config}"}
+    torch.set_num_threads(threads[0])
+    d3rlpy.seed(SEED)
+    data, dataset = _data_and_dataset(spec, d3rlpy)
+    algo = config_class(**({} if batch_size is None else {"batch_size": batch_size})).create(device="cpu:0")
+    algo.build_with_dataset(dataset)
+    prepare_d3rlpy(spec.name, algo, data)
+    bs = algo.config.batch_size
+    step = loop(lambda: algo.update(dataset.sample_transition_batch(bs)))
+    log(f"[d3rlpy] {spec.name}: warm-up, updates/s")
+    warm_up(step, settings.warmup)
+    return {"batch_size": bs, "update": run_rounds({"update": step}, settings.main_round_s, settings.main_rounds,
+                                                   warmup=0, min_steps=2)["update"]}
+
+
+#: the issue's target with bf16-mixed on a CPU with bf16 units for the MLP
+#: algorithms (all those here) at batch 256, against d3rlpy's updates/s
+MIXED_TARGET_MLP = 3.0
+
+
+def precision_report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], precision: str,
+                     load: Tuple[Tuple[float, ...], Tuple[float, ...]]) -> str:
+    from offrl.training.precision import cpu_bf16_flags
+
+    A, D = o["algos"], (d or {}).get("algos", {})
+    flags = ", ".join(cpu_bf16_flags()) or "none"
+    lines = [
+        f"updates/s, sample_transition_batch + update, float32 vs {precision} (same weights, interleaved rounds) "
+        f"vs d3rlpy; {o['threads'][0]} torch threads; synthetic Pendulum-/CartPole-like data as above",
+        f"offrl {o['version']} (torch {o['torch']}); CPU {platform.processor() or platform.machine()}, bf16 flags: "
+        f"{flags}; {os.cpu_count()} CPUs; load average {load[0][0]:.1f} at start, {load[1][0]:.1f} at end",
+        f"d3rlpy {d['version']} (torch {d['torch']}), {d_source}" if d is not None else f"d3rlpy: {d_source}",
+        "",
+    ]
+    rows = []
+    for n in names:
+        a = A[n]
+        if "update" not in a:
+            rows.append([n, "-", a.get("skipped") or a.get("error"), "", "", "", "", "", "", ""])
+            continue
+        f32, mixed = _ups(a["update"]), _ups(a["update_mixed"])
+        d_ups = _ups(D.get(n, {}).get("update"))
+        target = MIXED_TARGET_MLP
+        ratio = None if d_ups is None else mixed / d_ups
+        rows.append([n, a["batch_size"], _f(f32), _f(mixed), _f(a["mixed_ratio"], "{:.2f}x"), _f(d_ups),
+                     _f(None if d_ups is None else f32 / d_ups, "{:.2f}x"), _f(ratio, "{:.2f}x"), f">= {target:g}x",
+                     _ok(None if ratio is None else ratio >= target)])
+    lines += _table(("algorithm", "batch", "offrl float32", f"offrl {precision}", f"{precision}/float32 (paired)",
+                     "d3rlpy", "float32/d3rlpy", f"{precision}/d3rlpy", "target", "result"), rows)
+    notes = [f"{n}: {precision} fell back to {A[n]['precision_in_effect']} here" for n in names
+             if A[n].get("precision_in_effect") not in (None, precision)]
+    notes.append("medians over rounds; the paired ratio is the median of per-round ratios; d3rlpy runs in its own "
+                 "process after offrl (not interleaved with it)")
+    lines += [f"* {n}" for n in notes]
+    return "\n".join(lines)
+
+
 def profile_offrl_algo(spec: AlgoSpec, steps: int, threads: int) -> str:
     """torch.profiler's top ops and cProfile's top functions for ``steps``
     fast-path updates (sampling included)."""
@@ -320,7 +439,7 @@ def measure_d3rlpy_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, 
 
 
 def measure(backend: str, names: Sequence[str], quick: bool, requested_threads: Optional[int],
-            log: Callable[[str], None]) -> dict:
+            log: Callable[[str], None], precision: Optional[str] = None, batch_size: Optional[int] = None) -> dict:
     import torch
 
     initial_threads = torch.get_num_threads()
@@ -341,6 +460,9 @@ def measure(backend: str, names: Sequence[str], quick: bool, requested_threads: 
         quiet_d3rlpy()
         out["version"] = d3rlpy.__version__
         measure_algo = measure_d3rlpy_algo
+    if precision is not None:  # updates/s only: float32 vs precision (offrl), d3rlpy's
+        measure_algo = functools.partial(measure_offrl_precision, precision=precision, batch_size=batch_size) \
+            if backend == "offrl" else functools.partial(measure_d3rlpy_update, batch_size=batch_size)
     for name in names:
         t0 = time.perf_counter()
         try:
@@ -363,6 +485,10 @@ def run_d3rlpy(args: argparse.Namespace, names: Sequence[str]) -> Tuple[Optional
     argv = ["--backend", "d3rlpy", "--json", "--only", ",".join(names), "--threads", str(args.threads)]
     if args.quick:
         argv.append("--quick")
+    if args.precision:
+        argv += ["--precision", args.precision]
+    if args.batch_size:
+        argv += ["--batch-size", str(args.batch_size)]
     return run_json(python, __file__, argv, timeout=1800, show_stderr=args.verbose)
 
 
@@ -545,23 +671,33 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also print torch.profiler / cProfile tables of offrl's training_step per algorithm")
     parser.add_argument("--verbose", action="store_true", help="show the d3rlpy worker's progress")
+    parser.add_argument("--precision", choices=("bf16-mixed",), default=None,
+                        help="updates/s only: offrl float32 vs this precision (and d3rlpy)")
+    parser.add_argument("--batch-size", type=int, default=None, help="with --precision: this batch size in both libraries")
     args = parser.parse_args(argv)
+    if args.batch_size is not None and (args.batch_size < 1 or not args.precision):
+        parser.error("--batch-size needs --precision and a positive size")
     names = parse_only(args.only, list(SPECS), parser)
     check_threads(args, parser)
 
     started = time.perf_counter()
     if args.backend is not None:
+        run = functools.partial(measure, args.backend, names, args.quick, args.threads, log, args.precision, args.batch_size)
         if args.json:
-            return worker_main(lambda: measure(args.backend, names, args.quick, args.threads, log))
-        print(json.dumps(measure(args.backend, names, args.quick, args.threads, log), indent=2))
+            return worker_main(run)
+        print(json.dumps(run(), indent=2))
         return 0
 
     load_start = print_load("start")
-    offrl_results = measure("offrl", names, args.quick, args.threads, log)
+    offrl_results = measure("offrl", names, args.quick, args.threads, log, args.precision, args.batch_size)
     gc.collect()
     measured = [n for n in names if "update" in offrl_results["algos"][n]]  # no d3rlpy run for skipped ones
     d3_results, d3_source = run_d3rlpy(args, measured) if measured else (None, "nothing to compare")
     load_end = print_load("end")
+    if args.precision:
+        print(precision_report(offrl_results, d3_results, d3_source, names, args.precision, (load_start, load_end)))
+        print(f"* total benchmark time {time.perf_counter() - started:.0f} s")
+        return 0
     print(report(offrl_results, d3_results, d3_source, names, args.quick, (load_start, load_end)))
     if args.profile:
         import torch

@@ -4,6 +4,7 @@ the same data, offrl beside d3rlpy 2.8.1 (several seeds).
 Run from the repository root (offrl installed, e.g. ``pip install -e .``):
 
     python benchmarks/quality.py [--quick] [--seeds 3] [--only DQN,IQL] [--no-d3rlpy] [--threads 1]
+    python benchmarks/quality.py --precision bf16-mixed --data replay --quick   # offrl float32 vs bf16-mixed
     D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/quality.py --quick --only DQN
 
 Data (made here with gymnasium, deterministic): CartPole-v1 logged by a
@@ -16,7 +17,9 @@ environment's bounds [-2, 2] to [-1, 1] by ``MinMaxActionScaler`` unless
 (10 episodes, fixed seeds). Every (library, algorithm, seed) job runs in
 its own worker process on the same saved arrays, with ``--threads`` torch
 threads (default 1); d3rlpy's in the interpreter given by ``--d3rlpy-python``
-or ``$D3RLPY_PYTHON`` (skipped with a note when neither is given). This is a
+or ``$D3RLPY_PYTHON`` (skipped with a note when neither is given). With
+``--precision bf16-mixed`` the second column is offrl again, the same seeds
+with ``precision="bf16-mixed"`` (issue 32), instead of d3rlpy. This is a
 benchmark, not a test: read the table.
 """
 
@@ -160,7 +163,7 @@ def evaluate(predict, env_id: str) -> float:
 
 
 # --------------------------------------------------------------- backends
-def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int) -> dict:
+def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int, precision: str = "float32") -> dict:
     import offrl
     from offrl.dataset import MDPDataset
     from offrl.logging import NoopAdapterFactory
@@ -172,11 +175,13 @@ def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int) -> di
     changes = CONFIG_CHANGES[name](updates) if name in CONFIG_CHANGES else {}
     if not discrete and ACTION_SCALER["on"]:
         changes["action_scaler"] = offrl.preprocessing.MinMaxActionScaler(minimum=PENDULUM_BOUNDS[0], maximum=PENDULUM_BOUNDS[1])
+    if precision != "float32":  # offrl's addition: leave the field out otherwise (configs older than it)
+        changes["precision"] = precision
     algo = getattr(offrl.algos, f"{name}Config")(**changes).create(device="cpu")
     start = time.perf_counter()
     algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, logger_adapter=NoopAdapterFactory(), show_progress=False)
     seconds = time.perf_counter() - start
-    return {"return": evaluate(algo.predict, env_id), "seconds": seconds}
+    return {"return": evaluate(algo.predict, env_id), "seconds": seconds, "precision": getattr(algo, "precision", "float32")}
 
 
 def run_d3rlpy(name: str, data: dict, env_id: str, updates: int, seed: int) -> dict:
@@ -215,6 +220,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--job-timeout", type=float, default=1800.0,
                         help="seconds one (library, algorithm, seed) job may run (default 1800; CalQL's 2,000 "
                              "updates take longer on a loaded machine)")
+    parser.add_argument("--precision", choices=["bf16-mixed"], default=None,
+                        help="compare offrl float32 with offrl at this precision (same seeds) instead of d3rlpy")
     parser.add_argument("--backend", choices=["offrl", "d3rlpy"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -230,8 +237,10 @@ def main(argv: Optional[list] = None) -> int:
         ACTION_SCALER["on"] = job.get("action_scaler", True)
         with np.load(job["data"]) as saved:  # plain arrays (allow_pickle stays off)
             data = dict(saved)
-        runner = run_offrl if args.backend == "offrl" else run_d3rlpy
-        return worker_main(lambda: runner(job["name"], data, job["env_id"], job["updates"], job["seed"]))
+        if args.backend == "offrl":
+            return worker_main(lambda: run_offrl(job["name"], data, job["env_id"], job["updates"], job["seed"],
+                                                 job.get("precision", "float32")))
+        return worker_main(lambda: run_d3rlpy(job["name"], data, job["env_id"], job["updates"], job["seed"]))
 
     names = parse_only(args.only, list(ALGOS), parser)
     kinds = [k.strip() for k in args.data.split(",") if k.strip()]
@@ -255,20 +264,22 @@ def main(argv: Optional[list] = None) -> int:
             returns = [data["rewards"][s:e].sum() for s, e in zip(starts, ends)]
             print(f"{ENV_IDS[env]} {kind}: {len(data['rewards'])} logged steps, {len(returns)} episodes, "
                   f"behaviour return {np.mean(returns):.1f} ± {np.std(returns):.1f}")
-        d3_python, d3_note = d3rlpy_interpreter(args)
+        d3_python, d3_note = (None, f"not run (offrl float32 vs {args.precision})") if args.precision \
+            else d3rlpy_interpreter(args)
         print(f"d3rlpy: {d3_note}; {args.seeds} seeds; {N_EVAL_EPISODES} evaluation episodes each; "
               f"torch threads {args.threads}\n")
 
-        def job(backend: str, python: str, name: str, kind: str, seed: int) -> dict:
+        def job(backend: str, python: str, name: str, kind: str, seed: int, precision: str = "float32") -> dict:
             env, updates, quick = ALGOS[name]
             spec = {"name": name, "data": files[env, kind], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates,
-                    "seed": seed, "threads": args.threads, "action_scaler": not args.no_action_scaler}
+                    "seed": seed, "threads": args.threads, "action_scaler": not args.no_action_scaler,
+                    "precision": precision}
             result, note = run_json(python, __file__, ["--backend", backend, "--job", json.dumps(spec)],
                                     timeout=args.job_timeout)
             result = result if result is not None else {"error": note.strip().splitlines()[-1]}
             # each job as it ends (its seed shown), so a long run that is stopped still leaves its figures
             outcome = f"return {result['return']:.1f} in {result['seconds']:.0f} s" if "error" not in result else result["error"]
-            log(f"{name} {kind} {backend} seed {seed}: {outcome}")
+            log(f"{name} {kind} {backend}{'' if precision == 'float32' else ' ' + precision} seed {seed}: {outcome}")
             return result
 
         def cell(results: list) -> tuple:
@@ -286,14 +297,19 @@ def main(argv: Optional[list] = None) -> int:
             rows: dict = {"offrl": [], "d3rlpy": []}
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 rows["offrl"].append(job("offrl", sys.executable, name, kind, seed))
-                if d3_python:
+                if args.precision:  # the second column: offrl at that precision
+                    rows["d3rlpy"].append(job("offrl", sys.executable, name, kind, seed, args.precision))
+                elif d3_python:
                     rows["d3rlpy"].append(job("d3rlpy", d3_python, name, kind, seed))
             (o_ret, o_s), (d_ret, d_s) = cell(rows["offrl"]), cell(rows["d3rlpy"])
-            log(f"{name} {kind}: offrl {o_ret}, d3rlpy {d_ret}")
+            log(f"{name} {kind}: offrl {o_ret}, {args.precision or 'd3rlpy'} {d_ret}")
             table.append([name, ENV_IDS[env], kind, quick if args.quick else updates, o_ret, d_ret, o_s, d_s])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print_table(["algorithm", "env", "data", "updates", "offrl return", "d3rlpy return", "offrl s", "d3rlpy s"], table, left=3)
+    other = f"offrl {args.precision}" if args.precision else "d3rlpy"
+    first = "offrl float32" if args.precision else "offrl"
+    print_table(["algorithm", "env", "data", "updates", f"{first} return", f"{other} return", f"{first} s", f"{other} s"],
+                table, left=3)
     print_load("end")
     return 0
 

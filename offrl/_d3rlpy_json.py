@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Optional, Set
+from typing import Any, Dict, Optional, Set, Tuple
 
 from ._safety import load_json
 from .serialization import lookup, to_json_value
@@ -105,9 +105,16 @@ class D3rlpySerializable:
     """d3rlpy's serializable interface on top of offrl's ``Serializable``
     (``_params``, ``_kind``, ``get_type``, ``from_dict``)."""
 
+    #: offrl's additions that d3rlpy's classes lack: left out at their
+    #: default, so that the output is d3rlpy's own
+    _offrl_only_fields: Tuple[str, ...] = ()
+
     def serialize_to_dict(self) -> Dict[str, Any]:
         """The parameters as d3rlpy's JSON-ready dict."""
-        return {name: to_d3rlpy_json(to_json_value(value), name) for name, value in self._params().items()}  # type: ignore[attr-defined]
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in self._offrl_only_fields} \
+            if dataclasses.is_dataclass(self) else {}
+        return {name: to_d3rlpy_json(to_json_value(value), name) for name, value in self._params().items()  # type: ignore[attr-defined]
+                if not (name in defaults and value == defaults[name])}
 
     def serialize(self) -> str:
         """d3rlpy's ``serialize()``: the parameters as a JSON string."""

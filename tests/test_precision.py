@@ -317,3 +317,14 @@ def test_a_loss_that_becomes_non_finite_in_bf16_names_the_precision(tmp_path):
     with pytest.raises(NonFiniteLossError, match=r"precision='bf16-mixed'.*restored"):
         algo.fit(huge, 4, 2, logger_adapter=FileAdapterFactory(str(tmp_path)), show_progress=False)
     assert not list(tmp_path.rglob("*.d3"))  # nothing diverged was saved
+
+
+def test_the_onednn_float32_path_steps_aside_under_autocast():
+    """offrl's layers send wide float32 CPU products to oneDNN through their
+    own autograd functions, which autocast cannot see: in a mixed step they
+    take autocast's bf16 products instead."""
+    x = torch.randn(256, 256)
+    for layer in (EnsembleLinear(2, 256, 256), Linear(256, 256)):
+        assert layer(x).dtype == torch.float32
+        with precision.autocast(torch.device("cpu")):
+            assert layer(x).dtype == torch.bfloat16

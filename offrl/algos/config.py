@@ -182,6 +182,7 @@ class LearnableConfig(D3rlpySerializable, Serializable):
     """
 
     _kind = "algorithm"
+    _offrl_only_fields = ("precision",)  # serialize() leaves it out at float32: d3rlpy's JSON
 
     batch_size: int = param(256, check=POSITIVE_INT)
     gamma: float = param(0.99, check=UNIT_INTERVAL)
