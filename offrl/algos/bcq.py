@@ -55,6 +55,7 @@ import torch.nn.functional as F
 
 from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.layers import float32_head
 from ..models.modules import Modules
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.perturbation import PerturbationActor, create_perturbation_actor
@@ -486,7 +487,7 @@ class DiscreteBCQ(DoubleDQN):
         through the shared encoder (only when :meth:`_shares_features`)."""
         q = self._modules.q_function
         features = q.encoder(observations)  # (E, B, F); the imitator reads the first member's
-        return q.head(features), self._modules.imitator.fc(features[0])
+        return float32_head(q.head, features), float32_head(self._modules.imitator.fc, features[0])
 
     def _next_value(self, next_observations) -> torch.Tensor:
         q, targ = self._modules.q_function, self._target_q_function()

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .encoders import EncoderFactory, ShapeLike, compute_output_size
+from .layers import float32_head
 
 __all__ = ["PerturbationActor", "create_perturbation_actor"]
 
@@ -32,7 +33,7 @@ class PerturbationActor(nn.Module):
         self.action_flexibility = float(action_flexibility)
 
     def forward(self, x: Any, action: torch.Tensor) -> torch.Tensor:
-        residual = self.action_flexibility * torch.tanh(self.fc(self.encoder(x, action)))
+        residual = self.action_flexibility * torch.tanh(float32_head(self.fc, self.encoder(x, action)))
         return (action + residual).clamp(-1.0, 1.0)
 
 

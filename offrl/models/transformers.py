@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..constants import PositionEncodingType
-from .layers import Linear, linear
+from .layers import Linear, float32_head, linear
 
 __all__ = [
     "ACTIVATIONS",
@@ -409,7 +409,7 @@ class ContinuousDecisionTransformer(_DecisionTransformerBase):
         return self.embed_ln(tokens)
 
     def _head(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.output(features))
+        return torch.tanh(float32_head(self.output, features))
 
     def forward(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
                 timesteps: torch.Tensor, last_only: bool = False, masks: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -440,7 +440,7 @@ class DiscreteDecisionTransformer(_DecisionTransformerBase):
         return self.embed_activation(tokens)
 
     def _head(self, features: torch.Tensor) -> torch.Tensor:
-        return self.output(features)
+        return float32_head(self.output, features)
 
     def forward(self, observations: Any, actions: torch.Tensor, returns_to_go: torch.Tensor,
                 timesteps: torch.Tensor, last_only: bool = False, masks: Optional[torch.Tensor] = None) -> torch.Tensor:

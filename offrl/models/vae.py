@@ -28,6 +28,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from .encoders import EncoderFactory, ShapeLike, compute_output_size
+from .layers import float32_head
 
 __all__ = [
     "VAEEncoder",
@@ -81,7 +82,7 @@ class VAEEncoder(nn.Module):
 
     def forward(self, x: Any, action: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         h = self.encoder(x, action)
-        return self.mu(h), self.logstd(h).clamp(self.min_logstd, self.max_logstd)
+        return float32_head(self.mu, h), float32_head(self.logstd, h).clamp(self.min_logstd, self.max_logstd)
 
 
 class VAEDecoder(nn.Module):
@@ -95,7 +96,7 @@ class VAEDecoder(nn.Module):
         self.action_size = int(action_size)
 
     def forward(self, x: Any, latent: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.encoder(x, latent))
+        return float32_head(self.fc, self.encoder(x, latent))
 
 
 class ConditionalVAE(nn.Module):

@@ -380,3 +380,29 @@ def test_exported_policy_matches_predict(name, kind, discrete, tmp_path, dataset
         assert int(meta["action_size"]) == 2
         assert json.loads(meta["observation_shapes"]) == ([[3], [1, 36, 36]] if kind == "tuple" else [[3]])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx", "policy.pt"]
+
+
+BF16_CASES = [(name, kind, discrete) for name, kind, discrete in CASES
+              if kind == "vector" and CONFIGS[name].algorithm_class().is_trainable]
+
+
+@pytest.mark.parametrize("name,kind,discrete", BF16_CASES, ids=[f"{n}-{'discrete' if d else 'continuous'}" for n, _, d in BF16_CASES])
+def test_bf16_mixed_trains_with_finite_losses_and_float32_predictions(name, kind, discrete, dataset_factory):
+    """precision="bf16-mixed" (forced on: emulated where the CPU lacks bf16
+    units) trains every algorithm; predict stays float32 and finite."""
+    from offrl.training import precision
+
+    offrl.seed(0)
+    dataset = dataset_factory(kind, discrete)
+    config, algo = _make(name, kind, discrete)
+    config.precision = "bf16-mixed"
+    precision.set_bf16_available(True)
+    try:
+        results = _fit(algo, dataset, steps=2)
+        assert algo.precision == "bf16-mixed"
+    finally:
+        precision.set_bf16_available(None)
+    assert all(np.isfinite(v) for _, metrics in results for k, v in metrics.items() if not k.startswith("time_"))
+    if algo.has_policy and not algo.predicts_from_sequences:  # (a sequence model predicts from a context)
+        action = algo.predict(_observations(dataset))
+        assert action.dtype == (np.int64 if discrete else np.float32) and np.isfinite(action.astype(np.float64)).all()
