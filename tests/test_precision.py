@@ -103,25 +103,16 @@ def test_one_bf16_update_matches_float32_within_bf16s_precision(name):
     assert got != expected  # it did run in bf16
 
 
-def test_the_hidden_products_run_in_bf16_and_the_outputs_in_float32():
+def test_the_hidden_products_run_in_bf16_and_the_outputs_in_float32(monkeypatch):
     f32, b16, batch = _twins("sac")
     seen = {}
     q_function = b16.modules["q_function"]
     hidden = next(m for m in q_function.modules() if isinstance(m, (EnsembleLinear, Linear)))
     hidden.register_forward_hook(lambda m, i, o: seen.setdefault("hidden", o.dtype) and None)
     targets = []
-    real_td_target = sac_module.td_target
-
-    def recording_td_target(*args, **kwargs):
-        out = real_td_target(*args, **kwargs)
-        targets.append(out.dtype)
-        return out
-
-    sac_module.td_target = recording_td_target
-    try:
-        result = b16.training_step(batch)
-    finally:
-        sac_module.td_target = real_td_target
+    real = sac_module.td_target
+    monkeypatch.setattr(sac_module, "td_target", lambda *a, **k: targets.append(real(*a, **k).dtype) or real(*a, **k))
+    result = b16.training_step(batch)
     assert seen["hidden"] == torch.bfloat16
     assert targets == [torch.float32]
     assert all(v.dtype == torch.float32 for v in result.metrics.values())
