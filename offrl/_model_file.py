@@ -115,9 +115,30 @@ def _encode(value: Any, path: List[str], tensors: Dict[str, Any], storages: set)
     raise TypeError(f"cannot write a {type(value).__name__} at {'.'.join(path)} into a model file")
 
 
+def _canonical_header(data: bytes) -> bytes:
+    """The same safetensors bytes with the header's entries in one fixed
+    order (``__metadata__`` first, its keys sorted, then the tensors by
+    their offsets): safetensors writes them from a hash map, in an order
+    that changes from one process or call to the next, so two saves of the
+    same algorithm would differ. The data section is unchanged (each
+    tensor's offsets are in its entry); the header keeps its 8-byte
+    padding."""
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    ordered: Dict[str, Any] = {}
+    if "__metadata__" in header:
+        ordered["__metadata__"] = dict(sorted(header.pop("__metadata__").items()))
+    ordered.update(sorted(header.items(), key=lambda kv: (kv[1]["data_offsets"], kv[0])))
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + data[8 + n:]
+
+
 def write_payload(payload: Dict[str, Any], fname: Any) -> None:
     """Write a model payload (``format``, ``format_version``, then any of
-    offrl's entries: JSON values and tensors) to ``fname`` atomically."""
+    offrl's entries: JSON values and tensors) to ``fname`` atomically, or to
+    a binary file object (``io.BytesIO``, an open file: d3rlpy's
+    ``impl.save_model(f)``) at its position."""
     from safetensors.torch import save
 
     body = {k: v for k, v in payload.items() if k not in ("format", "format_version")}
@@ -125,7 +146,10 @@ def write_payload(payload: Dict[str, Any], fname: Any) -> None:
     record = json.dumps(_encode(body, [], tensors, set()), allow_nan=True, separators=(",", ":"))
     metadata = {"format": str(payload.get("format", MODEL_FORMAT)),
                 "format_version": str(payload.get("format_version")), "offrl": record}
-    data = save(tensors, metadata=metadata)  # the bytes, written by Python: a failed write is an OSError
+    data = _canonical_header(save(tensors, metadata=metadata))  # written by Python: a failed write is an OSError
+    if callable(getattr(fname, "write", None)) and not isinstance(fname, (str, bytes)):
+        fname.write(data)
+        return
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:

@@ -34,9 +34,15 @@ AREAS = [
 
 
 def _module(classname: str) -> str:
-    for prefix in ("d3rlpy_suite.", "tests."):
-        if prefix in classname:
-            return classname.split(prefix, 1)[1]
+    """the test module relative to the suite's root, the same for both runs:
+    the baseline's ``compat.d3rlpy_suite.upstream.tests.dataset.test_io`` (or
+    ``tests.dataset.test_io`` when run from ``upstream/``) and the port's
+    ``compat.d3rlpy_suite.dataset.test_io`` both give ``dataset.test_io``"""
+    for prefix in ("upstream.tests.", "d3rlpy_suite.", "tests."):
+        if classname.startswith(prefix):
+            return classname[len(prefix):]
+        if "." + prefix in classname:
+            return classname.split("." + prefix, 1)[1]
     return classname
 
 

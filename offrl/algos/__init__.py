@@ -1,7 +1,7 @@
 """Algorithms: one file each, sharing base.py; the loops that run them live in offrl.training."""
 
 from .base import LearnableConfig, NonFiniteLossError, QLearningAlgoBase, TrainStepResult, parse_device
-from .impl import QLearningAlgoImplBase, TQLearningConfig, TQLearningImpl
+from .impl import QLearningAlgoImplBase, TQLearningConfig, TQLearningImpl, TransformerAlgoImplBase
 from .awac import AWAC, AWACConfig
 from .calql import CalQL, CalQLConfig
 from .bc import BC, BCConfig, DiscreteBC, DiscreteBCConfig
@@ -25,6 +25,7 @@ from .decision_transformer import (
     TransformerConfig,
     TransformerInput,
 )
+from .transformer_inputs import TorchTransformerInput
 from .dqn import DQN, DQNConfig, DoubleDQN, DoubleDQNConfig
 from .tacr import TACR, TACRConfig
 from .fqe import DiscreteFQE, DiscreteFQEConfig, FQE, FQEConfig  # noqa: F401 (registered; offrl.ope re-exports them)
@@ -52,6 +53,8 @@ __all__ = [
     "LearnableConfig",
     "QLearningAlgoBase",
     "QLearningAlgoImplBase",
+    "TransformerAlgoImplBase",
+    "TorchTransformerInput",
     "TQLearningConfig",
     "TQLearningImpl",
     "NonFiniteLossError",

@@ -282,7 +282,26 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
     # ---------------------------------------------------------- properties
     @property
     def config(self) -> LearnableConfig:
-        return self._config
+        """The config this algorithm runs: the one it was given, except that
+        once its scalers are fitted (``fit``, ``build_with_dataset``, a
+        loaded model) it names the fitted scalers, so that
+        ``algo.config.create()`` gives an algorithm that predicts on the
+        same scale (d3rlpy's habit: its ``fit`` fits the config's scalers in
+        place). The config object the user passed is never modified: a
+        copy with the fitted scalers is returned, the same object until the
+        config or a scaler changes."""
+        names = ("observation_scaler", "action_scaler", "reward_scaler")
+        mine = {n: getattr(self, f"_{n}", None) for n in names}
+        fitted = {n: v for n, v in mine.items()
+                  if v is not None and getattr(v, "built", False) and getattr(self._config, n, None) is not v}
+        if not fitted:
+            return self._config
+        cached = getattr(self, "_fitted_config", None)
+        if cached is not None and cached[0] is self._config and all(getattr(cached[1], n) is v for n, v in fitted.items()):
+            return cached[1]
+        config = dataclasses.replace(self._config, **fitted)
+        self._fitted_config = (self._config, config)
+        return config
 
     @property
     def device(self) -> torch.device:
@@ -369,6 +388,21 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
     def optimizers(self) -> Dict[str, Any]:
         """The optimizers, by name."""
         return dict(self._optims)
+
+    @property
+    def q_function_optim(self) -> Any:
+        """The Q-function's optimizer (d3rlpy's ``impl.q_function_optim``;
+        ``algo.impl`` is the algorithm itself once built), None if the
+        algorithm has none."""
+        self.require_built()
+        return getattr(self._modules, self._q_optim) if self._q_optim is not None else None
+
+    @property
+    def policy_optim(self) -> Any:
+        """The policy's optimizer (d3rlpy's ``impl.policy_optim``), None if
+        the algorithm has none."""
+        self.require_built()
+        return getattr(self._modules, self._policy_optim) if self._policy_optim is not None else None
 
     # ------------------------------------------------------------ building
     def create_impl(self, observation_shape: Shape, action_size: int) -> None:

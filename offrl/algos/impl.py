@@ -28,7 +28,7 @@ from torch import nn
 from ..models.modules import Modules
 from .config import LearnableConfig
 
-__all__ = ["ImplBase", "QLearningAlgoImplBase", "TQLearningImpl", "TQLearningConfig", "ImplPolicy",
+__all__ = ["ImplBase", "QLearningAlgoImplBase", "TransformerAlgoImplBase", "TQLearningImpl", "TQLearningConfig", "ImplPolicy",
            "impl_update", "checked_impl"]
 
 
@@ -60,6 +60,14 @@ class ImplBase(metaclass=abc.ABCMeta):
     @property
     def modules(self) -> Modules:
         return self._modules
+
+
+class TransformerAlgoImplBase(ImplBase):
+    """d3rlpy's ``TransformerAlgoImplBase``, the first type parameter of
+    ``TransformerAlgoBase[TransformerAlgoImplBase, TransformerConfig]`` in
+    annotations. offrl's transformers keep their networks on the algorithm
+    itself (``_build`` / ``_update``, see :mod:`offrl.algos.transformer_base`),
+    so no offrl algorithm instantiates it."""
 
 
 class QLearningAlgoImplBase(ImplBase):

@@ -3,17 +3,20 @@
 ``from offrl.algos.qlearning import CQLConfig`` works as in d3rlpy 2.8.1:
 every name of that d3rlpy module that offrl has is this module's, the same
 object as in :mod:`offrl.algos` (algorithms added later appear here by
-themselves). Submodule paths (``offrl.algos.qlearning.cql``) name offrl's
-one-file-per-algorithm modules. A d3rlpy name offrl does not have yet raises
+themselves). Submodule paths (``offrl.algos.qlearning.cql``,
+``offrl.algos.qlearning.sac`` with ``DiscreteSAC``, ``.explorers``,
+``.cal_ql``) are modules holding the names d3rlpy's submodule of that name
+holds, the same objects as in :mod:`offrl.algos`. A d3rlpy name offrl does not have yet raises
 an ``AttributeError`` (so an ``ImportError`` on ``from ... import``) naming
 the issue that will bring it (:data:`MISSING`).
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Any, Dict, List
+
+from ._aliases import alias_submodule
 
 #: public names of ``d3rlpy.algos.qlearning`` in d3rlpy 2.8.1 (classes and functions)
 D3RLPY_NAMES = (
@@ -27,9 +30,21 @@ D3RLPY_NAMES = (
     "TD3Config", "TD3PlusBC", "TD3PlusBCConfig", "TQLearningConfig", "TQLearningImpl",
 )
 
-#: d3rlpy 2.8.1's submodules of ``d3rlpy.algos.qlearning`` that offrl mirrors one to one
-_SUBMODULES = ("bc", "cql", "ddpg", "dqn", "explorers", "iql", "nfq", "random_policy", "sac", "td3", "td3_plus_bc",
-               "awac", "crr", "cal_ql", "rebrac", "bcq", "bear", "plas", "prdc")
+#: d3rlpy 2.8.1's submodules of ``d3rlpy.algos.qlearning`` and the names each holds
+_SUBMODULES: Dict[str, tuple] = {
+    "awac": ("AWACConfig", "AWAC"), "bc": ("BCConfig", "BC", "DiscreteBCConfig", "DiscreteBC"),
+    "bcq": ("BCQConfig", "BCQ", "DiscreteBCQConfig", "DiscreteBCQ"), "bear": ("BEARConfig", "BEAR"),
+    "cal_ql": ("CalQLConfig", "CalQL"), "cql": ("CQLConfig", "CQL", "DiscreteCQLConfig", "DiscreteCQL"),
+    "crr": ("CRRConfig", "CRR"), "ddpg": ("DDPGConfig", "DDPG"),
+    "dqn": ("DQNConfig", "DQN", "DoubleDQNConfig", "DoubleDQN"),
+    "explorers": ("Explorer", "ConstantEpsilonGreedy", "LinearDecayEpsilonGreedy", "NormalNoise"),
+    "iql": ("IQLConfig", "IQL"), "nfq": ("NFQConfig", "NFQ"),
+    "plas": ("PLASConfig", "PLAS", "PLASWithPerturbationConfig", "PLASWithPerturbation"),
+    "prdc": ("PRDCConfig", "PRDC"),
+    "random_policy": ("RandomPolicyConfig", "RandomPolicy", "DiscreteRandomPolicyConfig", "DiscreteRandomPolicy"),
+    "rebrac": ("ReBRACConfig", "ReBRAC"), "sac": ("SACConfig", "SAC", "DiscreteSACConfig", "DiscreteSAC"),
+    "td3": ("TD3Config", "TD3"), "td3_plus_bc": ("TD3PlusBCConfig", "TD3PlusBC"),
+}
 
 #: the issue that brings each d3rlpy name offrl does not have
 _PLANNED: Dict[str, str] = {
@@ -42,12 +57,8 @@ _algos = sys.modules[__name__.rpartition(".")[0]]
 __all__: List[str] = [name for name in D3RLPY_NAMES if hasattr(_algos, name)]
 globals().update({name: getattr(_algos, name) for name in __all__})
 
-for _name in _SUBMODULES:
-    try:
-        _module = importlib.import_module(f"{_algos.__name__}.{_name}")
-    except ModuleNotFoundError:
-        continue
-    sys.modules[f"{__name__}.{_name}"] = _module
+for _name, _names in _SUBMODULES.items():
+    alias_submodule(sys.modules[__name__], _name, {n: getattr(_algos, n) for n in _names if hasattr(_algos, n)})
 
 
 def _why_missing(name: str) -> str:

@@ -1,18 +1,17 @@
 """d3rlpy's ``d3rlpy.algos.transformer`` import path, as an alias.
 
-The Decision Transformer family (``DecisionTransformer``,
-``DiscreteDecisionTransformer``, ``TACR``, their configs, action samplers
-and ``StatefulTransformerWrapper``) comes with issue 18: until then this
-module exists so that d3rlpy code importing it fails on the name, with an
-``AttributeError`` / ``ImportError`` that says so, rather than on the
-module path. Names that offrl has are the same objects as in
-:mod:`offrl.algos` and appear here by themselves once added.
+Every name of that d3rlpy module is this module's, the same object as in
+:mod:`offrl.algos`; its submodule paths (``.inputs``, ``.base``,
+``.action_samplers``, ``.decision_transformer``, ``.tacr``) are modules
+holding the names d3rlpy's submodule of that name holds.
 """
 
 from __future__ import annotations
 
 import sys
 from typing import Any, Dict, List
+
+from ._aliases import alias_submodule
 
 #: public names of ``d3rlpy.algos.transformer`` in d3rlpy 2.8.1
 D3RLPY_NAMES = (
@@ -22,12 +21,25 @@ D3RLPY_NAMES = (
     "TransformerActionSampler", "TransformerAlgoBase", "TransformerAlgoImplBase", "TransformerConfig",
     "TransformerInput",
 )
-_NO_COUNTERPART = ("TransformerAlgoImplBase", "TorchTransformerInput")
+_NO_COUNTERPART: tuple = ()
+
+#: d3rlpy 2.8.1's submodules of ``d3rlpy.algos.transformer`` and the names each holds
+_SUBMODULES: Dict[str, tuple] = {
+    "action_samplers": ("TransformerActionSampler", "IdentityTransformerActionSampler",
+                        "SoftmaxTransformerActionSampler", "GreedyTransformerActionSampler"),
+    "base": ("TransformerAlgoImplBase", "StatefulTransformerWrapper", "TransformerConfig", "TransformerAlgoBase"),
+    "decision_transformer": ("DecisionTransformerConfig", "DecisionTransformer", "DiscreteDecisionTransformerConfig",
+                             "DiscreteDecisionTransformer"),
+    "inputs": ("TransformerInput", "TorchTransformerInput"),
+    "tacr": ("TACRConfig", "TACR"),
+}
 
 _algos = sys.modules[__name__.rpartition(".")[0]]
 
 __all__: List[str] = [name for name in D3RLPY_NAMES if hasattr(_algos, name)]
 globals().update({name: getattr(_algos, name) for name in __all__})
+for _name, _names in _SUBMODULES.items():
+    alias_submodule(sys.modules[__name__], _name, {n: getattr(_algos, n) for n in _names if hasattr(_algos, n)})
 
 #: d3rlpy names not available here yet, with the reason
 MISSING: Dict[str, str] = {

@@ -1,13 +1,12 @@
 """Optimizer and learning-rate scheduler factories (d3rlpy's
 ``d3rlpy.optimizers``).
 
-The optimizer factories are defined in :mod:`offrl.optimizers.optimizers`
-(``AdamWFactory`` in :mod:`offrl.optimizers.adamw`), the scheduler
+The optimizer factories are defined in :mod:`offrl.optimizers.optimizers`,
+the scheduler
 factories in :mod:`offrl.optimizers.lr_schedulers`. :mod:`offrl.models`
 re-exports the optimizer factories (the same classes) under its names.
 """
 
-from .adamw import AdamWFactory
 from .lr_schedulers import (
     CosineAnnealingLRFactory,
     LRSchedulerFactory,
@@ -19,6 +18,7 @@ from .lr_schedulers import (
 )
 from .optimizers import (
     AdamFactory,
+    AdamWFactory,
     GPTAdamWFactory,
     OptimizerFactory,
     OptimizerWrapper,

@@ -1,6 +1,5 @@
 """Optimizer factories: which torch optimizer to build, as JSON data
-(d3rlpy's ``d3rlpy.optimizers.optimizers``; ``AdamWFactory`` is in
-:mod:`offrl.optimizers.adamw`).
+(d3rlpy's ``d3rlpy.optimizers.optimizers``).
 
 ``OptimizerFactory(optim_cls, **kwargs)`` names any optimizer in
 ``torch.optim``; on load only names found there are accepted, so a config
@@ -30,6 +29,7 @@ __all__ = [
     "OptimizerFactory",
     "SGDFactory",
     "AdamFactory",
+    "AdamWFactory",
     "RMSpropFactory",
     "GPTAdamWFactory",
     "OptimizerWrapper",
@@ -63,6 +63,15 @@ class OptimizerWrapper:
     def reset(self) -> None:
         """Forget the moment estimates and step counts."""
         self.optim.state.clear()
+
+    @property
+    def state(self) -> Any:
+        """The torch optimizer's per-parameter state (empty before the first step)."""
+        return self.optim.state
+
+    @property
+    def param_groups(self) -> Any:
+        return self.optim.param_groups
 
 
 def _optim_class(name_or_cls: Any) -> type:
@@ -223,6 +232,28 @@ class AdamFactory(_AdamFields):
 
     def _kwargs(self) -> Dict[str, Any]:
         return dict(betas=self.betas, eps=self.eps, weight_decay=self.weight_decay, amsgrad=self.amsgrad)
+
+
+@register("optimizer")
+@dataclasses.dataclass
+class AdamWFactory(AdamFactory):
+    """``torch.optim.AdamW``; fields as d3rlpy's ``AdamWFactory`` (the weight
+    decay is decoupled from the gradient, applied to every parameter).
+
+    Args:
+        betas, eps, weight_decay, amsgrad: AdamW's parameters.
+        clip_grad_norm: clip the gradient norm before each step (None: no clipping).
+        lr_scheduler_factory: a scheduler stepped after each optimizer step.
+    """
+
+    weight_decay: float = 0.0
+
+    @staticmethod
+    def get_type() -> str:
+        return "adam_w"
+
+    def _optim_class(self) -> type:
+        return torch.optim.AdamW
 
 
 @register("optimizer")

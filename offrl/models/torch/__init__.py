@@ -7,34 +7,38 @@ offrl's networks take any ``nn.Module`` with these call signatures; the
 classes are here so that code written for d3rlpy imports and subclasses
 them unchanged. d3rlpy's other torch modules (its policies, Q-functions
 and their "forwarders") are its implementation layer and are not
-provided.
+provided; :class:`ActionOutput` and :class:`QFunctionOutput`, the records
+those modules return, are, for custom modules written to d3rlpy's shapes.
 """
 
 from __future__ import annotations
 
-import abc
+import dataclasses
+from typing import Optional
 
 import torch
-from torch import nn
 
-from ...types import TorchObservation
+from .encoders import Encoder, EncoderWithAction
 
-__all__ = ["Encoder", "EncoderWithAction"]
-
-
-class Encoder(nn.Module, metaclass=abc.ABCMeta):
-    """An observation encoder: ``forward(x) -> (B, features)``; ``x`` is a
-    tensor, or a list of tensors for tuple observations."""
-
-    @abc.abstractmethod
-    def forward(self, x: TorchObservation) -> torch.Tensor:
-        """The features of a batch of (scaled) observations."""
+__all__ = ["ActionOutput", "Encoder", "EncoderWithAction", "QFunctionOutput"]
 
 
-class EncoderWithAction(nn.Module, metaclass=abc.ABCMeta):
-    """An observation-and-action encoder (a Q-function's):
-    ``forward(x, action) -> (B, features)``."""
+@dataclasses.dataclass(frozen=True)
+class ActionOutput:
+    """What a d3rlpy policy module returns: the pre-squash mean ``mu``, the
+    squashed (``tanh``) mean and the log standard deviation (None for a
+    deterministic policy)."""
 
-    @abc.abstractmethod
-    def forward(self, x: TorchObservation, action: torch.Tensor) -> torch.Tensor:
-        """The features of a batch of (scaled) observations and actions."""
+    mu: torch.Tensor
+    squashed_mu: torch.Tensor
+    logstd: Optional[torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class QFunctionOutput:
+    """What a d3rlpy Q-function module returns: the Q-values, and for
+    distributional Q-functions the quantiles and their levels ``taus``."""
+
+    q_value: torch.Tensor
+    quantiles: Optional[torch.Tensor]
+    taus: Optional[torch.Tensor]
