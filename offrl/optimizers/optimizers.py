@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -39,25 +39,44 @@ __all__ = [
 
 
 class OptimizerWrapper:
-    """A torch optimizer with optional gradient clipping (one ``step`` call)."""
+    """A torch optimizer with optional gradient clipping (one ``step`` call).
 
-    def __init__(self, optim: torch.optim.Optimizer, params: Sequence[nn.Parameter], clip_grad_norm: Optional[float]) -> None:
+    d3rlpy's constructor ``OptimizerWrapper(params=, optim=, compiled=,
+    clip_grad_norm=, lr_scheduler=)`` works too: ``compiled=False`` zeroes
+    gradients in place (d3rlpy's eager mode), ``compiled=True`` or offrl's
+    default drops them (``set_to_none``, faster); ``lr_scheduler`` is
+    stepped after each optimizer step (offrl's factories attach theirs with
+    :func:`~offrl.optimizers.lr_schedulers.attach_lr_scheduler`)."""
+
+    def __init__(self, optim: torch.optim.Optimizer, params: Sequence[nn.Parameter],
+                 clip_grad_norm: Optional[float] = None, compiled: Optional[bool] = None,
+                 lr_scheduler: Optional[Any] = None) -> None:
         self.optim = optim
         self.params = list(params)
         self.clip_grad_norm = clip_grad_norm
+        self._set_to_none = compiled is not False
+        self._lr_scheduler = lr_scheduler
 
     def zero_grad(self) -> None:
-        self.optim.zero_grad(set_to_none=True)
+        self.optim.zero_grad(set_to_none=self._set_to_none)
 
     def step(self) -> None:
         if self.clip_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.params, self.clip_grad_norm, foreach=True)
         self.optim.step()
+        if self._lr_scheduler is not None:
+            self._lr_scheduler.step()
 
     def state_dict(self) -> Dict[str, Any]:
+        if self._lr_scheduler is not None:  # as ScheduledOptimizerWrapper's
+            return {"optimizer": self.optim.state_dict(), "lr_scheduler": self._lr_scheduler.state_dict()}
         return self.optim.state_dict()
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if self._lr_scheduler is not None and set(state) == {"optimizer", "lr_scheduler"}:
+            self.optim.load_state_dict(state["optimizer"])
+            self._lr_scheduler.load_state_dict(state["lr_scheduler"])
+            return
         self.optim.load_state_dict(state)
 
     def reset(self) -> None:
@@ -72,6 +91,32 @@ class OptimizerWrapper:
     @property
     def param_groups(self) -> Any:
         return self.optim.param_groups
+
+
+#: layers whose weights GPT-style weight decay leaves alone (by type, when modules are given)
+_NO_DECAY_LAYERS = (nn.Embedding, nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d)
+
+
+def _named_parameters(items: Iterable[Tuple[str, Any]]) -> Tuple[List[Tuple[str, nn.Parameter]], frozenset]:
+    """``(name, parameter)`` pairs from ``(name, parameter)`` pairs, or from
+    d3rlpy's ``(name, module)`` pairs (each parameter once, named
+    ``module.parameter``), and the ids of parameters of embedding and
+    normalisation layers."""
+    named: List[Tuple[str, nn.Parameter]] = []
+    seen: set = set()
+    no_decay: set = set()
+    for name, value in items:
+        if isinstance(value, nn.Module):
+            for pname, param in value.named_parameters(recurse=False):
+                if id(param) not in seen:
+                    seen.add(id(param))
+                    named.append((f"{name}.{pname}" if name else pname, param))
+                    if isinstance(value, _NO_DECAY_LAYERS):
+                        no_decay.add(id(param))
+        elif id(value) not in seen:
+            seen.add(id(value))
+            named.append((name, value))
+    return named, frozenset(no_decay)
 
 
 def _optim_class(name_or_cls: Any) -> type:
@@ -129,16 +174,20 @@ class OptimizerFactory(Serializable):
     def _kwargs(self) -> Dict[str, Any]:
         return dict(self.kwargs)
 
-    def _param_groups(self, named_params, lr: float):
+    def _param_groups(self, named_params, lr: float, no_decay: frozenset = frozenset()):
         return [p for _, p in named_params]
 
-    def create(self, named_params: Iterable[Tuple[str, nn.Parameter]], lr: float) -> OptimizerWrapper:
-        """Build the optimizer over ``named_params`` (a list of ``(name, param)``)."""
-        named = [(n, p) for n, p in named_params if p.requires_grad]
+    def create(self, named_params: Iterable[Tuple[str, Any]], lr: float, compiled: Optional[bool] = None) -> OptimizerWrapper:
+        """Build the optimizer over ``named_params`` (a list of ``(name,
+        param)``), or over the parameters of d3rlpy's ``named_modules``
+        (``module.named_modules()``: ``(name, module)`` pairs, each
+        parameter once); ``compiled`` as :class:`OptimizerWrapper`'s."""
+        named, no_decay = _named_parameters(named_params)
+        named = [(n, p) for n, p in named if p.requires_grad]
         cls = self._optim_class()
         params = [p for _, p in named]
-        optim = cls(self._param_groups(named, lr), lr=lr, **_fast_kwargs(cls, self._kwargs(), params))
-        return attach_lr_scheduler(OptimizerWrapper(optim, [p for _, p in named], self.clip_grad_norm),
+        optim = cls(self._param_groups(named, lr, no_decay), lr=lr, **_fast_kwargs(cls, self._kwargs(), params))
+        return attach_lr_scheduler(OptimizerWrapper(optim, [p for _, p in named], self.clip_grad_norm, compiled),
                                    self.lr_scheduler_factory)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -294,11 +343,11 @@ class GPTAdamWFactory(_AdamFields):
     def _kwargs(self) -> Dict[str, Any]:
         return dict(betas=self.betas, eps=self.eps, amsgrad=self.amsgrad)
 
-    def _param_groups(self, named_params, lr):
+    def _param_groups(self, named_params, lr, no_decay_ids: frozenset = frozenset()):
         decay, no_decay = [], []
         for name, param in named_params:
             leaf = name.rsplit(".", 1)[-1]
-            if leaf == "weight" and param.dim() >= 2 and "embed" not in name:
+            if leaf == "weight" and param.dim() >= 2 and "embed" not in name and id(param) not in no_decay_ids:
                 decay.append(param)
             else:
                 no_decay.append(param)
