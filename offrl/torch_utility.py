@@ -20,25 +20,29 @@ d3rlpy's extension API (d3rlpy 2.8.1's ``examples/custom_algo.py``):
   ``modules`` to training / evaluation mode first) and the layers
   :class:`View`, :class:`Swish` and :class:`GEGLU`.
 
-d3rlpy's ``Checkpointer`` (a pickled ``torch.save`` of every module) is not
-provided: offrl's model files hold tensors in safetensors and are read
-without an unpickler (see docs/COMPATIBILITY.md).
+* :class:`Checkpointer`: d3rlpy's ``torch.save`` archive of named modules
+  and optimizers. offrl's own model files are safetensors and read without
+  an unpickler; a Checkpointer archive is read only with
+  ``torch.load(weights_only=True)`` and only under a torch whose
+  weights-only unpickler has no known flaw (as offrl's version-1 files).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence, TypeVar, Union
+from typing import Any, Callable, Dict, Sequence, TypeVar, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dataset.batch import TorchTrajectoryMiniBatch  # noqa: I001
 from .dataset.batch import TorchTransitionMiniBatch as TorchMiniBatch
+from ._model_file import weights_only_is_safe
 from .models.modules import Modules, hard_update, soft_update
 
-__all__ = ["GEGLU", "Modules", "Swish", "TorchMiniBatch", "View", "convert_to_numpy_recursively",
+__all__ = ["Checkpointer", "GEGLU", "Modules", "Swish", "TorchMiniBatch", "TorchTrajectoryMiniBatch", "View", "convert_to_numpy_recursively",
            "convert_to_torch", "convert_to_torch_recursively", "eval_api", "get_batch_size", "get_device",
            "hard_sync", "map_location", "soft_sync", "sync_optimizer_state", "train_api"]
 
@@ -155,3 +159,35 @@ class GEGLU(nn.Module):
             raise ValueError(f"GEGLU needs an even last dimension, got {x.shape[-1]}")
         a, b = x.chunk(2, dim=-1)
         return a * F.gelu(b)
+
+
+class Checkpointer:
+    """d3rlpy's ``Checkpointer``: ``save(f)`` writes ``torch.save({name:
+    module.state_dict()})`` of the named modules and optimizers; ``load(f)``
+    loads such an archive into them (weights-only unpickler, refused under a
+    torch whose unpickler has known flaws)."""
+
+    def __init__(self, modules: Dict[str, Any], device: str):
+        self._modules = dict(modules)
+        self._device = device
+
+    @property
+    def modules(self) -> Dict[str, Any]:
+        return self._modules
+
+    def save(self, f: Any) -> None:
+        torch.save({name: module.state_dict() for name, module in self._modules.items()}, f)
+
+    def load(self, f: Any) -> None:
+        if not weights_only_is_safe():
+            raise ValueError(f"Checkpointer.load reads a torch archive with torch.load(weights_only=True); torch "
+                             f"{torch.__version__}'s weights-only unpickler has known code-execution flaws, so it is "
+                             "refused (offrl's own model files need no unpickler: algo.save / offrl.load_learnable)")
+        chkpt = torch.load(f, map_location=map_location(self._device), weights_only=True)
+        if not isinstance(chkpt, dict):
+            raise ValueError("not a Checkpointer archive: expected a dict of state dicts")
+        missing = sorted(set(self._modules) - set(chkpt))
+        if missing:
+            raise ValueError(f"the archive has no state for {missing}")
+        for name, module in self._modules.items():
+            module.load_state_dict(chkpt[name])

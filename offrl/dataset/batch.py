@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -349,6 +349,33 @@ class TorchTransitionMiniBatch:
     def __len__(self) -> int:
         return int(self.actions.shape[0])
 
+    @classmethod
+    def from_batch(cls, batch: TransitionMiniBatch, gamma: float, compute_returns_to_go: bool, device: Any,
+                   observation_scaler: Any = None, action_scaler: Any = None,
+                   reward_scaler: Any = None) -> "TorchTransitionMiniBatch":
+        """d3rlpy's ``TorchMiniBatch.from_batch``: ``batch`` on ``device``
+        with the scalers applied (observations and next observations,
+        actions and next actions, rewards); ``returns_to_go`` is the
+        discounted sum of the scaled rewards-to-go when
+        ``compute_returns_to_go``, zeros otherwise (d3rlpy's placeholder)."""
+        reward_transform = getattr(reward_scaler, "transform_numpy", None) if reward_scaler is not None else None
+        out = batch.to_torch(device, returns_to_go_gamma=gamma if compute_returns_to_go else None,
+                             reward_transform=reward_transform)
+        observations, next_observations = out.observations, out.next_observations
+        actions, next_actions, rewards = out.actions, out.next_actions, out.rewards
+        if observation_scaler is not None:
+            observations = observation_scaler.transform(observations)
+            next_observations = observation_scaler.transform(next_observations)
+        if action_scaler is not None:
+            actions = action_scaler.transform(actions)
+            next_actions = action_scaler.transform(next_actions)
+        if reward_scaler is not None:
+            rewards = reward_scaler.transform(rewards)
+        returns_to_go = out.returns_to_go if compute_returns_to_go else out.rewards.new_zeros(out.rewards.shape)
+        return dataclasses.replace(out, observations=observations, next_observations=next_observations,
+                                   actions=actions, next_actions=next_actions, rewards=rewards,
+                                   returns_to_go=returns_to_go)
+
 
 @dataclasses.dataclass(frozen=True)
 class TrajectoryMiniBatch:
@@ -424,3 +451,20 @@ class TorchTrajectoryMiniBatch:
 
     def __len__(self) -> int:
         return int(self.actions.shape[0])
+
+    @classmethod
+    def from_batch(cls, batch: TrajectoryMiniBatch, device: Any, observation_scaler: Any = None,
+                   action_scaler: Any = None, reward_scaler: Any = None) -> "TorchTrajectoryMiniBatch":
+        """d3rlpy's ``TorchTrajectoryMiniBatch.from_batch``: ``batch`` on
+        ``device`` with the scalers applied (the reward scaler to rewards
+        and returns-to-go alike)."""
+        out = batch.to_torch(device)
+        changes: Dict[str, Any] = {}
+        if observation_scaler is not None:
+            changes["observations"] = observation_scaler.transform(out.observations)
+        if action_scaler is not None:
+            changes["actions"] = action_scaler.transform(out.actions)
+        if reward_scaler is not None:
+            changes["rewards"] = reward_scaler.transform(out.rewards)
+            changes["returns_to_go"] = reward_scaler.transform(out.returns_to_go)
+        return dataclasses.replace(out, **changes) if changes else out
