@@ -101,17 +101,36 @@ def _flat(observations: Any) -> torch.Tensor:
     return torch.cat([p.reshape(p.shape[0], -1).to(torch.float32) for p in parts], dim=1)
 
 
+def _key_dim(observation_shape: Any, action_size: int) -> int:
+    """The dimension of the index's ``(beta * s, a)`` points."""
+    shapes = observation_shape if isinstance(observation_shape, list) else [observation_shape]
+    return sum(int(torch.Size(s).numel()) for s in shapes) + int(action_size)
+
+
 class PRDC(TD3PlusBC):
     """PRDC (see the module docstring): :class:`~offrl.algos.td3_plus_bc.TD3PlusBC`
     whose behaviour-cloning target is the nearest dataset point's action."""
 
     def _build(self, observation_shape, action_size: int) -> DDPGModules:
         modules = super()._build(observation_shape, action_size)
-        self._neighbor_index: Optional[nearest.NearestNeighborIndex] = None
-        self._neighbor_actions: Optional[torch.Tensor] = None
-        self._neighbor_count = 0
+        # the index describes the data, not the networks: rebuilding the
+        # networks for the same shapes keeps it (as d3rlpy's, which lives on
+        # the algorithm), other shapes drop it
+        previous = getattr(self, "_neighbor_dim", None)
+        if previous is None or previous != _key_dim(observation_shape, action_size):
+            self._neighbor_index: Optional[nearest.NearestNeighborIndex] = None
+            self._neighbor_actions: Optional[torch.Tensor] = None
+            self._neighbor_count = 0
+            self._neighbor_dim: Optional[int] = None
         self._last_dc_loss = torch.zeros((), device=self._device)
         return modules
+
+    def build_with_dataset(self, dataset: Any) -> None:
+        """Fit the scalers, build the networks and the neighbour index over
+        ``dataset``: everything :meth:`update` needs (d3rlpy's habit of
+        calling ``update`` by hand after ``build_with_dataset``)."""
+        super().build_with_dataset(dataset)
+        self.fit_neighbor_index(dataset)
 
     # ------------------------------------------------------ the index
     @property
@@ -129,9 +148,7 @@ class PRDC(TD3PlusBC):
         n = transitions.total
         if n == 0:
             raise ValueError("the dataset holds no transitions to build PRDC's neighbour index from")
-        shape = self._observation_shape
-        shapes = shape if isinstance(shape, list) else [shape]
-        dim = sum(int(torch.Size(s).numel()) for s in shapes) + int(self._action_size)
+        dim = _key_dim(self._observation_shape, self._action_size)
         backend = "kd_tree" if self._device.type == "cpu" else "brute"
         # the keys, their copy into the index and the actions kept for the loss
         needed = nearest.index_bytes(n, dim, backend) + 2 * n * dim * 4 + n * int(self._action_size) * 4
@@ -154,6 +171,7 @@ class PRDC(TD3PlusBC):
         self._neighbor_index = nearest.NearestNeighborIndex(points, backend=backend, available_bytes=available)
         self._neighbor_actions = torch.cat(actions)
         self._neighbor_count = n
+        self._neighbor_dim = dim
 
     @torch.compiler.disable  # compile_graph: the neighbour search (scikit-learn / numpy) runs eagerly
     def _nearest_actions(self, observations: Any, policy_actions: torch.Tensor) -> torch.Tensor:
@@ -186,8 +204,10 @@ class PRDC(TD3PlusBC):
         """:meth:`QLearningAlgoBase.fitter` after building the neighbour
         index over ``dataset`` (arguments as there)."""
         generator = super().fitter(dataset, n_steps, *args, **kwargs)  # checks the arguments first
-        prepare_algorithm(self, dataset)
-        self.fit_neighbor_index(dataset)
+        was_built = self.is_built
+        prepare_algorithm(self, dataset)  # builds the index too when it builds the algorithm
+        if was_built:
+            self.fit_neighbor_index(dataset)
         return generator
 
     def fit_online(self, env: Any, buffer: Any = None, explorer: Any = None, n_steps: int = 1000000,

@@ -20,7 +20,7 @@ from .episode import EpisodeBase, PartialTrajectory, Transition
 from .signature import Observation, Signature
 from .summary import format_summary, summary_dict
 
-__all__ = ["DatasetInfo", "ReplayBufferBase", "EmptyBufferError", "PathOrFile", "as_positive_int"]
+__all__ = ["DatasetInfo", "ReplayBufferBase", "EmptyBufferError", "PathOrFile", "as_positive_int", "discrete_action_size"]
 
 PathOrFile = Union[str, os.PathLike, BinaryIO]
 
@@ -120,3 +120,27 @@ class ReplayBufferBase:
             return format_summary(type(self).__name__, self.summary())
         except EmptyBufferError:
             return f"{type(self).__name__}(empty)"
+
+
+def discrete_action_size(episodes: Sequence[EpisodeBase], action_space: Optional[ActionSpace]) -> Optional[int]:
+    """d3rlpy's rule for the action size of discrete episodes: the largest
+    action index over all of them, plus one (None when the first episode's
+    actions are not discrete, or when some actions are not plain indices:
+    :meth:`ReplayBuffer.append_episode` then infers and checks as usual, and
+    refuses negative, fractional or non-finite actions)."""
+    first = np.asarray(episodes[0].actions)
+    if action_space is None:
+        discrete = np.issubdtype(first.dtype, np.integer) or first.dtype == np.bool_
+    else:
+        discrete = action_space == ActionSpace.DISCRETE
+    if not discrete:
+        return None
+    largest = -1
+    for episode in episodes:
+        actions = np.asarray(episode.actions)
+        if not (np.issubdtype(actions.dtype, np.number) or actions.dtype == np.bool_) or actions.size == 0:
+            continue
+        if np.issubdtype(actions.dtype, np.floating) and not np.isfinite(actions).all():
+            return None
+        largest = max(largest, int(np.max(actions)))
+    return largest + 1 if largest >= 0 else None

@@ -18,7 +18,7 @@ from .._safety import DEFAULT_MAX_EXPANSION, available_memory
 from ..constants import ActionSpace
 from . import checks
 from .batch import TrajectoryMiniBatch, TransitionMiniBatch
-from .buffer_base import DatasetInfo, EmptyBufferError, PathOrFile, ReplayBufferBase, as_positive_int
+from .buffer_base import DatasetInfo, EmptyBufferError, PathOrFile, ReplayBufferBase, as_positive_int, discrete_action_size
 from .episode import Episode, EpisodeBase, PartialTrajectory, Transition, get_observation_signature
 from .pickers import BasicTransitionPicker, TransitionPickerProtocol
 from .signature import Observation, Signature, dict_observation_keys, observation_from_dict
@@ -131,7 +131,10 @@ class ReplayBuffer(ReplayBufferBase):
         env: a gymnasium environment whose spaces define the signatures.
         observation_signature, action_signature, reward_signature: explicit
             signatures, when neither episodes nor env is given.
-        action_space, action_size: override what is inferred.
+        action_space, action_size: override what is inferred. From
+            ``episodes``, discrete actions get d3rlpy's action size: the
+            largest action index over all the episodes, plus one (an action
+            at or beyond a given ``action_size`` is refused).
         cache_size: d3rlpy's writer cache size; offrl's stores grow as
             needed, so it is only checked (a positive int).
         write_at_termination: keep the steps given to :meth:`append` aside
@@ -197,6 +200,8 @@ class ReplayBuffer(ReplayBufferBase):
         if action_space is not None:
             action_space = ActionSpace.parse(action_space)
         if episodes is not None and len(episodes) > 0:
+            if action_size is None:
+                action_size = discrete_action_size(episodes, action_space)
             for i, episode in enumerate(episodes):
                 try:
                     self.append_episode(episode, action_space=action_space, action_size=action_size)
