@@ -1,11 +1,11 @@
-"""offrl fits scalers on the algorithm's copy and never mutates the config
-(d3rlpy fits the config's own scaler objects). These tests run every
+"""offrl fits scalers on the algorithm's copy and never mutates the user's
+config (d3rlpy fits the config's own scaler objects); the config the
+algorithm reports (``algo.config``) names the fitted scalers, so d3rlpy's
+``algo.config.create()`` habit carries them (issue 33). These tests run every
 documented d3rlpy workflow that carries a fitted model elsewhere and check
 that each reproduces the fitted model exactly: ``save`` / ``load_learnable``,
-``params.json`` + ``from_json`` + ``load_model``, and ``copy_policy_from`` /
-``copy_q_function_from``, and that the one d3rlpy habit that does not carry
-over (``algo.config.create()`` on no data) fails loudly instead of predicting
-with unscaled inputs."""
+``params.json`` + ``from_json`` + ``load_model``, ``copy_policy_from`` /
+``copy_q_function_from`` and ``algo.config.create()``."""
 
 from __future__ import annotations
 
@@ -76,7 +76,11 @@ def _assert_same_model(a, b, dataset) -> None:
 def test_fit_leaves_the_config_unfitted_and_fits_the_algorithms_copy(trained):
     algo, config, dataset = trained["algo"], trained["config"], trained["dataset"]
     assert not config.observation_scaler.built and not config.action_scaler.built and not config.reward_scaler.built
-    assert algo.config.observation_scaler is config.observation_scaler
+    # the algorithm reports a config naming its fitted scalers (a copy: the user's stays as given)
+    assert algo.config is not config and algo.config is algo.config
+    assert algo.config.observation_scaler is algo.observation_scaler and algo.observation_scaler.built
+    assert algo.config.action_scaler is algo.action_scaler and algo.config.reward_scaler is algo.reward_scaler
+    assert algo.config.batch_size == config.batch_size and algo.get_params()["config"] is config
     observations = dataset.to_arrays()["observations"].astype(np.float64)
     np.testing.assert_allclose(algo.observation_scaler.mean, observations.mean(axis=0), rtol=1e-12)
     np.testing.assert_array_equal(algo.action_scaler.maximum, dataset.to_arrays()["actions"].max(axis=0))
@@ -89,7 +93,7 @@ def test_save_and_load_learnable_reproduce_the_fitted_model(trained, tmp_path):
     algo.save(path)
     loaded = offrl.load_learnable(path)
     _assert_same_model(algo, loaded, trained["dataset"])
-    assert not loaded.config.observation_scaler.built  # the file's config is the user's, unfitted
+    assert loaded.config.observation_scaler.built  # the statistics come with the file
 
 
 def test_params_json_from_json_and_load_model_reproduce_the_fitted_model(trained):
@@ -127,37 +131,16 @@ def test_copy_to_a_config_given_the_fitted_scalers(trained):
     assert not np.array_equal(algo.observation_scaler.mean, np.zeros(3))
 
 
-def test_config_create_on_no_data_fails_loudly_instead_of_predicting_unscaled(trained):
-    """d3rlpy's mutated config makes ``algo.config.create()`` carry the
-    statistics; offrl's does not, and says so at the first prediction."""
+def test_config_create_on_no_data_carries_the_fitted_scalers(trained):
+    """d3rlpy's habit: ``algo.config.create()`` then ``copy_*_from`` gives a
+    ready algorithm (d3rlpy's fit fitted the config's scalers in place;
+    offrl's ``algo.config`` names the fitted copies)."""
     algo = trained["algo"]
     target = algo.config.create()
     target.create_impl(algo.observation_shape, algo.action_size)
     target.copy_policy_from(algo)
-    observations, _ = _probe(trained["dataset"])
-    with pytest.raises(RuntimeError, match="is not fitted"):
-        target.predict(observations)
-
-
-def test_model_files_with_float32_scaler_statistics_still_load(trained, tmp_path):
-    """Model files written before the statistics became float64 hold them as
-    float32 tensors under the same names; they load, and predict as before
-    (the networks always used the float32 statistics)."""
-    import torch
-
-    from offrl._model_file import read_payload, write_payload
-
-    algo = trained["algo"]
-    path = str(tmp_path / "new.d3")
-    algo.save(path)
-    payload = read_payload(path)
-    payload["scalers"] = {scaler: {k: v.to(torch.float32) for k, v in state.items()}
-                          for scaler, state in payload["scalers"].items()}
-    old_path = str(tmp_path / "old.d3")
-    write_payload(payload, old_path)
-    loaded = offrl.load_learnable(old_path)
-    observations, actions = _probe(trained["dataset"])
-    np.testing.assert_array_equal(loaded.predict(observations), algo.predict(observations))
-    np.testing.assert_array_equal(loaded.predict_value(observations, actions), algo.predict_value(observations, actions))
-    np.testing.assert_array_equal(loaded.observation_scaler.mean, algo.observation_scaler.mean.astype(np.float32))
-    assert isinstance(loaded.reward_scaler.mean, float)
+    target.copy_q_function_from(algo)
+    _assert_same_model(algo, target, trained["dataset"])
+    target.observation_scaler.mean = np.zeros(3)  # the new algorithm holds its own copy
+    assert not np.array_equal(algo.observation_scaler.mean, np.zeros(3))
+    assert not trained["config"].observation_scaler.built
