@@ -170,7 +170,9 @@ class TACR(DecisionTransformer):
         masks = batch.masks.reshape(-1)
         with no_param_grads(q):
             q_first = q.expected(steps(batch.observations, all_steps), steps(predicted, all_steps))[0, :, 0]
-        lam = float(cfg.alpha) / masked_mean(q_first.abs().detach(), masks)
+        # clamped: a batch whose steps are all padding (masks all 0) gives a
+        # zero loss, as masked_mean does, instead of alpha / 0
+        lam = float(cfg.alpha) / masked_mean(q_first.abs().detach(), masks).clamp(min=1e-8)
         bc = ((predicted - batch.actions) ** 2).mean(dim=-1).reshape(-1)
         actor_loss = masked_mean(-lam * q_first + bc, masks)
         actor_loss.backward()

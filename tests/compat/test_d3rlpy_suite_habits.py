@@ -243,3 +243,19 @@ def test_small_d3rlpy_modules():
     tokenizer = FloatTokenizer(num_bins=4, use_mu_law_encode=False)
     assert tokenizer(np.array([-1.0, -0.4, 0.0, 0.9])).tolist() == [0, 1, 2, 3]
     assert tokenizer.decode(np.array([0, 3])).tolist() == [-1.0, 0.5]
+
+
+def test_tacr_update_on_a_batch_of_padding_only_is_finite():
+    """d3rlpy's transformer update test builds windows whose masks are all 0;
+    TACR's loss scale (alpha / mean |Q| over real steps) was alpha / 0."""
+    offrl.seed(0)
+    algo = offrl.algos.TACRConfig(batch_size=2, context_size=3).create()
+    algo.create_impl((3,), 2)
+    rng = np.random.default_rng(0)
+    trajectories = [offrl.dataset.PartialTrajectory(
+        observations=rng.random((3, 3)).astype(np.float32), actions=rng.random((3, 2)).astype(np.float32),
+        rewards=np.ones((3, 1), dtype=np.float32), returns_to_go=np.ones((3, 1), dtype=np.float32),
+        terminals=np.zeros((3, 1), dtype=np.float32), timesteps=np.arange(3), masks=np.zeros(3, dtype=np.float32),
+        length=3) for _ in range(2)]
+    losses = algo.update(offrl.dataset.TrajectoryMiniBatch.from_partial_trajectories(trajectories))
+    assert losses["actor_loss"] == 0.0 and np.isfinite(losses["critic_loss"])
