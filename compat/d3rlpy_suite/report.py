@@ -137,6 +137,7 @@ def main() -> int:
                 failures.append(f"{test_id}\t[no baseline] {o_message}")
     for module in sorted(set(our_broken) - measured):
         unmeasured[module]["import error"] += 1
+        failures.append(f"{module}::*\t[no baseline] [import] {our_broken[module]}")
     if unmeasured:
         print()
         print("Not in the baseline run (offrl only, not counted above):")
