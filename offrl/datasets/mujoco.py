@@ -118,6 +118,22 @@ def make_env(env: str, render_mode: Optional[str] = None) -> Any:
 
 
 # ------------------------------------------------------ behaviour policies
+def shipped_environments() -> Tuple[str, ...]:
+    """The environments whose behaviour policies this version of offrl ships."""
+    return tuple(env for env in ENV_IDS if os.path.exists(os.path.join(BEHAVIOUR_DIRECTORY, f"{env}.json")))
+
+
+def check_shipped(env: str, kind: str) -> None:
+    """``ValueError`` before any work when ``kind`` needs a behaviour policy
+    that this version of offrl does not ship for ``env`` (random needs none)."""
+    if kind != "random" and env not in shipped_environments():
+        raise ValueError(
+            f"{env}-{kind}-{RECIPE_VERSION}: this version of offrl ships no behaviour policies for {env} (its SAC "
+            f"training has not reached an expert yet; see datasets/README.md); shipped: "
+            f"{', '.join(shipped_environments()) or 'none'}; {env}-random-{RECIPE_VERSION} needs none"
+        )
+
+
 def behaviour_facts(env: str) -> Dict[str, Any]:
     """What ``datasets/mujoco_behaviour.py ship`` recorded for ``env``:
     which snapshots are medium, expert and the replay, and the training curve."""
@@ -341,10 +357,11 @@ def get_mujoco(name: str, transition_picker: Any = None, trajectory_slicer: Any 
     """
     from ..dataset import ReplayBuffer
 
-    env, _ = _parse(name)
+    env, kind = _parse(name)
     _require_mujoco()
     if n_steps is not None:
         n_steps = _check_steps(n_steps)
+    check_shipped(env, kind)
     path = cache_path(name, n_steps, cache_dir)
     if rebuild or not _cached_is_valid(path):
         if os.path.exists(path) and not rebuild:
