@@ -233,7 +233,11 @@ def float32_head(layer: Callable[[torch.Tensor], torch.Tensor], features: torch.
     float32's 24-bit mantissa (a bf16 Q-value of 100 would be rounded to a
     multiple of 0.5). Outside autocast: ``layer(features)``."""
     kind = features.device.type
-    if not torch.is_autocast_enabled(kind):
+    try:
+        enabled = torch.is_autocast_enabled(kind)
+    except RuntimeError:  # a device autocast does not know: the meta device of the size checks
+        enabled = False
+    if not enabled:
         return layer(features)
     with torch.autocast(kind, enabled=False):
         return layer(features.float())

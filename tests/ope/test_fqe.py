@@ -654,15 +654,18 @@ def test_clone_and_params(discrete):
     dataset = _dataset("vector", discrete)
     algo = _trained_algo("vector", discrete, dataset)
     cls = DiscreteFQE if discrete else FQE
-    fqe = cls(algo=algo, config=_fqe_config("vector", discrete))
+    given = _fqe_config("vector", discrete)
+    fqe = cls(algo=algo, config=given)
     fqe.build_with_dataset(dataset)
     params = fqe.get_params()
-    assert params["algo"] is algo and params["config"] is fqe.config
+    # the constructor's config (scikit-learn's contract); fqe.config names the scalers fitted by build_with_dataset
+    assert params["algo"] is algo and params["config"] is given
+    assert fqe.config.observation_scaler.built and not given.observation_scaler.built
     assert params["config__batch_size"] == 8
     cloned = clone(fqe)
     assert type(cloned) is cls
     assert cloned.algo is algo, "the evaluated algorithm is shared, not cloned (a clone would be untrained)"
-    assert cloned.config.to_dict() == fqe.config.to_dict() and cloned.config is not fqe.config
+    assert cloned.config.to_dict() == given.to_dict() and cloned.config is not given  # unfitted, as scikit-learn clones
     assert not cloned.is_built
     original = fqe.config
     fqe.set_params(batch_size=16)
