@@ -129,9 +129,15 @@ def _canonical_header(data: bytes) -> bytes:
     if "__metadata__" in header:
         ordered["__metadata__"] = dict(sorted(header.pop("__metadata__").items()))
     ordered.update(sorted(header.items(), key=lambda kv: (kv[1]["data_offsets"], kv[0])))
-    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
+    return _header_bytes(ordered) + data[8 + n:]
+
+
+def _header_bytes(header: Dict[str, Any]) -> bytes:
+    """A safetensors header: its length (8 bytes, little-endian), then the
+    JSON text padded with spaces to a multiple of 8 bytes."""
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(8, "little") + text + data[8 + n:]
+    return len(text).to_bytes(8, "little") + text
 
 
 def write_payload(payload: Dict[str, Any], fname: Any) -> None:
@@ -146,7 +152,11 @@ def write_payload(payload: Dict[str, Any], fname: Any) -> None:
     record = json.dumps(_encode(body, [], tensors, set()), allow_nan=True, separators=(",", ":"))
     metadata = {"format": str(payload.get("format", MODEL_FORMAT)),
                 "format_version": str(payload.get("format_version")), "offrl": record}
-    data = _canonical_header(save(tensors, metadata=metadata))  # written by Python: a failed write is an OSError
+    if tensors:
+        data = _canonical_header(save(tensors, metadata=metadata))  # written by Python: a failed write is an OSError
+    else:
+        # safetensors 0.4.0 writes a header that is not JSON ('{},"__metadata__":...') for no tensors
+        data = _header_bytes({"__metadata__": dict(sorted(metadata.items()))})
     if callable(getattr(fname, "write", None)) and not isinstance(fname, (str, bytes)):
         fname.write(data)
         return

@@ -326,6 +326,16 @@ def _weight_with(value, dtype=torch.float32):
     return w
 
 
+def _safetensors_writes_complex() -> bool:
+    from safetensors.torch import save
+
+    try:
+        save({"x": torch.ones(1, dtype=torch.complex64)})
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
 @pytest.mark.parametrize(
     "edit, message",
     [
@@ -356,6 +366,9 @@ def _weight_with(value, dtype=torch.float32):
     ],
 )
 def test_corrupt_state_is_refused_naming_file_and_key(tmp_path, edit, message):
+    if "complex" in message and not _safetensors_writes_complex():
+        pytest.skip("this safetensors cannot write complex tensors (0.4.0 cannot); "
+                    "test_a_header_that_lies_is_refused_before_any_tensor_is_read reads a C64 tensor written by hand")
     _, path = _scaled(tmp_path)
     bad = _rewrite(tmp_path, "corrupt.d3", edit, path)
     with pytest.raises(ValueError, match="corrupt.d3.*" + message):

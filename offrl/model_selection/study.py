@@ -112,13 +112,42 @@ def open_storage(storage: Any, heartbeat_interval: int = 10) -> Any:
     for attempt in range(5):  # two workers creating the tables of a new file at once: retry
         try:
             with no_experimental_notes():
-                return optuna.storages.RDBStorage(storage, **kwargs)
+                rdb = optuna.storages.RDBStorage(storage, **kwargs)
+            if storage.startswith("sqlite"):
+                _immediate_transactions(rdb.engine)
+            return rdb
         except Exception as e:  # SQLAlchemy's errors, a missing driver (ImportError), a malformed URL
             last = e
             if "locked" not in str(e) and "already exists" not in str(e):
                 break
             time.sleep(0.5 * (attempt + 1))
     raise ValueError(f"storage {storage!r} cannot be opened: {_first_line(last)}") from last
+
+
+def _immediate_transactions(engine: Any) -> None:
+    """Make every transaction on the SQLite ``engine`` take the database's
+    write lock when it begins (``BEGIN IMMEDIATE``).
+
+    Python's sqlite3 driver begins a transaction only before the first
+    write, so a read and the write that depends on it are not atomic: two
+    workers could both read a waiting trial as waiting and both mark it
+    running, Optuna's check-and-set in ``set_trial_state_values``. Both then
+    train the same trial and the second fails writing its parameters (a
+    UNIQUE constraint of ``trial_params``; seen with two processes on one
+    file). With the lock taken at ``BEGIN``, the second worker's read waits
+    for the first's commit and sees the trial running. Optuna's sessions are
+    short, so the cost is the waiting of a few workers on one file."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def _no_implicit_begin(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the driver leaves transactions to the "begin" event below
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections opened before the listeners (the tables' creation) are not reused
 
 
 def _normalised(value: Any) -> Any:

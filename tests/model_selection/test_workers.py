@@ -175,3 +175,24 @@ def test_a_worker_with_another_search_refuses_to_join(tmp_path):
                           n_steps=1, test_size=0.25, show_progress=False, storage=storage)
     with pytest.raises(ValueError, match=r"config \(batch_size\)"):
         other.fit(bandit_dataset(40))
+
+
+def test_a_sqlite_transaction_takes_the_write_lock_when_it_begins(tmp_path):
+    # Optuna marks a waiting trial running by reading its state, then writing it: atomic only if the
+    # read already holds the lock. Without BEGIN IMMEDIATE, a read-only transaction holds no lock and a
+    # second worker could pop the same trial (two processes failed on trial_params' UNIQUE constraint).
+    import sqlite3
+
+    from offrl.model_selection.study import open_storage
+
+    path = tmp_path / "search.db"
+    storage = open_storage(f"sqlite:///{path}")
+    other = sqlite3.connect(str(path), timeout=0, isolation_level=None)
+    with storage.engine.connect() as connection:
+        with connection.begin():
+            connection.exec_driver_sql("SELECT count(*) FROM trials").fetchall()  # a read, no write
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+    other.execute("BEGIN IMMEDIATE")  # free once the transaction ended
+    other.execute("ROLLBACK")
+    other.close()
