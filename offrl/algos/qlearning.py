@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Dict, List
 
+from . import qlearning_torch
 from ._aliases import alias_submodule
 
 #: public names of ``d3rlpy.algos.qlearning`` in d3rlpy 2.8.1 (classes and functions)
@@ -59,6 +60,11 @@ globals().update({name: getattr(_algos, name) for name in __all__})
 
 for _name, _names in _SUBMODULES.items():
     alias_submodule(sys.modules[__name__], _name, {n: getattr(_algos, n) for n in _names if hasattr(_algos, n)})
+
+# ``d3rlpy.algos.qlearning.torch.utility``: the helpers of d3rlpy's torch layer (the per-algorithm Impl
+# classes of ``d3rlpy.algos.qlearning.torch`` are not provided)
+_utility = {n: getattr(qlearning_torch, n) for n in qlearning_torch.__all__}
+alias_submodule(alias_submodule(sys.modules[__name__], "torch", {}), "utility", _utility)
 
 
 def _why_missing(name: str) -> str:

@@ -1,5 +1,6 @@
-"""Network building blocks: encoders, Q-function ensembles, policies; the optimizer factories of
-:mod:`offrl.optimizers` are re-exported here."""
+"""Network building blocks: encoders, Q-function ensembles, policies; d3rlpy's builders of its torch
+layer (``create_*``, :mod:`offrl.models.builders`, building :mod:`offrl.models.torch`'s modules); the
+optimizer factories of :mod:`offrl.optimizers` are re-exported here."""
 
 from .encoders import (
     ByShapeEncoderFactory,
@@ -17,6 +18,20 @@ from .vae import ConditionalVAE, VAEDecoder, VAEEncoder, create_conditional_vae
 from ..optimizers import AdamFactory, GPTAdamWFactory, OptimizerFactory, RMSpropFactory, SGDFactory
 from .simba import SimBaEncoderFactory
 from .q_functions import IQNQFunctionFactory, MeanQFunctionFactory, QFunction, QFunctionFactory, QRQFunctionFactory
+from .builders import (
+    create_categorical_policy,
+    create_continuous_decision_transformer,
+    create_continuous_q_function,
+    create_deterministic_policy,
+    create_deterministic_residual_policy,
+    create_discrete_decision_transformer,
+    create_discrete_q_function,
+    create_normal_policy,
+    create_parameter,
+    create_vae_decoder,
+    create_vae_encoder,
+    create_value_function,
+)
 
 __all__ = [
     "EncoderFactory",
@@ -46,4 +61,17 @@ __all__ = [
     "create_perturbation_actor",
     "mmd",
     "mmd_squared",
+    # d3rlpy's builders of its torch layer (offrl.models.torch)
+    "create_discrete_q_function",
+    "create_continuous_q_function",
+    "create_deterministic_policy",
+    "create_deterministic_residual_policy",
+    "create_categorical_policy",
+    "create_normal_policy",
+    "create_vae_encoder",
+    "create_vae_decoder",
+    "create_value_function",
+    "create_parameter",
+    "create_continuous_decision_transformer",
+    "create_discrete_decision_transformer",
 ]

@@ -25,11 +25,21 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import nn
-import torch.nn.functional as F
 
 from ..serialization import register
 from ._init_params import InitParamsSerializable
-from .layers import EnsembleBatchNorm, EnsembleLayerNorm, EnsembleLinear, Linear, get_activation
+from .layers import Linear, get_activation
+from .torch.encoders import (
+    PixelEncoder,
+    PixelEncoderWithAction,
+    SimBaEncoder,
+    SimBaEncoderWithAction,
+    VectorEncoder,
+    VectorEncoderWithAction,
+    compute_output_size,
+    encode_action,
+    minimum_image_size,
+)
 
 __all__ = [
     "EncoderFactory",
@@ -38,6 +48,7 @@ __all__ = [
     "DefaultEncoderFactory",
     "ByShapeEncoderFactory",
     "DictEncoderFactory",
+    "SimBaEncoderFactory",
     "register_encoder_factory",
     "compute_output_size",
     "minimum_image_size",
@@ -49,36 +60,6 @@ ShapeLike = Union[Sequence[int], Sequence[Sequence[int]]]
 
 def is_tuple_shape(shape: ShapeLike) -> bool:
     return len(shape) > 0 and isinstance(shape[0], (list, tuple))
-
-
-def _dummy_observation(observation_shape: ShapeLike, batch: int = 2):
-    if is_tuple_shape(observation_shape):
-        return [torch.zeros((batch,) + tuple(s)) for s in observation_shape]  # type: ignore[arg-type]
-    return torch.zeros((batch,) + tuple(observation_shape))  # type: ignore[arg-type]
-
-
-@torch.no_grad()
-def compute_output_size(module: nn.Module, observation_shape: ShapeLike, action_size: Optional[int] = None, discrete_action: bool = False) -> int:
-    """Feature size of an encoder, from a forward pass on zeros."""
-    was_training = module.training
-    module.eval()
-    x = _dummy_observation(observation_shape)
-    try:
-        if action_size is None:
-            out = module(x)
-        elif discrete_action:
-            out = module(x, torch.zeros((2, 1), dtype=torch.long))
-        else:
-            out = module(x, torch.zeros((2, action_size)))
-    finally:
-        module.train(was_training)
-    return int(out.shape[-1])
-
-
-def encode_action(action: torch.Tensor, action_size: int, discrete_action: bool) -> torch.Tensor:
-    if discrete_action:
-        return F.one_hot(action.reshape(-1).long(), num_classes=action_size).to(torch.float32)
-    return action
 
 
 @dataclasses.dataclass(eq=False, repr=False)
@@ -137,71 +118,6 @@ class ListEnsemble(nn.Module):
 
 
 # ---------------------------------------------------------------- vector
-class _MLP(nn.Module):
-    """Dense layers; with ``ensemble_size`` the weights are batched."""
-
-    def __init__(
-        self,
-        in_features: int,
-        hidden_units: Sequence[int],
-        activation: str,
-        use_batch_norm: bool,
-        use_layer_norm: bool,
-        dropout_rate: Optional[float],
-        exclude_last_activation: bool,
-        last_activation: Optional[str],
-        ensemble_size: Optional[int] = None,
-    ) -> None:
-        super().__init__()
-        layers: List[nn.Module] = []
-        size = in_features
-        for i, units in enumerate(hidden_units):
-            last = i == len(hidden_units) - 1
-            if ensemble_size is None:
-                layers.append(Linear(size, units))  # nn.Linear with oneDNN products (same state-dict keys)
-            else:
-                layers.append(EnsembleLinear(ensemble_size, size, units))
-            if use_batch_norm:
-                layers.append(nn.BatchNorm1d(units) if ensemble_size is None else EnsembleBatchNorm(ensemble_size, units))
-            if use_layer_norm:
-                layers.append(nn.LayerNorm(units) if ensemble_size is None else EnsembleLayerNorm(ensemble_size, units))
-            if last and last_activation is not None:
-                layers.append(get_activation(last_activation))
-            elif not (last and exclude_last_activation):
-                layers.append(get_activation(activation))
-            if dropout_rate:
-                layers.append(nn.Dropout(dropout_rate))
-            size = units
-        self.layers = nn.Sequential(*layers)
-        self.out_features = size
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
-
-
-class VectorEncoder(nn.Module):
-    def __init__(self, observation_shape: Sequence[int], mlp: _MLP) -> None:
-        super().__init__()
-        self.mlp = mlp
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 2 or x.dtype != torch.float32:
-            x = x.reshape(x.shape[0], -1).float()
-        return self.mlp.layers(x)  # _MLP.forward, without a module call's overhead (the hot loop of small networks)
-
-
-class VectorEncoderWithAction(nn.Module):
-    def __init__(self, mlp: _MLP, action_size: int, discrete_action: bool) -> None:
-        super().__init__()
-        self.mlp = mlp
-        self.action_size = action_size
-        self.discrete_action = discrete_action
-
-    def forward(self, x: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        a = encode_action(action, self.action_size, self.discrete_action)
-        return self.mlp(torch.cat([x.reshape(x.shape[0], -1).float(), a], dim=-1))
-
-
 @register("encoder")
 @dataclasses.dataclass
 class VectorEncoderFactory(EncoderFactory):
@@ -236,10 +152,12 @@ class VectorEncoderFactory(EncoderFactory):
     def get_type() -> str:
         return "vector"
 
-    def _mlp(self, in_features: int, ensemble_size: Optional[int] = None) -> _MLP:
-        return _MLP(
-            in_features, self.hidden_units, self.activation, self.use_batch_norm, self.use_layer_norm,
-            self.dropout_rate, self.exclude_last_activation, self.last_activation, ensemble_size,
+    def _options(self) -> dict:
+        return dict(
+            hidden_units=self.hidden_units, use_batch_norm=self.use_batch_norm, use_layer_norm=self.use_layer_norm,
+            dropout_rate=self.dropout_rate, activation=self.activation,
+            exclude_last_activation=self.exclude_last_activation, last_activation=self.last_activation,
+            norm_before_activation=True,  # offrl's layer order (saved models keep their layers)
         )
 
     @staticmethod
@@ -251,86 +169,25 @@ class VectorEncoderFactory(EncoderFactory):
             n *= int(s)
         return n
 
-    def create(self, observation_shape: ShapeLike) -> nn.Module:
-        return VectorEncoder(observation_shape, self._mlp(self._in_features(observation_shape)))  # type: ignore[arg-type]
+    def create(self, observation_shape: ShapeLike) -> VectorEncoder:
+        self._in_features(observation_shape)
+        return VectorEncoder(observation_shape, **self._options())  # type: ignore[arg-type]
 
-    def create_with_action(self, observation_shape: ShapeLike, action_size: int, discrete_action: bool = False) -> nn.Module:
-        return VectorEncoderWithAction(self._mlp(self._in_features(observation_shape) + action_size), action_size, discrete_action)
+    def create_with_action(self, observation_shape: ShapeLike, action_size: int,
+                           discrete_action: bool = False) -> VectorEncoderWithAction:
+        self._in_features(observation_shape)
+        return VectorEncoderWithAction(observation_shape, action_size, discrete_action=discrete_action,  # type: ignore[arg-type]
+                                       **self._options())
 
     def create_ensemble(self, observation_shape: ShapeLike, n: int, action_size: Optional[int] = None, discrete_action: bool = False) -> nn.Module:
-        size = self._in_features(observation_shape)
+        self._in_features(observation_shape)
         if action_size is None:
-            return VectorEncoder(observation_shape, self._mlp(size, n))  # type: ignore[arg-type]
-        return VectorEncoderWithAction(self._mlp(size + action_size, n), action_size, discrete_action)
+            return VectorEncoder(observation_shape, ensemble_size=n, **self._options())  # type: ignore[arg-type]
+        return VectorEncoderWithAction(observation_shape, action_size, discrete_action=discrete_action,  # type: ignore[arg-type]
+                                       ensemble_size=n, **self._options())
 
 
 # ----------------------------------------------------------------- pixel
-def minimum_image_size(filters: Sequence[Sequence[int]]) -> int:
-    """The smallest height/width that leaves at least one pixel after every
-    ``[out_channels, kernel, stride]`` convolution (no padding)."""
-    size = 1
-    for _, kernel, stride in reversed([tuple(int(v) for v in f) for f in filters]):
-        size = (size - 1) * stride + kernel
-    return size
-
-
-class PixelEncoder(nn.Module):
-    def __init__(
-        self,
-        observation_shape: Sequence[int],
-        filters: Sequence[Sequence[int]],
-        feature_size: int,
-        activation: str,
-        use_batch_norm: bool,
-        dropout_rate: Optional[float],
-        exclude_last_activation: bool,
-        last_activation: Optional[str],
-        action_size: int = 0,
-        discrete_action: bool = False,
-    ) -> None:
-        super().__init__()
-        if len(observation_shape) != 3:
-            raise ValueError(f"PixelEncoderFactory needs (channels, height, width) observations, got {tuple(observation_shape)}")
-        smallest = minimum_image_size(filters)
-        if min(int(observation_shape[1]), int(observation_shape[2])) < smallest:
-            raise ValueError(
-                f"the pixel encoder (filters {[list(f) for f in filters]}) needs images of at least "
-                f"{smallest}x{smallest}, got observations of shape {tuple(int(s) for s in observation_shape)}: use "
-                "VectorEncoderFactory for small arrays, PixelEncoderFactory with smaller filters, or a custom EncoderFactory"
-            )
-        convs: List[nn.Module] = []
-        channels = int(observation_shape[0])
-        for out_channels, kernel, stride in filters:
-            convs.append(nn.Conv2d(channels, int(out_channels), kernel_size=int(kernel), stride=int(stride)))
-            if use_batch_norm:
-                convs.append(nn.BatchNorm2d(int(out_channels)))
-            convs.append(get_activation(activation))
-            if dropout_rate:
-                convs.append(nn.Dropout2d(dropout_rate))
-            channels = int(out_channels)
-        self.convs = nn.Sequential(*convs, nn.Flatten())
-        with torch.no_grad():
-            conv_size = int(self.convs(torch.zeros((1,) + tuple(int(s) for s in observation_shape))).shape[1])
-        self.action_size = action_size
-        self.discrete_action = discrete_action
-        head: List[nn.Module] = [Linear(conv_size + action_size, feature_size)]
-        if use_batch_norm:
-            head.append(nn.BatchNorm1d(feature_size))
-        if last_activation is not None:
-            head.append(get_activation(last_activation))
-        elif not exclude_last_activation:
-            head.append(get_activation(activation))
-        if dropout_rate:
-            head.append(nn.Dropout(dropout_rate))
-        self.head = nn.Sequential(*head)
-
-    def forward(self, x: torch.Tensor, action: Optional[torch.Tensor] = None) -> torch.Tensor:
-        h = self.convs(x.float())
-        if action is not None:
-            h = torch.cat([h, encode_action(action, self.action_size, self.discrete_action)], dim=1)
-        return self.head(h)
-
-
 @register("encoder")
 @dataclasses.dataclass
 class PixelEncoderFactory(EncoderFactory):
@@ -360,19 +217,23 @@ class PixelEncoderFactory(EncoderFactory):
     def get_type() -> str:
         return "pixel"
 
-    def _make(self, observation_shape: ShapeLike, action_size: int = 0, discrete_action: bool = False) -> PixelEncoder:
+    def _options(self, observation_shape: ShapeLike) -> dict:
         if is_tuple_shape(observation_shape):
             raise ValueError("PixelEncoderFactory takes a single image observation; use DefaultEncoderFactory for tuple observations")
-        return PixelEncoder(
-            observation_shape, self.filters, self.feature_size, self.activation, self.use_batch_norm,  # type: ignore[arg-type]
-            self.dropout_rate, self.exclude_last_activation, self.last_activation, action_size, discrete_action,
+        return dict(
+            filters=self.filters, feature_size=self.feature_size, use_batch_norm=self.use_batch_norm,
+            dropout_rate=self.dropout_rate, activation=self.activation,
+            exclude_last_activation=self.exclude_last_activation, last_activation=self.last_activation,
+            norm_before_activation=True,  # offrl's layer order (saved models keep their layers)
         )
 
-    def create(self, observation_shape: ShapeLike) -> nn.Module:
-        return self._make(observation_shape)
+    def create(self, observation_shape: ShapeLike) -> PixelEncoder:
+        return PixelEncoder(observation_shape, **self._options(observation_shape))  # type: ignore[arg-type]
 
-    def create_with_action(self, observation_shape: ShapeLike, action_size: int, discrete_action: bool = False) -> nn.Module:
-        return self._make(observation_shape, action_size, discrete_action)
+    def create_with_action(self, observation_shape: ShapeLike, action_size: int,
+                           discrete_action: bool = False) -> PixelEncoderWithAction:
+        return PixelEncoderWithAction(observation_shape, action_size, discrete_action=discrete_action,  # type: ignore[arg-type]
+                                      **self._options(observation_shape))
 
 
 # ----------------------------------------------------------------- tuple
@@ -554,3 +415,72 @@ class DictEncoderFactory(EncoderFactory):
         if not is_tuple_shape(observation_shape):
             return self._factories([observation_shape])[0].create_ensemble(observation_shape, n, action_size, discrete_action)
         return super().create_ensemble(observation_shape, n, action_size, discrete_action)
+
+
+# ----------------------------------------------------------------- SimBa
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"SimBaEncoderFactory.{name} must be an int, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"SimBaEncoderFactory.{name} must be a positive int, got {value}")
+    return value
+
+
+@register("encoder")
+@dataclasses.dataclass
+class SimBaEncoderFactory(EncoderFactory):
+    """SimBa encoder (d3rlpy 2.8.1's ``SimBaEncoderFactory``): a linear
+    projection to ``feature_size``, ``n_blocks`` residual blocks
+    ``h + W_2 relu(W_1 LayerNorm(h))`` widening to ``hidden_size``, and a
+    final layer norm (see :mod:`offrl.models.simba`). 1-D observations only.
+
+    References:
+        Lee et al., "SimBa: Simplicity Bias for Scaling Up Parameters in
+        Deep Reinforcement Learning", 2024, arXiv:2410.09754.
+
+    Args:
+        feature_size: width of the residual stream and of the output.
+        hidden_size: width inside each block.
+        n_blocks: number of residual blocks (0: a linear layer and a layer norm).
+    """
+
+    feature_size: int = 256
+    hidden_size: int = 1024
+    n_blocks: int = 1
+
+    def __post_init__(self) -> None:
+        self.feature_size = _positive_int("feature_size", self.feature_size)
+        self.hidden_size = _positive_int("hidden_size", self.hidden_size)
+        if isinstance(self.n_blocks, bool) or not isinstance(self.n_blocks, int):
+            raise TypeError(f"SimBaEncoderFactory.n_blocks must be an int, got {self.n_blocks!r}")
+        if self.n_blocks < 0:
+            raise ValueError(f"SimBaEncoderFactory.n_blocks must be an int >= 0, got {self.n_blocks}")
+
+    @staticmethod
+    def get_type() -> str:
+        return "simba"
+
+    @staticmethod
+    def _in_features(observation_shape: ShapeLike) -> int:
+        if is_tuple_shape(observation_shape) or len(observation_shape) != 1:
+            raise ValueError(
+                f"SimBaEncoderFactory takes 1-D observations, got shape {list(observation_shape)}; "
+                "use DefaultEncoderFactory for images and tuple observations"
+            )
+        return int(observation_shape[0])  # type: ignore[arg-type]
+
+    def create(self, observation_shape: ShapeLike) -> SimBaEncoder:
+        return SimBaEncoder([self._in_features(observation_shape)], self.hidden_size, self.feature_size, self.n_blocks)
+
+    def create_with_action(self, observation_shape: ShapeLike, action_size: int,
+                           discrete_action: bool = False) -> SimBaEncoderWithAction:
+        return SimBaEncoderWithAction([self._in_features(observation_shape)], action_size, self.hidden_size,
+                                      self.feature_size, self.n_blocks, discrete_action)
+
+    def create_ensemble(self, observation_shape: ShapeLike, n: int, action_size: Optional[int] = None,
+                        discrete_action: bool = False) -> nn.Module:
+        shape = [self._in_features(observation_shape)]
+        if action_size is None:
+            return SimBaEncoder(shape, self.hidden_size, self.feature_size, self.n_blocks, ensemble_size=int(n))
+        return SimBaEncoderWithAction(shape, action_size, self.hidden_size, self.feature_size, self.n_blocks,
+                                      discrete_action, ensemble_size=int(n))

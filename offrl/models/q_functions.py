@@ -30,6 +30,25 @@ from ..serialization import register
 from ._init_params import InitParamsSerializable
 from .encoders import EncoderFactory, ShapeLike, compute_output_size
 from .layers import EnsembleLinear, float32_head
+from .torch.encoders import Encoder, EncoderWithAction
+from .torch.q_functions import (
+    ContinuousIQNQFunction,
+    ContinuousIQNQFunctionForwarder,
+    ContinuousMeanQFunction,
+    ContinuousMeanQFunctionForwarder,
+    ContinuousQFunction,
+    ContinuousQFunctionForwarder,
+    ContinuousQRQFunction,
+    ContinuousQRQFunctionForwarder,
+    DiscreteIQNQFunction,
+    DiscreteIQNQFunctionForwarder,
+    DiscreteMeanQFunction,
+    DiscreteMeanQFunctionForwarder,
+    DiscreteQFunction,
+    DiscreteQFunctionForwarder,
+    DiscreteQRQFunction,
+    DiscreteQRQFunctionForwarder,
+)
 
 __all__ = [
     "QFunctionFactory",
@@ -294,6 +313,18 @@ class QFunctionFactory(InitParamsSerializable):
     subclass that stores its ``__init__`` arguments as attributes is saved
     too).
 
+    Two ways to build:
+
+    * ``create(encoder_factory, observation_shape, action_size, n_critics,
+      discrete)``: offrl's batched :class:`QFunction` ensemble, what offrl's
+      algorithms train;
+    * d3rlpy's ``create_discrete(encoder, hidden_size, action_size)`` and
+      ``create_continuous(encoder, hidden_size)``: one d3rlpy-style
+      Q-function module and its forwarder (:mod:`offrl.models.torch`), what
+      :func:`offrl.models.builders.create_discrete_q_function` /
+      ``create_continuous_q_function`` call once per ensemble member. A
+      d3rlpy custom factory overrides these two.
+
     Args:
         share_encoder: the ``n_critics`` critics share one encoder (their
             heads stay separate), as d3rlpy's ``share_encoder``.
@@ -305,6 +336,18 @@ class QFunctionFactory(InitParamsSerializable):
 
     def create(self, encoder_factory: EncoderFactory, observation_shape: ShapeLike, action_size: int, n_critics: int, discrete: bool) -> QFunction:
         raise NotImplementedError
+
+    def create_discrete(self, encoder: Encoder, hidden_size: int,
+                        action_size: int) -> Tuple[DiscreteQFunction, DiscreteQFunctionForwarder]:
+        """A d3rlpy-style discrete-action Q-function on ``encoder`` (features
+        of ``hidden_size``) and its forwarder."""
+        raise NotImplementedError(f"{type(self).__name__} does not define create_discrete")
+
+    def create_continuous(self, encoder: EncoderWithAction,
+                          hidden_size: int) -> Tuple[ContinuousQFunction, ContinuousQFunctionForwarder]:
+        """A d3rlpy-style continuous-action Q-function on ``encoder`` and its
+        forwarder."""
+        raise NotImplementedError(f"{type(self).__name__} does not define create_continuous")
 
     def _encoder(self, encoder_factory: EncoderFactory, observation_shape: ShapeLike, action_size: int, n_critics: int, discrete: bool):
         if not isinstance(getattr(self, "share_encoder", False), bool):
@@ -335,6 +378,14 @@ class MeanQFunctionFactory(QFunctionFactory):
         encoder, features = self._encoder(encoder_factory, observation_shape, action_size, n_critics, discrete)
         return MeanQFunction(encoder, features, action_size, n_critics, discrete)
 
+    def create_discrete(self, encoder, hidden_size, action_size):
+        q_func = DiscreteMeanQFunction(encoder, hidden_size, action_size)
+        return q_func, DiscreteMeanQFunctionForwarder(q_func, action_size)
+
+    def create_continuous(self, encoder, hidden_size):
+        q_func = ContinuousMeanQFunction(encoder, hidden_size)
+        return q_func, ContinuousMeanQFunctionForwarder(q_func)
+
 
 @register("q_function")
 @dataclasses.dataclass
@@ -355,6 +406,14 @@ class QRQFunctionFactory(QFunctionFactory):
     def create(self, encoder_factory, observation_shape, action_size, n_critics, discrete):
         encoder, features = self._encoder(encoder_factory, observation_shape, action_size, n_critics, discrete)
         return QRQFunction(encoder, features, action_size, n_critics, discrete, int(self.n_quantiles))
+
+    def create_discrete(self, encoder, hidden_size, action_size):
+        q_func = DiscreteQRQFunction(encoder, hidden_size, action_size, int(self.n_quantiles))
+        return q_func, DiscreteQRQFunctionForwarder(q_func, int(self.n_quantiles))
+
+    def create_continuous(self, encoder, hidden_size):
+        q_func = ContinuousQRQFunction(encoder, hidden_size, int(self.n_quantiles))
+        return q_func, ContinuousQRQFunctionForwarder(q_func, int(self.n_quantiles))
 
 
 @register("q_function")
@@ -383,3 +442,13 @@ class IQNQFunctionFactory(QFunctionFactory):
             encoder, features, action_size, n_critics, discrete,
             int(self.n_quantiles), int(self.n_greedy_quantiles), int(self.embed_size),
         )
+
+    def create_discrete(self, encoder, hidden_size, action_size):
+        q_func = DiscreteIQNQFunction(encoder, hidden_size, action_size, int(self.n_quantiles),
+                                      int(self.n_greedy_quantiles), int(self.embed_size))
+        return q_func, DiscreteIQNQFunctionForwarder(q_func, int(self.n_quantiles))
+
+    def create_continuous(self, encoder, hidden_size):
+        q_func = ContinuousIQNQFunction(encoder, hidden_size, int(self.n_quantiles), int(self.n_greedy_quantiles),
+                                        int(self.embed_size))
+        return q_func, ContinuousIQNQFunctionForwarder(q_func, int(self.n_greedy_quantiles))

@@ -28,6 +28,7 @@ returns-to-go ``(B, L, 1)``, timesteps ``(B, L)`` int64.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, List, Optional, Union
 
 import torch
@@ -75,8 +76,11 @@ def gpt_init_(module: nn.Module, std: float = 0.02) -> nn.Module:
     return module
 
 
-def activation(name: str) -> nn.Module:
-    """The activation module called ``name`` (see :data:`ACTIVATIONS`)."""
+def activation(name: Union[str, nn.Module]) -> nn.Module:
+    """The activation module called ``name`` (see :data:`ACTIVATIONS`), or a
+    copy of the module given (d3rlpy's modules take activation modules)."""
+    if isinstance(name, nn.Module):
+        return copy.deepcopy(name)
     if name not in ACTIVATIONS:
         raise ValueError(f"activation_type must be one of {sorted(ACTIVATIONS)}, got {name!r}")
     return ACTIVATIONS[name]()

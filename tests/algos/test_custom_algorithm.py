@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from typing import Dict, Sequence, cast
 
 import gymnasium as gym
@@ -366,3 +367,161 @@ def test_tuple_observation_example_trains_saves_and_exports(tmp_path):
     loaded = offrl.load_learnable(path)
     np.testing.assert_array_equal(loaded.predict(observations), sac.predict(observations))
     sac.save_policy(str(tmp_path / "policy.onnx"))
+
+
+# ------------------------------- a d3rlpy-style algorithm on d3rlpy's builders
+# Written as d3rlpy 2.8.1's own SAC is (``algos/qlearning/sac.py`` and
+# ``torch/sac_impl.py``): networks from ``d3rlpy.models.builders``, the
+# critics used through their ensemble forwarders, the temperature a
+# ``Parameter``; only the import is offrl's.
+from offrl.models.builders import (  # noqa: E402
+    create_continuous_q_function,
+    create_normal_policy,
+    create_parameter,
+)
+from offrl.models.torch import (  # noqa: E402
+    ContinuousEnsembleQFunctionForwarder,
+    NormalPolicy,
+    Parameter,
+    build_squashed_gaussian_distribution,
+    get_parameter,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuilderSACModules(offrl.Modules):
+    policy: NormalPolicy
+    q_funcs: nn.ModuleList
+    targ_q_funcs: nn.ModuleList
+    log_temp: Parameter
+    actor_optim: torch.optim.Optimizer
+    critic_optim: torch.optim.Optimizer
+
+
+class BuilderSACImpl(offrl.algos.QLearningAlgoImplBase):
+    _modules: BuilderSACModules
+
+    def __init__(self, observation_shape, action_size, modules, q_func_forwarder, targ_q_func_forwarder, gamma, tau,
+                 device):
+        super().__init__(observation_shape, action_size, modules, device)
+        self._q_func_forwarder: ContinuousEnsembleQFunctionForwarder = q_func_forwarder
+        self._targ_q_func_forwarder: ContinuousEnsembleQFunctionForwarder = targ_q_func_forwarder
+        self._gamma = gamma
+        self._tau = tau
+        hard_sync(modules.targ_q_funcs, modules.q_funcs)
+
+    def inner_update(self, batch: offrl.TorchMiniBatch, grad_step: int) -> Dict[str, float]:
+        temp = get_parameter(self._modules.log_temp).exp().detach()
+        with torch.no_grad():
+            dist = build_squashed_gaussian_distribution(self._modules.policy(batch.next_observations))
+            action, log_prob = dist.sample_with_log_prob()
+            target = self._targ_q_func_forwarder.compute_target(batch.next_observations, action, reduction="min")
+            target = target - temp * log_prob
+        self._modules.critic_optim.zero_grad()
+        critic_loss = self._q_func_forwarder.compute_error(
+            observations=batch.observations, actions=batch.actions, rewards=batch.rewards, target=target,
+            terminals=batch.terminals, gamma=self._gamma)
+        critic_loss.backward()
+        self._modules.critic_optim.step()
+
+        self._modules.actor_optim.zero_grad()
+        dist = build_squashed_gaussian_distribution(self._modules.policy(batch.observations))
+        action, log_prob = dist.sample_with_log_prob()
+        q_t = self._q_func_forwarder.compute_expected_q(batch.observations, action, "min")
+        actor_loss = (temp * log_prob - q_t).mean()
+        actor_loss.backward()
+        self._modules.actor_optim.step()
+        with torch.no_grad():
+            for targ, online in zip(self._modules.targ_q_funcs.parameters(), self._modules.q_funcs.parameters()):
+                targ.mul_(1.0 - self._tau).add_(self._tau * online)
+        return {"critic_loss": float(critic_loss.detach()), "actor_loss": float(actor_loss.detach())}
+
+    def inner_predict_best_action(self, x: TorchObservation) -> torch.Tensor:
+        return self._modules.policy(x).squashed_mu
+
+    def inner_sample_action(self, x: TorchObservation) -> torch.Tensor:
+        return build_squashed_gaussian_distribution(self._modules.policy(x)).sample()
+
+    def inner_predict_value(self, x: TorchObservation, action: torch.Tensor) -> torch.Tensor:
+        return self._q_func_forwarder.compute_expected_q(x, action, "mean").reshape(-1)
+
+
+@dataclasses.dataclass()
+class BuilderSACConfig(offrl.base.LearnableConfig):
+    batch_size: int = 16
+    learning_rate: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005
+    n_critics: int = 2
+    initial_temperature: float = 0.5
+
+    def create(self, device: offrl.base.DeviceArg = False) -> "BuilderSAC":
+        return BuilderSAC(self, device)
+
+    @staticmethod
+    def get_type() -> str:
+        return "builder_sac"
+
+
+class BuilderSAC(offrl.algos.QLearningAlgoBase[BuilderSACImpl, BuilderSACConfig]):
+    def inner_create_impl(self, observation_shape: Shape, action_size: int) -> None:
+        encoder_factory = offrl.models.VectorEncoderFactory(hidden_units=[32, 32])
+        q_func_factory = offrl.models.MeanQFunctionFactory()
+        policy = create_normal_policy(observation_shape, action_size, encoder_factory, device=self._device,
+                                      enable_ddp=self._enable_ddp)
+        q_funcs, q_func_forwarder = create_continuous_q_function(
+            observation_shape, action_size, encoder_factory, q_func_factory, n_ensembles=self._config.n_critics,
+            device=self._device, enable_ddp=self._enable_ddp)
+        targ_q_funcs, targ_q_func_forwarder = create_continuous_q_function(
+            observation_shape, action_size, encoder_factory, q_func_factory, n_ensembles=self._config.n_critics,
+            device=self._device, enable_ddp=self._enable_ddp)
+        log_temp = create_parameter((1, 1), math.log(self._config.initial_temperature), device=self._device,
+                                    enable_ddp=self._enable_ddp)
+        modules = BuilderSACModules(
+            policy=policy, q_funcs=q_funcs, targ_q_funcs=targ_q_funcs, log_temp=log_temp,
+            actor_optim=torch.optim.Adam(policy.parameters(), lr=self._config.learning_rate),
+            critic_optim=torch.optim.Adam(q_funcs.parameters(), lr=self._config.learning_rate))
+        self._impl = BuilderSACImpl(observation_shape, action_size, modules, q_func_forwarder, targ_q_func_forwarder,
+                                    self._config.gamma, self._config.tau, self._device)
+
+    def get_action_type(self) -> offrl.ActionSpace:
+        return offrl.ActionSpace.CONTINUOUS
+
+
+def _pendulum_like_dataset(n: int = 96, seed: int = 0) -> offrl.dataset.MDPDataset:
+    rng = np.random.default_rng(seed)
+    terminals = np.zeros(n, dtype=np.float32)
+    terminals[np.arange(23, n, 24)] = 1.0
+    return offrl.dataset.MDPDataset(rng.normal(size=(n, 3)).astype(np.float32),
+                                    rng.uniform(-1.0, 1.0, size=(n, 1)).astype(np.float32),
+                                    rng.normal(size=n).astype(np.float32), terminals)
+
+
+def test_an_algorithm_on_d3rlpys_builders_trains_saves_and_loads(tmp_path):
+    offrl.base.register_learnable(BuilderSACConfig)
+    dataset = _pendulum_like_dataset()
+    algo = BuilderSACConfig().create()
+    algo.build_with_dataset(dataset)
+    modules = algo.impl.modules
+    assert list(algo.modules) == ["policy", "q_funcs", "targ_q_funcs", "log_temp"]
+    before = [p.detach().clone() for p in modules.q_funcs.parameters()]
+    results = _fit(algo, dataset, steps=5)
+    metrics = results[-1][1]
+    assert algo.grad_step == 5 and {"critic_loss", "actor_loss"} <= set(metrics)
+    assert np.isfinite(metrics["critic_loss"]) and np.isfinite(metrics["actor_loss"])
+    assert not any(torch.equal(a, b) for a, b in zip(before, modules.q_funcs.parameters()))
+    observations = dataset.episodes[0].observations[:6]
+    actions = algo.predict(observations)
+    assert actions.shape == (6, 1) and np.abs(actions).max() <= 1.0
+    expected = torch.stack([q(torch.as_tensor(observations), torch.as_tensor(actions)).q_value
+                            for q in modules.q_funcs]).mean(dim=0).reshape(-1).detach().numpy()
+    np.testing.assert_allclose(algo.predict_value(observations, actions), expected, rtol=1e-5)
+    path = str(tmp_path / "builder_sac.d3")
+    algo.save(path)
+    loaded = offrl.load_learnable(path)
+    assert type(loaded) is BuilderSAC and loaded.grad_step == 5
+    np.testing.assert_array_equal(loaded.predict(observations), actions)
+    np.testing.assert_array_equal(loaded.predict_value(observations, actions), algo.predict_value(observations, actions))
+    # the loaded forwarders read the loaded networks
+    for a, b in zip(loaded.impl.modules.q_funcs.parameters(), modules.q_funcs.parameters()):
+        assert torch.equal(a, b)

@@ -1,44 +1,116 @@
-"""d3rlpy's ``d3rlpy.models.torch`` path, for the base classes of custom
-encoders: an :class:`~offrl.models.EncoderFactory` subclass returns an
-:class:`Encoder` from ``create`` and an :class:`EncoderWithAction` from
-``create_with_action`` (d3rlpy 2.8.1's ``examples/tuple_observation.py``).
+"""d3rlpy's torch implementation layer (``d3rlpy.models.torch``), on which
+d3rlpy users write their own algorithms: encoders, policies returning
+:class:`ActionOutput`, Q-functions returning :class:`QFunctionOutput` with
+their "forwarders" and ensemble forwarders, action distributions, the
+conditional VAE and imitation losses, value functions, learnable
+parameters and Decision Transformer modules, with d3rlpy 2.8.1's module
+paths, class names, constructor arguments and outputs.
+:mod:`offrl.models.builders` builds them as d3rlpy's builders do.
 
-offrl's networks take any ``nn.Module`` with these call signatures; the
-classes are here so that code written for d3rlpy imports and subclasses
-them unchanged. d3rlpy's other torch modules (its policies, Q-functions
-and their "forwarders") are its implementation layer and are not
-provided; :class:`ActionOutput` and :class:`QFunctionOutput`, the records
-those modules return, are, for custom modules written to d3rlpy's shapes.
+The encoders are offrl's own (its factories return them; see
+:mod:`offrl.models.torch.encoders`), and so are the Decision Transformer
+networks under d3rlpy's signatures. The policies, Q-functions, VAE and
+value function here are d3rlpy-shaped modules for code written against
+d3rlpy; offrl's built-in algorithms keep their own networks (batched
+critic ensembles, :mod:`offrl.models.policies`), which are faster and
+whose model files do not change.
 """
 
-from __future__ import annotations
+from .distributions import Distribution, GaussianDistribution, SquashedGaussianDistribution
+from .encoders import (
+    Encoder,
+    EncoderWithAction,
+    PixelEncoder,
+    PixelEncoderWithAction,
+    SimBaEncoder,
+    SimBaEncoderWithAction,
+    VectorEncoder,
+    VectorEncoderWithAction,
+    compute_output_size,
+)
+from .imitators import (
+    DiscreteImitationLoss,
+    ImitationLoss,
+    VAEDecoder,
+    VAEEncoder,
+    compute_deterministic_imitation_loss,
+    compute_discrete_imitation_loss,
+    compute_stochastic_imitation_loss,
+    compute_vae_error,
+    forward_vae_sample,
+    forward_vae_sample_n,
+)
+from .parameters import Parameter, get_parameter
+from .policies import (
+    ActionOutput,
+    CategoricalPolicy,
+    DeterministicPolicy,
+    DeterministicResidualPolicy,
+    NormalPolicy,
+    Policy,
+    build_gaussian_distribution,
+    build_squashed_gaussian_distribution,
+)
+from .q_functions import (
+    ContinuousEnsembleQFunctionForwarder,
+    ContinuousIQNQFunction,
+    ContinuousIQNQFunctionForwarder,
+    ContinuousMeanQFunction,
+    ContinuousMeanQFunctionForwarder,
+    ContinuousQFunction,
+    ContinuousQFunctionForwarder,
+    ContinuousQRQFunction,
+    ContinuousQRQFunctionForwarder,
+    DiscreteEnsembleQFunctionForwarder,
+    DiscreteIQNQFunction,
+    DiscreteIQNQFunctionForwarder,
+    DiscreteMeanQFunction,
+    DiscreteMeanQFunctionForwarder,
+    DiscreteQFunction,
+    DiscreteQFunctionForwarder,
+    DiscreteQRQFunction,
+    DiscreteQRQFunctionForwarder,
+    QFunctionOutput,
+    compute_ensemble_q_function_error,
+    compute_ensemble_q_function_target,
+    compute_huber_loss,
+    compute_max_with_n_actions,
+    compute_max_with_n_actions_and_indices,
+    compute_quantile_huber_loss,
+    compute_quantile_loss,
+    compute_reduce,
+    pick_quantile_value_by_action,
+    pick_value_by_action,
+)
+from .transformers import (
+    ContinuousDecisionTransformer,
+    DiscreteDecisionTransformer,
+    GlobalPositionEncoding,
+    PositionEncoding,
+    SimplePositionEncoding,
+)
+from .v_functions import ValueFunction, compute_v_function_error
 
-import dataclasses
-from typing import Optional
-
-import torch
-
-from .encoders import Encoder, EncoderWithAction
-
-__all__ = ["ActionOutput", "Encoder", "EncoderWithAction", "QFunctionOutput"]
-
-
-@dataclasses.dataclass(frozen=True)
-class ActionOutput:
-    """What a d3rlpy policy module returns: the pre-squash mean ``mu``, the
-    squashed (``tanh``) mean and the log standard deviation (None for a
-    deterministic policy)."""
-
-    mu: torch.Tensor
-    squashed_mu: torch.Tensor
-    logstd: Optional[torch.Tensor]
-
-
-@dataclasses.dataclass(frozen=True)
-class QFunctionOutput:
-    """What a d3rlpy Q-function module returns: the Q-values, and for
-    distributional Q-functions the quantiles and their levels ``taus``."""
-
-    q_value: torch.Tensor
-    quantiles: Optional[torch.Tensor]
-    taus: Optional[torch.Tensor]
+__all__ = [
+    "Distribution", "GaussianDistribution", "SquashedGaussianDistribution",
+    "Encoder", "EncoderWithAction", "PixelEncoder", "PixelEncoderWithAction", "VectorEncoder",
+    "VectorEncoderWithAction", "SimBaEncoder", "SimBaEncoderWithAction", "compute_output_size",
+    "VAEEncoder", "VAEDecoder", "forward_vae_sample", "forward_vae_sample_n", "compute_vae_error",
+    "compute_discrete_imitation_loss", "compute_deterministic_imitation_loss", "compute_stochastic_imitation_loss",
+    "ImitationLoss", "DiscreteImitationLoss",
+    "Parameter", "get_parameter",
+    "ActionOutput", "Policy", "DeterministicPolicy", "DeterministicResidualPolicy", "NormalPolicy",
+    "CategoricalPolicy", "build_gaussian_distribution", "build_squashed_gaussian_distribution",
+    "QFunctionOutput", "ContinuousQFunction", "DiscreteQFunction", "ContinuousQFunctionForwarder",
+    "DiscreteQFunctionForwarder", "DiscreteEnsembleQFunctionForwarder", "ContinuousEnsembleQFunctionForwarder",
+    "compute_ensemble_q_function_error", "compute_ensemble_q_function_target", "compute_max_with_n_actions",
+    "compute_max_with_n_actions_and_indices", "DiscreteMeanQFunction", "ContinuousMeanQFunction",
+    "DiscreteMeanQFunctionForwarder", "ContinuousMeanQFunctionForwarder", "DiscreteQRQFunction",
+    "ContinuousQRQFunction", "DiscreteQRQFunctionForwarder", "ContinuousQRQFunctionForwarder",
+    "DiscreteIQNQFunction", "ContinuousIQNQFunction", "DiscreteIQNQFunctionForwarder",
+    "ContinuousIQNQFunctionForwarder", "pick_value_by_action", "pick_quantile_value_by_action",
+    "compute_huber_loss", "compute_quantile_huber_loss", "compute_quantile_loss", "compute_reduce",
+    "ContinuousDecisionTransformer", "DiscreteDecisionTransformer", "PositionEncoding", "SimplePositionEncoding",
+    "GlobalPositionEncoding",
+    "ValueFunction", "compute_v_function_error",
+]
