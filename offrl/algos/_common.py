@@ -11,7 +11,10 @@ from torch import nn
 
 from ..models.modules import freeze, hard_update, module_tensors, soft_update
 
-__all__ = ["soft_update", "hard_update", "expectile_loss", "td_target", "freeze", "no_param_grads"]
+__all__ = [
+    "soft_update", "hard_update", "expectile_loss", "td_target", "freeze", "no_param_grads", "optimizer_step",
+    "critic_step",
+]
 
 
 def mixes_rows(module: nn.Module) -> bool:
@@ -42,6 +45,24 @@ def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
     """Asymmetric squared loss ``|expectile - 1(diff < 0)| * diff**2``, mean."""
     weight = torch.where(diff > 0, expectile, 1.0 - expectile)
     return (weight * diff**2).mean()
+
+
+def optimizer_step(optim: Any, loss: torch.Tensor) -> None:
+    """One step of ``optim`` (an optimizer wrapper) on ``loss``: zero the
+    gradients, backpropagate, step."""
+    optim.zero_grad()
+    loss.backward()
+    optim.step()
+
+
+def critic_step(q: Any, optim: Any, batch: Any, target: torch.Tensor) -> torch.Tensor:
+    """One TD step of the critic ensemble ``q`` (a
+    :class:`~offrl.models.q_functions.QFunction`) towards ``target`` ``(B, N)``
+    at the batch's logged actions, by ``optim``; returns the loss."""
+    pred, taus = q.at_action(batch.observations, batch.actions)
+    loss = q.loss(pred, target, taus)
+    optimizer_step(optim, loss)
+    return loss
 
 
 @contextlib.contextmanager

@@ -49,7 +49,7 @@ from ..models.optimizers import OptimizerWrapper
 from ..models.policies import GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
 from ..models.q_functions import QFunction
 from ..serialization import register
-from ._common import soft_update, td_target
+from ._common import critic_step, optimizer_step, soft_update, td_target
 from .base import QLearningAlgoBase
 from .actor_critic import ActorCriticConfig
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
@@ -213,20 +213,12 @@ class AWAC(AdvantageWeightedBase):
             next_actions = gaussian_sample(*policy(batch.next_observations))
             next_dist, _ = targ.at_action(batch.next_observations, next_actions)
             target = td_target(batch.rewards, q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
-        pred, taus = q.at_action(batch.observations, batch.actions)
-        critic_loss = q.loss(pred, target, taus)
-        critic_optim = m.critic_optim
-        critic_optim.zero_grad()
-        critic_loss.backward()
-        critic_optim.step()
+        critic_loss = critic_step(q, m.critic_optim, batch, target)
 
         mean, logstd = policy(batch.observations)
         weights = self._advantage_weights(batch.observations, batch.actions, mean.detach(), logstd.detach())
         actor_loss = -(weights * gaussian_log_prob(batch.actions, torch.tanh(mean), logstd)).mean()
-        actor_optim = m.actor_optim
-        actor_optim.zero_grad()
-        actor_loss.backward()
-        actor_optim.step()
+        optimizer_step(m.actor_optim, actor_loss)
 
         soft_update(targ, q, float(cfg.tau))
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach()}

@@ -40,6 +40,7 @@ from ..models.modules import Modules
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.policies import ArgmaxPolicy, CategoricalPolicy, DeterministicPolicy, GreedyNormalPolicy, NormalPolicy
 from ..serialization import register
+from ._common import optimizer_step
 from .base import QLearningAlgoBase
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, one_of, param
 
@@ -145,10 +146,7 @@ class BC(QLearningAlgoBase):
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         loss = self._loss(batch)
-        optim = self._modules.optim
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
+        optimizer_step(self._modules.optim, loss)
         return {"loss": loss.detach()}
 
     def _predict(self, x) -> torch.Tensor:
@@ -245,10 +243,7 @@ class DiscreteBC(QLearningAlgoBase):
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         loss = self._loss(batch)
-        optim = self._modules.optim
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
+        optimizer_step(self._modules.optim, loss)
         return {"loss": loss.detach()}
 
     def _predict(self, x) -> torch.Tensor:

@@ -63,7 +63,7 @@ from ..models.policies import CategoricalPolicy
 from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..models.vae import ConditionalVAE, create_conditional_vae, repeat_observations
 from ..serialization import register
-from ._common import freeze, hard_update, no_param_grads, soft_update, td_target
+from ._common import critic_step, freeze, hard_update, no_param_grads, optimizer_step, soft_update, td_target
 from .base import QLearningAlgoBase, TrainStepResult
 from .config import (
     BOOL,
@@ -292,10 +292,7 @@ class BCQ(QLearningAlgoBase):
         q, targ_q = m.q_function, m.targ_q_function
 
         vae_loss = vae.loss(batch.observations, batch.actions, float(cfg.beta))[0]
-        imitator_optim = m.imitator_optim
-        imitator_optim.zero_grad()
-        vae_loss.backward()
-        imitator_optim.step()
+        optimizer_step(m.imitator_optim, vae_loss)
         if grad_step < int(cfg.rl_start_step):
             return {"vae_loss": vae_loss.detach(), "critic_loss": self._zero, "actor_loss": self._zero}
 
@@ -307,22 +304,14 @@ class BCQ(QLearningAlgoBase):
             candidates = _perturbed_candidates(vae, targ_policy, repeated, latents, n)
             next_value, _ = soft_clipped_max(targ_q, repeated, candidates, float(cfg.lam))
             target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
-        pred, taus = q.at_action(batch.observations, batch.actions)
-        critic_loss = q.loss(pred, target, taus)
-        critic_optim = m.critic_optim
-        critic_optim.zero_grad()
-        critic_loss.backward()
-        critic_optim.step()
+        critic_loss = critic_step(q, m.critic_optim, batch, target)
 
         if grad_step % int(cfg.update_actor_interval) == 0:
             with torch.no_grad():
                 generated = vae.decode(batch.observations, vae.sample_latent((_batch_size(batch.observations),), self._device))
             with no_param_grads(q):
                 actor_loss = -q.expected(batch.observations, policy(batch.observations, generated))[0].mean()
-                actor_optim = m.actor_optim
-                actor_optim.zero_grad()
-                actor_loss.backward()
-                actor_optim.step()
+                optimizer_step(m.actor_optim, actor_loss)
             self._last_actor_loss = actor_loss.detach()
         soft_update(targ_q, q, float(cfg.tau))
         soft_update(targ_policy, policy, float(cfg.tau))
@@ -516,10 +505,7 @@ class DiscreteBCQ(DoubleDQN):
         td_loss = q.loss(pred, target, taus, batch.weights)
         imitator_loss = F.cross_entropy(logits, batch.actions.reshape(-1).long()) + float(cfg.beta) * (logits**2).mean()
         loss = td_loss + imitator_loss
-        optim = self._modules.optim
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
+        optimizer_step(self._modules.optim, loss)
         if (grad_step + 1) % int(cfg.target_update_interval) == 0:
             hard_update(self._modules.targ_q_function, q)
         td_errors = abs_td_errors(pred.detach(), target) if batch.weights is not None else None

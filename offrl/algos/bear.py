@@ -54,7 +54,7 @@ from ..models.policies import NormalPolicy, squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..models.vae import ConditionalVAE, create_conditional_vae, repeat_observations
 from ..serialization import register
-from ._common import no_param_grads, soft_update, td_target
+from ._common import critic_step, no_param_grads, optimizer_step, soft_update, td_target
 from .bcq import FixedNoise, best_candidate, soft_clipped_max
 from .config import (
     NON_NEGATIVE,
@@ -258,9 +258,7 @@ class BEAR(SAC):
         log_temp, log_alpha = m.log_temp, m.log_alpha
 
         imitator_loss = vae.loss(batch.observations, batch.actions, float(cfg.vae_kl_weight))[0]
-        m.imitator_optim.zero_grad()
-        imitator_loss.backward()
-        m.imitator_optim.step()
+        optimizer_step(m.imitator_optim, imitator_loss)
 
         n = int(cfg.n_target_samples)
         with torch.no_grad():
@@ -271,11 +269,7 @@ class BEAR(SAC):
             rows = torch.arange(next_actions.shape[0], device=next_actions.device)
             next_value = next_value - log_temp() * next_log_probs[rows, best].unsqueeze(-1)
             target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
-        pred, taus = q.at_action(batch.observations, batch.actions)
-        critic_loss = q.loss(pred, target, taus)
-        m.critic_optim.zero_grad()
-        critic_loss.backward()
-        m.critic_optim.step()
+        critic_loss = critic_step(q, m.critic_optim, batch, target)
 
         distance = self._mmd(batch.observations)  # (B,)
         alpha = log_alpha()
@@ -283,9 +277,7 @@ class BEAR(SAC):
         temp = log_temp()
         if grad_step < int(cfg.warmup_steps):
             actor_loss = constraint
-            m.actor_optim.zero_grad()
-            actor_loss.backward()
-            m.actor_optim.step()
+            optimizer_step(m.actor_optim, actor_loss)
             temp_loss = alpha_loss = self._zero
         else:
             mean, logstd = policy(batch.observations)
@@ -294,9 +286,7 @@ class BEAR(SAC):
             temp_loss = alpha_loss = self._zero
             if temp_optim is not None:  # SAC's temperature step first, as d3rlpy 2.8.1
                 temp_loss = -(temp * (log_prob.detach() - float(self._action_size))).mean()
-                temp_optim.zero_grad()
-                temp_loss.backward()
-                temp_optim.step()
+                optimizer_step(temp_optim, temp_loss)
                 temp = log_temp()
             with no_param_grads(q):
                 q_value = q.expected(batch.observations, action).min(dim=0).values.squeeze(-1)  # (B,)

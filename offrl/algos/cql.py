@@ -63,7 +63,7 @@ from ..models.parameters import ScalarParameter
 from ..models.policies import squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
-from ._common import hard_update, mixes_rows, soft_update, stack_observations, td_target
+from ._common import hard_update, mixes_rows, optimizer_step, soft_update, stack_observations, td_target
 from .base import TrainStepResult
 from .config import (
     BOOL,
@@ -380,10 +380,7 @@ class DiscreteCQL(DQN):
         td_errors = abs_td_errors(pred.detach(), target) if batch.weights is not None else None
         conservative_loss = (torch.logsumexp(values, dim=2) - data_values).mean(dim=1).sum()
         loss = td_loss + cfg.alpha * conservative_loss
-        optim = self._modules.optim
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
+        optimizer_step(self._modules.optim, loss)
         if (grad_step + 1) % int(cfg.target_update_interval) == 0:
             hard_update(targ, q)
         metrics = {"loss": loss.detach(), "td_loss": td_loss.detach(), "conservative_loss": conservative_loss.detach()}

@@ -40,7 +40,7 @@ from ..models.optimizers import OptimizerWrapper
 from ..models.policies import DeterministicPolicy
 from ..models.q_functions import QFunction
 from ..serialization import register
-from ._common import freeze, no_param_grads, soft_update, td_target
+from ._common import critic_step, freeze, no_param_grads, optimizer_step, soft_update, td_target
 from .base import QLearningAlgoBase
 from .actor_critic import ActorCriticConfig
 from .config import POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
@@ -157,21 +157,13 @@ class DDPG(QLearningAlgoBase):
         with torch.no_grad():
             next_actions = self._target_actions(batch.next_observations)
             target = td_target(batch.rewards, self._next_value(batch, next_actions), batch.terminals, cfg.gamma, batch.intervals)
-        pred, taus = q.at_action(batch.observations, batch.actions)
-        critic_loss = q.loss(pred, target, taus)
-        critic_optim = m.critic_optim
-        critic_optim.zero_grad()
-        critic_loss.backward()
-        critic_optim.step()
+        critic_loss = critic_step(q, m.critic_optim, batch, target)
 
         if grad_step % self._actor_interval() == 0:
             # gradients flow through the critic to the action, not into its weights
             with no_param_grads(q):
                 actor_loss = self._actor_loss(batch, policy(batch.observations))
-                actor_optim = m.actor_optim
-                actor_optim.zero_grad()
-                actor_loss.backward()
-                actor_optim.step()
+                optimizer_step(m.actor_optim, actor_loss)
             soft_update(targ_q, q, float(cfg.tau))
             soft_update(targ_policy, policy, float(cfg.tau))
             self._last_actor_loss = actor_loss.detach()

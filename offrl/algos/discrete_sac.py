@@ -48,7 +48,7 @@ from ..models.parameters import ScalarParameter
 from ..models.policies import ArgmaxPolicy, CategoricalPolicy
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
-from ._common import freeze, hard_update, td_target
+from ._common import critic_step, freeze, hard_update, optimizer_step, td_target
 from .base import QLearningAlgoBase
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
 
@@ -196,12 +196,7 @@ class DiscreteSAC(QLearningAlgoBase):
             soft = next_dist - (self._temperature() * next_log_probs).unsqueeze(-1)
             next_value = (next_log_probs.exp().unsqueeze(-1) * soft).sum(dim=1)  # (B, N)
             target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
-        pred, taus = q.at_action(batch.observations, batch.actions)
-        critic_loss = q.loss(pred, target, taus)
-        critic_optim = m.critic_optim
-        critic_optim.zero_grad()
-        critic_loss.backward()
-        critic_optim.step()
+        critic_loss = critic_step(q, m.critic_optim, batch, target)
 
         # temperature, then the policy with the updated temperature
         with torch.no_grad():
@@ -216,10 +211,7 @@ class DiscreteSAC(QLearningAlgoBase):
             temp_loss = torch.zeros((), device=critic_loss.device)
         temp = self._temperature().detach()
         actor_loss = (probs * (temp * log_probs - q_values)).sum(dim=1).mean()
-        actor_optim = m.actor_optim
-        actor_optim.zero_grad()
-        actor_loss.backward()
-        actor_optim.step()
+        optimizer_step(m.actor_optim, actor_loss)
 
         if grad_step % int(cfg.target_update_interval) == 0:
             hard_update(targ, q)
@@ -233,10 +225,7 @@ class DiscreteSAC(QLearningAlgoBase):
         pass, its backward would run (and free) the compiled backward the
         actor's loss needs next."""
         temp_loss = -(self._modules.log_temp() * gap).mean()
-        temp_optim = self._modules.temp_optim
-        temp_optim.zero_grad()
-        temp_loss.backward()
-        temp_optim.step()
+        optimizer_step(self._modules.temp_optim, temp_loss)
         return temp_loss.detach()
 
     def _predict(self, x) -> torch.Tensor:

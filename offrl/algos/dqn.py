@@ -38,7 +38,7 @@ from ..models.modules import Modules
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
-from ._common import freeze, hard_update, td_target
+from ._common import freeze, hard_update, optimizer_step, td_target
 from .base import QLearningAlgoBase, TrainStepResult
 from .config import POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
 
@@ -209,10 +209,7 @@ class DQN(QLearningAlgoBase):
     def _minimise(self, loss: torch.Tensor, grad_step: int) -> None:
         """One optimizer step on ``loss``, then the target network's copy
         every ``target_update_interval`` steps."""
-        optim = self._modules.optim
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
+        optimizer_step(self._modules.optim, loss)
         if self._has_target_network and (grad_step + 1) % int(self._config.target_update_interval) == 0:
             hard_update(self._modules.targ_q_function, self._modules.q_function)
 

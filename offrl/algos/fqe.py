@@ -61,7 +61,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from ._common import freeze, hard_update, soft_update, td_target
+from ._common import freeze, hard_update, optimizer_step, soft_update, td_target
 from .base import DeviceArg, QLearningAlgoBase
 from .inputs_check import normalise_shape
 from ..training.fit import prepare_algorithm
@@ -484,10 +484,7 @@ class FQE(QLearningAlgoBase):
             loss = F.mse_loss(pred, target.expand_as(pred)) * pred.shape[0]
         else:
             loss = q.loss(pred, target, taus)
-        optim = self._modules.optim
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
+        optimizer_step(self._modules.optim, loss)
         if (grad_step + 1) % int(self._config.target_update_interval) == 0:
             hard_update(targ, q)
         if self._config.ema_decay is not None:

@@ -49,7 +49,7 @@ from ..models.policies import DeterministicPolicy
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..models.vae import ConditionalVAE, create_conditional_vae
 from ..serialization import register
-from ._common import freeze, no_param_grads, soft_update
+from ._common import freeze, no_param_grads, optimizer_step, soft_update
 from .config import (
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
@@ -260,10 +260,7 @@ class PLAS(DDPG):
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         if grad_step < int(self._config.warmup_steps):
             loss, _, _ = self._modules.vae.loss(batch.observations, batch.actions, float(self._config.beta))
-            optim = self._modules.imitator_optim
-            optim.zero_grad()
-            loss.backward()
-            optim.step()
+            optimizer_step(self._modules.imitator_optim, loss)
             self._last_vae_loss = loss.detach()
         else:
             losses = super()._update(batch, grad_step)

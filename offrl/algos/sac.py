@@ -42,7 +42,7 @@ from ..models.parameters import ScalarParameter
 from ..models.policies import GreedyNormalPolicy, NormalPolicy, squashed_log_prob, squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
-from ._common import no_param_grads, soft_update, td_target
+from ._common import critic_step, no_param_grads, optimizer_step, soft_update, td_target
 from .base import QLearningAlgoBase
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
 
@@ -144,18 +144,14 @@ def actor_temperature_step(
     action, log_prob = squashed_sample(mean, logstd)
     if temp_optim is not None:
         temp_loss = -(log_temp() * (log_prob.detach() + target_entropy)).mean()
-        temp_optim.zero_grad()
-        temp_loss.backward()
-        temp_optim.step()
+        optimizer_step(temp_optim, temp_loss)
     else:
         temp_loss = torch.zeros((), device=log_prob.device)
     temp = log_temp().detach()
     with no_param_grads(q):
         q_value = q.expected(observations, action).min(dim=0).values.squeeze(-1)  # (B,)
     actor_loss = (temp * log_prob - q_value).mean()
-    actor_optim.zero_grad()
-    actor_loss.backward()
-    actor_optim.step()
+    optimizer_step(actor_optim, actor_loss)
     return {"actor_loss": actor_loss.detach(), "temp_loss": temp_loss.detach(), "temp": temp}
 
 
@@ -192,12 +188,7 @@ class SAC(QLearningAlgoBase):
             next_dist, _ = targ.at_action(batch.next_observations, next_action)
             next_value = q.reduce(next_dist, "min") - log_temp() * next_log_prob.unsqueeze(-1)
             target = td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
-        pred, taus = q.at_action(batch.observations, batch.actions)
-        critic_loss = q.loss(pred, target, taus)
-        critic_optim = m.critic_optim
-        critic_optim.zero_grad()
-        critic_loss.backward()
-        critic_optim.step()
+        critic_loss = critic_step(q, m.critic_optim, batch, target)
 
         metrics = actor_temperature_step(
             policy, q, log_temp, m.actor_optim, m.temp_optim,
