@@ -37,28 +37,8 @@ from .signature import Observation, ObservationSequence, Signature
 from .slicers import BasicTrajectorySlicer, FrameStackTrajectorySlicer, TrajectorySlicerProtocol
 from .split import split_episodes, train_test_split
 from .storage import BufferProtocol, FIFOBuffer, InfiniteBuffer
-from .utils import (
-    batch_pad_array,
-    batch_pad_observations,
-    cast_flat_shape,
-    cast_recursively,
-    cast_tuple_shape,
-    check_dtype,
-    check_non_1d_array,
-    detect_action_size_from_env,
-    detect_action_space,
-    detect_action_space_from_env,
-    get_axis_size,
-    get_batch_dim,
-    get_dtype_from_observation,
-    get_dtype_from_observation_sequence,
-    get_shape_from_observation,
-    get_shape_from_observation_sequence,
-    is_tuple_shape,
-    slice_observations,
-    stack_observations,
-    stack_recent_observations,
-)
+from . import utils
+from .utils import *  # noqa: F403 - d3rlpy.dataset's helper functions, named in utils.__all__
 from .writer import BasicWriterPreprocess, ExperienceWriter, LastFrameWriterPreprocess, WriterPreprocessProtocol
 from .disk import DiskDatasetChangedError, DiskStore, open_disk_dataset
 from .disk_fifo import DiskFIFOBuffer
@@ -101,26 +81,6 @@ __all__ = [
     "dump",
     "load",
     "load_v1",
-    "batch_pad_array",
-    "batch_pad_observations",
-    "cast_flat_shape",
-    "cast_recursively",
-    "cast_tuple_shape",
-    "check_dtype",
-    "check_non_1d_array",
-    "detect_action_size_from_env",
-    "detect_action_space",
-    "detect_action_space_from_env",
-    "get_axis_size",
-    "get_batch_dim",
-    "get_dtype_from_observation",
-    "get_dtype_from_observation_sequence",
-    "get_shape_from_observation",
-    "get_shape_from_observation_sequence",
-    "is_tuple_shape",
-    "slice_observations",
-    "stack_observations",
-    "stack_recent_observations",
     "TransitionMiniBatch",
     "TrajectoryMiniBatch",
     "TorchTransitionMiniBatch",
@@ -138,3 +98,4 @@ __all__ = [
     "train_test_split",
     "split_episodes",
 ]
+__all__ += utils.__all__

@@ -3,25 +3,11 @@
 from typing import Type
 
 from ..serialization import register as _register
-from .action_scalers import ActionScaler, MinMaxActionScaler
+from . import action_scalers, observation_scalers, reward_scalers
+from .action_scalers import *  # noqa: F403 - each module's scalers, named in its __all__
 from .base import Scaler, add_leading_dims, add_leading_dims_numpy
-from .observation_scalers import (
-    MinMaxObservationScaler,
-    ObservationScaler,
-    PixelObservationScaler,
-    StandardObservationScaler,
-    TupleObservationScaler,
-    DictObservationScaler,
-)
-from .reward_scalers import (
-    ClipRewardScaler,
-    ConstantShiftRewardScaler,
-    MinMaxRewardScaler,
-    MultiplyRewardScaler,
-    ReturnBasedRewardScaler,
-    RewardScaler,
-    StandardRewardScaler,
-)
+from .observation_scalers import *  # noqa: F403
+from .reward_scalers import *  # noqa: F403
 
 
 
@@ -37,27 +23,15 @@ def _registrar(kind: str, base: type):
     return register_scaler
 
 
-register_observation_scaler = _registrar("observation_scaler", ObservationScaler)
-register_action_scaler = _registrar("action_scaler", ActionScaler)
-register_reward_scaler = _registrar("reward_scaler", RewardScaler)
+register_observation_scaler = _registrar("observation_scaler", observation_scalers.ObservationScaler)
+register_action_scaler = _registrar("action_scaler", action_scalers.ActionScaler)
+register_reward_scaler = _registrar("reward_scaler", reward_scalers.RewardScaler)
 
-__all__ = [
-    "Scaler",
-    "ObservationScaler",
-    "PixelObservationScaler",
-    "MinMaxObservationScaler",
-    "StandardObservationScaler",
-    "TupleObservationScaler",
-    "DictObservationScaler",
-    "ActionScaler",
-    "MinMaxActionScaler",
-    "RewardScaler",
-    "MinMaxRewardScaler",
-    "StandardRewardScaler",
-    "ClipRewardScaler",
-    "MultiplyRewardScaler",
-    "ReturnBasedRewardScaler",
-    "ConstantShiftRewardScaler",
+__all__ = ["Scaler"]
+__all__ += observation_scalers.__all__
+__all__ += action_scalers.__all__
+__all__ += reward_scalers.__all__
+__all__ += [
     "register_observation_scaler",
     "register_action_scaler",
     "register_reward_scaler",
