@@ -10,9 +10,10 @@ and ``timeouts`` ``(N,)`` (0/1 flags), optionally ``next_observations``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from typing import Any, Optional, Union
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 import numpy as np
 
@@ -167,26 +168,10 @@ def load_d4rl_hdf5(
         ``layout`` not in ``("rows", "columns")`` or given without ``to``
         (before the file is opened).
     """
-    import h5py
-
     layout = check_layout(layout, to is not None)
     _safety.check_max_expansion(max_expansion)
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
-    name = _safety.check_regular_file(path, "D4RL-format HDF5 file")  # a named pipe would block forever
-    try:
-        f = h5py.File(name, "r")
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{name} is not a readable HDF5 file: {e}") from None
-    with f:
-        missing = [k for k in D4RL_REQUIRED_KEYS if k not in f or not hasattr(f[k], "shape")]
-        if missing:
-            raise ValueError(
-                f"{name} is not a D4RL-format file: it has no {', '.join(repr(k) for k in missing)} "
-                f"dataset (a D4RL file holds {', '.join(D4RL_REQUIRED_KEYS)}; found {sorted(f.keys())})"
-            )
-        keys = list(D4RL_REQUIRED_KEYS) + [k for k in ("next_observations", _LOG_PROBS) if k in f]
-        nodes = {k: _safety.checked_h5_dataset(f, k, name) for k in keys}
+    with _open_d4rl(path) as (name, f, nodes):
+        keys = list(nodes)
         if to is not None:  # streamed in bounded memory; decompressing still takes time
             _safety.check_expansion(name, nodes.items(), max_expansion)
             dataset = _stream(name, nodes, to, int(chunk_rows), action_space, action_size,
@@ -270,22 +255,7 @@ def describe_d4rl_hdf5(path: PathLike) -> dict:
     from the per-step flags when the file is loaded."""
     import h5py
 
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
-    name = _safety.check_regular_file(path, "D4RL-format HDF5 file")
-    try:
-        f = h5py.File(name, "r")
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{name} is not a readable HDF5 file: {e}") from None
-    with f:
-        missing = [k for k in D4RL_REQUIRED_KEYS if k not in f or not hasattr(f[k], "shape")]
-        if missing:
-            raise ValueError(
-                f"{name} is not a D4RL-format file: it has no {', '.join(repr(k) for k in missing)} dataset "
-                f"(a D4RL file holds {', '.join(D4RL_REQUIRED_KEYS)}; found {sorted(f.keys())})"
-            )
-        keys = list(D4RL_REQUIRED_KEYS) + [k for k in ("next_observations", _LOG_PROBS) if k in f]
-        nodes = {k: _safety.checked_h5_dataset(f, k, name) for k in keys}
+    with _open_d4rl(path) as (name, f, nodes):
         extras: list = []
         for prefix in ("infos", "metadata"):
             if prefix in f and isinstance(f.get(prefix, getlink=True), h5py.HardLink):
@@ -305,6 +275,31 @@ def describe_d4rl_hdf5(path: PathLike) -> dict:
             "extras": ", ".join(extras[:20]) + (f" ... ({len(extras)} in all)" if len(extras) > 20 else "") or "none",
             "size": describe_h5_sizes(nodes.items()),
         }
+
+
+@contextlib.contextmanager
+def _open_d4rl(path: PathLike) -> Iterator[Tuple[str, Any, Dict[str, Any]]]:
+    """A D4RL-format HDF5 file, open: its name, the h5py file and its checked
+    datasets by key (the required ones, then ``next_observations`` and the
+    behaviour log-probabilities where present), no array read yet."""
+    import h5py
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
+    name = _safety.check_regular_file(path, "D4RL-format HDF5 file")  # a named pipe would block forever
+    try:
+        f = h5py.File(name, "r")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{name} is not a readable HDF5 file: {e}") from None
+    with f:
+        missing = [k for k in D4RL_REQUIRED_KEYS if k not in f or not hasattr(f[k], "shape")]
+        if missing:
+            raise ValueError(
+                f"{name} is not a D4RL-format file: it has no {', '.join(repr(k) for k in missing)} "
+                f"dataset (a D4RL file holds {', '.join(D4RL_REQUIRED_KEYS)}; found {sorted(f.keys())})"
+            )
+        keys = list(D4RL_REQUIRED_KEYS) + [k for k in ("next_observations", _LOG_PROBS) if k in f]
+        yield name, f, {k: _safety.checked_h5_dataset(f, k, name) for k in keys}
 
 
 def _read_rows(node: Any, name: str, key: str, a: int, b: int) -> np.ndarray:
