@@ -10,7 +10,7 @@ uses that path whenever the picker has it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -55,6 +55,29 @@ def _next_action(episode: EpisodeBase, next_index: int) -> np.ndarray:
 
 def _final_observation(episode: EpisodeBase):
     return getattr(episode, "final_observation", None)
+
+
+def _stored_next_observation(episode: EpisodeBase, index: int):
+    """The observation after step ``index`` that ``episode`` stores: the next
+    step's, or the final observation after its last step (None if none)."""
+    if index + 1 < episode.size():
+        return retrieve_observation(episode.observations, index + 1)
+    return _final_observation(episode)
+
+
+def _one_step_transition(episode: EpisodeBase, index: int, observation: Any, next_observation: Any,
+                         is_terminal: bool) -> Transition:
+    """The transition from step ``index`` of ``episode`` to the next (interval 1)."""
+    return Transition(
+        observation=observation,
+        action=episode.actions[index],
+        reward=episode.rewards[index],
+        next_observation=next_observation,
+        next_action=_next_action(episode, index + 1),
+        terminal=float(is_terminal),
+        interval=1,
+        rewards_to_go=episode.rewards[index:],
+    )
 
 
 def _batch_context(store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray):
@@ -121,20 +144,9 @@ class BasicTransitionPicker:
         is_terminal = bool(episode.terminated) and index == episode.size() - 1
         if is_terminal:
             next_observation = create_zero_observation(observation)
-        elif index + 1 < episode.size():
-            next_observation = retrieve_observation(episode.observations, index + 1)
         else:
-            next_observation = _final_observation(episode)
-        return Transition(
-            observation=observation,
-            action=episode.actions[index],
-            reward=episode.rewards[index],
-            next_observation=next_observation,
-            next_action=_next_action(episode, index + 1),
-            terminal=float(is_terminal),
-            interval=1,
-            rewards_to_go=episode.rewards[index:],
-        )
+            next_observation = _stored_next_observation(episode, index)
+        return _one_step_transition(episode, index, observation, next_observation, is_terminal)
 
     def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> TransitionMiniBatch:
         _, ends, terminated, _ = _batch_context(store, episode_ids, rows)
@@ -308,23 +320,10 @@ class FrameStackTransitionPicker:
         if is_terminal:
             next_observation = create_zero_observation(observation)
         else:
-            if index + 1 < episode.size():
-                nxt = retrieve_observation(episode.observations, index + 1)
-            else:
-                nxt = _final_observation(episode)
-            nxt = observation_columns(nxt)
+            nxt = observation_columns(_stored_next_observation(episode, index))
             nxt_list = nxt if isinstance(nxt, list) else [nxt]
             next_observation = self._stack(episode, index, next_frame=nxt_list)
-        return Transition(
-            observation=observation,
-            action=episode.actions[index],
-            reward=episode.rewards[index],
-            next_observation=next_observation,
-            next_action=_next_action(episode, index + 1),
-            terminal=float(is_terminal),
-            interval=1,
-            rewards_to_go=episode.rewards[index:],
-        )
+        return _one_step_transition(episode, index, observation, next_observation, is_terminal)
 
     def pick_batch(self, store: ColumnStore, episode_ids: np.ndarray, rows: np.ndarray) -> TransitionMiniBatch:
         starts, ends, terminated, _ = _batch_context(store, episode_ids, rows)
