@@ -227,6 +227,33 @@ _MAX_OBSERVATION_COLUMNS = 1024
 _TABLE_KEYS = ("episode_starts", "episode_ends", "episode_terminated", "episode_has_final")
 
 
+def _offrl_layout_nodes(h5: Any, name: str, n_columns: int) -> dict[str, Any]:
+    """The checked datasets of an offrl-layout file by key (observation
+    columns, actions, rewards, the episode table, then behaviour
+    probabilities where present); none is read."""
+    keys = [f"observations_{k}" for k in range(n_columns)] + ["actions", "rewards", *_TABLE_KEYS]
+    missing = [k for k in keys if k not in h5]
+    if missing:
+        raise ValueError(f"{name} is not a complete offrl dataset file: it is missing {missing}")
+    if "behaviour_probabilities" in h5:
+        keys.append("behaviour_probabilities")
+    return {k: _safety.checked_h5_dataset(h5, k, name) for k in keys}
+
+
+def _d3rlpy_layout_counts(h5: Any, name: str) -> tuple[int, int]:
+    """A d3rlpy-layout file's episode count (checked against the datasets it
+    stores) and observation columns (0: one array observation per episode)."""
+    n_episodes = _small_h5_value(h5, "num_episodes", name, 1)
+    if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes < 1:
+        raise ValueError(f"{name}: num_episodes is {n_episodes!r}, expected a positive integer")
+    if n_episodes * len(_D3RLPY_COLUMNS) > len(h5):
+        raise ValueError(f"{name} declares {n_episodes} episodes but stores only {len(h5)} datasets")
+    n_columns = 0
+    while f"observations_0_{n_columns}" in h5 and n_columns < _MAX_OBSERVATION_COLUMNS:
+        n_columns += 1
+    return n_episodes, n_columns
+
+
 def _observation_keys(h5: Any, name: str, n_columns: int) -> Optional[tuple[str, ...]]:
     """The dict observation key names a 1.2 file stores (None when absent)."""
     raw = _attribute(h5, "observation_keys", name)
@@ -339,13 +366,8 @@ def read_dataset_file(f: PathOrFile, max_expansion: Optional[float] = _safety.DE
         if action_space == ActionSpace.DISCRETE:
             check_discrete_action_size(action_size, name, field="the attribute 'action_size'")
 
-        keys = [f"observations_{k}" for k in range(n_columns)] + ["actions", "rewards", *_TABLE_KEYS]
-        missing = [k for k in keys if k not in h5]
-        if missing:
-            raise ValueError(f"{name} is not a complete offrl dataset file: it is missing {missing}")
-        if "behaviour_probabilities" in h5:
-            keys.append("behaviour_probabilities")
-        nodes = {k: _safety.checked_h5_dataset(h5, k, name) for k in keys}
+        nodes = _offrl_layout_nodes(h5, name, n_columns)
+        keys = list(nodes)
         committed = 0
         for key in keys:  # every declared size checked before the first read
             committed += _safety.check_declared_size(name, key, nodes[key].shape, nodes[key].dtype, committed)
@@ -405,13 +427,7 @@ def describe_dataset_file(f: PathOrFile, max_expansion: Optional[float] = _safet
         keys = _observation_keys(h5, name, n_columns)
         space = str(_attribute(h5, "action_space", name))
         action_size = _int_attribute(h5, "action_size", name, 1)
-        fields = [f"observations_{k}" for k in range(n_columns)] + ["actions", "rewards", *_TABLE_KEYS]
-        missing = [k for k in fields if k not in h5]
-        if missing:
-            raise ValueError(f"{name} is not a complete offrl dataset file: it is missing {missing}")
-        if "behaviour_probabilities" in h5:
-            fields.append("behaviour_probabilities")
-        nodes = {k: _safety.checked_h5_dataset(h5, k, name) for k in fields}
+        nodes = _offrl_layout_nodes(h5, name, n_columns)
         table_nodes = [(k, nodes[k]) for k in _TABLE_KEYS]
         for key, node in table_nodes:
             _safety.check_declared_size(name, key, node.shape, node.dtype)
@@ -440,14 +456,7 @@ def describe_dataset_file(f: PathOrFile, max_expansion: Optional[float] = _safet
 def _describe_d3rlpy_layout(h5: Any, name: str) -> dict:
     """:func:`describe_dataset_file` for d3rlpy 2.1+'s layout: shapes and the
     per-episode ``terminated`` scalars only."""
-    n_episodes = _small_h5_value(h5, "num_episodes", name, 1)
-    if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes < 1:
-        raise ValueError(f"{name}: num_episodes is {n_episodes!r}, expected a positive integer")
-    if n_episodes * len(_D3RLPY_COLUMNS) > len(h5):
-        raise ValueError(f"{name} declares {n_episodes} episodes but stores only {len(h5)} datasets")
-    n_columns = 0
-    while f"observations_0_{n_columns}" in h5 and n_columns < _MAX_OBSERVATION_COLUMNS:
-        n_columns += 1
+    n_episodes, n_columns = _d3rlpy_layout_counts(h5, name)
     nodes, steps, transitions, terminated = [], 0, 0, 0
     for i in range(n_episodes):
         obs_keys = [f"observations_{i}_{k}" for k in range(n_columns)] if n_columns else [f"observations_{i}"]
@@ -538,14 +547,7 @@ def _read_d3rlpy_layout(h5: Any, name: str, max_expansion: Optional[float] = _sa
     columns = _small_h5_value(h5, "columns", name, 16)
     if not isinstance(columns, list) or sorted(columns) != sorted(_D3RLPY_COLUMNS):
         raise ValueError(f"{name}: d3rlpy columns are {columns!r}, expected {list(_D3RLPY_COLUMNS)}")
-    n_episodes = _small_h5_value(h5, "num_episodes", name, 1)
-    if isinstance(n_episodes, bool) or not isinstance(n_episodes, int) or n_episodes < 1:
-        raise ValueError(f"{name}: num_episodes is {n_episodes!r}, expected a positive integer")
-    if n_episodes * len(_D3RLPY_COLUMNS) > len(h5):
-        raise ValueError(f"{name} declares {n_episodes} episodes but stores only {len(h5)} datasets")
-    n_columns = 0
-    while f"observations_0_{n_columns}" in h5 and n_columns < _MAX_OBSERVATION_COLUMNS:
-        n_columns += 1
+    n_episodes, n_columns = _d3rlpy_layout_counts(h5, name)
     tuple_observations = n_columns > 0
     n_columns = max(n_columns, 1)
     parts: dict = {"observations": [[] for _ in range(n_columns)], "actions": [], "rewards": []}
