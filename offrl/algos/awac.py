@@ -95,10 +95,6 @@ class AWACConfig(ActorCriticConfig):
     def get_type() -> str:
         return "awac"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return AWAC
-
 
 def gaussian_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> torch.Tensor:
     """Actions drawn from ``N(tanh(mean), exp(logstd))`` and clipped to
@@ -176,7 +172,7 @@ class AdvantageWeightedBase(QLearningAlgoBase):
         return GreedyNormalPolicy(self._modules.policy)
 
 
-class AWAC(AdvantageWeightedBase):
+class AWAC(AdvantageWeightedBase, config=AWACConfig):
     """AWAC (see the module docstring)."""
 
 

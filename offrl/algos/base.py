@@ -149,8 +149,14 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
     #: ``predict`` takes a context (``TransformerInput``), not observations
     predicts_from_sequences: bool = False
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, config: Optional[type] = None, **kwargs: Any) -> None:
+        """``config``: the config class that creates this algorithm (what its
+        ``algorithm_class()`` returns), as in ``class SAC(QLearningAlgoBase, config=SACConfig)``."""
         super().__init_subclass__(**kwargs)
+        if config is not None:
+            if not (isinstance(config, type) and issubclass(config, LearnableConfig)):
+                raise TypeError(f"{cls.__name__}'s config must be a LearnableConfig subclass, got {config!r}")
+            config._algorithm = cls
         holder = cls._holder_class()
         names = [f.name for f in dataclasses.fields(holder)]
         for attr in ("_policy_module", "_policy_optim", "_q_optim"):

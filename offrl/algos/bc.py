@@ -97,10 +97,6 @@ class BCConfig(LearnableConfig):
     def get_type() -> str:
         return "bc"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return BC
-
 
 @dataclasses.dataclass(frozen=True)
 class BCModules(Modules):
@@ -110,7 +106,7 @@ class BCModules(Modules):
     optim: OptimizerWrapper
 
 
-class BC(QLearningAlgoBase):
+class BC(QLearningAlgoBase, config=BCConfig):
     """Behaviour cloning for continuous actions (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
@@ -208,10 +204,6 @@ class DiscreteBCConfig(LearnableConfig):
     def get_type() -> str:
         return "discrete_bc"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DiscreteBC
-
 
 @dataclasses.dataclass(frozen=True)
 class DiscreteBCModules(Modules):
@@ -221,7 +213,7 @@ class DiscreteBCModules(Modules):
     optim: OptimizerWrapper
 
 
-class DiscreteBC(QLearningAlgoBase):
+class DiscreteBC(QLearningAlgoBase, config=DiscreteBCConfig):
     """Behaviour cloning for discrete actions (see the module docstring)."""
 
     _action_type = ActionSpace.DISCRETE

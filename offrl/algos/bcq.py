@@ -158,10 +158,6 @@ class BCQConfig(LearnableConfig):
     def get_type() -> str:
         return "bcq"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return BCQ
-
 
 class FixedNoise(nn.Module):
     """A fixed noise table, ``values`` ``(n, size)``, drawn once from N(0, I)
@@ -257,7 +253,7 @@ class BCQModules(Modules):
     imitator_optim: OptimizerWrapper
 
 
-class BCQ(QLearningAlgoBase):
+class BCQ(QLearningAlgoBase, config=BCQConfig):
     """Batch-Constrained deep Q-learning (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
@@ -382,10 +378,6 @@ class DiscreteBCQConfig(LearnableConfig):
     def get_type() -> str:
         return "discrete_bcq"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DiscreteBCQ
-
 
 class FirstMemberEncoder(nn.Module):
     """The features of a Q-ensemble's first member, ``(B, F)``, from its
@@ -443,7 +435,7 @@ class DiscreteBCQModules(DQNModules):
     imitator: CategoricalPolicy
 
 
-class DiscreteBCQ(DoubleDQN):
+class DiscreteBCQ(DoubleDQN, config=DiscreteBCQConfig):
     """DiscreteBCQ (see the module docstring): Double DQN with an imitator
     that restricts the greedy and the target actions."""
 

@@ -167,10 +167,6 @@ class BEARConfig(LearnableConfig):
     def get_type() -> str:
         return "bear"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return BEAR
-
 
 def _batch_size(x: Any) -> int:
     return int(x[0].shape[0]) if isinstance(x, (list, tuple)) else int(x.shape[0])
@@ -210,7 +206,7 @@ class BEARModules(SACModules):
     alpha_optim: Optional[OptimizerWrapper]
 
 
-class BEAR(SAC):
+class BEAR(SAC, config=BEARConfig):
     """BEAR (see the module docstring): SAC's networks plus a VAE of the
     data and an MMD constraint with a learned multiplier."""
 

@@ -76,10 +76,6 @@ class CalQLConfig(CQLConfig):
     def get_type() -> str:
         return "cal_ql"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return CalQL
-
 
 def truncated_episodes(dataset: Any) -> List[int]:
     """Indices of ``dataset``'s episodes that did not end in a terminal
@@ -87,7 +83,7 @@ def truncated_episodes(dataset: Any) -> List[int]:
     return [i for i, episode in enumerate(dataset.episodes) if not bool(episode.terminated)]
 
 
-class CalQL(CQL):
+class CalQL(CQL, config=CalQLConfig):
     """Cal-QL (see the module docstring): CQL with the policy-sampled values
     of the conservative term clipped from below by the returns-to-go."""
 

@@ -182,6 +182,9 @@ class LearnableConfig(D3rlpySerializable, Serializable):
     """
 
     _kind = "algorithm"
+    #: the algorithm class this config creates: set by the algorithm's class
+    #: statement, ``class SAC(QLearningAlgoBase, config=SACConfig)``
+    _algorithm = None
     _offrl_only_fields = ("precision",)  # serialize() leaves it out at float32: d3rlpy's JSON
 
     batch_size: int = param(256, check=POSITIVE_INT)
@@ -221,9 +224,14 @@ class LearnableConfig(D3rlpySerializable, Serializable):
 
     @classmethod
     def algorithm_class(cls) -> type:
-        """The algorithm class this config creates. A config written the
-        d3rlpy way defines ``create`` instead: its class is that of what
-        ``create()`` makes from the default config (nothing is built)."""
+        """The algorithm class this config creates: the one that names it in
+        its class statement (``class SAC(QLearningAlgoBase, config=SACConfig)``;
+        a subclass of a config creates what it creates unless another
+        algorithm names it). A config written the d3rlpy way defines
+        ``create`` instead: its class is that of what ``create()`` makes
+        from the default config (nothing is built)."""
+        if cls._algorithm is not None:
+            return cls._algorithm
         if cls.create is LearnableConfig.create:
             raise NotImplementedError(f"{cls.__name__} defines neither algorithm_class nor create")
         return type(cls().create())

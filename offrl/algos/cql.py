@@ -165,10 +165,6 @@ class CQLConfig(LearnableConfig):
     def get_type() -> str:
         return "cql"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return CQL
-
 
 def _uniform_actions(batch: int, n: int, action_size: int, device: torch.device) -> torch.Tensor:
     """``(batch, n, action_size)`` actions uniform in ``[-1, 1]``."""
@@ -191,7 +187,7 @@ class CQLModules(SACModules):
     alpha_optim: Optional[OptimizerWrapper]
 
 
-class CQL(SAC):
+class CQL(SAC, config=CQLConfig):
     """Conservative Q-Learning for continuous actions (see the module
     docstring): SAC's networks, acting and actor step, with the conservative
     critic update."""
@@ -351,12 +347,8 @@ class DiscreteCQLConfig(DQNConfig):
     def get_type() -> str:
         return "discrete_cql"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DiscreteCQL
 
-
-class DiscreteCQL(DQN):
+class DiscreteCQL(DQN, config=DiscreteCQLConfig):
     """Conservative Q-Learning for discrete actions: Double DQN networks and
     target, plus the conservative term (see the module docstring)."""
 

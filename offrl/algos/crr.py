@@ -109,10 +109,6 @@ class CRRConfig(ActorCriticConfig):
     def get_type() -> str:
         return "crr"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return CRR
-
 
 @dataclasses.dataclass(frozen=True)
 class CRRModules(AWACModules):
@@ -121,7 +117,7 @@ class CRRModules(AWACModules):
     targ_policy: NormalPolicy
 
 
-class CRR(AdvantageWeightedBase):
+class CRR(AdvantageWeightedBase, config=CRRConfig):
     """CRR (see the module docstring)."""
 
     _modules: CRRModules

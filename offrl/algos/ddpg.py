@@ -80,10 +80,6 @@ class DDPGConfig(ActorCriticConfig):
     def get_type() -> str:
         return "ddpg"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DDPG
-
 
 @dataclasses.dataclass(frozen=True)
 class DDPGModules(Modules):
@@ -98,7 +94,7 @@ class DDPGModules(Modules):
     critic_optim: OptimizerWrapper
 
 
-class DDPG(QLearningAlgoBase):
+class DDPG(QLearningAlgoBase, config=DDPGConfig):
     """Deep Deterministic Policy Gradients (see the module docstring).
 
     Subclasses (TD3, TD3+BC, ReBRAC) redefine :meth:`_target_actions`,

@@ -124,10 +124,6 @@ class DecisionTransformerConfig(TransformerConfig):
     def get_type() -> str:
         return "decision_transformer"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DecisionTransformer
-
 
 def attention_masks(batch: TorchTrajectoryBatch) -> Optional[torch.Tensor]:
     """The batch's step masks for the transformer when a window is front
@@ -151,7 +147,7 @@ class DecisionTransformerModules(Modules):
     optim: OptimizerWrapper
 
 
-class DecisionTransformer(TransformerAlgoBase):
+class DecisionTransformer(TransformerAlgoBase, config=DecisionTransformerConfig):
     """Decision Transformer for continuous control (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
@@ -254,10 +250,6 @@ class DiscreteDecisionTransformerConfig(TransformerConfig):
     def get_type() -> str:
         return "discrete_decision_transformer"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DiscreteDecisionTransformer
-
 
 def token_learning_rate_factor(tokens: float, warmup_tokens: int, final_tokens: int) -> float:
     """minGPT's schedule: ``tokens / warmup_tokens`` during the warm-up, then
@@ -287,7 +279,7 @@ class DiscreteDecisionTransformerModules(Modules):
     optim: OptimizerWrapper
 
 
-class DiscreteDecisionTransformer(TransformerAlgoBase):
+class DiscreteDecisionTransformer(TransformerAlgoBase, config=DiscreteDecisionTransformerConfig):
     """Decision Transformer for discrete control (see the module docstring)."""
 
     _action_type = ActionSpace.DISCRETE

@@ -116,10 +116,6 @@ class DiscreteSACConfig(LearnableConfig):
     def get_type() -> str:
         return "discrete_sac"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DiscreteSAC
-
 
 def target_entropy(action_size: int) -> float:
     """``0.98 log(action_size)``: 98 % of the uniform policy's entropy."""
@@ -153,7 +149,7 @@ class DiscreteSACModules(Modules):
     temp_optim: Optional[OptimizerWrapper]
 
 
-class DiscreteSAC(QLearningAlgoBase):
+class DiscreteSAC(QLearningAlgoBase, config=DiscreteSACConfig):
     """Soft Actor-Critic for discrete actions (see the module docstring)."""
 
     _action_type = ActionSpace.DISCRETE

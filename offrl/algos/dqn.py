@@ -90,10 +90,6 @@ class DQNConfig(LearnableConfig):
     def get_type() -> str:
         return "dqn"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DQN
-
 
 class DiscreteGreedyPolicy(nn.Module):
     """``argmax_a`` of the ensemble-mean Q-values (int64 indices)."""
@@ -139,7 +135,7 @@ class DQNModules(Modules):
     optim: OptimizerWrapper
 
 
-class DQN(QLearningAlgoBase):
+class DQN(QLearningAlgoBase, config=DQNConfig):
     """Deep Q-Network (see the module docstring).
 
     With a prioritized buffer (batches carrying ``weights``) the loss is the
@@ -258,12 +254,8 @@ class DoubleDQNConfig(DQNConfig):
     def get_type() -> str:
         return "double_dqn"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DoubleDQN
 
-
-class DoubleDQN(DQN):
+class DoubleDQN(DQN, config=DoubleDQNConfig):
     """Double DQN (van Hasselt et al., 2016)."""
 
     _double = True

@@ -228,10 +228,6 @@ class FQEConfig(LearnableConfig):
     def get_type() -> str:
         return "fqe"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return FQE
-
 
 @register("algorithm")
 @dataclasses.dataclass
@@ -254,10 +250,6 @@ class DiscreteFQEConfig(FQEConfig):
     @staticmethod
     def get_type() -> str:
         return "discrete_fqe"
-
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DiscreteFQE
 
 
 def _to_device(x: Any, device: torch.device) -> Any:
@@ -305,7 +297,7 @@ class FQEModules(Modules):
     averaged_q_function: Optional[QFunction]
 
 
-class FQE(QLearningAlgoBase):
+class FQE(QLearningAlgoBase, config=FQEConfig):
     """Fitted Q Evaluation of a trained continuous-action algorithm's greedy
     policy (see the module docstring).
 
@@ -755,7 +747,7 @@ class FQE(QLearningAlgoBase):
         return fqe
 
 
-class DiscreteFQE(FQE):
+class DiscreteFQE(FQE, config=DiscreteFQEConfig):
     """Fitted Q Evaluation of a trained discrete-action algorithm's greedy
     policy (see the module docstring).
 

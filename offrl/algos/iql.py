@@ -104,10 +104,6 @@ class IQLConfig(LearnableConfig):
     def get_type() -> str:
         return "iql"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return IQL
-
 
 @dataclasses.dataclass(frozen=True)
 class IQLModules(Modules):
@@ -122,7 +118,7 @@ class IQLModules(Modules):
     critic_optim: OptimizerWrapper
 
 
-class IQL(QLearningAlgoBase):
+class IQL(QLearningAlgoBase, config=IQLConfig):
     """Implicit Q-Learning (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS

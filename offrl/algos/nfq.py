@@ -68,12 +68,8 @@ class NFQConfig(LearnableConfig):
     def get_type() -> str:
         return "nfq"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return NFQ
 
-
-class NFQ(DQN):
+class NFQ(DQN, config=NFQConfig):
     """Neural Fitted Q Iteration (see the module docstring): DQN that
     bootstraps from its own network."""
 

@@ -131,10 +131,6 @@ class PLASConfig(LearnableConfig):
     def get_type() -> str:
         return "plas"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return PLAS
-
 
 @register("algorithm")
 @dataclasses.dataclass
@@ -166,10 +162,6 @@ class PLASWithPerturbationConfig(PLASConfig):
     def get_type() -> str:
         return "plas_with_perturbation"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return PLASWithPerturbation
-
 
 class LatentPolicy(nn.Module):
     """The acting policy of PLAS: ``x -> tanh(D(x, MAX_LATENT * pi(x)))``,
@@ -200,7 +192,7 @@ class PLASModules(DDPGModules):
     imitator_optim: OptimizerWrapper
 
 
-class PLAS(DDPG):
+class PLAS(DDPG, config=PLASConfig):
     """PLAS (see the module docstring): DDPG whose policy acts in the latent
     space of a conditional VAE pre-trained for ``warmup_steps``."""
 
@@ -278,7 +270,7 @@ class PLAS(DDPG):
         return LatentPolicy(self._modules.policy, self._modules.vae, self._modules.perturbation)
 
 
-class PLASWithPerturbation(PLAS):
+class PLASWithPerturbation(PLAS, config=PLASWithPerturbationConfig):
     """PLAS with BCQ's perturbation actor on the decoded action (see the
     module docstring)."""
 

@@ -90,10 +90,6 @@ class PRDCConfig(TD3StyleConfig):
     def get_type() -> str:
         return "prdc"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return PRDC
-
 
 def _flat(observations: Any) -> torch.Tensor:
     """``(B, ...)`` observations (or a list of them) as one ``(B, D)`` float tensor."""
@@ -107,7 +103,7 @@ def _key_dim(observation_shape: Any, action_size: int) -> int:
     return sum(int(torch.Size(s).numel()) for s in shapes) + int(action_size)
 
 
-class PRDC(TD3PlusBC):
+class PRDC(TD3PlusBC, config=PRDCConfig):
     """PRDC (see the module docstring): :class:`~offrl.algos.td3_plus_bc.TD3PlusBC`
     whose behaviour-cloning target is the nearest dataset point's action."""
 

@@ -69,10 +69,6 @@ class RandomPolicyConfig(LearnableConfig):
     def get_type() -> str:
         return "random_policy"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return RandomPolicy
-
 
 @register("algorithm")
 @dataclasses.dataclass
@@ -92,10 +88,6 @@ class DiscreteRandomPolicyConfig(LearnableConfig):
     @staticmethod
     def get_type() -> str:
         return "discrete_random_policy"
-
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return DiscreteRandomPolicy
 
 
 def _batch_size(x: Any) -> int:
@@ -127,7 +119,7 @@ class _RandomPolicyBase(QLearningAlgoBase):
         raise NotImplementedError(f"{type(self).__name__} has no policy network to export")
 
 
-class RandomPolicy(_RandomPolicyBase):
+class RandomPolicy(_RandomPolicyBase, config=RandomPolicyConfig):
     """Random continuous actions (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS
@@ -152,7 +144,7 @@ class RandomPolicy(_RandomPolicyBase):
         return torch.where(inside, log_prob, torch.full_like(log_prob, -math.inf))
 
 
-class DiscreteRandomPolicy(_RandomPolicyBase):
+class DiscreteRandomPolicy(_RandomPolicyBase, config=DiscreteRandomPolicyConfig):
     """Uniformly random action indices (see the module docstring)."""
 
     _action_type = ActionSpace.DISCRETE

@@ -80,12 +80,8 @@ class ReBRACConfig(TD3StyleConfig):
     def get_type() -> str:
         return "rebrac"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return ReBRAC
 
-
-class ReBRAC(TD3):
+class ReBRAC(TD3, config=ReBRACConfig):
     """ReBRAC (see the module docstring): :class:`~offrl.algos.td3.TD3`
     with a behaviour-cloning penalty in the critic target and in the
     policy loss."""

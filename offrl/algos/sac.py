@@ -104,10 +104,6 @@ class SACConfig(LearnableConfig):
     def get_type() -> str:
         return "sac"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return SAC
-
 
 @dataclasses.dataclass(frozen=True)
 class SACModules(Modules):
@@ -155,7 +151,7 @@ def actor_temperature_step(
     return {"actor_loss": actor_loss.detach(), "temp_loss": temp_loss.detach(), "temp": temp}
 
 
-class SAC(QLearningAlgoBase):
+class SAC(QLearningAlgoBase, config=SACConfig):
     """Soft Actor-Critic (see the module docstring)."""
 
     _action_type = ActionSpace.CONTINUOUS

@@ -98,10 +98,6 @@ class TACRConfig(TransformerConfig):
     def get_type() -> str:
         return "tacr"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return TACR
-
 
 @dataclasses.dataclass(frozen=True)
 class TACRModules(Modules):
@@ -115,7 +111,7 @@ class TACRModules(Modules):
     critic_optim: OptimizerWrapper
 
 
-class TACR(DecisionTransformer):
+class TACR(DecisionTransformer, config=TACRConfig):
     """TACR (see the module docstring): the Decision Transformer trained as
     the actor of TD3+BC."""
 

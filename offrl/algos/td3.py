@@ -64,10 +64,6 @@ class TD3Config(TD3StyleConfig):
     def get_type() -> str:
         return "td3"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return TD3
-
 
 def smooth_target_action(action: torch.Tensor, sigma: float, clip: float) -> torch.Tensor:
     """``clip(action + clip(N(0, sigma^2), -clip, clip), -1, 1)``: TD3's
@@ -76,7 +72,7 @@ def smooth_target_action(action: torch.Tensor, sigma: float, clip: float) -> tor
     return (action + noise).clamp(-1.0, 1.0)
 
 
-class TD3(DDPG):
+class TD3(DDPG, config=TD3Config):
     """TD3 (see the module docstring): DDPG with a smoothed target action
     and delayed policy/target updates. Works with any config that has
     ``target_smoothing_sigma``, ``target_smoothing_clip`` and

@@ -72,12 +72,8 @@ class TD3PlusBCConfig(TD3StyleConfig):
     def get_type() -> str:
         return "td3_plus_bc"
 
-    @classmethod
-    def algorithm_class(cls) -> type:
-        return TD3PlusBC
 
-
-class TD3PlusBC(TD3):
+class TD3PlusBC(TD3, config=TD3PlusBCConfig):
     """TD3+BC (see the module docstring): :class:`~offrl.algos.td3.TD3`
     whose policy loss adds the behaviour-cloning term."""
 
