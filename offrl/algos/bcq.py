@@ -54,31 +54,28 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..constants import ActionSpace
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.encoders import compute_output_size
 from ..models.layers import float32_head
 from ..models.modules import Modules
-from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.optimizers import OptimizerWrapper
 from ..models.perturbation import PerturbationActor, create_perturbation_actor
 from ..models.policies import CategoricalPolicy
-from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..models.q_functions import MeanQFunction, QFunction
 from ..models.vae import ConditionalVAE, create_conditional_vae, repeat_observations
 from ..serialization import register
 from ._common import critic_step, freeze, hard_update, no_param_grads, optimizer_step, soft_update, td_target
+from .actor_critic import ImitatorActorCriticConfig
 from .base import QLearningAlgoBase, TrainStepResult
 from .config import (
     BOOL,
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
-    POSITIVE,
     POSITIVE_INT,
     UNIT_INTERVAL,
-    UNIT_INTERVAL_OPEN_LOW,
-    LearnableConfig,
     between,
-    instance_of,
     param,
 )
-from .dqn import DoubleDQN, DQNModules, abs_td_errors
+from .dqn import DoubleDQN, DQNModules, QNetworkConfig, abs_td_errors
 
 __all__ = [
     "BCQConfig",
@@ -96,7 +93,7 @@ __all__ = [
 
 @register("algorithm")
 @dataclasses.dataclass
-class BCQConfig(LearnableConfig):
+class BCQConfig(ImitatorActorCriticConfig):
     """Config of BCQ (details in the module docstring).
 
     Loss:
@@ -117,15 +114,6 @@ class BCQConfig(LearnableConfig):
         without Exploration", 2019, arXiv:1812.02900.
 
     Args:
-        actor_learning_rate: learning rate of the perturbation actor.
-        critic_learning_rate: learning rate of the Q-functions.
-        imitator_learning_rate: learning rate of the VAE.
-        actor_optim_factory, critic_optim_factory, imitator_optim_factory: optimizers.
-        actor_encoder_factory, critic_encoder_factory, imitator_encoder_factory:
-            encoders of the actor, the Q-functions and the VAE.
-        q_func_factory: Q-function type.
-        tau: Polyak averaging factor of the target networks.
-        n_critics: number of Q-functions.
         update_actor_interval: critic steps per actor step.
         lam: weight λ of the ensemble minimum in the target (1 − λ on the maximum).
         n_action_samples: candidate actions per state, in the target and when acting.
@@ -135,18 +123,6 @@ class BCQConfig(LearnableConfig):
     """
 
     batch_size: int = param(100, check=POSITIVE_INT)
-    actor_learning_rate: float = param(1e-3, check=POSITIVE)
-    critic_learning_rate: float = param(1e-3, check=POSITIVE)
-    imitator_learning_rate: float = param(1e-3, check=POSITIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    imitator_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    imitator_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
-    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
-    n_critics: int = param(2, check=POSITIVE_INT)
     update_actor_interval: int = param(1, check=POSITIVE_INT)
     lam: float = param(0.75, check=UNIT_INTERVAL)
     n_action_samples: int = param(100, check=POSITIVE_INT)
@@ -336,7 +312,7 @@ class BCQ(QLearningAlgoBase, config=BCQConfig):
 # ------------------------------------------------------------------ discrete
 @register("algorithm")
 @dataclasses.dataclass
-class DiscreteBCQConfig(LearnableConfig):
+class DiscreteBCQConfig(QNetworkConfig):
     """Config of DiscreteBCQ (details in the module docstring).
 
     Loss:
@@ -355,20 +331,14 @@ class DiscreteBCQConfig(LearnableConfig):
         Reinforcement Learning Algorithms", 2019, arXiv:1910.01708.
 
     Args:
-        learning_rate, optim_factory, encoder_factory, q_func_factory,
-            n_critics, target_update_interval: as :class:`DQNConfig`.
         action_flexibility: τ, the smallest probability ratio to the most
             likely action an action needs to be considered (0: all, DQN).
         beta: weight of the imitator's logit penalty.
+        target_update_interval: steps between target network copies.
         share_encoder: the imitator uses the (first) Q-network's encoder.
     """
 
     batch_size: int = param(32, check=POSITIVE_INT)
-    learning_rate: float = param(6.25e-5, check=POSITIVE)
-    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
-    n_critics: int = param(1, check=POSITIVE_INT)
     action_flexibility: float = param(0.3, check=between(0.0, 1.0, high_open=True))
     beta: float = param(0.5, check=NON_NEGATIVE)
     target_update_interval: int = param(8000, check=POSITIVE_INT)

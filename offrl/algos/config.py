@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
@@ -41,6 +42,7 @@ __all__ = [
     "instance_of",
     "one_of",
     "LearnableConfig",
+    "SharedFieldsConfig",
     "check_positive_int",
     "check_positive_number",
     "check_instance",
@@ -248,3 +250,59 @@ class LearnableConfig(D3rlpySerializable, Serializable):
             setattr(self, key, value)
         self.validate()
         return self
+
+
+def _documented_args(doc: str) -> Dict[str, str]:
+    """``{field: its Args entry}`` of a docstring's ``Args:`` section, each
+    entry as written (its first line and continuation lines, with their
+    line ends); an entry naming several fields is each one's."""
+    found: Dict[str, str] = {}
+    section = doc.split("Args:\n", 1)[1] if "Args:\n" in doc else ""
+    names: list = []
+    for line in section.splitlines(keepends=True):
+        match = re.match(r"^ {8}(\w+(?:, \w+)*):(?: |$)", line)
+        if match:
+            names = match.group(1).split(", ")
+            for name in names:
+                found[name] = line
+        elif names and line.startswith(" " * 12) and line.strip():
+            for name in names:
+                found[name] += line
+        elif line.strip():
+            break
+    return found
+
+
+@dataclasses.dataclass
+class SharedFieldsConfig(LearnableConfig):
+    """The base of a config that holds fields several algorithms share (not
+    an algorithm, not registered), e.g.
+    :class:`~offrl.algos.actor_critic.ActorCriticConfig`.
+
+    The fields are declared once, on the shared base; a field an algorithm
+    gives another default is redefined in its own config, which keeps its
+    place in the field order (dataclasses keep a redefined field where it
+    was first declared), so every config lists its fields in d3rlpy's order.
+    Their ``Args`` text is written once too: a subclass's docstring lists
+    its own fields under ``Args:``, and the shared ones are put in front of
+    them when the class is made (``help(TD3Config)`` shows every field; a
+    subclass that documents no field of its own gets the section).
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        doc = cls.__dict__.get("__doc__")
+        if not doc:
+            return
+        own = _documented_args(doc)
+        shared: Dict[str, str] = {}
+        for base in reversed(cls.__mro__[1:]):
+            if issubclass(base, SharedFieldsConfig) and base is not SharedFieldsConfig and base.__dict__.get("__doc__"):
+                shared.update(_documented_args(base.__dict__["__doc__"]))
+        # an entry documenting several fields is put in once
+        missing = list(dict.fromkeys(entry for name, entry in shared.items() if name not in own))
+        if missing and "Args:\n" in doc:  # the shared fields come first in every such config: their lines go first
+            head, section = doc.split("Args:\n", 1)
+            cls.__doc__ = head + "Args:\n" + "".join(missing) + section
+        elif missing:  # a config with no fields of its own to document
+            cls.__doc__ = doc.rstrip() + "\n\n    Args:\n" + "".join(missing) + "    "

@@ -336,8 +336,6 @@ class DiscreteCQLConfig(DQNConfig):
         Reinforcement Learning", 2020, arXiv:2006.04779.
 
     Args:
-        learning_rate, optim_factory, encoder_factory, q_func_factory,
-            n_critics, target_update_interval: as in :class:`~offrl.algos.dqn.DQNConfig`.
         alpha: weight of the conservative term.
     """
 

@@ -41,23 +41,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..constants import ActionSpace
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.encoders import compute_output_size
 from ..models.modules import Modules
-from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.optimizers import OptimizerWrapper
 from ..models.parameters import ScalarParameter
 from ..models.policies import ArgmaxPolicy, CategoricalPolicy
-from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..models.q_functions import QFunction
 from ..serialization import register
 from ._common import critic_step, freeze, hard_update, optimizer_step, td_target
+from .actor_critic import SoftActorCriticConfig
 from .base import QLearningAlgoBase
-from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
+from .config import NON_NEGATIVE, POSITIVE_INT, param
 
 __all__ = ["DiscreteSACConfig", "DiscreteSAC", "DiscreteSACModules", "target_entropy", "ensemble_min_per_action"]
 
 
 @register("algorithm")
 @dataclasses.dataclass
-class DiscreteSACConfig(LearnableConfig):
+class DiscreteSACConfig(SoftActorCriticConfig):
     """Config of discrete Soft Actor-Critic (details in the module docstring).
 
     Loss:
@@ -76,13 +77,6 @@ class DiscreteSACConfig(LearnableConfig):
         2019, arXiv:1910.07207.
 
     Args:
-        actor_learning_rate: learning rate of the policy.
-        critic_learning_rate: learning rate of the Q-functions.
-        temp_learning_rate: learning rate of the temperature (0: fixed).
-        actor_optim_factory, critic_optim_factory, temp_optim_factory: optimizers.
-        actor_encoder_factory, critic_encoder_factory: encoders of the policy
-            and of the Q-functions.
-        q_func_factory: Q-function type (mean, QR, IQN).
         n_critics: number of Q-functions in the ensemble.
         initial_temperature: initial entropy temperature ``alpha`` (0: no
             entropy terms).
@@ -91,15 +85,6 @@ class DiscreteSACConfig(LearnableConfig):
     """
 
     batch_size: int = param(64, check=POSITIVE_INT)
-    actor_learning_rate: float = param(3e-4, check=POSITIVE)
-    critic_learning_rate: float = param(3e-4, check=POSITIVE)
-    temp_learning_rate: float = param(3e-4, check=NON_NEGATIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    temp_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
     n_critics: int = param(2, check=POSITIVE_INT)
     initial_temperature: float = param(1.0, check=NON_NEGATIVE)
     target_update_interval: int = param(8000, check=POSITIVE_INT)

@@ -40,14 +40,35 @@ from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction,
 from ..serialization import register
 from ._common import freeze, hard_update, optimizer_step, td_target
 from .base import QLearningAlgoBase, TrainStepResult
-from .config import POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
+from .config import POSITIVE, POSITIVE_INT, SharedFieldsConfig, instance_of, param
 
-__all__ = ["DQNConfig", "DQN", "DQNModules", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy", "abs_td_errors"]
+__all__ = ["QNetworkConfig", "DQNConfig", "DQN", "DQNModules", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy", "abs_td_errors"]
+
+
+@dataclasses.dataclass
+class QNetworkConfig(SharedFieldsConfig):
+    """The fields of the algorithms that fit one Q-function ensemble with one
+    optimizer: DQN (and those built on it), NFQ, discrete BCQ and FQE (not
+    an algorithm, not registered).
+
+    Args:
+        learning_rate: optimizer learning rate.
+        optim_factory: optimizer (Adam by default).
+        encoder_factory: encoder of the Q-function.
+        q_func_factory: Q-function type (mean, QR, IQN).
+        n_critics: ensemble size.
+    """
+
+    learning_rate: float = param(6.25e-5, check=POSITIVE)
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
+    n_critics: int = param(1, check=POSITIVE_INT)
 
 
 @register("algorithm")
 @dataclasses.dataclass
-class DQNConfig(LearnableConfig):
+class DQNConfig(QNetworkConfig):
     """Config of DQN (details in the module docstring).
 
     Loss:
@@ -70,20 +91,10 @@ class DQNConfig(LearnableConfig):
         Learning", 2018, arXiv:1710.02298.
 
     Args:
-        learning_rate: optimizer learning rate.
-        optim_factory: optimizer (Adam by default).
-        encoder_factory: encoder of the Q-function.
-        q_func_factory: Q-function type (mean, QR, IQN).
-        n_critics: ensemble size.
         target_update_interval: steps between target network copies.
     """
 
     batch_size: int = param(32, check=POSITIVE_INT)
-    learning_rate: float = param(6.25e-5, check=POSITIVE)
-    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
-    n_critics: int = param(1, check=POSITIVE_INT)
     target_update_interval: int = param(8000, check=POSITIVE_INT)
 
     @staticmethod

@@ -65,23 +65,23 @@ from ._common import freeze, hard_update, optimizer_step, soft_update, td_target
 from .base import DeviceArg, QLearningAlgoBase
 from .inputs_check import normalise_shape
 from ..training.fit import prepare_algorithm
+from .dqn import QNetworkConfig
 from .fqe_diagnostics import (CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW, OFF_SUPPORT_WARN, RESIDUAL_GROWTH,
                               ConvergenceDiagnostic, PolicyValueEstimate, bootstrap_interval, check_convergence_args,
                               ConvergenceMonitor, not_settled_message, slice_observations, heldout_split,
                               initial_observations, is_settled, off_support_fraction, projected_drift, relative_change,
                               replay_convergence)
-from .config import (POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Constraint, LearnableConfig, check_positive_int, instance_of,
-                     param)
+from .config import (POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Constraint, check_positive_int, param)
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
 from ..dataset.replay_buffer import ReplayBuffer
 from ..dataset.split import split_episodes
 from ..metrics.sequence import SequencePolicy
 from ..metrics.evaluators import TDErrorEvaluator
-from ..models.encoders import ByShapeEncoderFactory, DefaultEncoderFactory, EncoderFactory
+from ..models.encoders import ByShapeEncoderFactory
 from ..models.modules import Modules
-from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
-from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..models.optimizers import OptimizerWrapper
+from ..models.q_functions import QFunction
 from ..preprocessing import StandardObservationScaler
 from ..serialization import check_model_sizes, config_from_params, read_model_file, register
 
@@ -106,7 +106,7 @@ _EMA_DECAY = Constraint("None (off) or a number in (0, 1)",
 
 @register("algorithm")
 @dataclasses.dataclass
-class FQEConfig(LearnableConfig):
+class FQEConfig(QNetworkConfig):
     """Config of Fitted Q Evaluation (details in the module docstring).
 
     Loss:
@@ -125,13 +125,8 @@ class FQEConfig(LearnableConfig):
         Offline Reinforcement Learning", 2020, arXiv:2007.09055.
 
     Args:
-        learning_rate: optimizer learning rate.
-        optim_factory: optimizer (Adam by default).
-        encoder_factory: encoder of the Q-function.
-        q_func_factory: Q-function type (mean, QR, IQN).
         batch_size: mini-batch size.
         gamma: discount factor of the estimated value.
-        n_critics: ensemble size.
         target_update_interval: steps between target network copies.
         ema_decay: offrl's addition, off (None) by default as in d3rlpy: a
             number in (0, 1) keeps an exponential moving average of the
@@ -145,12 +140,8 @@ class FQEConfig(LearnableConfig):
     """
 
     learning_rate: float = param(1e-4, check=POSITIVE)
-    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
     batch_size: int = param(100, check=POSITIVE_INT)
     gamma: float = param(0.99, check=UNIT_INTERVAL)
-    n_critics: int = param(1, check=POSITIVE_INT)
     target_update_interval: int = param(100, check=POSITIVE_INT)
     ema_decay: Optional[float] = param(None, check=_EMA_DECAY)
 

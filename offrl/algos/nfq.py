@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory
-from ..models.optimizers import AdamFactory, OptimizerFactory
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..serialization import register
-from .config import POSITIVE, POSITIVE_INT, LearnableConfig, instance_of, param
-from .dqn import DQN
+from .config import POSITIVE_INT, param
+from .dqn import DQN, QNetworkConfig
 
 __all__ = ["NFQConfig", "NFQ"]
 
 
 @register("algorithm")
 @dataclasses.dataclass
-class NFQConfig(LearnableConfig):
+class NFQConfig(QNetworkConfig):
     """Config of NFQ (details in the module docstring).
 
     Loss:
@@ -48,21 +45,9 @@ class NFQConfig(LearnableConfig):
         Riedmiller, "Neural Fitted Q Iteration - First Experiences with a
         Data Efficient Neural Reinforcement Learning Method", ECML 2005 (no
         arXiv id).
-
-    Args:
-        learning_rate: optimizer learning rate.
-        optim_factory: optimizer (Adam by default).
-        encoder_factory: encoder of the Q-function.
-        q_func_factory: Q-function type (mean, QR, IQN).
-        n_critics: ensemble size.
     """
 
     batch_size: int = param(32, check=POSITIVE_INT)
-    learning_rate: float = param(6.25e-5, check=POSITIVE)
-    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
-    n_critics: int = param(1, check=POSITIVE_INT)
 
     @staticmethod
     def get_type() -> str:

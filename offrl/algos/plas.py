@@ -42,23 +42,20 @@ from typing import Any, Dict, Optional
 import torch
 from torch import nn
 
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
-from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.encoders import compute_output_size
+from ..models.optimizers import OptimizerWrapper
 from ..models.perturbation import PerturbationActor, create_perturbation_actor
 from ..models.policies import DeterministicPolicy
-from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
 from ..models.vae import ConditionalVAE, create_conditional_vae
 from ..serialization import register
 from ._common import freeze, no_param_grads, optimizer_step, soft_update
+from .actor_critic import ImitatorActorCriticConfig
 from .config import (
     NON_NEGATIVE,
     NON_NEGATIVE_INT,
     POSITIVE,
     POSITIVE_INT,
     UNIT_INTERVAL,
-    UNIT_INTERVAL_OPEN_LOW,
-    LearnableConfig,
-    instance_of,
     param,
 )
 from .ddpg import DDPG, DDPGModules
@@ -71,7 +68,7 @@ MAX_LATENT = 2.0
 
 @register("algorithm")
 @dataclasses.dataclass
-class PLASConfig(LearnableConfig):
+class PLASConfig(ImitatorActorCriticConfig):
     """Config of PLAS (details in the module docstring).
 
     Loss:
@@ -93,18 +90,6 @@ class PLASConfig(LearnableConfig):
         Reinforcement Learning", 2020, arXiv:2011.07213.
 
     Args:
-        actor_learning_rate: learning rate of the latent policy.
-        critic_learning_rate: learning rate of the Q-functions.
-        imitator_learning_rate: learning rate of the conditional VAE.
-        actor_optim_factory: optimizer of the policy (Adam).
-        critic_optim_factory: optimizer of the Q-functions (Adam).
-        imitator_optim_factory: optimizer of the VAE (Adam).
-        actor_encoder_factory: encoder of the policy.
-        critic_encoder_factory: encoder of the Q-functions.
-        imitator_encoder_factory: encoder of the VAE's encoder and decoder.
-        q_func_factory: Q-function type (mean, QR, IQN).
-        tau: Polyak averaging factor of the target networks.
-        n_critics: number of Q-functions.
         lam: weight of the critics' minimum against their maximum in the target.
         warmup_steps: steps that train only the VAE, before the critics and policy.
         beta: weight of the KL term of the VAE's loss.
@@ -112,17 +97,7 @@ class PLASConfig(LearnableConfig):
 
     batch_size: int = param(100, check=POSITIVE_INT)
     actor_learning_rate: float = param(1e-4, check=POSITIVE)
-    critic_learning_rate: float = param(1e-3, check=POSITIVE)
     imitator_learning_rate: float = param(1e-4, check=POSITIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    imitator_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    imitator_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
-    tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
-    n_critics: int = param(2, check=POSITIVE_INT)
     lam: float = param(0.75, check=UNIT_INTERVAL)
     warmup_steps: int = param(500000, check=NON_NEGATIVE_INT)
     beta: float = param(0.5, check=NON_NEGATIVE)

@@ -35,23 +35,23 @@ from torch import nn
 
 from ..constants import ActionSpace
 from ..models.builders import build_critics, build_normal_policy
-from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.modules import Modules
-from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.optimizers import OptimizerWrapper
 from ..models.parameters import ScalarParameter
 from ..models.policies import GreedyNormalPolicy, NormalPolicy, squashed_log_prob, squashed_sample
-from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
+from ..models.q_functions import QFunction
 from ..serialization import register
 from ._common import critic_step, no_param_grads, optimizer_step, soft_update, td_target
+from .actor_critic import SoftActorCriticConfig
 from .base import QLearningAlgoBase
-from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, instance_of, param
+from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
 
 __all__ = ["SACConfig", "SAC", "SACModules"]
 
 
 @register("algorithm")
 @dataclasses.dataclass
-class SACConfig(LearnableConfig):
+class SACConfig(SoftActorCriticConfig):
     """Config of Soft Actor-Critic (details in the module docstring).
 
     Loss:
@@ -74,28 +74,12 @@ class SACConfig(LearnableConfig):
         Algorithms and Applications", 2018, arXiv:1812.05905.
 
     Args:
-        actor_learning_rate: learning rate of the policy.
-        critic_learning_rate: learning rate of the Q-functions.
-        temp_learning_rate: learning rate of the log temperature (0: fixed).
-        actor_optim_factory, critic_optim_factory, temp_optim_factory: optimizers.
-        actor_encoder_factory, critic_encoder_factory: encoders of the policy
-            and of the Q-functions.
-        q_func_factory: Q-function type.
         tau: target network update rate.
         n_critics: number of Q-functions in the ensemble.
         initial_temperature: initial entropy temperature ``alpha``.
     """
 
     batch_size: int = param(256, check=POSITIVE_INT)
-    actor_learning_rate: float = param(3e-4, check=POSITIVE)
-    critic_learning_rate: float = param(3e-4, check=POSITIVE)
-    temp_learning_rate: float = param(3e-4, check=NON_NEGATIVE)
-    actor_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    critic_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    temp_optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    actor_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    critic_encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    q_func_factory: QFunctionFactory = param(default_factory=MeanQFunctionFactory, check=instance_of(QFunctionFactory))
     tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
     n_critics: int = param(2, check=POSITIVE_INT)
     initial_temperature: float = param(1.0, check=POSITIVE)
