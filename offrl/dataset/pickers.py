@@ -266,6 +266,15 @@ def stacks_frames(keys: Optional[Sequence[str]], step_ndim: int) -> bool:
     return keys is None or step_ndim == 3
 
 
+def check_n_frames(n_frames: Any) -> int:
+    """``n_frames`` of a frame-stacking picker or slicer, checked: an int >= 1."""
+    if isinstance(n_frames, bool) or not isinstance(n_frames, (int, np.integer)):
+        raise TypeError(f"n_frames must be an int, got {type(n_frames).__name__}")
+    if n_frames < 1:
+        raise ValueError(f"n_frames must be >= 1, got {n_frames}")
+    return int(n_frames)
+
+
 def stack_frames(frames: Sequence[np.ndarray]) -> np.ndarray:
     """Concatenate frames along their first (channel) axis."""
     return np.concatenate([np.asarray(f) for f in frames], axis=0)
@@ -286,11 +295,7 @@ class FrameStackTransitionPicker:
     """
 
     def __init__(self, n_frames: int) -> None:
-        if isinstance(n_frames, bool) or not isinstance(n_frames, (int, np.integer)):
-            raise TypeError(f"n_frames must be an int, got {type(n_frames).__name__}")
-        if n_frames < 1:
-            raise ValueError(f"n_frames must be >= 1, got {n_frames}")
-        self.n_frames = int(n_frames)
+        self.n_frames = check_n_frames(n_frames)
 
     def _stack(self, episode: EpisodeBase, index: int, next_frame=None):
         """Stack frames ``index - n + 1 .. index``; with ``next_frame``, the

@@ -14,7 +14,7 @@ import numpy as np
 
 from .batch import TrajectoryMiniBatch
 from .episode import EpisodeBase, PartialTrajectory
-from .pickers import stacks_frames
+from .pickers import check_n_frames, stacks_frames
 from .signature import keyed_observation, observation_columns
 from .storage import ColumnStore
 
@@ -148,11 +148,7 @@ class FrameStackTrajectorySlicer(BasicTrajectorySlicer):
         return stacks_frames(keys, np.ndim(column) - 1)
 
     def __init__(self, n_frames: int) -> None:
-        if isinstance(n_frames, bool) or not isinstance(n_frames, (int, np.integer)):
-            raise TypeError(f"n_frames must be an int, got {type(n_frames).__name__}")
-        if n_frames < 1:
-            raise ValueError(f"n_frames must be >= 1, got {n_frames}")
-        self.n_frames = int(n_frames)
+        self.n_frames = check_n_frames(n_frames)
 
     def _observation_window(self, column: np.ndarray, start: int, end: int) -> np.ndarray:
         steps = []
