@@ -169,12 +169,7 @@ def plot_curves(
         ax.set_xlim(*xlim_pair)
     if ylim_pair:
         ax.set_ylim(*ylim_pair)
-    if title:
-        ax.set_title(title)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    _finish(plt, fig, save)
+    _finish_axes(plt, fig, ax, title, save)
     return fig
 
 
@@ -251,12 +246,7 @@ def plot_selection(
     ax.plot([low, high], [low, high], color="black", linestyle="dashed", linewidth=1, label="estimate = true value")
     ax.set_xlabel("true value")
     ax.set_ylabel("estimate")
-    if title:
-        ax.set_title(title)
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    _finish(plt, fig, save)
+    _finish_axes(plt, fig, ax, title, save)
     return fig
 
 
@@ -270,6 +260,16 @@ def read_params(logdir: str) -> Optional[Dict[str, Any]]:
     with open(path, "rb") as f:
         params = load_json(f.read(), path)
     return params if isinstance(params, dict) else None
+
+
+def _finish_axes(plt: Any, fig: Any, ax: Any, title: Optional[str], save: Optional[str]) -> None:
+    """Title (if any), legend and grid of a one-plot figure, then :func:`_finish`."""
+    if title:
+        ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    _finish(plt, fig, save)
 
 
 def _finish(plt: Any, fig: Any, save: Optional[str]) -> None:
