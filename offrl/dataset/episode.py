@@ -102,8 +102,24 @@ class EpisodeBase(Protocol):
     def transition_count(self) -> int: ...
 
 
+class _StepSignatures:
+    """``action_signature`` and ``reward_signature`` of a sequence holding
+    per-step ``actions`` and ``rewards`` arrays (steps on the first axis)."""
+
+    actions: np.ndarray
+    rewards: np.ndarray
+
+    @property
+    def action_signature(self) -> Signature:
+        return Signature(dtype=[self.actions.dtype], shape=[self.actions.shape[1:]])
+
+    @property
+    def reward_signature(self) -> Signature:
+        return Signature(dtype=[self.rewards.dtype], shape=[self.rewards.shape[1:]])
+
+
 @dataclasses.dataclass(frozen=True)
-class Episode:
+class Episode(_StepSignatures):
     """One episode of ``T`` steps.
 
     Attributes:
@@ -188,13 +204,6 @@ class Episode:
     def observation_signature(self) -> Signature:
         return get_observation_signature(self.observations, self.observation_keys)
 
-    @property
-    def action_signature(self) -> Signature:
-        return Signature(dtype=[self.actions.dtype], shape=[self.actions.shape[1:]])
-
-    @property
-    def reward_signature(self) -> Signature:
-        return Signature(dtype=[self.rewards.dtype], shape=[self.rewards.shape[1:]])
 
     def serialize(self) -> dict[str, Any]:
         """The episode's fields as a dict of arrays and flags (d3rlpy's
@@ -290,7 +299,7 @@ class Transition:
 
 
 @dataclasses.dataclass(frozen=True)
-class PartialTrajectory:
+class PartialTrajectory(_StepSignatures):
     """A window of ``length`` steps ending at a sampled step, front-padded
     with zeros (``masks`` is 0 on padding) when the episode is shorter.
 
@@ -320,10 +329,3 @@ class PartialTrajectory:
         keys = tuple(self.observations) if isinstance(self.observations, Mapping) else None
         return get_observation_signature(self.observations, keys)
 
-    @property
-    def action_signature(self) -> Signature:
-        return Signature(dtype=[self.actions.dtype], shape=[self.actions.shape[1:]])
-
-    @property
-    def reward_signature(self) -> Signature:
-        return Signature(dtype=[self.rewards.dtype], shape=[self.rewards.shape[1:]])
