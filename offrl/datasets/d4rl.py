@@ -23,7 +23,7 @@ from ..dataset import checks
 from ..dataset.io import MAX_DISCRETE_ACTION_SIZE, check_discrete_action_size, describe_h5_sizes
 from ..dataset.compat import MDPDataset
 from ._build import dataset_from_rows, episode_layout
-from .streaming import check_layout
+from .streaming import check_layout, closed_or_discarded
 
 __all__ = ["load_d4rl_hdf5", "describe_d4rl_hdf5", "D4RL_REQUIRED_KEYS"]
 
@@ -369,7 +369,7 @@ def _stream(
         action_space = ActionSpace.DISCRETE if np.issubdtype(dtype, np.integer) else ActionSpace.CONTINUOUS
     discrete = ActionSpace.parse(action_space) == ActionSpace.DISCRETE
     writer = DiskDatasetWriter(to, action_space=action_space, action_size=action_size, layout=layout)
-    try:
+    with closed_or_discarded(writer):
         first = 0
         while first < starts.shape[0]:
             a = int(starts[first])
@@ -401,9 +401,5 @@ def _stream(
                 except (ValueError, TypeError) as err:
                     raise type(err)(f"{name}: steps {a + s}..{a + t - 1}: {err}") from None
             first = last
-        writer.close()
-    except BaseException:
-        writer.abort()
-        raise
     return MDPDataset.load(to, transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
                            in_memory=False)

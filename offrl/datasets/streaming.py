@@ -12,17 +12,31 @@ counterpart.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Iterator, Optional, Union
 
 import numpy as np
 
 from ..constants import ActionSpace
 from ..dataset.compat import MDPDataset
 
-__all__ = ["from_dataframe_chunks"]
+__all__ = ["from_dataframe_chunks", "closed_or_discarded"]
 
 PathLike = Union[str, os.PathLike]
+
+
+@contextlib.contextmanager
+def closed_or_discarded(writer: Any) -> Iterator[Any]:
+    """Around writing a disk dataset with ``writer`` (a
+    :class:`~offrl.dataset.DiskDatasetWriter`): closed (moved into place) at
+    the end, discarded on any error, one from ``close`` included."""
+    try:
+        yield writer
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
 
 
 def check_layout(layout: Optional[str], writes_to_disk: bool) -> str:
@@ -125,7 +139,7 @@ def from_dataframe_chunks(
             writer.add_episode(episode)
         seen.update(present)
 
-    try:
+    with closed_or_discarded(writer):
         carry = None
         for i, chunk in enumerate(chunks):
             if not hasattr(chunk, "columns"):
@@ -143,9 +157,5 @@ def from_dataframe_chunks(
                 write(table[~open_rows], f"chunk {i}")
         if carry is not None and len(carry):
             write(carry, "the last chunk")
-        writer.close()
-    except BaseException:
-        writer.abort()
-        raise
     return MDPDataset.load(to, transition_picker=transition_picker, trajectory_slicer=trajectory_slicer,
                            in_memory=False)
