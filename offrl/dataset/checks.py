@@ -38,6 +38,25 @@ def first_index(mask: np.ndarray) -> int:
     return int(np.argmax(rows))
 
 
+def _as_rows(value: Any, name: str, n: int, must: str) -> np.ndarray:
+    """``value`` as a 1-D array of ``n`` rows (a ``(n, 1)`` column flattened);
+    ``must`` completes the message of a wrong shape: "``name`` must ... ``shape``"."""
+    array = _as_array(value, name)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1:
+        raise ValueError(f"{name} must {must} {array.shape}")
+    if array.shape[0] != n:
+        raise ValueError(f"{name} has {array.shape[0]} rows, observations has {n}")
+    return array
+
+
+def first_non_flag(values: np.ndarray) -> Optional[int]:
+    """Index of the first of 1-D ``values`` that is neither 0 nor 1 (None: all are)."""
+    bad = (values != 0) & (values != 1)
+    return first_index(bad) if bad.any() else None
+
+
 def _as_array(value: Any, name: str) -> np.ndarray:
     if isinstance(value, np.ndarray):
         if value.dtype.kind == "c":
@@ -152,18 +171,11 @@ def as_observation_columns(
 
 def as_flags(value: Any, name: str, n: int) -> np.ndarray:
     """0/1 flags of length ``n`` as a bool array."""
-    array = _as_array(value, name)
-    if array.ndim == 2 and array.shape[1] == 1:
-        array = array[:, 0]
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be 1-dimensional, got shape {array.shape}")
-    if array.shape[0] != n:
-        raise ValueError(f"{name} has {array.shape[0]} rows, observations has {n}")
+    array = _as_rows(value, name, n, "be 1-dimensional, got shape")
     if array.dtype == np.bool_:
         return array
-    bad = (array != 0) & (array != 1)
-    if bad.any():
-        i = first_index(bad)
+    i = first_non_flag(array)
+    if i is not None:
         raise ValueError(f"{name}[{i}] is {_show(array[i])}, expected 0 or 1")
     return array.astype(bool)
 
@@ -274,13 +286,7 @@ def as_behaviour_probabilities(
 ) -> np.ndarray:
     """Logged behaviour probabilities as ``(n,)`` float64: probabilities in
     (0, 1] for discrete actions, densities > 0 for continuous ones."""
-    array = _as_array(value, name)
-    if array.ndim == 2 and array.shape[1] == 1:
-        array = array[:, 0]
-    if array.ndim != 1:
-        raise ValueError(f"{name} must have shape (n,) or (n, 1), got {array.shape}")
-    if array.shape[0] != n:
-        raise ValueError(f"{name} has {array.shape[0]} rows, observations has {n}")
+    array = _as_rows(value, name, n, "have shape (n,) or (n, 1), got")
     if not (np.issubdtype(array.dtype, np.number) and not np.issubdtype(array.dtype, np.complexfloating)):
         raise TypeError(f"{name} must be numeric, got dtype {array.dtype}")
     array = np.array(array, dtype=np.float64, order="C", copy=True)

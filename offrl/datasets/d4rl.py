@@ -315,9 +315,8 @@ def _flags(node: Any, name: str, key: str, n: int) -> np.ndarray:
         raise ValueError(f"{name}: {key} has shape {node.shape}, expected ({n},): one 0/1 flag per step")
     flags = _safety.read_h5_dataset(node.parent, key, name).reshape(n)
     if flags.dtype != np.bool_:
-        bad = (flags != 0) & (flags != 1)
-        if bad.any():
-            i = int(np.argmax(bad))
+        i = checks.first_non_flag(flags)
+        if i is not None:
             raise ValueError(f"{name}: {key}[{i}] is {flags[i].item()!r}, expected 0 or 1")
     return flags.astype(bool)
 

@@ -148,9 +148,8 @@ def _flags(df: Any, name: Optional[str], role: str, rows: _Rows, n: int) -> np.n
     if name is None:
         return np.zeros(n, dtype=bool)
     values = _numeric(df, [name], role, rows)[:, 0]
-    bad = (values != 0) & (values != 1)
-    if bad.any():
-        i = int(np.argmax(bad))
+    i = checks.first_non_flag(values)
+    if i is not None:
         raise ValueError(f"{role} column {name!r} is {_show(values[i])} in {rows(i)}, expected 0 or 1")
     return values.astype(bool)
 
