@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ._atomic import atomic_write
+from ._optional import optional_dependency
 
 __all__ = [
     "MetricLog",
@@ -105,10 +106,8 @@ def metric_stats(log: MetricLog) -> Dict[str, float]:
 
 def require_matplotlib(save: Optional[str]) -> Any:
     """``matplotlib.pyplot`` (Agg backend when saving to a file)."""
-    try:
+    with optional_dependency("plotting needs matplotlib: pip install 'offrl[plot]'"):
         import matplotlib
-    except ImportError:
-        raise ImportError("plotting needs matplotlib: pip install 'offrl[plot]'") from None
     if save:
         matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt

@@ -12,6 +12,7 @@ import pathlib
 from typing import Any, Optional, Sequence, Union
 import numpy as np
 from .. import _safety
+from .._optional import optional_dependency
 from ._build import episode_layout
 
 MINARI_LAYOUT_VERSION = "0.5.4"
@@ -675,13 +676,9 @@ def _arrow_values(array: Any, leaf: Leaf, where: str, label: str) -> np.ndarray:
 
 
 def _pyarrow() -> Any:
-    try:
+    with optional_dependency("reading a Minari dataset in Arrow format needs pyarrow: pip install 'offrl[minari]'"):
         import pyarrow as pa
         import pyarrow.ipc  # noqa: F401 (loads pa.ipc)
-    except ImportError:
-        raise ImportError(
-            "reading a Minari dataset in Arrow format needs pyarrow: pip install 'offrl[minari]'"
-        ) from None
     return pa
 
 

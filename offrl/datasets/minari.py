@@ -43,6 +43,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .. import _safety
+from .._optional import optional_dependency
 from .._version import __version__
 from ..constants import ActionSpace
 from ..dataset.keys import check_observation_keys
@@ -724,11 +725,9 @@ def _write_arrow_episode(
     rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray, behaviour: Any,
     leaves_by_path: dict, act_leaf: Leaf,
 ) -> None:
-    try:
+    with optional_dependency("writing Minari's Arrow format needs pyarrow: pip install 'offrl[minari]'"):
         import pyarrow as pa
         import pyarrow.ipc
-    except ImportError:
-        raise ImportError("writing Minari's Arrow format needs pyarrow: pip install 'offrl[minari]'") from None
     directory.mkdir()
     pad_actions = np.concatenate([actions, np.zeros((1,) + actions.shape[1:], actions.dtype)])
     columns = {

@@ -58,6 +58,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .._optional import optional_dependency
 from .._random import seeded
 from .builtin import cache_directory, file_sha256, write_bytes_atomically
 
@@ -98,12 +99,8 @@ def _parse(name: Any) -> Tuple[str, str]:
 
 
 def _require_mujoco() -> None:
-    try:
+    with optional_dependency("the locomotion datasets need MuJoCo: pip install 'offrl[mujoco]' (gymnasium[mujoco])"):
         import mujoco  # noqa: F401
-    except ImportError:
-        raise ImportError(
-            "the locomotion datasets need MuJoCo: pip install 'offrl[mujoco]' (gymnasium[mujoco])"
-        ) from None
 
 
 def make_env(env: str, render_mode: Optional[str] = None) -> Any:

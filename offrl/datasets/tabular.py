@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from .. import _safety
+from .._optional import optional_dependency
 from ..constants import ActionSpace
 from ..dataset import checks
 from ..dataset.io import check_discrete_action_size
@@ -53,10 +54,8 @@ def read_table(path: Union[str, os.PathLike]) -> Any:
 
     name = _safety.check_regular_file(path, "table file")
     if name.lower().endswith(_PARQUET_SUFFIXES):
-        try:
+        with optional_dependency("reading Parquet files needs pyarrow: pip install 'offrl[minari]'"):
             import pyarrow.parquet as pq
-        except ImportError:
-            raise ImportError("reading Parquet files needs pyarrow: pip install 'offrl[minari]'") from None
         try:
             metadata = pq.ParquetFile(name).metadata
             declared = sum(

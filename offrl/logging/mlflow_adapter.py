@@ -30,6 +30,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from .._optional import optional_dependency
 from .base import split_create_arguments
 
 __all__ = ["MLflowAdapter", "MLflowAdapterFactory", "flatten_params"]
@@ -40,10 +41,8 @@ _BATCH = 100
 
 
 def _mlflow() -> Any:
-    try:
+    with optional_dependency("MLflowAdapterFactory needs the mlflow package: pip install 'offrl[mlflow]'"):
         import mlflow
-    except ImportError:
-        raise ImportError("MLflowAdapterFactory needs the mlflow package: pip install 'offrl[mlflow]'") from None
     return mlflow
 
 

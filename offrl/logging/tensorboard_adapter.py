@@ -21,6 +21,7 @@ import weakref
 from typing import Any, Dict, Optional
 
 from .._atomic import make_directory
+from .._optional import optional_dependency
 from .base import split_create_arguments
 from .lock import lock_log_directory
 
@@ -28,12 +29,8 @@ __all__ = ["TensorboardAdapter", "TensorboardAdapterFactory"]
 
 
 def _summary_writer_class() -> Any:
-    try:
+    with optional_dependency("TensorboardAdapterFactory needs the tensorboard package: pip install 'offrl[tensorboard]'"):
         from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise ImportError(
-            "TensorboardAdapterFactory needs the tensorboard package: pip install 'offrl[tensorboard]'"
-        ) from None
     return SummaryWriter
 
 

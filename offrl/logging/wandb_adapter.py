@@ -21,16 +21,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from .._optional import optional_dependency
 from .base import split_create_arguments
 
 __all__ = ["WanDBAdapter", "WanDBAdapterFactory"]
 
 
 def _wandb() -> Any:
-    try:
+    with optional_dependency("WanDBAdapterFactory needs the wandb package: pip install 'offrl[wandb]'"):
         import wandb
-    except ImportError:
-        raise ImportError("WanDBAdapterFactory needs the wandb package: pip install 'offrl[wandb]'") from None
     return wandb
 
 

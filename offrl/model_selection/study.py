@@ -39,6 +39,8 @@ import time
 import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from .._optional import optional_dependency
+
 __all__ = ["open_storage", "open_study", "MAX_RETRY", "UNUSED", "SETUP", "is_live", "budget", "enqueue_missing",
            "fail_stale", "unused_reason", "import_optuna", "trial_params", "no_experimental_notes"]
 
@@ -54,10 +56,8 @@ SETUP_WAIT_S = 60.0
 
 def import_optuna() -> Any:
     """The ``optuna`` module (an ``ImportError`` saying how to install the search extra when it is missing)."""
-    try:
+    with optional_dependency("OfflineSearch needs optuna (and pandas): pip install 'offrl[search]'"):
         import optuna
-    except ImportError:
-        raise ImportError("OfflineSearch needs optuna (and pandas): pip install 'offrl[search]'") from None
     return optuna
 
 
