@@ -285,8 +285,9 @@ class SharedFieldsConfig(LearnableConfig):
     was first declared), so every config lists its fields in d3rlpy's order.
     Their ``Args`` text is written once too: a subclass's docstring lists
     its own fields under ``Args:``, and the shared ones are put in front of
-    them when the class is made (``help(TD3Config)`` shows every field; a
-    subclass that documents no field of its own gets the section).
+    them when the class is made, in the bases' field order (``help(TD3Config)``
+    shows every field; a subclass may document a shared field in its own
+    words, and one that documents no field of its own gets the section).
     """
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -299,10 +300,17 @@ class SharedFieldsConfig(LearnableConfig):
         for base in reversed(cls.__mro__[1:]):
             if issubclass(base, SharedFieldsConfig) and base is not SharedFieldsConfig and base.__dict__.get("__doc__"):
                 shared.update(_documented_args(base.__dict__["__doc__"]))
-        # an entry documenting several fields is put in once
-        missing = list(dict.fromkeys(entry for name, entry in shared.items() if name not in own))
-        if missing and "Args:\n" in doc:  # the shared fields come first in every such config: their lines go first
+        if not shared:
+            return
+        # the shared fields come first in every such config: their entries go first, in the
+        # bases' order, with the subclass's own text where it documents one (an entry
+        # documenting several fields is put in once)
+        entries = list(dict.fromkeys(own.get(name, entry) for name, entry in shared.items()))
+        if "Args:\n" in doc:
             head, section = doc.split("Args:\n", 1)
-            cls.__doc__ = head + "Args:\n" + "".join(missing) + section
-        elif missing:  # a config with no fields of its own to document
-            cls.__doc__ = doc.rstrip() + "\n\n    Args:\n" + "".join(missing) + "    "
+            for entry in entries:
+                if entry in own.values():
+                    section = section.replace(entry, "", 1)
+            cls.__doc__ = head + "Args:\n" + "".join(entries) + section
+        else:  # a config with no fields of its own to document
+            cls.__doc__ = doc.rstrip() + "\n\n    Args:\n" + "".join(entries) + "    "

@@ -71,9 +71,36 @@ __all__ = [
 ]
 
 # ------------------------------------------------------- Decision Transformer
+@dataclasses.dataclass
+class DecisionTransformerFieldsConfig(TransformerConfig):
+    """The fields the continuous and discrete Decision Transformers share
+    (not an algorithm, not registered).
+
+    Args:
+        learning_rate: learning rate of the transformer.
+        encoder_factory: encoder of the observations (its output size is the
+            embedding size).
+        optim_factory: optimizer.
+        num_heads: attention heads (must divide the embedding size).
+        num_layers: transformer blocks.
+        attn_dropout, resid_dropout, embed_dropout: dropout probabilities.
+        activation_type: activation of the blocks' MLPs.
+    """
+
+    learning_rate: float = param(1e-4, check=POSITIVE)
+    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
+    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
+    num_heads: int = param(1, check=POSITIVE_INT)
+    num_layers: int = param(3, check=POSITIVE_INT)
+    attn_dropout: float = param(0.1, check=DROPOUT)
+    resid_dropout: float = param(0.1, check=DROPOUT)
+    embed_dropout: float = param(0.1, check=DROPOUT)
+    activation_type: str = param("relu", check=ACTIVATION)
+
+
 @register("algorithm")
 @dataclasses.dataclass
-class DecisionTransformerConfig(TransformerConfig):
+class DecisionTransformerConfig(DecisionTransformerFieldsConfig):
     """Config of the Decision Transformer for continuous actions (details in
     the module docstring).
 
@@ -95,29 +122,10 @@ class DecisionTransformerConfig(TransformerConfig):
         Sequence Modeling", 2021, arXiv:2106.01345.
 
     Args:
-        context_size: steps in a context window.
-        max_timestep: largest episode timestep.
-        learning_rate: learning rate of the transformer.
-        encoder_factory: encoder of the observations (its output size is the
-            embedding size).
-        optim_factory: optimizer.
-        num_heads: attention heads (must divide the embedding size).
-        num_layers: transformer blocks.
-        attn_dropout, resid_dropout, embed_dropout: dropout probabilities.
-        activation_type: activation of the blocks' MLPs.
         position_encoding_type: ``SIMPLE`` or ``GLOBAL``.
     """
 
     batch_size: int = param(64, check=POSITIVE_INT)
-    learning_rate: float = param(1e-4, check=POSITIVE)
-    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
-    num_heads: int = param(1, check=POSITIVE_INT)
-    num_layers: int = param(3, check=POSITIVE_INT)
-    attn_dropout: float = param(0.1, check=DROPOUT)
-    resid_dropout: float = param(0.1, check=DROPOUT)
-    embed_dropout: float = param(0.1, check=DROPOUT)
-    activation_type: str = param("relu", check=ACTIVATION)
     position_encoding_type: PositionEncodingType = param(PositionEncodingType.SIMPLE, check=POSITION_ENCODING)
 
     @staticmethod
@@ -188,7 +196,7 @@ class DecisionTransformer(TransformerAlgoBase, config=DecisionTransformerConfig)
 # ---------------------------------------------- Discrete Decision Transformer
 @register("algorithm")
 @dataclasses.dataclass
-class DiscreteDecisionTransformerConfig(TransformerConfig):
+class DiscreteDecisionTransformerConfig(DecisionTransformerFieldsConfig):
     """Config of the Decision Transformer for discrete actions (details in
     the module docstring).
 
@@ -212,14 +220,7 @@ class DiscreteDecisionTransformerConfig(TransformerConfig):
         Sequence Modeling", 2021, arXiv:2106.01345.
 
     Args:
-        context_size: steps in a context window.
-        max_timestep: largest episode timestep.
         learning_rate: peak learning rate.
-        encoder_factory: encoder of the observations.
-        optim_factory: optimizer.
-        num_heads, num_layers: attention heads and transformer blocks.
-        attn_dropout, resid_dropout, embed_dropout: dropout probabilities.
-        activation_type: activation of the blocks' MLPs.
         embed_activation_type: activation of the token embeddings.
         position_encoding_type: ``SIMPLE`` or ``GLOBAL``.
         warmup_tokens: trained steps (tokens) of the linear warm-up.
@@ -228,13 +229,8 @@ class DiscreteDecisionTransformerConfig(TransformerConfig):
 
     batch_size: int = param(128, check=POSITIVE_INT)
     learning_rate: float = param(6e-4, check=POSITIVE)
-    encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-    optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
     num_heads: int = param(8, check=POSITIVE_INT)
     num_layers: int = param(6, check=POSITIVE_INT)
-    attn_dropout: float = param(0.1, check=DROPOUT)
-    resid_dropout: float = param(0.1, check=DROPOUT)
-    embed_dropout: float = param(0.1, check=DROPOUT)
     activation_type: str = param("gelu", check=ACTIVATION)
     embed_activation_type: str = param("tanh", check=ACTIVATION)
     position_encoding_type: PositionEncodingType = param(PositionEncodingType.GLOBAL, check=POSITION_ENCODING)

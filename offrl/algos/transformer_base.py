@@ -28,7 +28,7 @@ from ..metrics.utility import evaluate_transformer_with_environment
 from ..models.transformers import ACTIVATIONS
 from .base import QLearningAlgoBase
 from .inputs_check import as_array, check_real_values
-from .config import (POSITIVE, POSITIVE_INT, Constraint, LearnableConfig,
+from .config import (POSITIVE, POSITIVE_INT, Constraint, SharedFieldsConfig,
                      between, check_enable_ddp, one_of, param)
 
 __all__ = [
@@ -136,7 +136,7 @@ class GreedyTransformerActionSampler:
 
 # --------------------------------------------------------------------- config
 @dataclasses.dataclass
-class TransformerConfig(LearnableConfig):
+class TransformerConfig(SharedFieldsConfig):
     """Fields every sequence model has.
 
     Args:

@@ -1,5 +1,5 @@
 """The config families that share fields through a SharedFieldsConfig base
-(offrl/algos/actor_critic.py, offrl/algos/dqn.py) keep d3rlpy 2.8.1's field
+(offrl/algos/actor_critic.py, offrl/algos/dqn.py, offrl/algos/decision_transformer.py) keep d3rlpy 2.8.1's field
 order and document every field once, in that order."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import pytest
 
 from offrl.algos import (
     BCQConfig,
+    DecisionTransformerConfig,
+    DiscreteDecisionTransformerConfig,
     DiscreteBCQConfig,
     DiscreteCQLConfig,
     DiscreteSACConfig,
@@ -29,6 +31,8 @@ _SAC = ["actor_learning_rate", "critic_learning_rate", "temp_learning_rate", "ac
 _IMITATOR = ["actor_learning_rate", "critic_learning_rate", "imitator_learning_rate", "actor_optim_factory",
              "critic_optim_factory", "imitator_optim_factory", "actor_encoder_factory", "critic_encoder_factory",
              "imitator_encoder_factory", "q_func_factory", "tau", "n_critics"]
+_DT = ["context_size", "max_timestep", "learning_rate", "encoder_factory", "optim_factory", "num_heads", "num_layers",
+       "attn_dropout", "resid_dropout", "embed_dropout", "activation_type"]
 _Q = ["learning_rate", "optim_factory", "encoder_factory", "q_func_factory", "n_critics"]
 # each config's own fields in d3rlpy 2.8.1's order (after LearnableConfig's)
 _D3RLPY_ORDER = {
@@ -43,6 +47,9 @@ _D3RLPY_ORDER = {
     DiscreteCQLConfig: _Q + ["target_update_interval", "alpha"],
     NFQConfig: _Q,
     DiscreteBCQConfig: _Q + ["action_flexibility", "beta", "target_update_interval", "share_encoder"],
+    DecisionTransformerConfig: _DT + ["position_encoding_type"],
+    DiscreteDecisionTransformerConfig: _DT + ["embed_activation_type", "position_encoding_type", "warmup_tokens",
+                                              "final_tokens"],
 }
 
 
@@ -68,5 +75,6 @@ def test_defaults_that_differ_from_the_shared_ones_stay_each_algorithms():
     assert (PLASConfig().actor_learning_rate, PLASConfig().imitator_learning_rate) == (1e-4, 1e-4)
     assert (BCQConfig().actor_learning_rate, BCQConfig().imitator_learning_rate) == (1e-3, 1e-3)
     assert DQNConfig().learning_rate == NFQConfig().learning_rate == 6.25e-5
+    assert (DiscreteDecisionTransformerConfig().num_heads, DecisionTransformerConfig().num_heads) == (8, 1)
     with pytest.raises(ValueError, match="temp_learning_rate"):
         SACConfig(temp_learning_rate=-1.0)  # the shared field keeps its check
