@@ -40,10 +40,21 @@ _REGISTRY: Dict[str, Dict[str, type]] = {}
 T = TypeVar("T", bound=type)
 
 
-def register(kind: str) -> Callable[[T], T]:
-    """Class decorator: make ``cls`` rebuildable from JSON under ``kind``."""
+def register(kind: str, type_name: Optional[str] = None) -> Callable[[T], T]:
+    """Class decorator: make ``cls`` rebuildable from JSON under ``kind``, by
+    the name its ``get_type()`` gives. With ``type_name`` (``@register(
+    "algorithm", "sac")``) that name is given here and becomes the class's
+    ``get_type()``, so the class does not write one."""
 
     def decorator(cls: T) -> T:
+        if type_name is not None:
+            if "get_type" in vars(cls):
+                raise TypeError(f"{cls.__name__} defines get_type and is registered with a type name: give one")
+
+            def get_type() -> str:
+                return type_name
+
+            cls.get_type = staticmethod(get_type)  # type: ignore[attr-defined]
         _REGISTRY.setdefault(kind, {})[cls.get_type()] = cls
         return cls
 

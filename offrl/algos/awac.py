@@ -57,7 +57,7 @@ from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
 __all__ = ["AWACConfig", "AWAC", "AWACModules", "gaussian_sample", "sampled_action_values"]
 
 
-@register("algorithm")
+@register("algorithm", "awac")
 @dataclasses.dataclass
 class AWACConfig(ActorCriticConfig):
     """Config of AWAC (details in the module docstring).
@@ -90,10 +90,6 @@ class AWACConfig(ActorCriticConfig):
     lam: float = param(1.0, check=POSITIVE)
     n_action_samples: int = param(1, check=POSITIVE_INT)
     n_critics: int = param(2, check=POSITIVE_INT)
-
-    @staticmethod
-    def get_type() -> str:
-        return "awac"
 
 
 def gaussian_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> torch.Tensor:

@@ -60,7 +60,7 @@ MIN_LOGSTD = -4.0
 MAX_LOGSTD = 15.0
 
 
-@register("algorithm")
+@register("algorithm", "bc")
 @dataclasses.dataclass
 class BCConfig(LearnableConfig):
     """Config of behaviour cloning for continuous actions.
@@ -92,10 +92,6 @@ class BCConfig(LearnableConfig):
     policy_type: str = param("deterministic", check=one_of(POLICY_TYPES))
     optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
     encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
-
-    @staticmethod
-    def get_type() -> str:
-        return "bc"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +165,7 @@ class BC(QLearningAlgoBase, config=BCConfig):
         return GreedyNormalPolicy(policy) if self._stochastic else policy
 
 
-@register("algorithm")
+@register("algorithm", "discrete_bc")
 @dataclasses.dataclass
 class DiscreteBCConfig(LearnableConfig):
     """Config of behaviour cloning for discrete actions.
@@ -199,10 +195,6 @@ class DiscreteBCConfig(LearnableConfig):
     optim_factory: OptimizerFactory = param(default_factory=AdamFactory, check=instance_of(OptimizerFactory))
     encoder_factory: EncoderFactory = param(default_factory=DefaultEncoderFactory, check=instance_of(EncoderFactory))
     beta: float = param(0.5, check=NON_NEGATIVE)
-
-    @staticmethod
-    def get_type() -> str:
-        return "discrete_bc"
 
 
 @dataclasses.dataclass(frozen=True)

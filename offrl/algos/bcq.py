@@ -91,7 +91,7 @@ __all__ = [
 ]
 
 
-@register("algorithm")
+@register("algorithm", "bcq")
 @dataclasses.dataclass
 class BCQConfig(ImitatorActorCriticConfig):
     """Config of BCQ (details in the module docstring).
@@ -129,10 +129,6 @@ class BCQConfig(ImitatorActorCriticConfig):
     action_flexibility: float = param(0.05, check=NON_NEGATIVE)
     rl_start_step: int = param(0, check=NON_NEGATIVE_INT)
     beta: float = param(0.5, check=NON_NEGATIVE)
-
-    @staticmethod
-    def get_type() -> str:
-        return "bcq"
 
 
 class FixedNoise(nn.Module):
@@ -310,7 +306,7 @@ class BCQ(QLearningAlgoBase, config=BCQConfig):
 
 
 # ------------------------------------------------------------------ discrete
-@register("algorithm")
+@register("algorithm", "discrete_bcq")
 @dataclasses.dataclass
 class DiscreteBCQConfig(QNetworkConfig):
     """Config of DiscreteBCQ (details in the module docstring).
@@ -343,10 +339,6 @@ class DiscreteBCQConfig(QNetworkConfig):
     beta: float = param(0.5, check=NON_NEGATIVE)
     target_update_interval: int = param(8000, check=POSITIVE_INT)
     share_encoder: bool = param(True, check=BOOL)
-
-    @staticmethod
-    def get_type() -> str:
-        return "discrete_bcq"
 
 
 class FirstMemberEncoder(nn.Module):

@@ -76,7 +76,7 @@ __all__ = ["BEARConfig", "BEAR", "BEARModules", "BEARGreedyPolicy"]
 LOG_ALPHA_MIN, LOG_ALPHA_MAX = -5.0, 10.0
 
 
-@register("algorithm")
+@register("algorithm", "bear")
 @dataclasses.dataclass
 class BEARConfig(LearnableConfig):
     """Config of BEAR (details in the module docstring).
@@ -162,10 +162,6 @@ class BEARConfig(LearnableConfig):
                 f"initial_alpha must be in [exp({LOG_ALPHA_MIN:g}), exp({LOG_ALPHA_MAX:g})] "
                 f"(log alpha is kept in that range), got {self.initial_alpha!r}"
             )
-
-    @staticmethod
-    def get_type() -> str:
-        return "bear"
 
 
 def _batch_size(x: Any) -> int:

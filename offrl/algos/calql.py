@@ -44,7 +44,7 @@ __all__ = ["CalQLConfig", "CalQL", "truncated_episodes"]
 _SHOWN = 5
 
 
-@register("algorithm")
+@register("algorithm", "cal_ql")
 @dataclasses.dataclass
 class CalQLConfig(CQLConfig):
     """Config of Cal-QL: CQL whose conservative term is clipped by the
@@ -71,10 +71,6 @@ class CalQLConfig(CQLConfig):
     Args:
         as :class:`~offrl.algos.cql.CQLConfig`.
     """
-
-    @staticmethod
-    def get_type() -> str:
-        return "cal_ql"
 
 
 def truncated_episodes(dataset: Any) -> List[int]:

@@ -86,7 +86,7 @@ __all__ = ["CQLConfig", "CQL", "CQLModules", "DiscreteCQLConfig", "DiscreteCQL"]
 ALPHA_RANGE = (1e-8, 1e6)
 
 
-@register("algorithm")
+@register("algorithm", "cql")
 @dataclasses.dataclass
 class CQLConfig(LearnableConfig):
     """Config of continuous CQL (details in the module docstring).
@@ -160,10 +160,6 @@ class CQLConfig(LearnableConfig):
         super().validate()
         if self.soft_q_backup and self.max_q_backup:
             raise ValueError("soft_q_backup and max_q_backup cannot both be True: choose one critic target")
-
-    @staticmethod
-    def get_type() -> str:
-        return "cql"
 
 
 def _uniform_actions(batch: int, n: int, action_size: int, device: torch.device) -> torch.Tensor:
@@ -316,7 +312,7 @@ class CQL(SAC, config=CQLConfig):
         }
 
 
-@register("algorithm")
+@register("algorithm", "discrete_cql")
 @dataclasses.dataclass
 class DiscreteCQLConfig(DQNConfig):
     """Config of discrete CQL: Double DQN plus the conservative term (see
@@ -340,10 +336,6 @@ class DiscreteCQLConfig(DQNConfig):
     """
 
     alpha: float = param(1.0, check=NON_NEGATIVE)
-
-    @staticmethod
-    def get_type() -> str:
-        return "discrete_cql"
 
 
 class DiscreteCQL(DQN, config=DiscreteCQLConfig):

@@ -56,7 +56,7 @@ from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, one_of, para
 __all__ = ["CRRConfig", "CRR", "CRRModules"]
 
 
-@register("algorithm")
+@register("algorithm", "crr")
 @dataclasses.dataclass
 class CRRConfig(ActorCriticConfig):
     """Config of CRR (details in the module docstring).
@@ -104,10 +104,6 @@ class CRRConfig(ActorCriticConfig):
     tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
     target_update_interval: int = param(100, check=POSITIVE_INT)
     update_actor_interval: int = param(1, check=POSITIVE_INT)
-
-    @staticmethod
-    def get_type() -> str:
-        return "crr"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,7 +48,7 @@ from .config import POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
 __all__ = ["DDPGConfig", "DDPG", "DDPGModules"]
 
 
-@register("algorithm")
+@register("algorithm", "ddpg")
 @dataclasses.dataclass
 class DDPGConfig(ActorCriticConfig):
     """Config of DDPG (details in the module docstring).
@@ -75,10 +75,6 @@ class DDPGConfig(ActorCriticConfig):
     batch_size: int = param(256, check=POSITIVE_INT)
     tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
     n_critics: int = param(1, check=POSITIVE_INT)
-
-    @staticmethod
-    def get_type() -> str:
-        return "ddpg"
 
 
 @dataclasses.dataclass(frozen=True)

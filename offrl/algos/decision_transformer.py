@@ -98,7 +98,7 @@ class DecisionTransformerFieldsConfig(TransformerConfig):
     activation_type: str = param("relu", check=ACTIVATION)
 
 
-@register("algorithm")
+@register("algorithm", "decision_transformer")
 @dataclasses.dataclass
 class DecisionTransformerConfig(DecisionTransformerFieldsConfig):
     """Config of the Decision Transformer for continuous actions (details in
@@ -127,10 +127,6 @@ class DecisionTransformerConfig(DecisionTransformerFieldsConfig):
 
     batch_size: int = param(64, check=POSITIVE_INT)
     position_encoding_type: PositionEncodingType = param(PositionEncodingType.SIMPLE, check=POSITION_ENCODING)
-
-    @staticmethod
-    def get_type() -> str:
-        return "decision_transformer"
 
 
 def attention_masks(batch: TorchTrajectoryBatch) -> Optional[torch.Tensor]:
@@ -194,7 +190,7 @@ class DecisionTransformer(TransformerAlgoBase, config=DecisionTransformerConfig)
 
 
 # ---------------------------------------------- Discrete Decision Transformer
-@register("algorithm")
+@register("algorithm", "discrete_decision_transformer")
 @dataclasses.dataclass
 class DiscreteDecisionTransformerConfig(DecisionTransformerFieldsConfig):
     """Config of the Decision Transformer for discrete actions (details in
@@ -241,10 +237,6 @@ class DiscreteDecisionTransformerConfig(DecisionTransformerFieldsConfig):
         super().validate()
         if self.final_tokens <= self.warmup_tokens:
             raise ValueError(f"final_tokens must be > warmup_tokens={self.warmup_tokens}, got {self.final_tokens}")
-
-    @staticmethod
-    def get_type() -> str:
-        return "discrete_decision_transformer"
 
 
 def token_learning_rate_factor(tokens: float, warmup_tokens: int, final_tokens: int) -> float:

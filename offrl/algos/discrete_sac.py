@@ -56,7 +56,7 @@ from .config import NON_NEGATIVE, POSITIVE_INT, param
 __all__ = ["DiscreteSACConfig", "DiscreteSAC", "DiscreteSACModules", "target_entropy", "ensemble_min_per_action"]
 
 
-@register("algorithm")
+@register("algorithm", "discrete_sac")
 @dataclasses.dataclass
 class DiscreteSACConfig(SoftActorCriticConfig):
     """Config of discrete Soft Actor-Critic (details in the module docstring).
@@ -96,10 +96,6 @@ class DiscreteSACConfig(SoftActorCriticConfig):
                 "initial_temperature=0 turns the entropy terms off, so there is no temperature to learn: "
                 f"temp_learning_rate must be 0, got {self.temp_learning_rate}"
             )
-
-    @staticmethod
-    def get_type() -> str:
-        return "discrete_sac"
 
 
 def target_entropy(action_size: int) -> float:

@@ -66,7 +66,7 @@ class QNetworkConfig(SharedFieldsConfig):
     n_critics: int = param(1, check=POSITIVE_INT)
 
 
-@register("algorithm")
+@register("algorithm", "dqn")
 @dataclasses.dataclass
 class DQNConfig(QNetworkConfig):
     """Config of DQN (details in the module docstring).
@@ -96,10 +96,6 @@ class DQNConfig(QNetworkConfig):
 
     batch_size: int = param(32, check=POSITIVE_INT)
     target_update_interval: int = param(8000, check=POSITIVE_INT)
-
-    @staticmethod
-    def get_type() -> str:
-        return "dqn"
 
 
 class DiscreteGreedyPolicy(nn.Module):
@@ -243,7 +239,7 @@ class DQN(QLearningAlgoBase, config=DQNConfig):
         return DiscreteGreedyPolicy(self._modules.q_function)
 
 
-@register("algorithm")
+@register("algorithm", "double_dqn")
 @dataclasses.dataclass
 class DoubleDQNConfig(DQNConfig):
     """Config of Double DQN: DQN whose target action is chosen by the online
@@ -260,10 +256,6 @@ class DoubleDQNConfig(DQNConfig):
         van Hasselt, Guez and Silver, "Deep Reinforcement Learning with
         Double Q-learning", 2016, arXiv:1509.06461.
     """
-
-    @staticmethod
-    def get_type() -> str:
-        return "double_dqn"
 
 
 class DoubleDQN(DQN, config=DoubleDQNConfig):

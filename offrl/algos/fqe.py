@@ -104,7 +104,7 @@ _EMA_DECAY = Constraint("None (off) or a number in (0, 1)",
                                                 np.floating)) and 0.0 < float(v) < 1.0))
 
 
-@register("algorithm")
+@register("algorithm", "fqe")
 @dataclasses.dataclass
 class FQEConfig(QNetworkConfig):
     """Config of Fitted Q Evaluation (details in the module docstring).
@@ -215,12 +215,8 @@ class FQEConfig(QNetworkConfig):
             )
         return cls(algo=algo, config=self, device=device)
 
-    @staticmethod
-    def get_type() -> str:
-        return "fqe"
 
-
-@register("algorithm")
+@register("algorithm", "discrete_fqe")
 @dataclasses.dataclass
 class DiscreteFQEConfig(FQEConfig):
     """Config of Fitted Q Evaluation for discrete actions (the same fields
@@ -237,10 +233,6 @@ class DiscreteFQEConfig(FQEConfig):
         Le, Voloshin and Yue, "Batch Policy Learning under Constraints",
         2019, arXiv:1903.08738.
     """
-
-    @staticmethod
-    def get_type() -> str:
-        return "discrete_fqe"
 
 
 def _to_device(x: Any, device: torch.device) -> Any:

@@ -50,7 +50,7 @@ from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW
 __all__ = ["IQLConfig", "IQL"]
 
 
-@register("algorithm")
+@register("algorithm", "iql")
 @dataclasses.dataclass
 class IQLConfig(LearnableConfig):
     """Config of Implicit Q-Learning (details in the module docstring).
@@ -99,10 +99,6 @@ class IQLConfig(LearnableConfig):
     expectile: float = param(0.7, check=between(0.0, 1.0, low_open=True, high_open=True))
     weight_temp: float = param(3.0, check=NON_NEGATIVE)
     max_weight: float = param(100.0, check=POSITIVE)
-
-    @staticmethod
-    def get_type() -> str:
-        return "iql"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from .dqn import DQN, QNetworkConfig
 __all__ = ["NFQConfig", "NFQ"]
 
 
-@register("algorithm")
+@register("algorithm", "nfq")
 @dataclasses.dataclass
 class NFQConfig(QNetworkConfig):
     """Config of NFQ (details in the module docstring).
@@ -48,10 +48,6 @@ class NFQConfig(QNetworkConfig):
     """
 
     batch_size: int = param(32, check=POSITIVE_INT)
-
-    @staticmethod
-    def get_type() -> str:
-        return "nfq"
 
 
 class NFQ(DQN, config=NFQConfig):

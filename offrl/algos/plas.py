@@ -66,7 +66,7 @@ __all__ = ["PLASConfig", "PLAS", "PLASModules", "PLASWithPerturbationConfig", "P
 MAX_LATENT = 2.0
 
 
-@register("algorithm")
+@register("algorithm", "plas")
 @dataclasses.dataclass
 class PLASConfig(ImitatorActorCriticConfig):
     """Config of PLAS (details in the module docstring).
@@ -102,12 +102,8 @@ class PLASConfig(ImitatorActorCriticConfig):
     warmup_steps: int = param(500000, check=NON_NEGATIVE_INT)
     beta: float = param(0.5, check=NON_NEGATIVE)
 
-    @staticmethod
-    def get_type() -> str:
-        return "plas"
 
-
-@register("algorithm")
+@register("algorithm", "plas_with_perturbation")
 @dataclasses.dataclass
 class PLASWithPerturbationConfig(PLASConfig):
     """Config of PLAS with a perturbation actor (details in the module docstring).
@@ -132,10 +128,6 @@ class PLASWithPerturbationConfig(PLASConfig):
     """
 
     action_flexibility: float = param(0.05, check=NON_NEGATIVE)
-
-    @staticmethod
-    def get_type() -> str:
-        return "plas_with_perturbation"
 
 
 class LatentPolicy(nn.Module):

@@ -52,7 +52,7 @@ from ..training.fit import prepare_algorithm
 __all__ = ["PRDCConfig", "PRDC"]
 
 
-@register("algorithm")
+@register("algorithm", "prdc")
 @dataclasses.dataclass
 class PRDCConfig(TD3StyleConfig):
     """Config of PRDC (details in the module docstring).
@@ -85,10 +85,6 @@ class PRDCConfig(TD3StyleConfig):
     alpha: float = param(2.5, check=NON_NEGATIVE)
     beta: float = param(2.0, check=NON_NEGATIVE)
     update_actor_interval: int = param(2, check=POSITIVE_INT)
-
-    @staticmethod
-    def get_type() -> str:
-        return "prdc"
 
 
 def _flat(observations: Any) -> torch.Tensor:

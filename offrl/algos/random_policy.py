@@ -41,7 +41,7 @@ __all__ = [
 DISTRIBUTIONS = ("uniform", "normal")
 
 
-@register("algorithm")
+@register("algorithm", "random_policy")
 @dataclasses.dataclass
 class RandomPolicyConfig(LearnableConfig):
     """Config of the continuous random policy (see
@@ -65,12 +65,8 @@ class RandomPolicyConfig(LearnableConfig):
     distribution: str = param("uniform", check=one_of(DISTRIBUTIONS))
     normal_std: float = param(1.0, check=POSITIVE)
 
-    @staticmethod
-    def get_type() -> str:
-        return "random_policy"
 
-
-@register("algorithm")
+@register("algorithm", "discrete_random_policy")
 @dataclasses.dataclass
 class DiscreteRandomPolicyConfig(LearnableConfig):
     """Config of the discrete random policy: uniform action indices.
@@ -84,10 +80,6 @@ class DiscreteRandomPolicyConfig(LearnableConfig):
     References:
         none: a baseline, not from a paper.
     """
-
-    @staticmethod
-    def get_type() -> str:
-        return "discrete_random_policy"
 
 
 def _batch_size(x: Any) -> int:

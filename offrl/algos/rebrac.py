@@ -40,7 +40,7 @@ from .td3 import TD3
 __all__ = ["ReBRACConfig", "ReBRAC"]
 
 
-@register("algorithm")
+@register("algorithm", "rebrac")
 @dataclasses.dataclass
 class ReBRACConfig(TD3StyleConfig):
     """Config of ReBRAC (details in :mod:`offrl.algos.rebrac`).
@@ -75,10 +75,6 @@ class ReBRACConfig(TD3StyleConfig):
     actor_beta: float = param(0.001, check=NON_NEGATIVE)
     critic_beta: float = param(0.01, check=NON_NEGATIVE)
     update_actor_interval: int = param(2, check=POSITIVE_INT)
-
-    @staticmethod
-    def get_type() -> str:
-        return "rebrac"
 
 
 class ReBRAC(TD3, config=ReBRACConfig):

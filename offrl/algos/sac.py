@@ -49,7 +49,7 @@ from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
 __all__ = ["SACConfig", "SAC", "SACModules"]
 
 
-@register("algorithm")
+@register("algorithm", "sac")
 @dataclasses.dataclass
 class SACConfig(SoftActorCriticConfig):
     """Config of Soft Actor-Critic (details in the module docstring).
@@ -83,10 +83,6 @@ class SACConfig(SoftActorCriticConfig):
     tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
     n_critics: int = param(2, check=POSITIVE_INT)
     initial_temperature: float = param(1.0, check=POSITIVE)
-
-    @staticmethod
-    def get_type() -> str:
-        return "sac"
 
 
 @dataclasses.dataclass(frozen=True)

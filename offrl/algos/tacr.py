@@ -32,7 +32,7 @@ __all__ = ["TACRConfig", "TACR", "TACRModules"]
 
 
 # ----------------------------------------------------------------------- TACR
-@register("algorithm")
+@register("algorithm", "tacr")
 @dataclasses.dataclass
 class TACRConfig(TransformerConfig):
     """Config of TACR, Transformer Actor-Critic with Regularization (details
@@ -93,10 +93,6 @@ class TACRConfig(TransformerConfig):
     tau: float = param(0.005, check=UNIT_INTERVAL_OPEN_LOW)
     target_smoothing_sigma: float = param(0.2, check=NON_NEGATIVE)
     target_smoothing_clip: float = param(0.5, check=NON_NEGATIVE)
-
-    @staticmethod
-    def get_type() -> str:
-        return "tacr"
 
 
 @dataclasses.dataclass(frozen=True)

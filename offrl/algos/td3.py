@@ -34,7 +34,7 @@ from .ddpg import DDPG
 __all__ = ["TD3Config", "TD3", "smooth_target_action"]
 
 
-@register("algorithm")
+@register("algorithm", "td3")
 @dataclasses.dataclass
 class TD3Config(TD3StyleConfig):
     """Config of TD3 (details in the module docstring).
@@ -59,10 +59,6 @@ class TD3Config(TD3StyleConfig):
 
     batch_size: int = param(256, check=POSITIVE_INT)
     update_actor_interval: int = param(2, check=POSITIVE_INT)
-
-    @staticmethod
-    def get_type() -> str:
-        return "td3"
 
 
 def smooth_target_action(action: torch.Tensor, sigma: float, clip: float) -> torch.Tensor:

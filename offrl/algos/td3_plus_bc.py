@@ -36,7 +36,7 @@ from .td3 import TD3, smooth_target_action
 __all__ = ["TD3PlusBCConfig", "TD3PlusBC", "smooth_target_action"]
 
 
-@register("algorithm")
+@register("algorithm", "td3_plus_bc")
 @dataclasses.dataclass
 class TD3PlusBCConfig(TD3StyleConfig):
     """Config of TD3+BC (details in the module docstring).
@@ -67,10 +67,6 @@ class TD3PlusBCConfig(TD3StyleConfig):
 
     alpha: float = param(2.5, check=NON_NEGATIVE)
     update_actor_interval: int = param(2, check=POSITIVE_INT)
-
-    @staticmethod
-    def get_type() -> str:
-        return "td3_plus_bc"
 
 
 class TD3PlusBC(TD3, config=TD3PlusBCConfig):
