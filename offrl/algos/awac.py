@@ -30,7 +30,8 @@ here the mean (``batch_size`` times smaller; Adam's steps are the same up to
 its epsilon).
 
 :func:`gaussian_sample` and :func:`sampled_action_values` are shared with
-:mod:`offrl.algos.crr`.
+:mod:`offrl.algos.crr`, :class:`AdvantageWeightedBase` with CRR and
+:mod:`offrl.algos.iql`.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ class AWACModules(Modules):
 
 
 class AdvantageWeightedBase(QLearningAlgoBase):
-    """What AWAC and CRR share: a Gaussian policy centred on ``tanh(mean)``
+    """What AWAC, CRR and IQL share (their policies are extracted by
+    advantage-weighted regression): a Gaussian policy centred on ``tanh(mean)``
     acting greedily at its centre, critics named ``q_function`` /
     ``targ_q_function``, and the acting and OPE hooks."""
 

@@ -51,6 +51,7 @@ __all__ = [
     "DiscreteBC",
     "BCModules",
     "DiscreteBCModules",
+    "CategoricalPolicyBase",
 ]
 
 POLICY_TYPES = ("deterministic", "stochastic")
@@ -205,7 +206,28 @@ class DiscreteBCModules(Modules):
     optim: OptimizerWrapper
 
 
-class DiscreteBC(QLearningAlgoBase, config=DiscreteBCConfig):
+class CategoricalPolicyBase(QLearningAlgoBase):
+    """The acting and OPE hooks of an algorithm whose ``policy`` module
+    gives action logits (DiscreteBC, DiscreteSAC): greedy at the argmax,
+    sampling from ``softmax(logits)``, exported as the argmax."""
+
+    def _predict(self, x) -> torch.Tensor:
+        return self._modules.policy(x).argmax(dim=-1)
+
+    def _sample(self, x) -> torch.Tensor:
+        probs = torch.softmax(self._modules.policy(x), dim=-1)
+        return torch.multinomial(probs, 1).squeeze(1)
+
+    def _action_probabilities(self, x) -> torch.Tensor:
+        """``softmax(logits)``, ``(B, A)``: the distribution ``sample_action`` draws from (for :mod:`offrl.ope`)."""
+        return torch.softmax(self._modules.policy(x), dim=-1)
+
+    def policy_module(self) -> nn.Module:
+        self._require_built()
+        return ArgmaxPolicy(self._modules.policy)
+
+
+class DiscreteBC(CategoricalPolicyBase, config=DiscreteBCConfig):
     """Behaviour cloning for discrete actions (see the module docstring)."""
 
     _action_type = ActionSpace.DISCRETE
@@ -230,17 +252,3 @@ class DiscreteBC(QLearningAlgoBase, config=DiscreteBCConfig):
         optimizer_step(self._modules.optim, loss)
         return {"loss": loss.detach()}
 
-    def _predict(self, x) -> torch.Tensor:
-        return self._modules.policy(x).argmax(dim=-1)
-
-    def _sample(self, x) -> torch.Tensor:
-        probs = torch.softmax(self._modules.policy(x), dim=-1)
-        return torch.multinomial(probs, 1).squeeze(1)
-
-    def _action_probabilities(self, x) -> torch.Tensor:
-        """``softmax(logits)``, ``(B, A)``: the distribution ``sample_action`` draws from (for :mod:`offrl.ope`)."""
-        return torch.softmax(self._modules.policy(x), dim=-1)
-
-    def policy_module(self) -> nn.Module:
-        self._require_built()
-        return ArgmaxPolicy(self._modules.policy)

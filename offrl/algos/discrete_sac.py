@@ -38,19 +38,18 @@ from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..constants import ActionSpace
 from ..models.encoders import compute_output_size
 from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
 from ..models.parameters import ScalarParameter
-from ..models.policies import ArgmaxPolicy, CategoricalPolicy
+from ..models.policies import CategoricalPolicy
 from ..models.q_functions import QFunction
 from ..serialization import register
 from ._common import critic_step, freeze, hard_update, optimizer_step, td_target
 from .actor_critic import SoftActorCriticConfig
-from .base import QLearningAlgoBase
+from .bc import CategoricalPolicyBase
 from .config import NON_NEGATIVE, POSITIVE_INT, param
 
 __all__ = ["DiscreteSACConfig", "DiscreteSAC", "DiscreteSACModules", "target_entropy", "ensemble_min_per_action"]
@@ -130,7 +129,7 @@ class DiscreteSACModules(Modules):
     temp_optim: Optional[OptimizerWrapper]
 
 
-class DiscreteSAC(QLearningAlgoBase, config=DiscreteSACConfig):
+class DiscreteSAC(CategoricalPolicyBase, config=DiscreteSACConfig):
     """Soft Actor-Critic for discrete actions (see the module docstring)."""
 
     _action_type = ActionSpace.DISCRETE
@@ -205,21 +204,6 @@ class DiscreteSAC(QLearningAlgoBase, config=DiscreteSACConfig):
         optimizer_step(self._modules.temp_optim, temp_loss)
         return temp_loss.detach()
 
-    def _predict(self, x) -> torch.Tensor:
-        return self._modules.policy(x).argmax(dim=-1)
-
-    def _sample(self, x) -> torch.Tensor:
-        probs = torch.softmax(self._modules.policy(x), dim=-1)
-        return torch.multinomial(probs, 1).squeeze(1)
-
-    def _action_probabilities(self, x) -> torch.Tensor:
-        """``softmax(logits)``, ``(B, A)``: the distribution ``sample_action`` draws from (for :mod:`offrl.ope`)."""
-        return torch.softmax(self._modules.policy(x), dim=-1)
-
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
         values = self._modules.q_function.expected(x).mean(dim=0)
         return values.gather(1, action.long().view(-1, 1)).squeeze(1)
-
-    def policy_module(self) -> nn.Module:
-        self._require_built()
-        return ArgmaxPolicy(self._modules.policy)

@@ -34,17 +34,15 @@ import dataclasses
 from typing import Dict
 
 import torch
-from torch import nn
 
-from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.modules import Modules
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
-from ..models.policies import GreedyNormalPolicy, NormalPolicy, ValueFunction
+from ..models.policies import NormalPolicy, ValueFunction
 from ..models.q_functions import MeanQFunctionFactory, QFunction
 from ..serialization import register
 from ._common import expectile_loss, freeze, soft_update, td_target
-from .base import QLearningAlgoBase
+from .awac import AdvantageWeightedBase
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, between, instance_of, param
 
 __all__ = ["IQLConfig", "IQL"]
@@ -114,16 +112,11 @@ class IQLModules(Modules):
     critic_optim: OptimizerWrapper
 
 
-class IQL(QLearningAlgoBase, config=IQLConfig):
-    """Implicit Q-Learning (see the module docstring)."""
+class IQL(AdvantageWeightedBase, config=IQLConfig):
+    """Implicit Q-Learning (see the module docstring); its policy is
+    extracted by advantage-weighted regression, so it acts as AWAC does."""
 
-    _action_type = ActionSpace.CONTINUOUS
-    has_q_function = True
     _modules: IQLModules
-    _policy_module = "policy"
-    _q_modules = ("q_function", "targ_q_function")
-    _policy_optim = "actor_optim"
-    _q_optim = "critic_optim"
 
     def _build(self, observation_shape, action_size: int) -> IQLModules:
         cfg = self._config
@@ -175,23 +168,3 @@ class IQL(QLearningAlgoBase, config=IQLConfig):
             "v_loss": v_loss.detach(),
             "actor_loss": actor_loss.detach(),
         }
-
-    def _predict(self, x) -> torch.Tensor:
-        return self._modules.policy.greedy(x)
-
-    def _sample(self, x) -> torch.Tensor:
-        mean, logstd = self._modules.policy(x)
-        action = torch.tanh(mean) + torch.randn_like(mean) * logstd.exp()
-        return action.clamp(-1.0, 1.0)
-
-    def _action_log_prob(self, x, action: torch.Tensor) -> torch.Tensor:
-        """Log-density of scaled ``action`` under ``N(tanh(mean), std)`` (the clipped
-        mass at +-1 is ignored), ``(B,)`` (for :mod:`offrl.ope`)."""
-        return self._modules.policy.log_prob(x, action)
-
-    def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
-        return self._modules.q_function.expected(x, action).mean(dim=0)
-
-    def policy_module(self) -> nn.Module:
-        self._require_built()
-        return GreedyNormalPolicy(self._modules.policy)

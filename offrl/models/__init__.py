@@ -2,52 +2,17 @@
 layer (``create_*``, :mod:`offrl.models.builders`, building :mod:`offrl.models.torch`'s modules); the
 optimizer factories of :mod:`offrl.optimizers` are re-exported here."""
 
-from .encoders import (
-    ByShapeEncoderFactory,
-    DefaultEncoderFactory,
-    DictEncoderFactory,
-    EncoderFactory,
-    PixelEncoderFactory,
-    VectorEncoderFactory,
-    compute_output_size,
-    register_encoder_factory,
-)
+from . import builders, encoders, q_functions
+from .builders import *  # noqa: F403 - d3rlpy's create_* builders of its torch layer (offrl.models.torch), listed in __all__
+from .encoders import *  # noqa: F403
+from .q_functions import *  # noqa: F403
 from .mmd import mmd, mmd_squared
 from .perturbation import PerturbationActor, create_perturbation_actor
 from .vae import ConditionalVAE, VAEDecoder, VAEEncoder, create_conditional_vae
 from ..optimizers import AdamFactory, GPTAdamWFactory, OptimizerFactory, RMSpropFactory, SGDFactory
-from .simba import SimBaEncoderFactory
-from .q_functions import IQNQFunctionFactory, MeanQFunctionFactory, QFunction, QFunctionFactory, QRQFunctionFactory
-from .builders import (
-    create_categorical_policy,
-    create_continuous_decision_transformer,
-    create_continuous_q_function,
-    create_deterministic_policy,
-    create_deterministic_residual_policy,
-    create_discrete_decision_transformer,
-    create_discrete_q_function,
-    create_normal_policy,
-    create_parameter,
-    create_vae_decoder,
-    create_vae_encoder,
-    create_value_function,
-)
 
-__all__ = [
-    "EncoderFactory",
-    "VectorEncoderFactory",
-    "PixelEncoderFactory",
-    "DefaultEncoderFactory",
-    "ByShapeEncoderFactory",
-    "DictEncoderFactory",
-    "SimBaEncoderFactory",
-    "register_encoder_factory",
-    "compute_output_size",
-    "QFunctionFactory",
-    "MeanQFunctionFactory",
-    "QRQFunctionFactory",
-    "IQNQFunctionFactory",
-    "QFunction",
+__all__ = [*encoders.__all__, *q_functions.__all__]
+__all__ += [
     "OptimizerFactory",
     "SGDFactory",
     "AdamFactory",
@@ -61,17 +26,5 @@ __all__ = [
     "create_perturbation_actor",
     "mmd",
     "mmd_squared",
-    # d3rlpy's builders of its torch layer (offrl.models.torch)
-    "create_discrete_q_function",
-    "create_continuous_q_function",
-    "create_deterministic_policy",
-    "create_deterministic_residual_policy",
-    "create_categorical_policy",
-    "create_normal_policy",
-    "create_vae_encoder",
-    "create_vae_decoder",
-    "create_value_function",
-    "create_parameter",
-    "create_continuous_decision_transformer",
-    "create_discrete_decision_transformer",
 ]
+__all__ += builders.__all__

@@ -229,14 +229,11 @@ def create_continuous_decision_transformer(
     num_layers: int, context_size: int, attn_dropout: float, resid_dropout: float, embed_dropout: float,
     activation_type: str, position_encoding_type: PositionEncodingType, device: str, enable_ddp: bool,
 ) -> ContinuousDecisionTransformer:
-    _check(encoder_factory, action_size, enable_ddp, "create_continuous_decision_transformer")
-    encoder, hidden_size, position = _decision_transformer_parts(observation_shape, encoder_factory, max_timestep,
-                                                                 context_size, position_encoding_type)
-    transformer = ContinuousDecisionTransformer(
-        encoder, hidden_size, position, action_size, num_heads, context_size, num_layers, attn_dropout,
-        resid_dropout, embed_dropout, activation_module(activation_type),
+    return _decision_transformer(
+        ContinuousDecisionTransformer, "create_continuous_decision_transformer", observation_shape, action_size,
+        encoder_factory, num_heads, max_timestep, num_layers, context_size, attn_dropout, resid_dropout,
+        embed_dropout, [activation_type], position_encoding_type, device, enable_ddp,
     )
-    return _placed(transformer, device)
 
 
 def create_discrete_decision_transformer(
@@ -245,11 +242,25 @@ def create_discrete_decision_transformer(
     activation_type: str, embed_activation_type: str, position_encoding_type: PositionEncodingType, device: str,
     enable_ddp: bool,
 ) -> DiscreteDecisionTransformer:
-    _check(encoder_factory, action_size, enable_ddp, "create_discrete_decision_transformer")
+    return _decision_transformer(
+        DiscreteDecisionTransformer, "create_discrete_decision_transformer", observation_shape, action_size,
+        encoder_factory, num_heads, max_timestep, num_layers, context_size, attn_dropout, resid_dropout,
+        embed_dropout, [activation_type, embed_activation_type], position_encoding_type, device, enable_ddp,
+    )
+
+
+def _decision_transformer(cls: Any, name: str, observation_shape: Any, action_size: int,
+                          encoder_factory: EncoderFactory, num_heads: int, max_timestep: int, num_layers: int,
+                          context_size: int, attn_dropout: float, resid_dropout: float, embed_dropout: float,
+                          activation_types: Sequence[str], position_encoding_type: PositionEncodingType, device: str,
+                          enable_ddp: bool) -> Any:
+    """A Decision Transformer of ``cls`` (its activations by name: the
+    blocks', then the discrete one's embedding activation)."""
+    _check(encoder_factory, action_size, enable_ddp, name)
     encoder, hidden_size, position = _decision_transformer_parts(observation_shape, encoder_factory, max_timestep,
                                                                  context_size, position_encoding_type)
-    transformer = DiscreteDecisionTransformer(
+    transformer = cls(
         encoder, hidden_size, position, action_size, num_heads, context_size, num_layers, attn_dropout,
-        resid_dropout, embed_dropout, activation_module(activation_type), activation_module(embed_activation_type),
+        resid_dropout, embed_dropout, *[activation_module(t) for t in activation_types],
     )
     return _placed(transformer, device)

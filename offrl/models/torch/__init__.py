@@ -16,101 +16,15 @@ critic ensembles, :mod:`offrl.models.policies`), which are faster and
 whose model files do not change.
 """
 
-from .distributions import Distribution, GaussianDistribution, SquashedGaussianDistribution
-from .encoders import (
-    Encoder,
-    EncoderWithAction,
-    PixelEncoder,
-    PixelEncoderWithAction,
-    SimBaEncoder,
-    SimBaEncoderWithAction,
-    VectorEncoder,
-    VectorEncoderWithAction,
-    compute_output_size,
-)
-from .imitators import (
-    DiscreteImitationLoss,
-    ImitationLoss,
-    VAEDecoder,
-    VAEEncoder,
-    compute_deterministic_imitation_loss,
-    compute_discrete_imitation_loss,
-    compute_stochastic_imitation_loss,
-    compute_vae_error,
-    forward_vae_sample,
-    forward_vae_sample_n,
-)
-from .parameters import Parameter, get_parameter
-from .policies import (
-    ActionOutput,
-    CategoricalPolicy,
-    DeterministicPolicy,
-    DeterministicResidualPolicy,
-    NormalPolicy,
-    Policy,
-    build_gaussian_distribution,
-    build_squashed_gaussian_distribution,
-)
-from .q_functions import (
-    ContinuousEnsembleQFunctionForwarder,
-    ContinuousIQNQFunction,
-    ContinuousIQNQFunctionForwarder,
-    ContinuousMeanQFunction,
-    ContinuousMeanQFunctionForwarder,
-    ContinuousQFunction,
-    ContinuousQFunctionForwarder,
-    ContinuousQRQFunction,
-    ContinuousQRQFunctionForwarder,
-    DiscreteEnsembleQFunctionForwarder,
-    DiscreteIQNQFunction,
-    DiscreteIQNQFunctionForwarder,
-    DiscreteMeanQFunction,
-    DiscreteMeanQFunctionForwarder,
-    DiscreteQFunction,
-    DiscreteQFunctionForwarder,
-    DiscreteQRQFunction,
-    DiscreteQRQFunctionForwarder,
-    QFunctionOutput,
-    compute_ensemble_q_function_error,
-    compute_ensemble_q_function_target,
-    compute_huber_loss,
-    compute_max_with_n_actions,
-    compute_max_with_n_actions_and_indices,
-    compute_quantile_huber_loss,
-    compute_quantile_loss,
-    compute_reduce,
-    pick_quantile_value_by_action,
-    pick_value_by_action,
-)
-from .transformers import (
-    ContinuousDecisionTransformer,
-    DiscreteDecisionTransformer,
-    GlobalPositionEncoding,
-    PositionEncoding,
-    SimplePositionEncoding,
-)
-from .v_functions import ValueFunction, compute_v_function_error
+from . import distributions, encoders, imitators, parameters, policies, q_functions, transformers, v_functions
+from .distributions import *  # noqa: F403 - each submodule's names, listed in its __all__
+from .encoders import *  # noqa: F403
+from .imitators import *  # noqa: F403
+from .parameters import *  # noqa: F403
+from .policies import *  # noqa: F403
+from .q_functions import *  # noqa: F403
+from .transformers import *  # noqa: F403
+from .v_functions import *  # noqa: F403
 
-__all__ = [
-    "Distribution", "GaussianDistribution", "SquashedGaussianDistribution",
-    "Encoder", "EncoderWithAction", "PixelEncoder", "PixelEncoderWithAction", "VectorEncoder",
-    "VectorEncoderWithAction", "SimBaEncoder", "SimBaEncoderWithAction", "compute_output_size",
-    "VAEEncoder", "VAEDecoder", "forward_vae_sample", "forward_vae_sample_n", "compute_vae_error",
-    "compute_discrete_imitation_loss", "compute_deterministic_imitation_loss", "compute_stochastic_imitation_loss",
-    "ImitationLoss", "DiscreteImitationLoss",
-    "Parameter", "get_parameter",
-    "ActionOutput", "Policy", "DeterministicPolicy", "DeterministicResidualPolicy", "NormalPolicy",
-    "CategoricalPolicy", "build_gaussian_distribution", "build_squashed_gaussian_distribution",
-    "QFunctionOutput", "ContinuousQFunction", "DiscreteQFunction", "ContinuousQFunctionForwarder",
-    "DiscreteQFunctionForwarder", "DiscreteEnsembleQFunctionForwarder", "ContinuousEnsembleQFunctionForwarder",
-    "compute_ensemble_q_function_error", "compute_ensemble_q_function_target", "compute_max_with_n_actions",
-    "compute_max_with_n_actions_and_indices", "DiscreteMeanQFunction", "ContinuousMeanQFunction",
-    "DiscreteMeanQFunctionForwarder", "ContinuousMeanQFunctionForwarder", "DiscreteQRQFunction",
-    "ContinuousQRQFunction", "DiscreteQRQFunctionForwarder", "ContinuousQRQFunctionForwarder",
-    "DiscreteIQNQFunction", "ContinuousIQNQFunction", "DiscreteIQNQFunctionForwarder",
-    "ContinuousIQNQFunctionForwarder", "pick_value_by_action", "pick_quantile_value_by_action",
-    "compute_huber_loss", "compute_quantile_huber_loss", "compute_quantile_loss", "compute_reduce",
-    "ContinuousDecisionTransformer", "DiscreteDecisionTransformer", "PositionEncoding", "SimplePositionEncoding",
-    "GlobalPositionEncoding",
-    "ValueFunction", "compute_v_function_error",
-]
+__all__ = [name for module in (distributions, encoders, imitators, parameters, policies, q_functions, transformers,
+                               v_functions) for name in module.__all__]

@@ -194,7 +194,31 @@ class VectorEncoder(Encoder):
         return self.mlp.layers(x)  # DenseStack.forward, without a module call's overhead (the hot loop of small networks)
 
 
-class VectorEncoderWithAction(EncoderWithAction):
+class _ActionInput:
+    """The action side of offrl's with-action encoders: ``action_size`` and
+    ``discrete_action`` (one-hot encoded actions), and the flat
+    observation concatenated with the encoded action."""
+
+    _action_size: int
+    _discrete_action: bool
+
+    @property
+    def action_size(self) -> int:
+        return self._action_size
+
+    @property
+    def discrete_action(self) -> bool:
+        return self._discrete_action
+
+    def flat_with_action(self, x: TorchObservation, action: torch.Tensor) -> torch.Tensor:
+        """``[flat x, encoded action]``, ``(B, observation size + action_size)``."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{type(self).__name__} takes one observation tensor, got a list (a tuple observation)")
+        a = encode_action(action, self._action_size, self._discrete_action)
+        return torch.cat([x.reshape(x.shape[0], -1).float(), a], dim=-1)
+
+
+class VectorEncoderWithAction(_ActionInput, EncoderWithAction):
     """An MLP on the flat observation concatenated with the action
     (one-hot encoded when ``discrete_action``). Arguments as
     :class:`VectorEncoder`, with ``action_size`` and ``discrete_action``."""
@@ -224,19 +248,8 @@ class VectorEncoderWithAction(EncoderWithAction):
             dropout_rate, exclude_last_activation, last_activation, ensemble_size, norm_before_activation,
         )
 
-    @property
-    def action_size(self) -> int:
-        return self._action_size
-
-    @property
-    def discrete_action(self) -> bool:
-        return self._discrete_action
-
     def forward(self, x: TorchObservation, action: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError("VectorEncoderWithAction takes one observation tensor, got a list (a tuple observation)")
-        a = encode_action(action, self._action_size, self._discrete_action)
-        return self.mlp(torch.cat([x.reshape(x.shape[0], -1).float(), a], dim=-1))
+        return self.mlp(self.flat_with_action(x, action))
 
 
 # ----------------------------------------------------------------- pixel
@@ -355,7 +368,7 @@ class PixelEncoder(_PixelBody, Encoder):
         return self.encode(x, None)
 
 
-class PixelEncoderWithAction(_PixelBody, EncoderWithAction):
+class PixelEncoderWithAction(_ActionInput, _PixelBody, EncoderWithAction):
     """:class:`PixelEncoder` whose dense layer also takes the action
     (one-hot encoded when ``discrete_action``)."""
 
@@ -377,14 +390,6 @@ class PixelEncoderWithAction(_PixelBody, EncoderWithAction):
         super().__init__(observation_shape, check_positive_int("action_size", action_size), filters, feature_size,
                          use_batch_norm, dropout_rate, discrete_action, activation, exclude_last_activation,
                          last_activation, norm_before_activation)
-
-    @property
-    def action_size(self) -> int:
-        return self._action_size
-
-    @property
-    def discrete_action(self) -> bool:
-        return self._discrete_action
 
     def forward(self, x: TorchObservation, action: torch.Tensor) -> torch.Tensor:
         return self.encode(x, action)
@@ -456,7 +461,7 @@ class SimBaEncoder(_SimBaBody, Encoder):
         return self.layers(x.reshape(x.shape[0], -1).float())
 
 
-class SimBaEncoderWithAction(_SimBaBody, EncoderWithAction):
+class SimBaEncoderWithAction(_ActionInput, _SimBaBody, EncoderWithAction):
     """:class:`SimBaEncoder` on the observation concatenated with the
     action (one-hot encoded when ``discrete_action``)."""
 
@@ -468,19 +473,8 @@ class SimBaEncoderWithAction(_SimBaBody, EncoderWithAction):
         self._action_size = action_size
         self._discrete_action = bool(discrete_action)
 
-    @property
-    def action_size(self) -> int:
-        return self._action_size
-
-    @property
-    def discrete_action(self) -> bool:
-        return self._discrete_action
-
     def forward(self, x: TorchObservation, action: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError("SimBaEncoderWithAction takes one observation tensor, got a list (a tuple observation)")
-        h = x.reshape(x.shape[0], -1).float()
-        return self.layers(torch.cat([h, encode_action(action, self._action_size, self._discrete_action)], dim=-1))
+        return self.layers(self.flat_with_action(x, action))
 
 
 # ------------------------------------------------------------ output size

@@ -11,7 +11,6 @@ in eval mode ``n_greedy_quantiles`` evenly spaced fractions from 0 to 1
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
 
 import torch
 from torch import nn
@@ -20,19 +19,13 @@ from ....types import TorchObservation
 from ..encoders import Encoder, EncoderWithAction, check_positive_int
 from .base import (
     ContinuousQFunction,
-    ContinuousQFunctionForwarder,
     DiscreteQFunction,
-    DiscreteQFunctionForwarder,
     QFunctionOutput,
 )
-from .qr_q_function import check_target
+from .qr_q_function import ContinuousQuantileQFunctionForwarder, DiscreteQuantileQFunctionForwarder
 from .utility import (
-    compute_quantile_loss,
-    compute_reduce,
     observation_batch_size,
     observation_device,
-    pick_quantile_value_by_action,
-    quantiles_of,
 )
 
 __all__ = [
@@ -95,28 +88,8 @@ class DiscreteIQNQFunction(_IQNBody, DiscreteQFunction):
         return self._encoder
 
 
-class DiscreteIQNQFunctionForwarder(DiscreteQFunctionForwarder):
-    def __init__(self, q_func: DiscreteIQNQFunction, n_quantiles: int) -> None:
-        self._q_func = q_func
-        self._n_quantiles = check_positive_int("n_quantiles", n_quantiles)
-
-    def compute_expected_q(self, x: TorchObservation) -> torch.Tensor:
-        return self._q_func(x).q_value
-
-    def compute_error(self, observations: TorchObservation, actions: torch.Tensor, rewards: torch.Tensor,
-                      target: torch.Tensor, terminals: torch.Tensor, gamma: Union[float, torch.Tensor] = 0.99,
-                      reduction: str = "mean") -> torch.Tensor:
-        check_target(target, observations)
-        all_quantiles, taus = quantiles_of(self._q_func(observations))
-        quantiles = pick_quantile_value_by_action(all_quantiles, actions)
-        return compute_reduce(compute_quantile_loss(quantiles, rewards, target, terminals, taus, gamma), reduction)
-
-    def compute_target(self, x: TorchObservation, action: Optional[torch.Tensor] = None) -> torch.Tensor:
-        quantiles, _ = quantiles_of(self._q_func(x))
-        return quantiles if action is None else pick_quantile_value_by_action(quantiles, action)
-
-    def set_q_func(self, q_func: DiscreteQFunction) -> None:
-        self._q_func = q_func  # type: ignore[assignment]
+class DiscreteIQNQFunctionForwarder(DiscreteQuantileQFunctionForwarder):
+    """The forwarder of :class:`DiscreteIQNQFunction` (the sampled fractions are the module's ``taus``)."""
 
 
 class ContinuousIQNQFunction(_IQNBody, ContinuousQFunction):
@@ -137,23 +110,5 @@ class ContinuousIQNQFunction(_IQNBody, ContinuousQFunction):
         return self._encoder
 
 
-class ContinuousIQNQFunctionForwarder(ContinuousQFunctionForwarder):
-    def __init__(self, q_func: ContinuousIQNQFunction, n_quantiles: int) -> None:
-        self._q_func = q_func
-        self._n_quantiles = check_positive_int("n_quantiles", n_quantiles)
-
-    def compute_expected_q(self, x: TorchObservation, action: torch.Tensor) -> torch.Tensor:
-        return self._q_func(x, action).q_value
-
-    def compute_error(self, observations: TorchObservation, actions: torch.Tensor, rewards: torch.Tensor,
-                      target: torch.Tensor, terminals: torch.Tensor, gamma: Union[float, torch.Tensor] = 0.99,
-                      reduction: str = "mean") -> torch.Tensor:
-        check_target(target, observations)
-        quantiles, taus = quantiles_of(self._q_func(observations, actions))
-        return compute_reduce(compute_quantile_loss(quantiles, rewards, target, terminals, taus, gamma), reduction)
-
-    def compute_target(self, x: TorchObservation, action: torch.Tensor) -> torch.Tensor:
-        return quantiles_of(self._q_func(x, action))[0]
-
-    def set_q_func(self, q_func: ContinuousQFunction) -> None:
-        self._q_func = q_func  # type: ignore[assignment]
+class ContinuousIQNQFunctionForwarder(ContinuousQuantileQFunctionForwarder):
+    """The forwarder of :class:`ContinuousIQNQFunction` (the sampled fractions are the module's ``taus``)."""

@@ -33,6 +33,8 @@ __all__ = [
     "ContinuousQRQFunction",
     "DiscreteQRQFunctionForwarder",
     "ContinuousQRQFunctionForwarder",
+    "DiscreteQuantileQFunctionForwarder",
+    "ContinuousQuantileQFunctionForwarder",
     "midpoint_taus",
     "check_target",
 ]
@@ -70,8 +72,12 @@ class DiscreteQRQFunction(DiscreteQFunction):
         return self._encoder
 
 
-class DiscreteQRQFunctionForwarder(DiscreteQFunctionForwarder):
-    def __init__(self, q_func: DiscreteQRQFunction, n_quantiles: int) -> None:
+class DiscreteQuantileQFunctionForwarder(DiscreteQFunctionForwarder):
+    """The forwarder of a distributional discrete Q-function (QR, IQN):
+    the quantile Huber loss of the taken action's quantiles against the
+    target's, with the module's fractions ``taus``."""
+
+    def __init__(self, q_func: DiscreteQFunction, n_quantiles: int) -> None:
         self._q_func = q_func
         self._n_quantiles = check_positive_int("n_quantiles", n_quantiles)
 
@@ -92,7 +98,11 @@ class DiscreteQRQFunctionForwarder(DiscreteQFunctionForwarder):
         return quantiles if action is None else pick_quantile_value_by_action(quantiles, action)
 
     def set_q_func(self, q_func: DiscreteQFunction) -> None:
-        self._q_func = q_func  # type: ignore[assignment]
+        self._q_func = q_func
+
+
+class DiscreteQRQFunctionForwarder(DiscreteQuantileQFunctionForwarder):
+    """The forwarder of :class:`DiscreteQRQFunction`."""
 
 
 class ContinuousQRQFunction(ContinuousQFunction):
@@ -114,8 +124,12 @@ class ContinuousQRQFunction(ContinuousQFunction):
         return self._encoder
 
 
-class ContinuousQRQFunctionForwarder(ContinuousQFunctionForwarder):
-    def __init__(self, q_func: ContinuousQRQFunction, n_quantiles: int) -> None:
+class ContinuousQuantileQFunctionForwarder(ContinuousQFunctionForwarder):
+    """The forwarder of a distributional continuous Q-function (QR, IQN):
+    the quantile Huber loss of the quantiles at the taken action against
+    the target's."""
+
+    def __init__(self, q_func: ContinuousQFunction, n_quantiles: int) -> None:
         self._q_func = q_func
         self._n_quantiles = check_positive_int("n_quantiles", n_quantiles)
 
@@ -134,4 +148,8 @@ class ContinuousQRQFunctionForwarder(ContinuousQFunctionForwarder):
         return quantiles_of(self._q_func(x, action))[0]
 
     def set_q_func(self, q_func: ContinuousQFunction) -> None:
-        self._q_func = q_func  # type: ignore[assignment]
+        self._q_func = q_func
+
+
+class ContinuousQRQFunctionForwarder(ContinuousQuantileQFunctionForwarder):
+    """The forwarder of :class:`ContinuousQRQFunction`."""
