@@ -61,18 +61,33 @@ def _file_bytes(kind: str) -> bytes:
 VALID = {kind: _file_bytes(kind) for kind in ("dqn", "sac")}
 
 #: hostile values for a config field, a shape or a state entry
+def _writable(value) -> bool:
+    """Whether the installed safetensors can write ``value`` (0.4.0, CI's
+    minimum, cannot write complex tensors: such a file is made by hand in
+    tests/test_serialization.py)."""
+    from safetensors.torch import save
+
+    if not isinstance(value, torch.Tensor):
+        return True
+    try:
+        save({"x": value})
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
 VALUES = st.one_of(
     st.integers(-(2**63), 2**63 - 1),
     st.sampled_from([0, 1, 2, 10**7, 10**12, 2**62, -1, True, None, "3", 1.5, float("nan")]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=6),
     st.lists(st.sampled_from([1, 3, 0, -1, 10**6, 10**12, 2**40]), max_size=4),
-    st.sampled_from([
+    st.sampled_from([v for v in [
         torch.zeros(3), torch.zeros(3, dtype=torch.float64), torch.full((3,), float("nan")),
         torch.ones(3, dtype=torch.complex64), torch.tensor([1, 2, 3]), torch.zeros(0), torch.zeros(10**5),
         torch.tensor([0.0, 0.0, 0.0], dtype=torch.float64), torch.tensor([-1.0, 1.0, 1.0], dtype=torch.float64),
         {}, [], {"state": {}, "param_groups": []}, {"weight": torch.zeros(2)},
-    ]),
+    ] if _writable(v)]),
 )
 
 
