@@ -18,6 +18,7 @@ from ..models.torch import (
     DiscreteEnsembleQFunctionForwarder,
     NormalPolicy,
     build_squashed_gaussian_distribution,
+    repeat_rows,
 )
 from ..types import TorchObservation
 
@@ -46,12 +47,6 @@ class ContinuousQFunctionMixin:
         return self._q_func_forwarder.compute_expected_q(x, action, reduction="mean").reshape(-1)
 
 
-def _repeat_rows(x: TorchObservation, n: int) -> TorchObservation:
-    if isinstance(x, torch.Tensor):
-        return x.repeat_interleave(n, dim=0)
-    return [t.repeat_interleave(n, dim=0) for t in x]
-
-
 def sample_q_values_with_policy(
     policy: NormalPolicy,
     q_func_forwarder: ContinuousEnsembleQFunctionForwarder,
@@ -75,5 +70,5 @@ def sample_q_values_with_policy(
         actions, log_probs = actions.detach(), log_probs.detach()
     batch = actions.shape[0]
     values = q_func_forwarder.compute_expected_q(
-        _repeat_rows(value_observations, n_action_samples), actions.reshape(batch * n_action_samples, -1), "none")
+        repeat_rows(value_observations, n_action_samples), actions.reshape(batch * n_action_samples, -1), "none")
     return values.view(-1, batch, n_action_samples), log_probs.view(1, batch, n_action_samples)

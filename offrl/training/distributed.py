@@ -63,6 +63,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import datetime
+import hashlib
 import os
 import socket
 import sys
@@ -462,7 +463,7 @@ def _check_same_rng() -> None:
     import torch.distributed as dist
 
     state = repr(_random.get_rng().bit_generator.state).encode()
-    mine = torch.tensor([int.from_bytes(__import__("hashlib").sha256(state).digest()[:7], "little")], dtype=torch.int64)
+    mine = torch.tensor([int.from_bytes(hashlib.sha256(state).digest()[:7], "little")], dtype=torch.int64)
     gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     try:
         dist.all_gather(gathered, mine)

@@ -24,7 +24,7 @@ import torch
 
 from ....types import TorchObservation
 from .base import ContinuousQFunctionForwarder, DiscreteQFunctionForwarder
-from .utility import observation_batch_size, observation_device
+from .utility import observation_batch_size, observation_device, repeat_rows
 
 __all__ = [
     "DiscreteEnsembleQFunctionForwarder",
@@ -198,13 +198,6 @@ class ContinuousEnsembleQFunctionForwarder:
         return self._forwarders
 
 
-def _repeat_rows(x: TorchObservation, n: int) -> TorchObservation:
-    """``(B, ...)`` -> ``(B * n, ...)``, row ``b * n + j`` = row ``b``."""
-    if isinstance(x, torch.Tensor):
-        return x.repeat_interleave(n, dim=0)
-    return [t.repeat_interleave(n, dim=0) for t in x]
-
-
 def compute_max_with_n_actions_and_indices(
     x: TorchObservation,
     actions: torch.Tensor,
@@ -222,7 +215,7 @@ def compute_max_with_n_actions_and_indices(
         raise ValueError(f"actions must be (B, n, action_size), got shape {tuple(actions.shape)}")
     batch, n = actions.shape[0], actions.shape[1]
     members = len(forwarder.forwarders)
-    flat_values = forwarder.compute_target(_repeat_rows(x, n), actions.reshape(batch * n, -1), "none")
+    flat_values = forwarder.compute_target(repeat_rows(x, n), actions.reshape(batch * n, -1), "none")
     values = flat_values.view(members, batch, n, -1)  # (E, B, n, K)
     means = values.mean(dim=3)  # (E, B, n)
     high_member, low_member = means.argmax(dim=0), means.argmin(dim=0)  # (B, n)

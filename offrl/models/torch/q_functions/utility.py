@@ -19,6 +19,7 @@ __all__ = [
     "compute_reduce",
     "observation_batch_size",
     "observation_device",
+    "repeat_rows",
     "td_target",
     "quantiles_of",
 ]
@@ -113,3 +114,10 @@ def compute_reduce(value: torch.Tensor, reduction_type: str) -> torch.Tensor:
     if reduction_type == "none":
         return value.view(-1, 1)
     raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction_type!r}")
+
+
+def repeat_rows(x: TorchObservation, n: int) -> TorchObservation:
+    """``(B, ...)`` -> ``(B * n, ...)``, row ``b * n + j`` = row ``b`` (tuple observations element-wise)."""
+    if isinstance(x, torch.Tensor):
+        return x.repeat_interleave(n, dim=0)
+    return [t.repeat_interleave(n, dim=0) for t in x]
