@@ -3,6 +3,7 @@ write their cards.
 
     python datasets/build_mujoco.py references [ENV ...]   # random / expert returns, 100 episodes each
     python datasets/build_mujoco.py build [NAME ...]       # build at default size, write cards
+    python datasets/build_mujoco.py cards [NAME ...]       # rewrite the cards of built datasets from their records
 
 ``references`` measures, for each environment whose behaviour policies are
 shipped (``datasets/mujoco_behaviour.py ship``), the mean return of the
@@ -162,6 +163,14 @@ def write_card(name: str, facts: dict) -> None:
     curve = behaviour.get("curve", [])
     rows = "\n".join(f"| {r['step']:,} | {r['sampled_mean']:.1f} | {r['greedy_mean']:.1f} |" for r in curve)
     r = facts["episode_return"]
+    expert = _reference_state().get("details", {}).get(env, {}).get("expert")
+    spread = (f"; the expert's {expert['episodes']} episodes: std {expert['std']:.1f}, min {expert['min']:.1f}, "
+              f"max {expert['max']:.1f}" if expert else "")
+    rerank = behaviour.get("expert_rerank")
+    if rerank:
+        spread += (f"; expert chosen among {len(rerank['sampled'])} snapshots by {rerank['episodes']} sampled "
+                   "episodes each (" + ", ".join(f"`{k}` {v[0]:.0f} ± {v[1]:.0f}" for k, v in rerank["sampled"].items())
+                   + ")")
     text = f"""# {name}
 
 `offrl.datasets.get_mujoco("{name}")`: {_scores.ENV_IDS[env]} (gymnasium, MuJoCo), built locally by D4RL's
@@ -175,7 +184,7 @@ offrl (`datasets/mujoco_behaviour.py`), so scores compare libraries on this data
 | steps | {facts['steps']:,} (default size) |
 | episodes | {facts['episodes']:,} ({facts['terminated_episodes']:,} terminated by the environment, the rest cut by the 1,000-step limit or the step budget: `timeouts`) |
 | episode return | mean {r['mean']:.1f}, std {r['std']:.1f}, min {r['min']:.1f}, max {r['max']:.1f} |
-| normalised return | {facts.get('normalized_return_mean', float('nan')):.1f} (random {low:.1f} = 0, expert {high:.1f} = 100; {N_REFERENCE_EPISODES} episodes each) |
+| normalised return | {facts.get('normalized_return_mean', float('nan')):.1f} (random {low:.1f} = 0, expert {high:.1f} = 100; {N_REFERENCE_EPISODES} episodes each{spread}) |
 | episode length | mean {facts['episode_length']['mean']:.0f}, min {facts['episode_length']['min']:.0f}, max {facts['episode_length']['max']:.0f} |
 | file | {facts['file_bytes'] / 1e6:.1f} MB HDF5, SHA-256 `{facts['sha256']}` |
 | build | {facts['build_seconds']:.0f} s, peak memory {facts['peak_rss_mb']:.0f} MB, on the {facts['cpus']}-CPU development machine |
@@ -201,11 +210,15 @@ def main(argv: list | None = None) -> None:
     from offrl import _scores
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["references", "build"])
+    parser.add_argument("command", choices=["references", "build", "cards"])
     parser.add_argument("names", nargs="*")
     args = parser.parse_args(argv)
     if args.command == "references":
         references(args.names or list(_scores.ENV_IDS))
+    elif args.command == "cards":
+        recorded = _reference_state()["datasets"]
+        for name in args.names or sorted(recorded):
+            write_card(name, recorded[name])
     else:
         names = args.names or _scores.mujoco_dataset_names()
         if len(names) == 1:
