@@ -81,7 +81,11 @@ def _config(algorithm: str) -> Any:
     return dataclasses.replace(config, **{f: VectorEncoderFactory([64, 64]) for f in names})
 
 
-def _fqe_config(discrete: bool, n_steps: int) -> Any:
+def _fqe_config(discrete: bool, n_steps: int, kind: str = "small") -> Any:
+    """``small``: ``recommended()`` with a 3 x 64 network (cheap); ``default``:
+    None, the search's own default (``recommended()``, 3 x 256)."""
+    if kind == "default":
+        return None
     from offrl.models import VectorEncoderFactory
     from offrl.ope import DiscreteFQEConfig, FQEConfig
 
@@ -110,7 +114,7 @@ def run_regret(args: argparse.Namespace) -> None:
             search = OfflineSearch(
                 _config(algorithm), {"alpha": alphas}, scorer=["fqe", "wpdis", "neg_td_error"],
                 seeds=[2 * rep, 2 * rep + 1], n_steps=args.steps, n_steps_per_epoch=args.steps // args.checkpoints,
-                random_state=rep, fqe_config=_fqe_config(discrete, args.fqe_steps), fqe_steps=args.fqe_steps,
+                random_state=rep, fqe_config=_fqe_config(discrete, args.fqe_steps, args.fqe_config), fqe_steps=args.fqe_steps,
                 fqe_steps_per_epoch=max(1, args.fqe_steps // 10), n_eval_episodes=args.eval_episodes,
                 ope_options={"n_bootstrap": 200}, show_progress=False,
             )
@@ -122,6 +126,7 @@ def run_regret(args: argparse.Namespace) -> None:
             record = {
                 "dataset": name, "repetition": rep, "algorithm": algorithm, "alphas": alphas,
                 "steps": args.steps, "checkpoints": args.checkpoints, "fqe_steps": args.fqe_steps,
+                "fqe_config": args.fqe_config,
                 "wall_s": time.perf_counter() - start, "load_before": load_before,
                 "load_after": _harness.load_average(),
                 "rows": json.loads(table.drop(columns=[c for c in table.columns if c.endswith("_warnings")])
@@ -312,6 +317,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6000, help="regret: updates per trial")
     parser.add_argument("--checkpoints", type=int, default=3, help="regret: checkpoints per trial")
     parser.add_argument("--fqe-steps", type=int, default=3000, help="regret: FQE updates per checkpoint (cap)")
+    parser.add_argument("--fqe-config", choices=["small", "default"], default="small",
+                        help="regret: FQE's network: small (3 x 64, the default here) or default (the search's own "
+                             "default, 3 x 256)")
     parser.add_argument("--eval-episodes", type=int, default=20, help="regret: episodes per true return")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"regret results (default: {DEFAULT_OUT})")
     parser.add_argument("--report", action="store_true", help="print the regret tables from saved results only")
