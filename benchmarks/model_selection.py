@@ -155,6 +155,8 @@ def _choice(rows: List[Dict[str, Any]], column: str) -> Dict[str, Any]:
 
 
 def report_regret(args: argparse.Namespace) -> None:
+    from scipy.stats import spearmanr
+
     paths = sorted(p for p in os.listdir(args.out) if p.startswith("regret-") and p.endswith(".json")) \
         if os.path.isdir(args.out) else []
     if not paths:
@@ -162,7 +164,8 @@ def report_regret(args: argparse.Namespace) -> None:
         return
     rules = [("FQE estimate", "fqe"), ("FQE lower bound", "fqe_lower"), ("WPDIS", "wpdis"),
              ("-TD error", "neg_td_error")]
-    header = ["dataset / rep", "n", "FQE", "best", "default last", "random"] + [r for r, _ in rules] + ["load"]
+    header = (["dataset / rep", "n", "FQE", "best", "default last", "random"] + [r for r, _ in rules]
+              + ["FQE rank corr.", "FQE error", "load"])
     table, relative = [], {rule: [] for rule, _ in rules}
     beats_default = {rule: [] for rule, _ in rules}
     for path in paths:
@@ -185,6 +188,11 @@ def report_regret(args: argparse.Namespace) -> None:
             relative[rule].append(rel)
             beats_default[rule].append(chosen >= default)
             cells.append(f"{chosen:.1f} ({rel:+.0%})")
+        # how well FQE orders and sizes the candidates' discounted values (what it estimates)
+        values = np.array([r["true_value"] for r in rows])
+        estimates = np.array([r["fqe"] for r in rows])
+        cells.append(f"{spearmanr(estimates, values).statistic:.2f}")
+        cells.append(f"{np.mean(np.abs(estimates - values) / np.abs(values)):.1%}")
         cells.append(f"{record['load_before'][0]:.1f}-{record['load_after'][0]:.1f}")
         table.append(cells)
     _harness.print_table(header, table, title="true return of the chosen candidate (regret relative to the best)")
