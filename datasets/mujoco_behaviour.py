@@ -224,7 +224,8 @@ def ship(env_name: str, work: str | None, rerank: int = 1) -> None:
                 tensors[f"{row['name']}.{key}"] = value.astype(np.float16)
     os.makedirs(SHIP_DIRECTORY, exist_ok=True)
     path = os.path.join(SHIP_DIRECTORY, f"{env_name}.safetensors")
-    save_file(tensors, path)
+    save_file(tensors, path + ".tmp")  # then renamed: a killed ship leaves the shipped files whole
+    os.replace(path + ".tmp", path)
     facts = {
         "env_id": ENV_IDS[env_name],
         "trainer": "offrl SAC (default config), 4 synchronous environments, 4 updates per vector step, "
@@ -239,9 +240,11 @@ def ship(env_name: str, work: str | None, rerank: int = 1) -> None:
     }
     if remeasured is not None:
         facts["expert_rerank"] = {"episodes": RERANK_EPISODES, "sampled": {k: list(v) for k, v in remeasured.items()}}
-    with open(os.path.join(SHIP_DIRECTORY, f"{env_name}.json"), "w") as f:
+    record = os.path.join(SHIP_DIRECTORY, f"{env_name}.json")
+    with open(record + ".tmp", "w") as f:
         json.dump(facts, f, indent=1)
         f.write("\n")
+    os.replace(record + ".tmp", record)
     print(f"{env_name}: expert {expert['name']} (sampled {expert['sampled_mean']:.1f}), medium {medium['name']} "
           f"(sampled {medium['sampled_mean']:.1f}), {len(replay)} replay snapshots, {os.path.getsize(path) / 1e6:.2f} MB")
 
