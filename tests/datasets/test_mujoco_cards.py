@@ -40,7 +40,7 @@ def _check(name: str, n_steps: int) -> None:
     env = name.split("-", 1)[0]
     card = FIGURES["datasets"][name]["episode_return"]
     low, high = FIGURES["returns"][env]
-    buffer = mujoco._build_buffer(env, name.split("-", 1)[1].rsplit("-", 1)[0], n_steps, show_progress=False, n_jobs=1)
+    buffer = mujoco._build_buffer(env, _kind(name), n_steps, show_progress=False, n_jobs=1)
     # whole episodes only: the ones the step budget cut short have lower returns by construction
     returns = np.array([float(e.rewards.sum()) for e in buffer.episodes if e.terminated or len(e.rewards) == 1000])
     assert len(returns) >= 4, f"{name}: only {len(returns)} whole episodes in {n_steps} steps"
@@ -96,8 +96,12 @@ def test_hopper_short_builds_match_the_card(kind):
     _check(f"hopper-{kind}-v0", SHORT_STEPS[kind])
 
 
+def _kind(name: str) -> str:
+    return name.split("-", 1)[1].rsplit("-", 1)[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n in FIGURES["datasets"] if not n.startswith("hopper-")
-                                        and n.split("-")[1] in SHORT_STEPS))
+                                        and _kind(n) in SHORT_STEPS))
 def test_short_builds_match_the_card(name):
-    _check(name, SHORT_STEPS[name.split("-")[1]])
+    _check(name, SHORT_STEPS[_kind(name)])
