@@ -159,11 +159,12 @@ def write_card(name: str, facts: dict) -> None:
     env, kind = mujoco._parse(name)
     behaviour = mujoco.behaviour_facts(env)
     weights = os.path.join(mujoco.BEHAVIOUR_DIRECTORY, f"{env}.safetensors")
-    low, high = _reference_state()["returns"].get(env, (float("nan"), float("nan")))
+    reference = _reference_state()
+    low, high = reference["returns"].get(env, (float("nan"), float("nan")))
     curve = behaviour.get("curve", [])
     rows = "\n".join(f"| {r['step']:,} | {r['sampled_mean']:.1f} | {r['greedy_mean']:.1f} |" for r in curve)
     r = facts["episode_return"]
-    expert = _reference_state().get("details", {}).get(env, {}).get("expert")
+    expert = reference.get("details", {}).get(env, {}).get("expert")
     spread = (f"; the expert's {expert['episodes']} episodes: std {expert['std']:.1f}, min {expert['min']:.1f}, "
               f"max {expert['max']:.1f}" if expert else "")
     rerank = behaviour.get("expert_rerank")
@@ -202,8 +203,10 @@ Behaviour policy's training curve (5 evaluation episodes per point):
 |---|---|---|
 {rows}
 """
-    with open(os.path.join(HERE, f"{name}.md"), "w") as f:
+    path = os.path.join(HERE, f"{name}.md")
+    with open(path + ".tmp", "w") as f:  # then renamed: a killed run leaves every card whole
         f.write(text)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv: list | None = None) -> None:
