@@ -57,6 +57,11 @@ EVAL_SEED = 900_000
 N_EVAL_EPISODES = 10
 N_EVALS = 5
 LIBRARIES = ("offrl", "d3rlpy")
+#: what a job's ``library`` names: the package it imports and what it changes in the config. ``offrl-bf16``
+#: (``--libraries offrl-bf16``, not run by default) is offrl with ``precision="bf16-mixed"``: issue 32's quality check
+VARIANTS: Dict[str, Tuple[str, Dict[str, Any]]] = {
+    "offrl": ("offrl", {}), "d3rlpy": ("d3rlpy", {}), "offrl-bf16": ("offrl", {"precision": "bf16-mixed"}),
+}
 
 MEDIUM4 = ("hopper-medium-v0", "halfcheetah-medium-v0", "walker2d-medium-v0", "hopper-medium-replay-v0")
 #: (algorithm, dataset, updates): the issue's minimum table
@@ -162,7 +167,8 @@ def run_job(job: Dict[str, Any]) -> Dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    if job["library"] == "offrl":
+    package, changes = VARIANTS[job["library"]]
+    if package == "offrl":
         import offrl as lib
         from offrl.logging import NoopAdapterFactory
         device = "cpu"
@@ -177,7 +183,8 @@ def run_job(job: Dict[str, Any]) -> Dict[str, Any]:
         data = dict(saved)
     dataset = lib.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
                                      data["timeouts"])
-    algo = getattr(lib.algos, f"{job['algo']}Config")(**config_kwargs(lib, job["algo"], job["dataset"])).create(device=device)
+    kwargs = {**config_kwargs(lib, job["algo"], job["dataset"]), **changes}
+    algo = getattr(lib.algos, f"{job['algo']}Config")(**kwargs).create(device=device)
     interval = job["updates"] // N_EVALS
     curve, train_wall, train_cpu, eval_wall = [], 0.0, 0.0, 0.0
     wall, cpu = time.perf_counter(), time.process_time()
@@ -193,6 +200,7 @@ def run_job(job: Dict[str, Any]) -> Dict[str, Any]:
     return {"curve": curve, "final_returns": curve[-1]["returns"], "train_wall_s": round(train_wall, 2),
             "train_cpu_s": round(train_cpu, 2), "eval_wall_s": round(eval_wall, 2),
             "updates_per_s": round(job["updates"] / train_wall, 3), "library_version": lib.__version__,
+            "config_changes": changes,
             "torch_version": torch.__version__}
 
 
@@ -209,7 +217,7 @@ def planned(args: argparse.Namespace) -> List[Dict[str, Any]]:
         for algo, dataset, updates in TABLE:
             if (only and algo not in only) or (datasets and dataset not in datasets):
                 continue
-            for library in LIBRARIES:
+            for library in args.libraries:
                 jobs.append({"library": library, "algo": algo, "dataset": dataset, "seed": seed, "updates": updates})
     return jobs
 
@@ -253,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = [j for j in planned(args) if not os.path.exists(os.path.join(RESULTS, job_name(**_key(j)) + ".json"))]
     if not d3rlpy_python:
         print("d3rlpy: not given (--d3rlpy-python or $D3RLPY_PYTHON); offrl jobs only", flush=True)
-        jobs = [j for j in jobs if j["library"] == "offrl"]
+        jobs = [j for j in jobs if VARIANTS[j["library"]][0] == "offrl"]
     print(f"{len(jobs)} jobs to run, {args.jobs} at a time; results in {RESULTS}", flush=True)
     running: List[Tuple[subprocess.Popen, Dict[str, Any], str, float]] = []
     queue = list(jobs)
@@ -266,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
             env = job["dataset"].split("-", 1)[0]
             spec = dict(job, data=dataset_arrays(job["dataset"]), env_id=ENV_IDS[env],
                         output=os.path.join(RESULTS, name + ".json"))
-            python = sys.executable if job["library"] == "offrl" else d3rlpy_python
+            python = sys.executable if VARIANTS[job["library"]][0] == "offrl" else d3rlpy_python
             log = open(os.path.join(data_directory(), name + ".log"), "w")
             proc = subprocess.Popen([python, os.path.abspath(__file__), "worker", json.dumps(spec)],
                                     stdout=log, stderr=subprocess.STDOUT)
@@ -383,9 +391,41 @@ def report(args: argparse.Namespace) -> int:
                   "(stratified bootstrap, 95 %)")
     elif rly is None:
         print("(IQM intervals need rliable: run the report with a Python that has it, see benchmarks/README.md)")
+    precision_table(rows)
     if args.plot:
         plot_curves(rows, os.path.join(RESULTS, "curves.png"))
     return 0
+
+
+def precision_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, Any]]]]) -> None:
+    """offrl in float32 against offrl in bf16-mixed on the seeds both ran:
+    normalised scores (mean ± std over seeds, and the difference of means
+    against the larger of the two spreads) and the bf16 speed-up in updates
+    per CPU-second (issue 32)."""
+    from offrl._scores import get_normalized_score
+
+    lines = ["| algorithm | dataset | updates | seeds | float32 score | bf16-mixed score | difference | "
+             "within the seeds' spread | float32 upd/CPU-s | bf16 upd/CPU-s | bf16 speed-up |", "|" + "---|" * 11]
+    for algo, dataset, updates in TABLE:
+        by_lib = rows.get((algo, dataset), {})
+        seeds = sorted(set(by_lib.get("offrl", {})) & set(by_lib.get("offrl-bf16", {})))
+        if not seeds:
+            continue
+        scores, speed = {}, {}
+        for lib in ("offrl", "offrl-bf16"):
+            scores[lib] = np.array([np.mean(get_normalized_score(dataset, by_lib[lib][s]["final_returns"]))
+                                    for s in seeds])
+            speed[lib] = float(np.mean([by_lib[lib][s]["updates"] / by_lib[lib][s]["train_cpu_s"] for s in seeds]))
+        difference = scores["offrl-bf16"].mean() - scores["offrl"].mean()
+        spread = max(scores["offrl"].std(), scores["offrl-bf16"].std())
+        within = "-" if len(seeds) < 2 else ("yes" if abs(difference) <= spread else "no")
+        lines.append(f"| {algo} | {dataset} | {updates:,} | {len(seeds)} | {scores['offrl'].mean():.1f} ± "
+                     f"{scores['offrl'].std():.1f} | {scores['offrl-bf16'].mean():.1f} ± {scores['offrl-bf16'].std():.1f} "
+                     f"| {difference:+.1f} | {within} | {speed['offrl']:.1f} | {speed['offrl-bf16']:.1f} "
+                     f"| {speed['offrl-bf16'] / speed['offrl']:.2f}x |")
+    if len(lines) > 2:
+        print("\noffrl float32 against bf16-mixed (the same seeds, data and evaluation episodes)")
+        print("\n".join(lines))
 
 
 def _iqm_cell(rly: Any, rly_metrics: Any, matrix: Dict[str, np.ndarray], lib: str) -> str:
@@ -443,8 +483,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--only", default=None, help="algorithms, comma-separated")
     parser.add_argument("--datasets", default=None, help="datasets, comma-separated")
     parser.add_argument("--d3rlpy-python", default=None)
+    parser.add_argument("--libraries", default=",".join(LIBRARIES),
+                        help=f"run / status: comma-separated, of {', '.join(VARIANTS)} (default: offrl,d3rlpy; "
+                             "offrl-bf16 is offrl with precision='bf16-mixed')")
     parser.add_argument("--plot", action="store_true", help="report: also draw the learning curves")
     args = parser.parse_args(argv)
+    args.libraries = [name.strip() for name in args.libraries.split(",") if name.strip()]
+    unknown = [name for name in args.libraries if name not in VARIANTS]
+    if unknown or not args.libraries:
+        parser.error(f"--libraries: unknown {', '.join(unknown) or '(none given)'}; expected some of {', '.join(VARIANTS)}")
     return {"run": run, "status": status, "report": report}[args.command](args)
 
 

@@ -74,7 +74,7 @@ DATASETS = {
     "cartpole-replay": ("discrete_cql", [0.3, 1.0, 4.0], 1.0),
     "pendulum-replay": ("td3_plus_bc", [1.0, 2.5, 10.0], 2.5),
 }
-PARTS = ("regret", "overhead", "workers")
+PARTS = ("regret", "truth", "overhead", "workers")
 
 
 def _config(algorithm: str) -> Any:
@@ -143,6 +143,77 @@ def run_regret(args: argparse.Namespace) -> None:
             os.replace(path + ".tmp", path)
 
 
+def _truth_column(n: int) -> str:
+    return f"true_return_{n}"
+
+
+def run_truth(args: argparse.Namespace) -> None:
+    """Re-measure every saved candidate's true return over ``--truth-episodes``
+    episodes, keeping its saved OPE scores: the candidates are trained again
+    (training is deterministic: the same seeds, split and code path), and
+    each is checked to be the same policy by its return over the first
+    ``--eval-episodes`` of those episodes, which must equal the saved
+    ``true_return`` exactly (the same seeded initial states)."""
+    import gymnasium
+
+    import offrl
+    from offrl.metrics import rollout_returns
+    from offrl.model_selection import OfflineSearch
+    from offrl.model_selection.search import SCORING_SEED
+
+    n_long = args.truth_episodes
+    column = _truth_column(n_long)
+    paths = sorted(p for p in os.listdir(args.out) if p.startswith("regret-") and p.endswith(".json")
+                   and "quick" not in p) if os.path.isdir(args.out) else []
+    for path in paths:
+        full = os.path.join(args.out, path)
+        with open(full) as f:
+            record = json.load(f)
+        if record["dataset"] not in args.datasets:
+            continue
+        rows = record["rows"]
+        if all(column in r for r in rows):
+            _harness.log(f"{path}: {column} already measured: skipped")
+            continue
+        name, rep = record["dataset"], record["repetition"]
+        _harness.log(f"truth: {name}, repetition {rep}, {n_long} episodes per candidate")
+        dataset, env = offrl.datasets.get_dataset(name)
+        check_env = gymnasium.make(env.spec.id) if env.spec is not None else env
+        n_short = int(args.eval_episodes)
+
+        def short_return(algo: Any, _dataset: Any) -> float:  # the saved truth's episodes: the same policy?
+            return float(np.mean(rollout_returns(algo, check_env, n_trials=n_short, seed=SCORING_SEED)))
+
+        steps, checkpoints = record["steps"], record["checkpoints"]
+        search = OfflineSearch(
+            _config(record["algorithm"]), {"alpha": record["alphas"]}, scorer=short_return,
+            seeds=[2 * rep, 2 * rep + 1], n_steps=steps, n_steps_per_epoch=steps // checkpoints, random_state=rep,
+            n_eval_episodes=n_long, show_progress=False,
+        )
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            search.fit(dataset, env=env)
+        found = {(float(r["param_alpha"]), int(r["seed"]), int(r["epoch"])): r
+                 for r in json.loads(search.results_.to_json(orient="records"))}
+        for row in rows:
+            again = found.get((float(row["param_alpha"]), int(row["seed"]), int(row["epoch"])))
+            if again is None:
+                raise RuntimeError(f"{path}: candidate alpha={row['param_alpha']} seed={row['seed']} "
+                                   f"epoch={row['epoch']} was not trained again")
+            if not np.isclose(again["short_return"], row["true_return"], rtol=0.0, atol=1e-6):
+                raise RuntimeError(f"{path}: candidate alpha={row['param_alpha']} seed={row['seed']} "
+                                   f"epoch={row['epoch']} is not the saved policy: its return over the first "
+                                   f"{n_short} episodes is {again['short_return']!r}, saved {row['true_return']!r}")
+            row[column] = again["true_return"]
+            row[f"true_value_{n_long}"] = again["true_value"]
+        record[f"truth_{n_long}_wall_s"] = time.perf_counter() - start
+        with open(full + ".tmp", "w") as f:
+            json.dump(record, f)
+        os.replace(full + ".tmp", full)
+        _harness.log(f"{path}: {len(rows)} candidates re-measured, each the saved policy")
+
+
 def _choice(rows: List[Dict[str, Any]], column: str) -> Dict[str, Any]:
     """The candidate the search's rule picks with ``column`` as the score: reliable first, then highest."""
     reliable = column[: -len("_lower")] + "_reliable" if column.endswith("_lower") else column + "_reliable"
@@ -154,57 +225,71 @@ def _choice(rows: List[Dict[str, Any]], column: str) -> Dict[str, Any]:
     return max(rows, key=key)
 
 
-def report_regret(args: argparse.Namespace) -> None:
+def _regret_table(records: List[Tuple[str, Dict[str, Any]]], truth: str, value: str, title: str) -> None:
+    """The regret table with ``truth`` as each candidate's true return and
+    ``value`` as its true discounted value (what FQE estimates)."""
     from scipy.stats import spearmanr
 
-    paths = sorted(p for p in os.listdir(args.out) if p.startswith("regret-") and p.endswith(".json")) \
-        if os.path.isdir(args.out) else []
-    if not paths:
-        print("regret: no results yet")
-        return
     rules = [("FQE estimate", "fqe"), ("FQE lower bound", "fqe_lower"), ("WPDIS", "wpdis"),
              ("-TD error", "neg_td_error")]
     header = (["dataset / rep", "n", "FQE", "best", "default last", "random"] + [r for r, _ in rules]
               + ["FQE rank corr.", "FQE error", "load"])
     table, relative = [], {rule: [] for rule, _ in rules}
     beats_default = {rule: [] for rule, _ in rules}
-    for path in paths:
-        with open(os.path.join(args.out, path)) as f:
-            record = json.load(f)
+    for path, record in records:
         rows = record["rows"]
         _, _, default_alpha = DATASETS[record["dataset"]]
-        truths = np.array([r["true_return"] for r in rows])
+        truths = np.array([r[truth] for r in rows])
         best = truths.max()
         last = max(r["epoch"] for r in rows)
-        default = float(np.mean([r["true_return"] for r in rows
+        default = float(np.mean([r[truth] for r in rows
                                  if r["param_alpha"] == default_alpha and r["epoch"] == last]))
         cells = [f"{record['dataset']} r{record['repetition']}{' quick' if 'quick' in path else ''}", str(len(rows)),
                  f"{record.get('fqe_config', 'small')} {record['fqe_steps']:,}",
                  f"{best:.1f}", f"{default:.1f} ({(best - default) / abs(best):+.0%})",
                  f"{truths.mean():.1f} ({(best - truths.mean()) / abs(best):+.0%})"]
         for rule, column in rules:
-            chosen = _choice(rows, column)["true_return"]
+            chosen = _choice(rows, column)[truth]
             rel = (best - chosen) / abs(best)
             relative[rule].append(rel)
             beats_default[rule].append(chosen >= default)
             cells.append(f"{chosen:.1f} ({rel:+.0%})")
         # how well FQE orders and sizes the candidates' discounted values (what it estimates)
-        values = np.array([r["true_value"] for r in rows])
+        values = np.array([r[value] for r in rows])
         estimates = np.array([r["fqe"] for r in rows])
         cells.append(f"{spearmanr(estimates, values).statistic:.2f}")
         cells.append(f"{np.mean(np.abs(estimates - values) / np.abs(values)):.1%}")
         cells.append(f"{record['load_before'][0]:.1f}-{record['load_after'][0]:.1f}")
         table.append(cells)
-    _harness.print_table(header, table, title="true return of the chosen candidate (regret relative to the best)")
+    _harness.print_table(header, table, title=f"true return of the chosen candidate (regret relative to the best); "
+                                              f"{title}")
     for rule, _ in rules:
         within = sum(r <= 0.10 for r in relative[rule])
         print(f"  {rule}: within 10 % of the best in {within}/{len(relative[rule])}, "
               f"at or above the default's last checkpoint in {sum(beats_default[rule])}/{len(relative[rule])}, "
               f"median relative regret {statistics.median(relative[rule]):.1%}")
-    ope, truth, train, wall = 0.0, 0.0, 0.0, 0.0
+
+
+def report_regret(args: argparse.Namespace) -> None:
+    paths = sorted(p for p in os.listdir(args.out) if p.startswith("regret-") and p.endswith(".json")) \
+        if os.path.isdir(args.out) else []
+    if not paths:
+        print("regret: no results yet")
+        return
+    records = []
     for path in paths:
         with open(os.path.join(args.out, path)) as f:
-            record = json.load(f)
+            records.append((path, json.load(f)))
+    _regret_table(records, "true_return", "true_value", "the saved truth: 20 episodes per candidate")
+    longer = sorted({int(k[len("true_return_"):]) for _, record in records for k in record["rows"][0]
+                     if k.startswith("true_return_")})
+    for n in longer:
+        measured = [(p, r) for p, r in records if all(_truth_column(n) in row for row in r["rows"])]
+        _regret_table(measured, _truth_column(n), f"true_value_{n}",
+                      f"the truth re-measured over {n} episodes per candidate (`--only truth`), "
+                      f"{len(measured)} of {len(records)} repetitions")
+    ope, truth, train, wall = 0.0, 0.0, 0.0, 0.0
+    for path, record in records:
         rows = record["rows"]
         ope += sum(r["score_time"] for r in rows)
         truth += sum(r.get("truth_time") or 0.0 for r in rows)
@@ -336,6 +421,8 @@ def main() -> int:
                         help="regret: FQE's config: default (the search's own default, recommended() with 3 x 256) "
                              "or small (the same with 3 x 64)")
     parser.add_argument("--eval-episodes", type=int, default=20, help="regret: episodes per true return")
+    parser.add_argument("--truth-episodes", type=int, default=200,
+                        help="truth: episodes per re-measured true return (the saved candidates trained again)")
     parser.add_argument("--out", default=None, help=f"regret results (default: {DEFAULT_OUT}/fqe-CONFIG-STEPS)")
     parser.add_argument("--report", action="store_true", help="print the regret tables from saved results only")
     args = parser.parse_args()
@@ -353,6 +440,9 @@ def main() -> int:
     _harness.print_load("start")
     if "regret" in parts:
         run_regret(args)
+    if "truth" in parts:
+        run_truth(args)
+    if "regret" in parts or "truth" in parts:
         report_regret(args)
     if "overhead" in parts:
         run_overhead(args)

@@ -179,6 +179,27 @@ def test_without_bf16_units_it_warns_once_and_runs_the_float32_path():
         assert other.precision == "float32"
 
 
+def test_the_memory_check_probes_in_float32_without_a_false_fallback_warning(monkeypatch):
+    # fit sizes one training step on torch's meta device before training; on a CPU with bf16 units that probe
+    # once warned "meta device has no bf16 units; training runs in float32" although training ran in bf16
+    from offrl.algos import _sizing
+
+    precision.set_bf16_available(None)
+    monkeypatch.delenv(precision.ENV_VAR, raising=False)
+    monkeypatch.setattr(precision, "_detect", lambda kind, device: kind == "cpu")  # a CPU with bf16 units
+    dataset = _dataset(False)
+    algo = ALL["td3_plus_bc"](precision="bf16-mixed").create()
+    with warnings.catch_warnings(record=True) as caught:  # recorded: the probe's own errors are caught by the check
+        warnings.simplefilter("always")
+        algo.fit(dataset, n_steps=2, n_steps_per_epoch=2, show_progress=False, save_interval=10**6)
+        assert algo.precision == "bf16-mixed"
+        sized = _sizing.training_step_bytes(algo, dataset)
+    assert [str(w.message) for w in caught if "precision" in str(w.message)] == []
+    reference = ALL["td3_plus_bc"]().create()
+    reference.build_with_dataset(dataset)
+    assert sized is not None and sized == _sizing.training_step_bytes(reference, dataset)  # float32's step: a bound
+
+
 def test_the_environment_variable_turns_bf16_off_and_on(monkeypatch):
     precision.set_bf16_available(None)
     monkeypatch.setenv(precision.ENV_VAR, "0")
