@@ -87,17 +87,21 @@ def _config(algorithm: str) -> Any:
     return dataclasses.replace(config, **{f: VectorEncoderFactory([64, 64]) for f in names})
 
 
-def _fqe_config(discrete: bool, n_steps: int, kind: str = "small") -> Any:
+def _fqe_config(discrete: bool, n_steps: int, kind: str = "small", members: int = 1) -> Any:
     """``small``: ``recommended()`` with a 3 x 64 network (cheap); ``default``:
-    None, the search's own default (``recommended()``, 3 x 256)."""
-    if kind == "default":
-        return None
+    None, the search's own default (``recommended()``, 3 x 256). ``members``
+    above 1: that many independent members (``n_critics``,
+    ``independent_critics=True``), whose mean is the estimate and whose
+    spread the interval includes."""
+    from offrl.model_selection.scorers import default_fqe_config
     from offrl.models import VectorEncoderFactory
-    from offrl.ope import DiscreteFQEConfig, FQEConfig
 
-    cls = DiscreteFQEConfig if discrete else FQEConfig
-    return cls.recommended(encoder_factory=VectorEncoderFactory([64, 64, 64], use_layer_norm=True),
-                           ema_decay=min(0.9995, 1.0 - 10.0 / n_steps))
+    config = default_fqe_config(discrete, n_steps)
+    if kind == "small":
+        config = dataclasses.replace(config, encoder_factory=VectorEncoderFactory([64, 64, 64], use_layer_norm=True))
+    if members == 1:
+        return None if kind == "default" else config
+    return dataclasses.replace(config, n_critics=members, independent_critics=True)
 
 
 # ---------------------------------------------------------------- regret
@@ -109,7 +113,7 @@ def run_regret(args: argparse.Namespace) -> None:
     for name in args.datasets:
         algorithm, alphas, _ = DATASETS[name]
         dataset, env = offrl.datasets.get_dataset(name)
-        for rep in range(args.repetitions):
+        for rep in range(args.first_repetition, args.repetitions):
             path = os.path.join(args.out, f"regret-{name}-r{rep}{'-quick' if args.quick else ''}.json")
             if os.path.exists(path):
                 _harness.log(f"{path} exists: skipped")
@@ -120,7 +124,8 @@ def run_regret(args: argparse.Namespace) -> None:
             search = OfflineSearch(
                 _config(algorithm), {"alpha": alphas}, scorer=["fqe", "wpdis", "neg_td_error"],
                 seeds=[2 * rep, 2 * rep + 1], n_steps=args.steps, n_steps_per_epoch=args.steps // args.checkpoints,
-                random_state=rep, fqe_config=_fqe_config(discrete, args.fqe_steps, args.fqe_config), fqe_steps=args.fqe_steps,
+                random_state=rep, fqe_config=_fqe_config(discrete, args.fqe_steps, args.fqe_config, args.fqe_members),
+                fqe_steps=args.fqe_steps,
                 fqe_steps_per_epoch=max(1, args.fqe_steps // 10), n_eval_episodes=args.eval_episodes,
                 ope_options={"n_bootstrap": 200}, show_progress=False,
             )
@@ -132,7 +137,7 @@ def run_regret(args: argparse.Namespace) -> None:
             record = {
                 "dataset": name, "repetition": rep, "algorithm": algorithm, "alphas": alphas,
                 "steps": args.steps, "checkpoints": args.checkpoints, "fqe_steps": args.fqe_steps,
-                "fqe_config": args.fqe_config,
+                "fqe_config": args.fqe_config, "fqe_members": args.fqe_members, "eval_episodes": args.eval_episodes,
                 "wall_s": time.perf_counter() - start, "load_before": load_before,
                 "load_after": _harness.load_average(),
                 "rows": json.loads(table.drop(columns=[c for c in table.columns if c.endswith("_warnings")])
@@ -245,7 +250,8 @@ def _regret_table(records: List[Tuple[str, Dict[str, Any]]], truth: str, value: 
         default = float(np.mean([r[truth] for r in rows
                                  if r["param_alpha"] == default_alpha and r["epoch"] == last]))
         cells = [f"{record['dataset']} r{record['repetition']}{' quick' if 'quick' in path else ''}", str(len(rows)),
-                 f"{record.get('fqe_config', 'small')} {record['fqe_steps']:,}",
+                 f"{record.get('fqe_config', 'small')} {record['fqe_steps']:,}"
+                 + (f" x{record['fqe_members']}" if record.get("fqe_members", 1) > 1 else ""),
                  f"{best:.1f}", f"{default:.1f} ({(best - default) / abs(best):+.0%})",
                  f"{truths.mean():.1f} ({(best - truths.mean()) / abs(best):+.0%})"]
         for rule, column in rules:
@@ -420,6 +426,10 @@ def main() -> int:
     parser.add_argument("--fqe-config", choices=["small", "default"], default="default",
                         help="regret: FQE's config: default (the search's own default, recommended() with 3 x 256) "
                              "or small (the same with 3 x 64)")
+    parser.add_argument("--fqe-members", type=int, default=1,
+                        help="regret: FQE's independent members (n_critics with independent_critics=True; "
+                             "default 1, the search's default)")
+    parser.add_argument("--first-repetition", type=int, default=0, help="regret: the first repetition to run")
     parser.add_argument("--eval-episodes", type=int, default=20, help="regret: episodes per true return")
     parser.add_argument("--truth-episodes", type=int, default=200,
                         help="truth: episodes per re-measured true return (the saved candidates trained again)")
@@ -433,7 +443,9 @@ def main() -> int:
     if args.quick:
         args.repetitions, args.steps, args.checkpoints, args.fqe_steps, args.eval_episodes = 1, 400, 2, 100, 3
     if args.out is None:
-        args.out = os.path.join(DEFAULT_OUT, f"fqe-{args.fqe_config}-{args.fqe_steps}")
+        members = f"-m{args.fqe_members}" if args.fqe_members > 1 else ""
+        truth = f"-truth{args.eval_episodes}" if args.eval_episodes != 20 else ""
+        args.out = os.path.join(DEFAULT_OUT, f"fqe-{args.fqe_config}-{args.fqe_steps}{members}{truth}")
     if args.report:
         report_regret(args)
         return 0

@@ -16,7 +16,10 @@ the mean and the median of the targets and so biases the estimate when
 returns are stochastic with spreads above 1 (see
 ``test_discrete_fqe_estimates_the_mean_of_skewed_returns``). With
 ``n_critics > 1`` the target takes the ensemble minimum and
-``predict_value`` the ensemble mean (as d3rlpy). The target network is copied from the online one every
+``predict_value`` the ensemble mean (as d3rlpy); with
+``independent_critics=True`` (offrl's addition) each member regresses on
+its own target copy instead, and the estimate's interval resamples the
+members too. The target network is copied from the online one every
 ``target_update_interval`` steps (after steps ``interval, 2 interval, ...``,
 as offrl's DQN).
 
@@ -68,10 +71,11 @@ from ..training.fit import prepare_algorithm
 from .dqn import QNetworkConfig
 from .fqe_diagnostics import (CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW, OFF_SUPPORT_WARN, RESIDUAL_GROWTH,
                               ConvergenceDiagnostic, PolicyValueEstimate, bootstrap_interval, check_convergence_args,
+                              ensemble_bootstrap_interval,
                               ConvergenceMonitor, not_settled_message, slice_observations, heldout_split,
                               initial_observations, is_settled, off_support_fraction, projected_drift, relative_change,
                               replay_convergence)
-from .config import (POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Constraint, check_positive_int, param)
+from .config import (BOOL, POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Constraint, check_positive_int, param)
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
 from ..dataset.replay_buffer import ReplayBuffer
@@ -137,13 +141,33 @@ class FQEConfig(QNetworkConfig):
             network (training and the target network do not change). It
             smooths the step-to-step jitter of the regression over about
             ``1 / (1 - ema_decay)`` updates. Saved and loaded with the model.
+        independent_critics: offrl's addition (False, d3rlpy's behaviour,
+            by default): with ``n_critics = K > 1``, each member regresses on
+            its own target copy's value, ``r + gamma^k (1 - d) Q_k'(s',
+            pi(s'))``, instead of the ensemble minimum: K FQEs trained side
+            by side on the same batches (one batched network), differing in
+            their initial weights. Values are their mean, and
+            ``estimate_policy_value``'s interval resamples the members as
+            well as the episodes, so it includes FQE's own run-to-run
+            variability (which the episodes' bootstrap leaves out). Mean
+            (non-distributional) Q-functions only.
     """
+
+    _offrl_only_fields = ("precision", "independent_critics")  # left out of the JSON at their defaults
 
     learning_rate: float = param(1e-4, check=POSITIVE)
     batch_size: int = param(100, check=POSITIVE_INT)
     gamma: float = param(0.99, check=UNIT_INTERVAL)
     target_update_interval: int = param(100, check=POSITIVE_INT)
     ema_decay: Optional[float] = param(None, check=_EMA_DECAY)
+    independent_critics: bool = param(False, check=BOOL)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.independent_critics and getattr(self.q_func_factory, "get_type", lambda: "mean")() != "mean":
+            raise ValueError(f"independent_critics=True needs the mean Q-function (q_func_factory "
+                             f"{self.q_func_factory.get_type()!r} is distributional): its members' targets are "
+                             "their own scalar values")
 
     @classmethod
     def recommended(cls, **changes: Any) -> "FQEConfig":
@@ -451,7 +475,9 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         q, targ = self._modules.q_function, self._modules.targ_q_function
         with torch.no_grad():
             next_dist, _ = targ.at_action(batch.next_observations, batch.next_actions)
-            target = td_target(batch.rewards, targ.reduce(next_dist, "min"), batch.terminals, self._config.gamma, batch.intervals)
+            # independent members: each its own target, (E, B, 1); else the ensemble minimum, (B, 1)
+            next_values = next_dist if self._config.independent_critics else targ.reduce(next_dist, "min")
+            target = td_target(batch.rewards, next_values, batch.terminals, self._config.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         if taus is None and pred.shape[0] == 1:  # one mean Q-function: squared error
             loss = F.mse_loss(pred[0], target)
@@ -640,7 +666,11 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         raise NotImplementedError(f"{type(self).__name__} acts through its evaluated algorithm: use predict")
 
     def _predict_value(self, x: Any, action: torch.Tensor) -> torch.Tensor:
-        return self._value_network().expected(x, action).mean(dim=0).squeeze(1)
+        return self._member_values(x, action).mean(dim=0)
+
+    def _member_values(self, x: Any, action: torch.Tensor) -> torch.Tensor:
+        """``Q_k(x, action)`` of every ensemble member, ``(E, B)``."""
+        return self._value_network().expected(x, action).squeeze(2)
 
     def predict_state_value(self, x: Any) -> np.ndarray:
         """``V(x) = Q(x, pi(x))`` at the evaluated policy's greedy actions,
@@ -650,11 +680,21 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
             actions = self._policy_actions(self._algo.observation_tensor(x))
             return self._state_value(self._observation_tensor(x), actions).cpu().numpy().astype(np.float64)
 
-    def _state_value(self, observations: Any, actions: torch.Tensor) -> torch.Tensor:
+    def predict_member_state_values(self, x: Any) -> np.ndarray:
+        """``V_k(x) = Q_k(x, pi(x))`` of every ensemble member, ``(n_critics,
+        B)`` (their mean is :meth:`predict_state_value`)."""
+        self._require_built()
+        with torch.no_grad():
+            actions = self._policy_actions(self._algo.observation_tensor(x))
+            return self._state_value(self._observation_tensor(x), actions, members=True).cpu().numpy().astype(np.float64)
+
+    def _state_value(self, observations: Any, actions: torch.Tensor, members: bool = False) -> torch.Tensor:
         if actions.is_floating_point() and self._action_scaler is not None:
             actions = self._action_scaler.transform(actions)
         self._eval_mode()
         try:
+            if members:
+                return self._member_values(observations, actions)
             return self._predict_value(observations, actions).reshape(-1)
         finally:
             self._train_mode()
@@ -674,11 +714,19 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         check_positive_int(batch_size, "batch_size")
         observations = initial_observations(episodes)
         count = int(observations[0].shape[0] if isinstance(observations, list) else observations.shape[0])
-        values = np.concatenate([
-            self.predict_state_value(slice_observations(observations, start, start + batch_size))
-            for start in range(0, count, batch_size)
-        ])
-        lower, upper = bootstrap_interval(values, float(confidence), int(n_bootstrap), seed)
+        if self._config.independent_critics and int(self._config.n_critics) > 1:
+            members = np.concatenate([
+                self.predict_member_state_values(slice_observations(observations, start, start + batch_size))
+                for start in range(0, count, batch_size)
+            ], axis=1)
+            values = members.mean(axis=0)
+            lower, upper = ensemble_bootstrap_interval(members, float(confidence), int(n_bootstrap), seed)
+        else:
+            values = np.concatenate([
+                self.predict_state_value(slice_observations(observations, start, start + batch_size))
+                for start in range(0, count, batch_size)
+            ])
+            lower, upper = bootstrap_interval(values, float(confidence), int(n_bootstrap), seed)
         diagnostic = self.convergence
         if diagnostic is None or not diagnostic.converged:
             warnings.warn(not_settled_message(type(self).__name__, diagnostic), UserWarning, stacklevel=2)
@@ -751,9 +799,10 @@ class DiscreteFQE(FQE, config=DiscreteFQEConfig):
         if not isinstance(config, FQEConfig):
             raise TypeError(f"config must be a DiscreteFQEConfig or an FQEConfig, got {type(config).__name__}")
 
-    def _predict_value(self, x: Any, action: torch.Tensor) -> torch.Tensor:
-        values = self._value_network().expected(x).mean(dim=0)
-        return values.gather(1, action.long().view(-1, 1)).squeeze(1)
+    def _member_values(self, x: Any, action: torch.Tensor) -> torch.Tensor:
+        values = self._value_network().expected(x)  # (E, B, A)
+        index = action.long().view(1, -1, 1).expand(values.shape[0], -1, 1)
+        return values.gather(2, index).squeeze(2)
 
     def predict_action_values(self, x: Any) -> np.ndarray:
         """``Q(x, a)`` for every action, ``(B, action_size)`` (e.g. for the

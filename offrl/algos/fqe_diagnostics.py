@@ -393,6 +393,31 @@ def bootstrap_interval(values: np.ndarray, confidence: float, n_bootstrap: int, 
     return float(lower), float(upper)
 
 
+def ensemble_bootstrap_interval(member_values: np.ndarray, confidence: float, n_bootstrap: int,
+                                seed: Any) -> Tuple[float, float]:
+    """Percentile interval of the mean of ``member_values`` ``(K, n)`` (K
+    ensemble members' values at n episodes' initial states) over
+    ``n_bootstrap`` resamples that draw the episodes with replacement (as
+    :func:`bootstrap_interval`) and, independently, the K members with
+    replacement: the interval then holds the estimator's own run-to-run
+    spread as well as the episodes'. One member: :func:`bootstrap_interval`."""
+    k, n = member_values.shape
+    if k == 1:
+        return bootstrap_interval(member_values[0], confidence, n_bootstrap, seed)
+    rng = np.random.default_rng(seed)
+    means = np.empty(n_bootstrap, dtype=np.float64)
+    chunk = max(1, 1_000_000 // (n * k))
+    for start in range(0, n_bootstrap, chunk):
+        stop = min(start + chunk, n_bootstrap)
+        episodes = rng.integers(0, n, size=(stop - start, n))
+        members = rng.integers(0, k, size=(stop - start, k))
+        per_member = member_values[:, episodes].mean(axis=2).T  # (resamples, K): each member's mean
+        means[start:stop] = np.take_along_axis(per_member, members, axis=1).mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lower, upper = np.quantile(means, [alpha, 1.0 - alpha])
+    return float(lower), float(upper)
+
+
 def initial_observations(episodes: Any) -> Union[np.ndarray, List[np.ndarray]]:
     """The first observation of every episode, stacked: ``(n_episodes,
     *obs_shape)``, or a list of such arrays for tuple observations.
