@@ -16,10 +16,8 @@ the mean and the median of the targets and so biases the estimate when
 returns are stochastic with spreads above 1 (see
 ``test_discrete_fqe_estimates_the_mean_of_skewed_returns``). With
 ``n_critics > 1`` the target takes the ensemble minimum and
-``predict_value`` the ensemble mean (as d3rlpy); with
-``independent_critics=True`` (offrl's addition) each member regresses on
-its own target copy instead, and the estimate's interval resamples the
-members too. The target network is copied from the online one every
+``predict_value`` the ensemble mean (as d3rlpy); ``independent_critics``
+gives each member its own target (offrl's addition; see the config). The target network is copied from the online one every
 ``target_update_interval`` steps (after steps ``interval, 2 interval, ...``,
 as offrl's DQN).
 
@@ -141,16 +139,13 @@ class FQEConfig(QNetworkConfig):
             network (training and the target network do not change). It
             smooths the step-to-step jitter of the regression over about
             ``1 / (1 - ema_decay)`` updates. Saved and loaded with the model.
-        independent_critics: offrl's addition (False, d3rlpy's behaviour,
-            by default): with ``n_critics = K > 1``, each member regresses on
-            its own target copy's value, ``r + gamma^k (1 - d) Q_k'(s',
-            pi(s'))``, instead of the ensemble minimum: K FQEs trained side
-            by side on the same batches (one batched network), differing in
-            their initial weights. Values are their mean, and
-            ``estimate_policy_value``'s interval resamples the members as
-            well as the episodes, so it includes FQE's own run-to-run
-            variability (which the episodes' bootstrap leaves out). Mean
-            (non-distributional) Q-functions only.
+        independent_critics: offrl's addition (False: d3rlpy's ensemble
+            minimum as the target): with ``n_critics = K > 1`` each member
+            regresses on its own target copy, ``r + gamma^k (1 - d)
+            Q_k'(s', pi(s'))``: K FQEs trained side by side on the same
+            batches. Values are their mean; ``estimate_policy_value``'s
+            interval resamples members and episodes, so it holds FQE's own
+            run-to-run spread. Mean (non-distributional) Q-functions only.
     """
 
     _offrl_only_fields = ("precision", "independent_critics")  # left out of the JSON at their defaults
@@ -193,32 +188,23 @@ class FQEConfig(QNetworkConfig):
         units per unit reward (CartPole DiscreteBC: -66 % after 4,000); a
         copy every 20 steps gives 1,000 copies in 20,000 updates. On
         Pendulum the earlier recommendation (two hidden layers, learning
-        rate 1e-3, no averaging) was biased, not slow: run on to 40,000
-        updates its BC and CQL estimates plateaued 10 % and 15 % above the
-        truth. A third hidden layer halved that bias; layer normalisation
-        let the learning rate double, which reaches the plateau sooner; and
-        the weights' average smooths the epoch-to-epoch jitter (2-4 %
-        without it) that kept the settling rule from ever firing. Measured
-        in ``benchmarks/fqe_convergence.py`` (1,000-update epochs, FQE seed
-        0, curves to 20,000 updates with the rule replayed): Pendulum BC
-        settles at 18,000 on +5.8 %; Pendulum CQL reads +0.2 % at 20,000,
-        unsettled (its trend test still sees the approach); CartPole
-        DiscreteBC settles at 19,000 on +1.9 %, DiscreteCQL reads +1.8 %
-        at 20,000, unsettled. Alternatives measured on Pendulum (BC / CQL
-        at 20,000, seed 0): without layer normalisation at learning rate
-        1e-3 with averaging, +3.9 % / +11.0 %; a fourth layer, +11.9 % /
-        +12.8 %; decay 0.9998 lags by thousands of updates (+6.9 % /
-        +6.3 %, still climbing); batches of 512, +4.4 % / -1.3 %, neither
-        settled; a cosine learning-rate decay over 20,000 updates settled
-        BC on +0.5 % and left CQL at -5.7 %, unsettled (and it ties the
-        config to one cap). With early stopping over FQE seeds 0-2 all
-        twelve runs of the four cases came within 10 % (worst +5.9 %) and
-        seven settled (CartPole 5 of 6, Pendulum 2 of 6; the others end at
-        the cap flagged unsettled); the table is in ``benchmarks/README.md``.
-        The average lags by about 2,000 updates: for short runs or epochs
-        of a few hundred updates pass a smaller ``ema_decay`` (0.999). An IQL policy on Pendulum
-        drives the pendulum into states the data barely covers, where
-        FQE's Q-function is a guess: see the tutorial.
+        rate 1e-3, no averaging) was biased, not slow (10-15 % above the
+        truth at 40,000 updates). A third hidden layer halved that bias;
+        layer normalisation let the learning rate double; the weights'
+        average smooths the epoch-to-epoch jitter (2-4 % without it) that
+        kept the settling rule from firing. With early stopping over FQE
+        seeds 0-2 all twelve runs of the four cases measured (Pendulum BC /
+        CQL, CartPole DiscreteBC / DiscreteCQL) came within 10 % (worst
+        +5.9 %) and seven settled; the per-case curves and the alternatives
+        tried (no layer normalisation, a fourth layer, decay 0.9998, batches
+        of 512, a cosine learning rate) are in ``benchmarks/README.md``
+        (``fqe_convergence.py``). The average lags by about 2,000 updates:
+        for short runs or epochs of a few hundred updates pass a smaller
+        ``ema_decay`` (0.999). An IQL policy on Pendulum drives the pendulum
+        into states the data barely covers, where FQE's Q-function is a
+        guess: see the tutorial. Where two FQE runs disagree by more than
+        the candidates you compare differ, use several independent members
+        (``n_critics=3, independent_critics=True``).
         """
         settings: Dict[str, Any] = {
             "learning_rate": RECOMMENDED_LEARNING_RATE, "batch_size": 256, "target_update_interval": 20,
@@ -681,8 +667,7 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
             return self._state_value(self._observation_tensor(x), actions).cpu().numpy().astype(np.float64)
 
     def predict_member_state_values(self, x: Any) -> np.ndarray:
-        """``V_k(x) = Q_k(x, pi(x))`` of every ensemble member, ``(n_critics,
-        B)`` (their mean is :meth:`predict_state_value`)."""
+        """``V_k(x) = Q_k(x, pi(x))`` of each member, ``(n_critics, B)``."""
         self._require_built()
         with torch.no_grad():
             actions = self._policy_actions(self._algo.observation_tensor(x))
@@ -714,18 +699,15 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         check_positive_int(batch_size, "batch_size")
         observations = initial_observations(episodes)
         count = int(observations[0].shape[0] if isinstance(observations, list) else observations.shape[0])
-        if self._config.independent_critics and int(self._config.n_critics) > 1:
-            members = np.concatenate([
-                self.predict_member_state_values(slice_observations(observations, start, start + batch_size))
-                for start in range(0, count, batch_size)
-            ], axis=1)
+        independent = self._config.independent_critics and int(self._config.n_critics) > 1
+        read = self.predict_member_state_values if independent else self.predict_state_value
+        parts = [read(slice_observations(observations, start, start + batch_size)) for start in range(0, count, batch_size)]
+        if independent:  # (members, episodes): the interval resamples both
+            members = np.concatenate(parts, axis=1)
             values = members.mean(axis=0)
             lower, upper = ensemble_bootstrap_interval(members, float(confidence), int(n_bootstrap), seed)
         else:
-            values = np.concatenate([
-                self.predict_state_value(slice_observations(observations, start, start + batch_size))
-                for start in range(0, count, batch_size)
-            ])
+            values = np.concatenate(parts)
             lower, upper = bootstrap_interval(values, float(confidence), int(n_bootstrap), seed)
         diagnostic = self.convergence
         if diagnostic is None or not diagnostic.converged:
