@@ -462,7 +462,8 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         with torch.no_grad():
             next_dist, _ = targ.at_action(batch.next_observations, batch.next_actions)
             # independent members: each its own target, (E, B, 1); else the ensemble minimum, (B, 1)
-            next_values = next_dist if self._config.independent_critics else targ.reduce(next_dist, "min")
+            independent = self._config.independent_critics and next_dist.shape[0] > 1
+            next_values = next_dist if independent else targ.reduce(next_dist, "min")
             target = td_target(batch.rewards, next_values, batch.terminals, self._config.gamma, batch.intervals)
         pred, taus = q.at_action(batch.observations, batch.actions)
         if taus is None and pred.shape[0] == 1:  # one mean Q-function: squared error

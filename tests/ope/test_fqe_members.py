@@ -5,6 +5,7 @@ interval that resamples members as well as episodes."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -58,6 +59,19 @@ def test_each_member_regresses_on_its_own_targets_value(discrete):
     expected = ((pred - own) ** 2).mean(axis=1).sum()
     assert abs(expected - ((pred - minimum) ** 2).mean(axis=1).sum()) > 1e-3  # the two rules differ here
     assert fqe.update(batch)["loss"] == pytest.approx(float(expected), rel=1e-5)
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_one_member_is_the_plain_fqe(discrete):
+    batch = _batch(discrete)
+    losses = []
+    for independent in (False, True):
+        fqe, _ = _members_fqe(discrete, independent=independent, n_critics=1)
+        _perturb(fqe.modules["targ_q_function"], 4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no shape-mismatch warning from the loss
+            losses.append(fqe.update(batch)["loss"])
+    assert losses[0] == losses[1]
 
 
 @pytest.mark.parametrize("discrete", [False, True])
