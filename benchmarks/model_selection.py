@@ -184,7 +184,7 @@ def run_truth(args: argparse.Namespace) -> None:
         _harness.log(f"truth: {name}, repetition {rep}, {n_long} episodes per candidate")
         dataset, env = offrl.datasets.get_dataset(name)
         check_env = gymnasium.make(env.spec.id) if env.spec is not None else env
-        n_short = int(args.eval_episodes)
+        n_short = int(record.get("eval_episodes", args.eval_episodes))  # the saved truth's own episode count
 
         def short_return(algo: Any, _dataset: Any) -> float:  # the saved truth's episodes: the same policy?
             return float(np.mean(rollout_returns(algo, check_env, n_trials=n_short, seed=SCORING_SEED)))
