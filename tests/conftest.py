@@ -17,13 +17,24 @@ if os.environ.get("CI"):
 
 
 # Tests write only under pytest's tmp_path: a run that leaves a log folder
-# in the working directory (a fit without logger_adapter) fails the session.
+# in the working directory (a fit without logger_adapter) fails the session,
+# also where such a folder was there before (its new entries count).
 _STRAY = ("offrl_logs", "d3rlpy_logs")
-_existing_stray = {name for name in _STRAY if os.path.exists(name)}
+
+
+def _entries(name):
+    return set(os.listdir(name)) if os.path.isdir(name) else None
+
+
+_existing_stray = {name: _entries(name) for name in _STRAY}
 
 
 def pytest_sessionfinish(session, exitstatus):
-    created = [name for name in _STRAY if os.path.exists(name) and name not in _existing_stray]
+    created = []
+    for name in _STRAY:
+        now, before = _entries(name), _existing_stray[name]
+        if now is not None and (before is None or now - before):
+            created.append(name if before is None else f"{name}/{sorted(now - before)[0]}")
     if created:
         print(f"\ntests wrote {created} in the working directory {os.getcwd()}: "
               "pass logger_adapter (NoopAdapterFactory or FileAdapterFactory(tmp_path)) in the test that did")

@@ -179,7 +179,7 @@ def test_without_bf16_units_it_warns_once_and_runs_the_float32_path():
         assert other.precision == "float32"
 
 
-def test_the_memory_check_probes_in_float32_without_a_false_fallback_warning(monkeypatch):
+def test_the_memory_check_probes_in_float32_without_a_false_fallback_warning(monkeypatch, tmp_path):
     # fit sizes one training step on torch's meta device before training; on a CPU with bf16 units that probe
     # once warned "meta device has no bf16 units; training runs in float32" although training ran in bf16
     from offrl.algos import _sizing
@@ -191,7 +191,8 @@ def test_the_memory_check_probes_in_float32_without_a_false_fallback_warning(mon
     algo = ALL["td3_plus_bc"](precision="bf16-mixed").create()
     with warnings.catch_warnings(record=True) as caught:  # recorded: the probe's own errors are caught by the check
         warnings.simplefilter("always")
-        algo.fit(dataset, n_steps=2, n_steps_per_epoch=2, show_progress=False, save_interval=10**6)
+        algo.fit(dataset, n_steps=2, n_steps_per_epoch=2, show_progress=False, save_interval=10**6,
+                 logger_adapter=FileAdapterFactory(str(tmp_path)))
         assert algo.precision == "bf16-mixed"
         sized = _sizing.training_step_bytes(algo, dataset)
     assert [str(w.message) for w in caught if "precision" in str(w.message)] == []
