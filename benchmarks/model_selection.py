@@ -152,6 +152,34 @@ def _truth_column(n: int) -> str:
     return f"true_return_{n}"
 
 
+def _copy_truth(record: Dict[str, Any], other_path: str, n_long: int) -> bool:
+    """Take ``n_long``-episode truths from another FQE setting's result for
+    the same repetition, where every candidate is there and is the same
+    policy (the candidates do not depend on the scorer: the same config,
+    seed and checkpoint, and the same saved return over the first episodes,
+    exactly); False, changing nothing, otherwise."""
+    if not os.path.exists(other_path):
+        return False
+    with open(other_path) as f:
+        other = json.load(f)
+    column = _truth_column(n_long)
+    keys = ("dataset", "repetition", "algorithm", "steps", "checkpoints")
+    if any(other.get(k) != record.get(k) for k in keys) or \
+            other.get("eval_episodes", 20) != record.get("eval_episodes", 20):  # early files: 20, unrecorded
+        return False
+    found = {(float(r["param_alpha"]), int(r["seed"]), int(r["epoch"])): r for r in other["rows"]}
+    matched = []
+    for row in record["rows"]:
+        again = found.get((float(row["param_alpha"]), int(row["seed"]), int(row["epoch"])))
+        if again is None or column not in again or again["true_return"] != row["true_return"]:
+            return False
+        matched.append((row, again))
+    for row, again in matched:
+        row[column] = again[column]
+        row[f"true_value_{n_long}"] = again[f"true_value_{n_long}"]
+    return True
+
+
 def run_truth(args: argparse.Namespace) -> None:
     """Re-measure every saved candidate's true return over ``--truth-episodes``
     episodes, keeping its saved OPE scores: the candidates are trained again
@@ -181,6 +209,13 @@ def run_truth(args: argparse.Namespace) -> None:
             _harness.log(f"{path}: {column} already measured: skipped")
             continue
         name, rep = record["dataset"], record["repetition"]
+        if args.truth_from and _copy_truth(record, os.path.join(args.truth_from, path), n_long):
+            with open(full + ".tmp", "w") as f:
+                json.dump(record, f)
+            os.replace(full + ".tmp", full)
+            _harness.log(f"{path}: {column} of {len(rows)} candidates taken from {args.truth_from} "
+                         f"(the same candidates: their saved returns equal)")
+            continue
         _harness.log(f"truth: {name}, repetition {rep}, {n_long} episodes per candidate")
         dataset, env = offrl.datasets.get_dataset(name)
         check_env = gymnasium.make(env.spec.id) if env.spec is not None else env
@@ -433,6 +468,9 @@ def main() -> int:
     parser.add_argument("--eval-episodes", type=int, default=20, help="regret: episodes per true return")
     parser.add_argument("--truth-episodes", type=int, default=200,
                         help="truth: episodes per re-measured true return (the saved candidates trained again)")
+    parser.add_argument("--truth-from", default=None,
+                        help="truth: take the re-measured truths from this other results folder where its "
+                             "candidates are the same policies (same config, seed, checkpoint and saved return)")
     parser.add_argument("--out", default=None, help=f"regret results (default: {DEFAULT_OUT}/fqe-CONFIG-STEPS)")
     parser.add_argument("--report", action="store_true", help="print the regret tables from saved results only")
     args = parser.parse_args()
