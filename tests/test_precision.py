@@ -17,6 +17,7 @@ relative), two orders of magnitude inside it.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import warnings
@@ -27,8 +28,9 @@ import torch
 from torch import nn
 
 import offrl
-from offrl.algos import (BCConfig, CQLConfig, DiscreteCQLConfig, DQNConfig, FQEConfig, IQLConfig, NonFiniteLossError,
-                         SACConfig, TD3PlusBCConfig)
+from offrl.algos import (AWACConfig, BCConfig, BCQConfig, BEARConfig, CQLConfig, CRRConfig, DiscreteCQLConfig,
+                         DiscreteSACConfig, DQNConfig, FQEConfig, IQLConfig, NonFiniteLossError, SACConfig,
+                         TD3PlusBCConfig)
 from offrl.algos import dqn as dqn_module
 from offrl.algos import iql as iql_module
 from offrl.algos import sac as sac_module
@@ -101,6 +103,58 @@ def test_one_bf16_update_matches_float32_within_bf16s_precision(name):
         assert math.isfinite(got[key])
         assert abs(got[key] - value) <= TOLERANCE * (abs(value) + 1.0), (key, got[key], value)
     assert got != expected  # it did run in bf16
+
+
+# algorithms that use a network again after stepping it within one update (the actor's loss reads the critic
+# after the critic's step, BCQ's and BEAR's critic targets the imitator after its step)
+STEPPED = {
+    "awac": lambda **kw: AWACConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, **kw),
+    "crr": lambda **kw: CRRConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, **kw),
+    "bcq": lambda **kw: BCQConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL,
+                                  imitator_encoder_factory=SMALL, **kw),
+    "bear": lambda **kw: BEARConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL,
+                                    imitator_encoder_factory=SMALL, **kw),
+    "discrete_sac": lambda **kw: DiscreteSACConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, **kw),
+    "sac": CONTINUOUS["sac"],
+    "td3_plus_bc": CONTINUOUS["td3_plus_bc"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(STEPPED))
+def test_a_network_stepped_earlier_in_the_update_is_used_with_its_new_weights(name):
+    # autocast keeps each weight's bf16 copy until its region ends, and the update steps its optimizers inside
+    # the region: without a fresh cast, a network used after its own step computed with its old weights (AWAC,
+    # CRR, BEAR and DiscreteSAC's actor losses then differ from float32's by 7-20 times the tolerance here).
+    # Every learning rate large, so that one step moves the weights far
+    config = STEPPED[name]
+    dataset = _dataset(name == "discrete_sac")
+    rates = {f.name: 0.3 for f in dataclasses.fields(config()) if f.name.endswith("learning_rate")}
+    offrl.seed(0)
+    f32 = config(precision="float32", **rates).create()
+    f32.build_with_dataset(dataset)
+    b16 = config(precision="bf16-mixed", **rates).create()
+    b16.build_with_dataset(dataset)
+    b16.modules.load_state_dict(f32.modules.state_dict())
+    offrl.seed(1)
+    batch = dataset.sample_transition_batch(128)
+    expected, got = _update(f32, batch), _update(b16, batch)
+    assert sorted(got) == sorted(expected)
+    for key, value in expected.items():
+        assert abs(got[key] - value) <= TOLERANCE * (abs(value) + 1.0), (key, got[key], value)
+
+
+def test_an_optimizer_step_inside_autocast_refreshes_the_bf16_weights():
+    layer = nn.Linear(4, 4)
+    optim = offrl.optimizers.AdamFactory().create(layer.named_parameters(), lr=0.5)
+    x = torch.ones(2, 4)
+    with precision.autocast(torch.device("cpu")):
+        optim.zero_grad()
+        layer(x).sum().backward()
+        optim.step()
+        inside = layer(x).float()
+    with precision.autocast(torch.device("cpu")):
+        fresh = layer(x).float()
+    assert torch.equal(inside, fresh)
 
 
 def test_the_hidden_products_run_in_bf16_and_the_outputs_in_float32(monkeypatch):

@@ -64,6 +64,10 @@ class OptimizerWrapper:
         if self.clip_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.params, self.clip_grad_norm, foreach=True)
         self.optim.step()
+        # autocast keeps each weight's low-precision copy until its region
+        # ends; a bf16-mixed update steps its optimizers inside the region,
+        # and a network used after its step must be cast anew
+        torch.clear_autocast_cache()
         if self._lr_scheduler is not None:
             self._lr_scheduler.step()
 

@@ -8,7 +8,9 @@ float32 only) selects how the update step computes:
   ``torch.autocast(device, dtype=torch.bfloat16)``, so the matrix products
   of the hidden layers (forward and backward) run in bf16 with float32
   accumulation. Weights, optimizer state and gradients stay float32 (autocast
-  casts a copy of each weight once per step); the output layers of the
+  casts a copy of each weight, kept until the next optimizer step:
+  :class:`~offrl.optimizers.OptimizerWrapper` drops the copies after each
+  step); the output layers of the
   shared networks (Q-values, state values, policy means and log-stds,
   logits; :func:`offrl.models.layers.float32_head`) run in float32, so
   targets, TD errors, log-probabilities, temperatures and every loss
@@ -18,7 +20,7 @@ float32 only) selects how the update step computes:
 Autocast over an explicit cast in the shared layers was measured (a 2-critic
 23-256-256-1 ensemble step, batch 256, one thread of an AVX-512-BF16 EPYC):
 both about 1.9x float32; autocast needs no change to the layers, reaches a
-user's custom encoder too, and caches each weight's cast for the whole step.
+user's custom encoder too, and caches each weight's cast between optimizer steps.
 
 bf16 pays only on hardware with bf16 units: a CPU with AVX-512 BF16 or AMX
 (the ``avx512_bf16`` / ``amx_bf16`` flags; ``bf16`` on ARM) or a CUDA GPU
