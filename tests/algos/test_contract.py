@@ -406,3 +406,34 @@ def test_bf16_mixed_trains_with_finite_losses_and_float32_predictions(name, kind
     if algo.has_policy and not algo.predicts_from_sequences:  # (a sequence model predicts from a context)
         action = algo.predict(_observations(dataset))
         assert action.dtype == (np.int64 if discrete else np.float32) and np.isfinite(action.astype(np.float64)).all()
+
+
+@pytest.mark.parametrize("name,kind,discrete", BF16_CASES, ids=[f"{n}-{'discrete' if d else 'continuous'}" for n, _, d in BF16_CASES])
+def test_bf16_mixed_weights_are_those_of_an_uncached_cast(name, kind, discrete, dataset_factory):
+    """Autocast caches each weight's bf16 copy, and the update steps its
+    optimizers inside the autocast region: a stale copy would change what a
+    network used after its own step computes (it did in AWAC, CRR, BEAR,
+    BCQ and DiscreteSAC). Three bf16-mixed steps equal, bit for bit, three
+    with autocast's cache off (every product casting its weights anew)."""
+    import torch
+
+    from offrl.training import precision
+
+    states = []
+    precision.set_bf16_available(True)
+    try:
+        for cache in (True, False):
+            torch.set_autocast_cache_enabled(cache)
+            offrl.seed(0)
+            config, algo = _make(name, kind, discrete)
+            config.precision = "bf16-mixed"
+            _fit(algo, dataset_factory(kind, discrete), steps=3)
+            states.append(algo.modules.state_dict())
+    finally:
+        torch.set_autocast_cache_enabled(True)
+        precision.set_bf16_available(None)
+    cached, uncached = states
+    assert cached.keys() == uncached.keys()
+    for key, value in cached.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, uncached[key]), key
