@@ -118,7 +118,13 @@ def run_regret(args: argparse.Namespace) -> None:
             if os.path.exists(path):
                 _harness.log(f"{path} exists: skipped")
                 continue
-            _harness.log(f"regret: {name}, repetition {rep}")
+            # the study in an SQLite file beside the results while it runs: a killed run, rerun, continues it
+            # (finished candidates kept, the one cut short retried); removed once the result file is written
+            studies = os.path.join(args.out, "studies")
+            os.makedirs(studies, exist_ok=True)
+            study = os.path.join(studies, f"regret-{name}-r{rep}{'-quick' if args.quick else ''}")
+            resumed = os.path.exists(study + ".db")
+            _harness.log(f"regret: {name}, repetition {rep}{' (continuing its study)' if resumed else ''}")
             load_before = _harness.load_average()
             discrete = dataset.dataset_info.action_space == offrl.ActionSpace.DISCRETE
             search = OfflineSearch(
@@ -128,6 +134,7 @@ def run_regret(args: argparse.Namespace) -> None:
                 fqe_steps=args.fqe_steps,
                 fqe_steps_per_epoch=max(1, args.fqe_steps // 10), n_eval_episodes=args.eval_episodes,
                 ope_options={"n_bootstrap": 200}, show_progress=False,
+                storage=f"sqlite:///{study}.db", output_dir=study + "-models",
             )
             start = time.perf_counter()
             with warnings.catch_warnings():
@@ -138,7 +145,7 @@ def run_regret(args: argparse.Namespace) -> None:
                 "dataset": name, "repetition": rep, "algorithm": algorithm, "alphas": alphas,
                 "steps": args.steps, "checkpoints": args.checkpoints, "fqe_steps": args.fqe_steps,
                 "fqe_config": args.fqe_config, "fqe_members": args.fqe_members, "eval_episodes": args.eval_episodes,
-                "wall_s": time.perf_counter() - start, "load_before": load_before,
+                "wall_s": time.perf_counter() - start, "resumed": resumed, "load_before": load_before,
                 "load_after": _harness.load_average(),
                 "rows": json.loads(table.drop(columns=[c for c in table.columns if c.endswith("_warnings")])
                                    .to_json(orient="records")),
@@ -146,6 +153,8 @@ def run_regret(args: argparse.Namespace) -> None:
             with open(path + ".tmp", "w") as f:
                 json.dump(record, f)
             os.replace(path + ".tmp", path)
+            os.remove(study + ".db")
+            shutil.rmtree(study + "-models", ignore_errors=True)
 
 
 def _truth_column(n: int) -> str:
