@@ -387,8 +387,10 @@ def report(args: argparse.Namespace) -> int:
         matrix = {lib: np.stack([s[:n] for s in scores_by_lib[lib]], axis=1) for lib in LIBRARIES}  # (seeds, tasks)
         point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=5000)
         for lib in LIBRARIES:
-            print(f"{lib}: IQM over all rows {point[lib][0]:.1f} [{interval[lib][0][0]:.1f}, {interval[lib][1][0]:.1f}] "
-                  "(stratified bootstrap, 95 %)")
+            # the aggregate needs as many runs per row: the first n seeds of each (with one, no interval)
+            spread = (f"[{interval[lib][0][0]:.1f}, {interval[lib][1][0]:.1f}] (stratified bootstrap, 95 %)" if n > 1
+                      else "(one seed per row so far: no interval)")
+            print(f"{lib}: IQM over all {len(scores_by_lib[lib])} rows, seeds 0-{n - 1}: {point[lib][0]:.1f} {spread}")
     elif rly is None:
         print("(IQM intervals need rliable: run the report with a Python that has it, see benchmarks/README.md)")
     precision_table(rows)
