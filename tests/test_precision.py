@@ -73,14 +73,17 @@ def _dataset(discrete: bool, n: int = 256, seed: int = 0) -> MDPDataset:
                       (np.arange(n) % 32 == 31).astype(np.float32), action_size=3 if discrete else None)
 
 
-def _twins(name: str):
-    """A float32 and a bf16-mixed algorithm with the same weights, and a batch."""
-    discrete = name in DISCRETE
+def _twins(name: str, config=None, discrete=None, **fields):
+    """A float32 and a bf16-mixed algorithm with the same weights, and a
+    batch (``config``: a config maker other than ``ALL[name]``; ``fields``
+    passed to it)."""
+    config = config or ALL[name]
+    discrete = name in DISCRETE if discrete is None else discrete
     dataset = _dataset(discrete)
     offrl.seed(0)
-    f32 = ALL[name](precision="float32").create()
+    f32 = config(precision="float32", **fields).create()
     f32.build_with_dataset(dataset)
-    b16 = ALL[name](precision="bf16-mixed").create()
+    b16 = config(precision="bf16-mixed", **fields).create()
     b16.build_with_dataset(dataset)
     b16.modules.load_state_dict(f32.modules.state_dict())
     offrl.seed(1)
@@ -126,17 +129,8 @@ def test_a_network_stepped_earlier_in_the_update_is_used_with_its_new_weights(na
     # the region: without a fresh cast, a network used after its own step computed with its old weights (AWAC,
     # CRR, BEAR and DiscreteSAC's actor losses then differ from float32's by 7-20 times the tolerance here).
     # Every learning rate large, so that one step moves the weights far
-    config = STEPPED[name]
-    dataset = _dataset(name == "discrete_sac")
-    rates = {f.name: 0.3 for f in dataclasses.fields(config()) if f.name.endswith("learning_rate")}
-    offrl.seed(0)
-    f32 = config(precision="float32", **rates).create()
-    f32.build_with_dataset(dataset)
-    b16 = config(precision="bf16-mixed", **rates).create()
-    b16.build_with_dataset(dataset)
-    b16.modules.load_state_dict(f32.modules.state_dict())
-    offrl.seed(1)
-    batch = dataset.sample_transition_batch(128)
+    rates = {f.name: 0.3 for f in dataclasses.fields(STEPPED[name]()) if f.name.endswith("learning_rate")}
+    f32, b16, batch = _twins(name, STEPPED[name], name == "discrete_sac", **rates)
     expected, got = _update(f32, batch), _update(b16, batch)
     assert sorted(got) == sorted(expected)
     for key, value in expected.items():
