@@ -88,20 +88,18 @@ def _config(algorithm: str) -> Any:
 
 
 def _fqe_config(discrete: bool, n_steps: int, kind: str = "small", members: int = 1) -> Any:
-    """``small``: ``recommended()`` with a 3 x 64 network (cheap); ``default``:
-    None, the search's own default (``recommended()``, 3 x 256). ``members``
-    above 1: that many independent members (``n_critics``,
-    ``independent_critics=True``), whose mean is the estimate and whose
-    spread the interval includes."""
+    """``default``: the search's own FQE (``recommended()``, 3 x 256);
+    ``small``: the same with a 3 x 64 network (cheap). ``members``: how many
+    (``n_critics``; above 1 independent, ``independent_critics=True``: their
+    mean is the estimate and the interval includes their spread; the
+    search's default is 3)."""
     from offrl.model_selection.scorers import default_fqe_config
     from offrl.models import VectorEncoderFactory
 
     config = default_fqe_config(discrete, n_steps)
     if kind == "small":
         config = dataclasses.replace(config, encoder_factory=VectorEncoderFactory([64, 64, 64], use_layer_norm=True))
-    if members == 1:
-        return None if kind == "default" else config
-    return dataclasses.replace(config, n_critics=members, independent_critics=True)
+    return dataclasses.replace(config, n_critics=members, independent_critics=members > 1)
 
 
 # ---------------------------------------------------------------- regret
@@ -470,9 +468,9 @@ def main() -> int:
     parser.add_argument("--fqe-config", choices=["small", "default"], default="default",
                         help="regret: FQE's config: default (the search's own default, recommended() with 3 x 256) "
                              "or small (the same with 3 x 64)")
-    parser.add_argument("--fqe-members", type=int, default=1,
+    parser.add_argument("--fqe-members", type=int, default=3,
                         help="regret: FQE's independent members (n_critics with independent_critics=True; "
-                             "default 1, the search's default)")
+                             "default 3, the search's default; 1: one FQE, the earlier measurement)")
     parser.add_argument("--first-repetition", type=int, default=0, help="regret: the first repetition to run")
     parser.add_argument("--eval-episodes", type=int, default=20, help="regret: episodes per true return")
     parser.add_argument("--truth-episodes", type=int, default=200,

@@ -39,9 +39,11 @@ settled within its updates, importance weights carried by a few episodes)
 ranks below every reliable one; when none is reliable the search warns
 and takes the best unreliable estimate, which is what happens at the
 tutorial's sizes (FQE needs ~20,000 updates to settle here; raise
-``--fqe-steps`` to see it). ``choose_by="lower"`` picks by the lower
-confidence bound instead, a pessimistic choice that avoids candidates whose
-high estimate is mostly noise. The report (``report.html``) shows the
+``--fqe-steps`` to see it). The search chooses by the lower confidence
+bound of FQE's estimate (its default with an interval-giving scorer), a
+pessimistic choice that passes over candidates whose high estimate is mostly
+noise; its FQE has three independent members, whose disagreement widens the
+interval where FQE knows a candidate less well. The report (``report.html``) shows the
 estimates with their intervals against the true values.
 """
 

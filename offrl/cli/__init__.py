@@ -520,8 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_positive_int, default=10000)
     p.add_argument("--steps-per-epoch", type=_positive_int, default=1000, help="steps between candidate checkpoints")
     p.add_argument("--config", help="JSON file: a full config or an object of overrides")
-    p.add_argument("--choose-by", choices=("estimate", "lower"), default="estimate",
-                   help="the estimate, or its lower confidence bound (default: estimate)")
+    p.add_argument("--choose-by", choices=("estimate", "lower"), default=None,
+                   help="the estimate, or its lower confidence bound (default: the lower bound when the "
+                        "selecting scorer has an interval, else the estimate)")
     p.add_argument("--test-size", type=_test_size, default=0.2, help="held-out episodes: a fraction or a count")
     p.add_argument("--n-jobs", type=_positive_int, default=1, help="worker processes on this machine")
     p.add_argument("--pruner", choices=("none", "median"), default="none", help="Optuna pruner (default: none)")

@@ -373,7 +373,10 @@ class OfflineSearch:
             in a seeded random order); for distributions, required. It may
             grow between runs of the same search to extend a study.
         choose_by: ``"estimate"`` or ``"lower"`` (the lower confidence bound:
-            a pessimistic choice).
+            a pessimistic choice). Default (None): ``"lower"`` when the
+            selecting scorer is a named one with an interval (``"fqe"``, the
+            importance-sampling and marginal families), else ``"estimate"``
+            (metric evaluators, callables).
         select: the label of the scorer that chooses (default: the first).
         test_size: held-out episodes, a fraction or a count (as
             :func:`offrl.dataset.train_test_split`).
@@ -431,7 +434,7 @@ class OfflineSearch:
 
     def __init__(self, config: Any, search_space: Mapping[str, Any], scorer: Any = "fqe", *, seeds: Any = 1,
                  n_steps: int = 10000, n_steps_per_epoch: int = 1000, n_trials: Optional[int] = None,
-                 choose_by: str = "estimate", select: Optional[str] = None, test_size: Union[int, float] = 0.2,
+                 choose_by: Optional[str] = None, select: Optional[str] = None, test_size: Union[int, float] = 0.2,
                  random_state: int = 0, storage: Any = None, study_name: str = "offrl_search", n_jobs: int = 1,
                  refit: bool = False, sampler: Any = None, pruner: Any = None, n_eval_episodes: int = 10,
                  fqe_config: Any = None, fqe_steps: int = 10000, fqe_steps_per_epoch: int = 1000,
@@ -451,9 +454,11 @@ class OfflineSearch:
         self.select = labels[0] if select is None else select
         if self.select not in labels:
             raise ValueError(f"select must be one of the scorer labels {labels}, got {select!r}")
-        if choose_by not in CHOOSE_BY:
-            raise ValueError(f"choose_by must be one of {list(CHOOSE_BY)}, got {choose_by!r}")
         selecting = dict(self.scorers)[self.select]
+        if choose_by is None:
+            choose_by = "lower" if has_interval(selecting) else "estimate"
+        if choose_by not in CHOOSE_BY:
+            raise ValueError(f"choose_by must be one of {list(CHOOSE_BY)} or None, got {choose_by!r}")
         if choose_by == "lower" and has_interval(selecting) is False:
             raise ValueError(f"choose_by='lower' needs a scorer with a confidence interval, and {self.select!r} has "
                              "none: use 'fqe' or an importance-sampling estimator, or choose_by='estimate'")

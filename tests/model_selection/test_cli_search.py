@@ -41,6 +41,7 @@ def test_search_writes_results_report_and_the_chosen_model(files, capsys):
     printed = capsys.readouterr().out
     assert "optuna-dashboard sqlite:///out/study.db" in printed
     assert "chosen: trial" in printed and "learning_rate" in printed
+    assert "by the lower bound of wis" in printed  # the default with a scorer that has an interval
     with open(files / "out" / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4 * 2

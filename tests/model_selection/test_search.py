@@ -20,7 +20,7 @@ import offrl  # noqa: E402
 from offrl.algos import DiscreteCQLConfig  # noqa: E402
 from offrl.logging import FileAdapterFactory  # noqa: E402
 from offrl.model_selection import OfflineSearch, Score  # noqa: E402
-from offrl.model_selection.scorers import Scorers  # noqa: E402
+from offrl.model_selection.scorers import Scorers, default_fqe_config  # noqa: E402
 from offrl.ope import DensityRatioConfig  # noqa: E402
 
 from selection_bandit import BanditEnv, bandit_dataset, learning_rate_score, tiny_dqn  # noqa: E402
@@ -112,6 +112,39 @@ def test_choose_by_the_lower_confidence_bound():
         chosen[choose_by] = search.best_params_["learning_rate"]
         assert search.best_score_ == (1.0 if choose_by == "estimate" else 0.7)
     assert chosen == {"estimate": 1e-4, "lower": 3e-3}
+
+
+def test_by_default_the_lower_bound_chooses_where_the_selecting_scorer_has_an_interval():
+    def make(**kwargs):
+        return OfflineSearch(tiny_dqn(), {}, n_steps=1, n_steps_per_epoch=1, show_progress=False, **kwargs)
+
+    for scorer in ("fqe", "wpdis", "dr", "mis"):
+        assert make(scorer=scorer).choose_by == "lower", scorer
+    for scorer in ("init_value", "neg_td_error", learning_rate_score):
+        assert make(scorer=scorer).choose_by == "estimate", scorer
+    # the selecting scorer decides, not the first one listed
+    assert make(scorer=["init_value", "fqe"], select="fqe").choose_by == "lower"
+    assert make(scorer=["fqe", "init_value"], select="init_value").choose_by == "estimate"
+    # an explicit rule is kept
+    assert make(scorer="fqe", choose_by="estimate").choose_by == "estimate"
+
+
+def test_the_default_fqe_has_three_independent_members():
+    dataset = bandit_dataset(40)
+    search = OfflineSearch(tiny_dqn(), {}, n_steps=1, n_steps_per_epoch=1, test_size=0.25, show_progress=False)
+    _, test = offrl.dataset.train_test_split(dataset, test_size=0.25, random_state=0)
+    config = Scorers(search.scorers, test).fqe_config
+    assert type(config).__name__ == "DiscreteFQEConfig"
+    assert config.n_critics == 3 and config.independent_critics is True
+    continuous = default_fqe_config(False, 10000)
+    assert type(continuous).__name__ == "FQEConfig"
+    assert continuous.n_critics == 3 and continuous.independent_critics is True
+    # everything else is recommended()'s, with the weight average's lag held to a tenth of the steps
+    expected = offrl.ope.FQEConfig.recommended(ema_decay=0.999, n_critics=3, independent_critics=True)
+    assert continuous == expected
+    # an explicit fqe_config is used as given
+    own = offrl.ope.DiscreteFQEConfig()
+    assert Scorers(search.scorers, test, fqe_config=own).fqe_config is own
 
 
 def test_a_pruner_stops_a_hopeless_trial_after_its_first_checkpoint():
