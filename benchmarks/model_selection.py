@@ -359,10 +359,10 @@ def run_overhead(args: argparse.Namespace) -> None:
     from offrl.model_selection import OfflineSearch
 
     dataset, _ = offrl.datasets.get_dataset("cartpole-replay")
-    steps = 400 if args.quick else 2000
+    steps = 400 if args.quick else args.overhead_steps
     per_epoch = steps // 4
     alphas, seeds = [0.3, 1.0, 4.0], [0, 1]
-    rounds = 1 if args.quick else 3
+    rounds = 1 if args.quick else args.rounds
 
     def search(sqlite: bool) -> Tuple[float, float, Any]:
         directory = tempfile.mkdtemp(prefix="offrl-overhead-")
@@ -462,6 +462,9 @@ def main() -> int:
     _harness.add_common_args(parser, only=PARTS, d3rlpy=False)
     parser.add_argument("--datasets", default=",".join(DATASETS), help="regret: comma-separated datasets")
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="overhead: interleaved rounds")
+    parser.add_argument("--overhead-steps", type=int, default=2000,
+                        help="overhead: updates per trial (the search's fixed costs weigh less on longer trials)")
     parser.add_argument("--steps", type=int, default=6000, help="regret: updates per trial")
     parser.add_argument("--checkpoints", type=int, default=3, help="regret: checkpoints per trial")
     parser.add_argument("--fqe-steps", type=int, default=10000, help="regret: FQE updates per checkpoint (cap)")
