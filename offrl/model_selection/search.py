@@ -518,7 +518,10 @@ class OfflineSearch:
         self.show_progress = bool(show_progress)
 
     # ------------------------------------------------------------ helpers
-    def _setup(self, dataset: Any) -> Dict[str, Any]:
+    def _setup(self, dataset: Any, test: Any) -> Dict[str, Any]:
+        scoring = Scorers(self.scorers, test, fqe_config=self.fqe_config, fqe_steps=self.fqe_steps,
+                          fqe_steps_per_epoch=self.fqe_steps_per_epoch, ratio_config=self.ratio_config,
+                          ope_options=self.ope_options).setup()
         return {
             "algorithm": self.config.get_type(), "config": self.config.to_dict(), "space": self.space.describe(),
             "scorers": [[label, spec if isinstance(spec, str) else f"callable {getattr(spec, '__qualname__', type(spec).__name__)}"]
@@ -527,6 +530,7 @@ class OfflineSearch:
             "n_steps_per_epoch": self.n_steps_per_epoch, "test_size": self.test_size,
             "random_state": self.random_state,
             "dataset": {"episodes": int(dataset.size()), "transitions": int(dataset.transition_count)},
+            "scoring": scoring,
         }
 
     def _grid(self) -> Optional[List[Dict[str, Any]]]:
@@ -607,7 +611,7 @@ class OfflineSearch:
                 sampler = optuna.samplers.TPESampler(seed=self.random_state) if not self.space.is_grid \
                     else optuna.samplers.RandomSampler(seed=self.random_state)
             pruner = self.pruner if self.pruner is not None else optuna.pruners.NopPruner()
-            setup = self._setup(dataset)
+            setup = self._setup(dataset, test)
             with _quiet_optuna():
                 study = open_study(storage, self.study_name, setup, sampler, pruner, self._grid())
                 if self.n_jobs == 1 and any(t.state.is_finished() for t in study.get_trials(deepcopy=False)):

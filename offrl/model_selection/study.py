@@ -164,9 +164,9 @@ def _differences(stored: Dict[str, Any], mine: Dict[str, Any]) -> List[str]:
             pa, pb = a.get("params", {}), b.get("params", {})
             fields = sorted(f for f in set(pa) | set(pb) if pa.get(f) != pb.get(f))
             out.append(f"config ({', '.join(fields)})" if fields else "config")
-        elif key == "space" and isinstance(a, dict) and isinstance(b, dict):
+        elif key in ("space", "scoring") and isinstance(a, dict) and isinstance(b, dict):
             fields = sorted(f for f in set(a) | set(b) if a.get(f) != b.get(f))
-            out.append(f"search space ({', '.join(fields)})")
+            out.append(f"{'search space' if key == 'space' else key} ({', '.join(fields)})")
         else:
             out.append(key)
     return out

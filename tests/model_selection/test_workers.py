@@ -177,6 +177,26 @@ def test_a_worker_with_another_search_refuses_to_join(tmp_path):
         other.fit(bandit_dataset(40))
 
 
+def test_a_continued_search_must_score_as_the_study_did(tmp_path):
+    # candidates scored by another FQE (or ratio model, or estimator options) must not be mixed into one ranking
+    storage = f"sqlite:///{tmp_path}/study.db"
+    common = dict(n_steps=1, n_steps_per_epoch=1, test_size=0.25, show_progress=False, storage=storage,
+                  fqe_steps=2, fqe_steps_per_epoch=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # two FQE updates settle nothing: the unreliable-choice warning
+        OfflineSearch(tiny_dqn(), {}, scorer="fqe", **common).fit(bandit_dataset(40))
+        # the same arguments continue it
+        OfflineSearch(tiny_dqn(), {}, scorer="fqe", **common).fit(bandit_dataset(40))
+    one_member = offrl.ope.DiscreteFQEConfig.recommended()
+    for change, named in ((dict(fqe_config=one_member), r"scoring \(fqe\)"),
+                          (dict(fqe_steps=3), r"scoring \(fqe\)"),
+                          (dict(ope_options={"n_bootstrap": 10}), r"scoring \(ope_options\)"),
+                          (dict(choose_by="estimate"), r"choose_by differ\)")):
+        other = OfflineSearch(tiny_dqn(), {}, scorer="fqe", **{**common, **change})
+        with pytest.raises(ValueError, match=r"set up for another search \(.*" + named):
+            other.fit(bandit_dataset(40))
+
+
 def test_a_sqlite_transaction_takes_the_write_lock_when_it_begins(tmp_path):
     # Optuna marks a waiting trial running by reading its state, then writing it: atomic only if the
     # read already holds the lock. Without BEGIN IMMEDIATE, a read-only transaction holds no lock and a
