@@ -168,19 +168,18 @@ class Scorers:
         self.device = device
         self._behaviour: Any = None
         self._evaluators: Dict[str, Any] = {}
-        names = {spec for _, spec in self.specs if isinstance(spec, str)}
-        self.needs_fqe = bool(names & ({"fqe"} | set(_NEEDS_Q)))
+        self.names = {spec for _, spec in self.specs if isinstance(spec, str)}
+        self.needs_fqe = bool(self.names & ({"fqe"} | set(_NEEDS_Q)))
 
     def setup(self) -> Dict[str, Any]:
         """What decides the scores besides the candidates (the FQE, the ratio
         model, the estimators' options), recorded with a study so that a
         continued search never mixes candidates scored in different ways."""
-        names = {spec for _, spec in self.specs if isinstance(spec, str)}
         out: Dict[str, Any] = {"ope_options": dict(self.ope_options)}
         if self.needs_fqe:
             out["fqe"] = {"config": self.fqe_config.to_dict(), "steps": self.fqe_steps,
                           "steps_per_epoch": self.fqe_steps_per_epoch}
-        if names & set(_MARGINAL):
+        if self.names & set(_MARGINAL):
             out["ratio_config"] = repr(self.ratio_config)  # a dataclass: its repr lists every field
         return out
 
