@@ -372,11 +372,9 @@ class OfflineSearch:
             grid, default every point (a smaller number runs that many points
             in a seeded random order); for distributions, required. It may
             grow between runs of the same search to extend a study.
-        choose_by: ``"estimate"`` or ``"lower"`` (the lower confidence bound:
-            a pessimistic choice). Default (None): ``"lower"`` when the
-            selecting scorer is a named one with an interval (``"fqe"``, the
-            importance-sampling and marginal families), else ``"estimate"``
-            (metric evaluators, callables).
+        choose_by: ``"estimate"`` or ``"lower"`` (the lower confidence bound,
+            pessimistic); None (default): ``"lower"`` when the selecting scorer
+            is a named one with an interval (FQE, the IS and marginal families).
         select: the label of the scorer that chooses (default: the first).
         test_size: held-out episodes, a fraction or a count (as
             :func:`offrl.dataset.train_test_split`).
