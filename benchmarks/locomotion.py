@@ -7,6 +7,7 @@ rliable computes them) and learning curves.
     python benchmarks/locomotion.py run [--jobs 2] [--seeds 3] [--only IQL,BC] [--datasets hopper-medium-v0]
     python benchmarks/locomotion.py status
     python benchmarks/locomotion.py report [--plot]      # needs rliable (see benchmarks/README.md)
+    python benchmarks/locomotion.py run --libraries offrl,offrl-bf16 --only SAC   # issue 32's SAC rows (not in the table)
 
 ``run`` is resumable: every (library, algorithm, dataset, seed) job writes
 its result file ``benchmarks/results/locomotion/<library>-<algorithm>-<dataset>-s<seed>.json``
@@ -69,6 +70,9 @@ TABLE: List[Tuple[str, str, int]] = (
     [(algo, dataset, 50_000) for dataset in MEDIUM4 for algo in ("BC", "TD3PlusBC", "IQL", "ReBRAC")]
     + [("CQL", dataset, 10_000) for dataset in ("hopper-medium-v0", "halfcheetah-medium-v0")]
 )
+#: rows beyond the issue's table, planned only when ``--only`` names their algorithm: SAC (no behaviour
+#: regularisation, so not an offline method to compare libraries on) for issue 32's float32 / bf16-mixed check
+EXTRA: List[Tuple[str, str, int]] = [("SAC", dataset, 50_000) for dataset in ("hopper-medium-v0", "halfcheetah-medium-v0")]
 
 #: ReBRAC's (actor_beta, critic_beta) per dataset, from its paper's table (as d3rlpy's reproduction script)
 REBRAC_BETAS = {"hopper-medium": (0.01, 0.001), "halfcheetah-medium": (0.001, 0.01), "walker2d-medium": (0.05, 0.1),
@@ -105,6 +109,9 @@ def config_kwargs(lib: Any, algo: str, dataset: str) -> Dict[str, Any]:
         return {"actor_learning_rate": 1e-4, "critic_learning_rate": 3e-4, "temp_learning_rate": 1e-4,
                 "alpha_learning_rate": 0.0, "conservative_weight": 5.0, "batch_size": 256, "n_action_samples": 10,
                 "actor_encoder_factory": encoder, "critic_encoder_factory": encoder}
+    if algo == "SAC":
+        return {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4, "temp_learning_rate": 3e-4, "batch_size": 256,
+                "observation_scaler": standard()}
     raise ValueError(f"no config for {algo}")
 
 
@@ -213,8 +220,9 @@ def planned(args: argparse.Namespace) -> List[Dict[str, Any]]:
     only = set(args.only.split(",")) if args.only else None
     datasets = set(args.datasets.split(",")) if args.datasets else None
     jobs = []
+    rows = TABLE + [row for row in EXTRA if only and row[0] in only]
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        for algo, dataset, updates in TABLE:
+        for algo, dataset, updates in rows:
             if (only and algo not in only) or (datasets and dataset not in datasets):
                 continue
             for library in args.libraries:
@@ -408,7 +416,7 @@ def precision_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, An
 
     lines = ["| algorithm | dataset | updates | seeds | float32 score | bf16-mixed score | difference | "
              "within the seeds' spread | float32 upd/CPU-s | bf16 upd/CPU-s | bf16 speed-up |", "|" + "---|" * 11]
-    for algo, dataset, updates in TABLE:
+    for algo, dataset, updates in TABLE + EXTRA:
         by_lib = rows.get((algo, dataset), {})
         seeds = sorted(set(by_lib.get("offrl", {})) & set(by_lib.get("offrl-bf16", {})))
         if not seeds:
