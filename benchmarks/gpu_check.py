@@ -3,14 +3,23 @@
 
 Run from the repository root on a machine with a GPU (offrl installed):
 
-    python benchmarks/gpu_check.py [--steps N] [--only SACConfig,DQNConfig] [--quick]
+    python benchmarks/gpu_check.py [--steps N] [--only SACConfig,DQNConfig] [--quick] [--precision float32]
 
-For each algorithm (default configs) it fits on a Pendulum-like
-(continuous) or CartPole-like (discrete) dataset on ``--device``
-(``cuda:0``), runs ``training_step`` (what ``fit`` calls) under
+For each algorithm (default configs) and each ``--precision`` (default:
+float32 and bf16-mixed) it fits on a Pendulum-like (continuous) or
+CartPole-like (discrete) dataset on ``--device`` (``cuda:0``), runs
+``training_step`` (what ``fit`` calls) under
 ``torch.cuda.set_sync_debug_mode("error")`` to prove the hot loop never
 waits for the GPU, checks predict / predict_value / save / load on the
 device, and prints updates per second. Exits 1 if any check fails.
+
+bf16-mixed (issue 32) also gets: the precision in effect (a device with bf16
+units, CUDA capability 8.0 or newer, must run it; on one without, float32
+is the documented fallback and no failure), its speed against float32, and
+one update from the same weights and batch in both precisions, whose
+losses must agree within ``tests/test_precision.py``'s bound for networks
+with two hidden layers (12 u relative, u = 2**-8 bf16's unit roundoff).
+``--device cpu`` runs the same checks on the CPU (a smoke run).
 """
 
 from __future__ import annotations
@@ -30,8 +39,12 @@ from offrl import algos
 from offrl.dataset import MDPDataset
 from offrl.logging import NoopAdapterFactory
 
+from offrl.training.precision import PRECISIONS, bf16_available
+
 from _harness import add_common_args, check_threads, parse_only, print_load, print_table, set_threads
 
+U = 2.0 ** -8  # bf16's unit roundoff (8 significant bits)
+TOLERANCE = 12 * U  # tests/test_precision.py's bound for two hidden layers, relative to |loss| + 1
 CONTINUOUS = ["BCConfig", "DDPGConfig", "TD3Config", "TD3PlusBCConfig", "IQLConfig", "SACConfig", "CQLConfig"]
 DISCRETE = ["DQNConfig", "DoubleDQNConfig", "NFQConfig", "DiscreteCQLConfig", "DiscreteBCConfig", "DiscreteSACConfig"]
 
@@ -57,16 +70,24 @@ def main() -> None:
     add_common_args(parser, only=CONTINUOUS + DISCRETE, quick_help="50 timed updates per algorithm", d3rlpy=False)
     parser.add_argument("--steps", type=int, default=500, help="timed updates per algorithm")
     parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--precision", default="float32,bf16-mixed",
+                        help="comma-separated precisions to check (default float32,bf16-mixed)")
     args = parser.parse_args()
     check_threads(args, parser)
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
     chosen = set(parse_only(args.only, CONTINUOUS + DISCRETE, parser))
+    precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown or not precisions:
+        parser.error(f"--precision: unknown {unknown or '(none given)'}; expected some of {list(PRECISIONS)}")
     steps = 50 if args.quick else args.steps
     device = args.device
     print_load("start")
     set_threads(args.threads)
-    print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(device)}")
+    cuda = torch.device(device).type == "cuda"
+    print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(device) if cuda else device}, "
+          f"bf16 units: {bf16_available(torch.device(device))}")
     datasets = {False: pendulum_like(), True: cartpole_like()}
     failures = 0
     rows = []
@@ -76,39 +97,60 @@ def main() -> None:
             for name in names:
                 if name not in chosen:
                     continue
-                rate, sync_free, same, value_ok = check(name, dataset, discrete, device, steps, tmp)
-                passed = same and value_ok and sync_free
-                failures += not passed
-                rows.append((name, f"{rate:.1f}", sync_free, same, value_ok, "ok" if passed else "FAILED"))
-    print_table(["algorithm", "updates/s (fit, incl. sampling)", "sync-free", "save/load", "predict_value", "result"],
+                rates = {}
+                for precision in precisions:
+                    rate, sync_free, same, value_ok, in_effect = check(name, dataset, discrete, device, steps, tmp, precision)
+                    rates[precision] = rate
+                    # a device with bf16 units must run bf16-mixed; without them float32 is the fallback
+                    effect_ok = in_effect == precision or not bf16_available(torch.device(device))
+                    agreement, agree_ok = "-", True
+                    if precision != "float32":
+                        worst = one_update_agreement(name, dataset, discrete, device, precision)
+                        agreement, agree_ok = f"{worst / U:.3f} u", worst <= TOLERANCE
+                    speed = f"{rate / rates['float32']:.2f}x" if precision != "float32" and "float32" in rates else "-"
+                    passed = same and value_ok and sync_free and effect_ok and agree_ok
+                    failures += not passed
+                    rows.append((name, precision, in_effect, f"{rate:.1f}", speed, sync_free, same, value_ok, agreement,
+                                 "ok" if passed else "FAILED"))
+    print_table(["algorithm", "precision", "in effect", "updates/s (fit, incl. sampling)", "vs float32", "sync-free",
+                 "save/load", "predict_value", "one update vs float32", "result"],
                 rows, title=f"{steps} timed updates per algorithm on {device}")
     print_load("end")
     sys.exit(1 if failures else 0)
 
 
-def check(name: str, dataset: MDPDataset, discrete: bool, device: str, steps: int, tmp: str
-          ) -> Tuple[float, bool, bool, bool]:
+def _synchronize(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def check(name: str, dataset: MDPDataset, discrete: bool, device: str, steps: int, tmp: str, precision: str = "float32"
+          ) -> Tuple[float, bool, bool, bool, str]:
     """(updates per second, no host sync in training_step, save/load gives
-    the same actions, predict_value finite with shape (7,)) for one algorithm."""
+    the same actions, predict_value finite with shape (7,), the precision in
+    effect) for one algorithm."""
     offrl.seed(0)
-    algo = getattr(algos, name)().create(device=device)
+    algo = getattr(algos, name)(**({} if precision == "float32" else {"precision": precision})).create(device=device)
     algo.fit(dataset, n_steps=20, n_steps_per_epoch=20, logger_adapter=NoopAdapterFactory(), show_progress=False)
     batch = dataset.sample_transition_batch(algo.batch_size).to_torch(algo.device)
-    torch.cuda.synchronize()
+    _synchronize(device)
     sync_free = True
-    torch.cuda.set_sync_debug_mode("error")
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(5):
             algo.training_step(batch)
     except RuntimeError as e:
         sync_free = False
-        print(f"  {name}: host sync inside training_step: {str(e).splitlines()[0]}")
+        print(f"  {name} {precision}: host sync inside training_step: {str(e).splitlines()[0]}")
     finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.set_sync_debug_mode("default")
+    _synchronize(device)
     start = time.perf_counter()
     algo.fit(dataset, n_steps=steps, n_steps_per_epoch=steps, logger_adapter=NoopAdapterFactory(), show_progress=False)
-    torch.cuda.synchronize()
+    _synchronize(device)
     rate = steps / (time.perf_counter() - start)
     arrays = dataset.to_arrays()
     x = arrays["observations"][:7]
@@ -122,7 +164,27 @@ def check(name: str, dataset: MDPDataset, discrete: bool, device: str, steps: in
         a = arrays["actions"][:7]
         values = algo.predict_value(x, a[:, 0] if discrete else a)
         value_ok = bool(values.shape == (7,) and np.isfinite(values).all())
-    return rate, sync_free, same, value_ok
+    return rate, sync_free, same, value_ok, algo.precision
+
+
+def one_update_agreement(name: str, dataset: MDPDataset, discrete: bool, device: str, precision: str) -> float:
+    """The worst relative difference ``|loss - loss_f32| / (|loss_f32| + 1)``
+    over the losses of one update at ``precision`` and one in float32, from
+    the same weights, batch and random draws."""
+    twins = {}
+    for p in ("float32", precision):
+        offrl.seed(0)
+        algo = getattr(algos, name)(**({} if p == "float32" else {"precision": p})).create(device=device)
+        algo.build_with_dataset(dataset)
+        twins[p] = algo
+    twins[precision].modules.load_state_dict(twins["float32"].modules.state_dict())
+    offrl.seed(1)
+    batch = dataset.sample_transition_batch(twins["float32"].batch_size)
+    losses = {}
+    for p, algo in twins.items():
+        torch.manual_seed(2)  # the same noise (SAC's samples, CQL's random actions) in both
+        losses[p] = algo.update(batch)
+    return max(abs(losses[precision][k] - v) / (abs(v) + 1.0) for k, v in losses["float32"].items())
 
 if __name__ == "__main__":
     main()

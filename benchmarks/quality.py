@@ -5,6 +5,7 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
 
     python benchmarks/quality.py [--quick] [--seeds 3] [--only DQN,IQL] [--no-d3rlpy] [--threads 1]
     python benchmarks/quality.py --precision bf16-mixed --data replay --quick   # offrl float32 vs bf16-mixed
+    python benchmarks/quality.py --precision bf16-mixed --device cuda:0        # the same on a GPU
     D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/quality.py --quick --only DQN
 
 Data (made here with gymnasium, deterministic): CartPole-v1 logged by a
@@ -163,7 +164,8 @@ def evaluate(predict, env_id: str) -> float:
 
 
 # --------------------------------------------------------------- backends
-def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int, precision: str = "float32") -> dict:
+def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int, precision: str = "float32",
+              device: str = "cpu") -> dict:
     import offrl
     from offrl.dataset import MDPDataset
     from offrl.logging import NoopAdapterFactory
@@ -177,14 +179,14 @@ def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int, preci
         changes["action_scaler"] = offrl.preprocessing.MinMaxActionScaler(minimum=PENDULUM_BOUNDS[0], maximum=PENDULUM_BOUNDS[1])
     if precision != "float32":  # offrl's addition: leave the field out otherwise (configs older than it)
         changes["precision"] = precision
-    algo = getattr(offrl.algos, f"{name}Config")(**changes).create(device="cpu")
+    algo = getattr(offrl.algos, f"{name}Config")(**changes).create(device=device)
     start = time.perf_counter()
     algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, logger_adapter=NoopAdapterFactory(), show_progress=False)
     seconds = time.perf_counter() - start
     return {"return": evaluate(algo.predict, env_id), "seconds": seconds, "precision": getattr(algo, "precision", "float32")}
 
 
-def run_d3rlpy(name: str, data: dict, env_id: str, updates: int, seed: int) -> dict:
+def run_d3rlpy(name: str, data: dict, env_id: str, updates: int, seed: int, device: str = "cpu") -> dict:
     import d3rlpy
 
     quiet_d3rlpy()
@@ -198,7 +200,7 @@ def run_d3rlpy(name: str, data: dict, env_id: str, updates: int, seed: int) -> d
     changes = CONFIG_CHANGES[name](updates) if name in CONFIG_CHANGES else {}
     if not discrete and ACTION_SCALER["on"]:
         changes["action_scaler"] = d3rlpy.preprocessing.MinMaxActionScaler(minimum=PENDULUM_BOUNDS[0], maximum=PENDULUM_BOUNDS[1])
-    algo = getattr(d3rlpy.algos, f"{name}Config")(**changes).create(device="cpu:0")
+    algo = getattr(d3rlpy.algos, f"{name}Config")(**changes).create(device="cpu:0" if device == "cpu" else device)
     start = time.perf_counter()
     algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, show_progress=False,
              logger_adapter=d3rlpy.logging.NoopAdapterFactory())
@@ -222,6 +224,7 @@ def main(argv: Optional[list] = None) -> int:
                              "updates take longer on a loaded machine)")
     parser.add_argument("--precision", choices=["bf16-mixed"], default=None,
                         help="compare offrl float32 with offrl at this precision (same seeds) instead of d3rlpy")
+    parser.add_argument("--device", default="cpu", help="the device both libraries train on (default cpu)")
     parser.add_argument("--backend", choices=["offrl", "d3rlpy"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -239,8 +242,9 @@ def main(argv: Optional[list] = None) -> int:
             data = dict(saved)
         if args.backend == "offrl":
             return worker_main(lambda: run_offrl(job["name"], data, job["env_id"], job["updates"], job["seed"],
-                                                 job.get("precision", "float32")))
-        return worker_main(lambda: run_d3rlpy(job["name"], data, job["env_id"], job["updates"], job["seed"]))
+                                                 job.get("precision", "float32"), job.get("device", "cpu")))
+        return worker_main(lambda: run_d3rlpy(job["name"], data, job["env_id"], job["updates"], job["seed"],
+                                              job.get("device", "cpu")))
 
     names = parse_only(args.only, list(ALGOS), parser)
     kinds = [k.strip() for k in args.data.split(",") if k.strip()]
@@ -273,7 +277,7 @@ def main(argv: Optional[list] = None) -> int:
             env, updates, quick = ALGOS[name]
             spec = {"name": name, "data": files[env, kind], "env_id": ENV_IDS[env], "updates": quick if args.quick else updates,
                     "seed": seed, "threads": args.threads, "action_scaler": not args.no_action_scaler,
-                    "precision": precision}
+                    "precision": precision, "device": args.device}
             result, note = run_json(python, __file__, ["--backend", backend, "--job", json.dumps(spec)],
                                     timeout=args.job_timeout)
             result = result if result is not None else {"error": note.strip().splitlines()[-1]}
