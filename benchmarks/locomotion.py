@@ -8,6 +8,7 @@ rliable computes them) and learning curves.
     python benchmarks/locomotion.py status
     python benchmarks/locomotion.py report [--plot]      # needs rliable (see benchmarks/README.md)
     python benchmarks/locomotion.py run --libraries offrl,offrl-bf16 --only SAC   # issue 32's SAC rows (not in the table)
+    python benchmarks/locomotion.py run --only PRDC,BEAR --seeds 1   # rows beyond the table (EXTRA), both libraries
 
 ``run`` is resumable: every (library, algorithm, dataset, seed) job writes
 its result file ``benchmarks/results/locomotion/<library>-<algorithm>-<dataset>-s<seed>.json``
@@ -71,8 +72,10 @@ TABLE: List[Tuple[str, str, int]] = (
     + [("CQL", dataset, 10_000) for dataset in ("hopper-medium-v0", "halfcheetah-medium-v0")]
 )
 #: rows beyond the issue's table, planned only when ``--only`` names their algorithm: SAC (no behaviour
-#: regularisation, so not an offline method to compare libraries on) for issue 32's float32 / bf16-mixed check
-EXTRA: List[Tuple[str, str, int]] = [("SAC", dataset, 50_000) for dataset in ("hopper-medium-v0", "halfcheetah-medium-v0")]
+#: regularisation, so not an offline method to compare libraries on) for issue 32's float32 / bf16-mixed check;
+#: PRDC and BEAR, whose gaps on Pendulum issue 29 asks to re-measure on this data
+EXTRA: List[Tuple[str, str, int]] = [(algo, dataset, 50_000) for algo in ("SAC", "PRDC", "BEAR")
+                                     for dataset in ("hopper-medium-v0", "halfcheetah-medium-v0")]
 
 #: ReBRAC's (actor_beta, critic_beta) per dataset, from its paper's table (as d3rlpy's reproduction script)
 REBRAC_BETAS = {"hopper-medium": (0.01, 0.001), "halfcheetah-medium": (0.001, 0.01), "walker2d-medium": (0.05, 0.1),
@@ -109,9 +112,14 @@ def config_kwargs(lib: Any, algo: str, dataset: str) -> Dict[str, Any]:
         return {"actor_learning_rate": 1e-4, "critic_learning_rate": 3e-4, "temp_learning_rate": 1e-4,
                 "alpha_learning_rate": 0.0, "conservative_weight": 5.0, "batch_size": 256, "n_action_samples": 10,
                 "actor_encoder_factory": encoder, "critic_encoder_factory": encoder}
-    if algo == "SAC":
-        return {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4, "temp_learning_rate": 3e-4, "batch_size": 256,
-                "observation_scaler": standard()}
+    if algo == "SAC":  # d3rlpy's script: no observation scaler
+        return {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4, "temp_learning_rate": 3e-4, "batch_size": 256}
+    if algo == "PRDC":
+        return {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4, "batch_size": 256, "target_smoothing_sigma": 0.2,
+                "target_smoothing_clip": 0.5, "alpha": 2.5, "update_actor_interval": 2, "observation_scaler": standard()}
+    if algo == "BEAR":  # d3rlpy's script: the temperature fixed near zero, a wide VAE, the kernel by environment
+        return {"imitator_encoder_factory": lib.models.VectorEncoderFactory([750, 750]), "temp_learning_rate": 0.0,
+                "initial_temperature": 1e-20, "mmd_kernel": "gaussian" if dataset.startswith("halfcheetah") else "laplacian"}
     raise ValueError(f"no config for {algo}")
 
 
@@ -193,17 +201,28 @@ def run_job(job: Dict[str, Any]) -> Dict[str, Any]:
     kwargs = {**config_kwargs(lib, job["algo"], job["dataset"]), **changes}
     algo = getattr(lib.algos, f"{job['algo']}Config")(**kwargs).create(device=device)
     interval = job["updates"] // N_EVALS
-    curve, train_wall, train_cpu, eval_wall = [], 0.0, 0.0, 0.0
-    wall, cpu = time.perf_counter(), time.process_time()
-    for epoch, _metrics in algo.fitter(dataset, n_steps=job["updates"], n_steps_per_epoch=interval, show_progress=False,
-                                       logger_adapter=NoopAdapterFactory(), save_interval=10**9):
-        train_wall += time.perf_counter() - wall
-        train_cpu += time.process_time() - cpu
-        start = time.perf_counter()
-        returns = evaluate(algo.predict, job["env_id"])
-        eval_wall += time.perf_counter() - start
-        curve.append({"updates": epoch * interval, "returns": returns, "mean": float(np.mean(returns))})
+    curve: List[Dict[str, Any]] = []
+    eval_time = [0.0, 0.0]  # wall, CPU
+
+    def evaluate_epoch(epoch: int) -> None:
         wall, cpu = time.perf_counter(), time.process_time()
+        returns = evaluate(algo.predict, job["env_id"])
+        curve.append({"updates": epoch * interval, "returns": returns, "mean": float(np.mean(returns))})
+        eval_time[0] += time.perf_counter() - wall
+        eval_time[1] += time.process_time() - cpu
+
+    options = {"n_steps": job["updates"], "n_steps_per_epoch": interval, "show_progress": False,
+               "logger_adapter": NoopAdapterFactory(), "save_interval": 10**9}
+    wall, cpu = time.perf_counter(), time.process_time()
+    if job["algo"] == "PRDC":  # d3rlpy's PRDC builds its neighbour index in fit(), not in fitter()
+        algo.fit(dataset, epoch_callback=lambda _algo, epoch, _step: evaluate_epoch(epoch), **options)
+    else:
+        for epoch, _metrics in algo.fitter(dataset, **options):
+            evaluate_epoch(epoch)
+    # training time: the whole run less the evaluations
+    eval_wall = eval_time[0]
+    train_wall = time.perf_counter() - wall - eval_wall
+    train_cpu = time.process_time() - cpu - eval_time[1]
     return {"curve": curve, "final_returns": curve[-1]["returns"], "train_wall_s": round(train_wall, 2),
             "train_cpu_s": round(train_cpu, 2), "eval_wall_s": round(eval_wall, 2),
             "updates_per_s": round(job["updates"] / train_wall, 3), "library_version": lib.__version__,
@@ -373,7 +392,7 @@ def report(args: argparse.Namespace) -> int:
     lines = ["| algorithm | dataset | updates | seeds | offrl score | d3rlpy score | offrl IQM [95% CI] | d3rlpy IQM [95% CI] "
              "| offrl upd/CPU-s | d3rlpy upd/CPU-s | speed |", "|" + "---|" * 11]
     scores_by_lib: Dict[str, List[np.ndarray]] = {lib: [] for lib in LIBRARIES}
-    for algo, dataset, updates in TABLE:
+    for algo, dataset, updates in TABLE + EXTRA:  # the extra rows where both libraries ran them, outside the aggregate
         by_lib = rows.get((algo, dataset), {})
         seeds = sorted(set(by_lib.get("offrl", {})) & set(by_lib.get("d3rlpy", {})))
         if not seeds:
@@ -382,7 +401,8 @@ def report(args: argparse.Namespace) -> int:
         for lib in LIBRARIES:
             # one score per seed: the mean normalised return of its last evaluation
             scores = np.array([np.mean(get_normalized_score(dataset, by_lib[lib][s]["final_returns"])) for s in seeds])
-            scores_by_lib[lib].append(scores)
+            if (algo, dataset, updates) in TABLE:
+                scores_by_lib[lib].append(scores)
             cells[lib] = f"{scores.mean():.1f} ± {scores.std():.1f}"
             iqm[lib] = _iqm_cell(rly, rly_metrics if rly else None, {lib: scores[:, None]}, lib)
             # per CPU-second of the training process: on a shared machine wall time counts other jobs too
