@@ -21,10 +21,11 @@ The target critics follow the critics by Polyak averaging
 (``Q_target <- (1 - tau_polyak) Q_target + tau_polyak Q``) after every step.
 
 As in d3rlpy, one critic optimizer updates the Q-functions and the value
-function together on ``L_Q + L_V``. The advantage in ``L_pi`` is the one
-computed for ``L_V`` in the same step, i.e. with ``V`` before this step's
-critic update (as CORL does; d3rlpy recomputes it after the update), which
-saves a forward pass of the target critics and of ``V`` per step.
+function together on ``L_Q + L_V``; then the policy steps on ``L_pi`` with
+the advantage recomputed from ``V`` after that update (as d3rlpy 2.8.1 and
+the authors' implementation do; the target critics have not moved yet, so
+their values are the ones ``L_V`` used). The critics' target ``V(s')`` is
+taken before the update, as in d3rlpy.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
 from ..models.policies import NormalPolicy, ValueFunction
 from ..models.q_functions import MeanQFunctionFactory, QFunction
 from ..serialization import register
-from ._common import expectile_loss, freeze, soft_update, td_target
+from ._common import expectile_loss, freeze, optimizer_step, soft_update, td_target
 from .awac import AdvantageWeightedBase
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, between, instance_of, param
 
@@ -150,17 +151,13 @@ class IQL(AdvantageWeightedBase, config=IQLConfig):
         q_loss = q.loss(pred, target)
         critic_loss = q_loss + v_loss
 
-        advantage = targ_q - value.detach()
-        weight = torch.exp(float(cfg.weight_temp) * advantage).clamp(max=float(cfg.max_weight)).view(-1)
-        actor_loss = -(weight * policy.log_prob(obs, actions)).mean()
+        optimizer_step(m.critic_optim, critic_loss)
 
-        # the two losses share no parameters: one backward pass serves both optimizers
-        critic_optim, actor_optim = m.critic_optim, m.actor_optim
-        critic_optim.zero_grad()
-        actor_optim.zero_grad()
-        (critic_loss + actor_loss).backward()
-        critic_optim.step()
-        actor_optim.step()
+        with torch.no_grad():  # the advantage with V after its step
+            advantage = targ_q - value_function(obs)
+            weight = torch.exp(float(cfg.weight_temp) * advantage).clamp(max=float(cfg.max_weight)).view(-1)
+        actor_loss = -(weight * policy.log_prob(obs, actions)).mean()
+        optimizer_step(m.actor_optim, actor_loss)
         soft_update(targ, q, float(cfg.tau))
         return {
             "critic_loss": critic_loss.detach(),

@@ -21,8 +21,10 @@ def numpy_of(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().astype(np.float64)
 
 
-def expected_losses(algo: IQL, batch: TransitionMiniBatch, cfg: IQLConfig) -> dict:
-    """The IQL losses computed by hand from the networks' outputs."""
+def expected_losses(algo: IQL, batch: TransitionMiniBatch, cfg: IQLConfig, value_after=None) -> dict:
+    """The IQL losses computed by hand from the networks' outputs; the
+    actor's advantage weight uses ``value_after`` (the value function after
+    the critic step, as d3rlpy 2.8.1) when given, else the current one."""
     nets = algo.modules
     obs = torch.from_numpy(batch.observations)
     next_obs = torch.from_numpy(batch.next_observations)
@@ -38,7 +40,12 @@ def expected_losses(algo: IQL, batch: TransitionMiniBatch, cfg: IQLConfig) -> di
     q_loss = sum(np.mean((q[i] - y) ** 2) for i in range(q.shape[0]))
     u = targ_q.min(axis=0) - v
     v_loss = np.mean(np.where(u > 0, cfg.expectile, 1.0 - cfg.expectile) * u**2)
-    weight = np.minimum(np.exp(cfg.weight_temp * u), cfg.max_weight)
+    if value_after is not None:
+        with torch.no_grad():
+            u_actor = targ_q.min(axis=0) - numpy_of(value_after(obs))[:, 0]
+    else:
+        u_actor = u
+    weight = np.minimum(np.exp(cfg.weight_temp * u_actor), cfg.max_weight)
     std = np.exp(logstd)
     log_prob = np.sum(-0.5 * ((batch.actions - np.tanh(mean)) / std) ** 2 - logstd - 0.5 * math.log(2 * math.pi), axis=1)
     actor_loss = -np.mean(weight * log_prob)
@@ -67,12 +74,18 @@ def test_losses_on_hand_built_batch(weight_temp, max_weight, small_encoder, hand
     if max_weight == 2.0:
         assert (expected["weight"] == max_weight).any(), "the weight clip should be exercised"
     targ_before = [p.detach().clone() for p in algo.modules["targ_q_function"].parameters()]
+    before = copy.deepcopy(algo)
 
     losses = algo.update(batch)
 
     assert set(losses) == {"critic_loss", "q_loss", "v_loss", "actor_loss"}
-    for name in ("critic_loss", "q_loss", "v_loss", "actor_loss"):
+    for name in ("critic_loss", "q_loss", "v_loss"):
         assert losses[name] == pytest.approx(expected[name], rel=1e-5, abs=1e-5), name
+    # the actor's weight: the target critics before their Polyak step, V after the critic step (d3rlpy's order)
+    stepped_value = algo.modules["value_function"]
+    actor = expected_losses(before, batch, cfg, value_after=stepped_value)["actor_loss"]
+    assert losses["actor_loss"] == pytest.approx(actor, rel=1e-5, abs=1e-5)
+    assert losses["actor_loss"] != pytest.approx(expected["actor_loss"], rel=1e-5, abs=1e-5)  # V before its step would fail
     # Polyak averaging of the target critics, after the critic step
     for old, targ, online in zip(targ_before, algo.modules["targ_q_function"].parameters(), algo.modules["q_function"].parameters()):
         torch.testing.assert_close(targ, (1 - cfg.tau) * old + cfg.tau * online, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,223 @@
+#!/usr/bin/env python
+"""Same weights, same batches: does an offrl update compute what d3rlpy
+2.8.1's does? A diagnostic for quality gaps between the libraries.
+
+    D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/equivalence.py [--only DDPG,TD3] [--updates 50]
+
+For each algorithm (default config, Pendulum-like data: 3-dim observations,
+1-dim actions in [-1, 1]) d3rlpy builds the algorithm in its own
+interpreter, writes its initial weights, draws ``--updates`` batches with
+its own sampler and records each update's losses and the final weights.
+offrl then builds the same algorithm, loads d3rlpy's initial weights
+(translated to offrl's layout: batched critic ensembles, ``(in, out)``
+weights), runs the same batches and compares: the largest relative
+difference of each loss over the updates, and of every final weight.
+
+Random draws (SAC's policy samples, TD3's target noise) are seeded alike
+before each update (``torch.manual_seed``) in both libraries; they match
+only where both draw the same shapes in the same order, so for those
+algorithms a difference can be the draws, not the maths (the report says
+which losses depend on draws). A deterministic algorithm that differs
+beyond float tolerance (~1e-5 relative after 50 updates) computes other
+maths; one that matches has any learning-quality gap in its random streams
+(initialisation, sampling), not in its update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from _harness import find_d3rlpy_python, quiet_d3rlpy, run_json, worker_main
+
+#: algorithm -> does its update draw random numbers (then a difference may be the draws)
+#: (not covered: the VAE algorithms BCQ, BEAR, PLAS, PLASWithPerturbation, whose decoders are laid out
+#: differently; PRDC, whose d3rlpy neighbour index is built only by fit(); CalQL, whose batches need returns-to-go)
+ALGOS = {"DDPG": False, "TD3": True, "TD3PlusBC": True, "ReBRAC": True, "BC": False, "IQL": False, "SAC": True,
+         "AWAC": True, "CRR": True, "CQL": True}
+#: offrl module name -> d3rlpy's field of its Modules dataclass
+MODULES = {"policy": "policy", "targ_policy": "targ_policy", "q_function": "q_funcs", "targ_q_function": "targ_q_funcs",
+           "value_function": "value_func", "log_temp": "log_temp", "log_alpha": "log_alpha", "imitator": "imitator"}
+
+
+def pendulum_like(n: int = 4000, seed: int = 0) -> Dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    terminals = np.zeros(n)
+    terminals[97::211] = 1
+    timeouts = np.zeros(n)
+    timeouts[199::200] = 1
+    timeouts[terminals == 1] = 0
+    return {"observations": rng.normal(size=(n, 3)).astype(np.float32),
+            "actions": rng.uniform(-1, 1, size=(n, 1)).astype(np.float32),
+            "rewards": rng.normal(size=n).astype(np.float32), "terminals": terminals, "timeouts": timeouts}
+
+
+FIELDS = ("observations", "actions", "rewards", "next_observations", "next_actions", "terminals", "intervals")
+
+
+# ------------------------------------------------------------------ d3rlpy side
+def d3rlpy_side(name: str, updates: int, out: str) -> dict:
+    import d3rlpy
+    import torch
+
+    quiet_d3rlpy()
+    torch.set_num_threads(1)
+    d3rlpy.seed(0)
+    data = pendulum_like()
+    dataset = d3rlpy.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
+                                        data["timeouts"])
+    algo = getattr(d3rlpy.algos, f"{name}Config")().create(device="cpu:0")
+    algo.build_with_dataset(dataset)
+    modules = algo.impl._modules
+
+    def weights() -> Dict[str, np.ndarray]:
+        found = {}
+        for field in vars(modules):
+            module = getattr(modules, field)
+            if isinstance(module, torch.nn.Module):
+                for key, value in module.state_dict().items():
+                    found[f"{field}.{key}"] = value.detach().cpu().numpy().copy()
+        return found
+
+    np.savez(os.path.join(out, "init.npz"), **weights())
+    batches, losses = {}, []
+    for i in range(updates):
+        batch = dataset.sample_transition_batch(algo.config.batch_size)
+        for f in FIELDS:
+            batches[f"{i}.{f}"] = np.asarray(getattr(batch, f))
+        torch.manual_seed(1000 + i)
+        losses.append({k: float(v) for k, v in algo.update(batch).items()})
+    np.savez(os.path.join(out, "batches.npz"), **batches)
+    np.savez(os.path.join(out, "final.npz"), **weights())
+    return {"losses": losses}
+
+
+# ------------------------------------------------------------------ offrl side
+def d3rlpy_key(key: str) -> str:
+    """offrl's parameter name without the ensemble member -> d3rlpy's, for
+    the layouts of these algorithms' networks."""
+    module, rest = key.split(".", 1)
+    for ours, theirs in (("encoder.encoder.mlp.layers", "_encoder._layers"), ("encoder.mlp.layers", "_encoder._layers"),
+                         ("head.", "_fc."), ("fc.", "_fc."), ("mu.", "_mu."), ("logstd", "_logstd"),
+                         ("log_value", "_parameter")):
+        if rest.startswith(ours):
+            rest = theirs + rest[len(ours):]
+            break
+    return f"{MODULES[module]}.{rest}"
+
+
+def _lookup(d3: dict, key: str) -> np.ndarray:
+    if key in d3:
+        return d3[key]
+    if key.startswith("policy."):  # d3rlpy's BC names its policy ``imitator``
+        return d3["imitator." + key[len("policy."):]]
+    raise KeyError(key)
+
+
+def translate(offrl_state: dict, d3: dict) -> dict:
+    """d3rlpy's weights in offrl's layout (``offrl_state`` gives the shapes)."""
+    import torch
+
+    state = {}
+    for key, ours in offrl_state.items():
+        base = d3rlpy_key(key)
+        if base.split(".", 1)[0] in ("q_funcs", "targ_q_funcs"):
+            field, rest = base.split(".", 1)
+            members = [d3[f"{field}.{e}.{rest}"] for e in range(ours.shape[0] if ours.dim() == 3 else 1)]
+            if ours.dim() == 3:  # batched ensemble: (E, in, out) weights, (E, 1, out) biases
+                value = np.stack([m.T if m.ndim == 2 else m[None, :] for m in members])
+            else:
+                value = members[0]
+        else:
+            value = _lookup(d3, base)
+        state[key] = torch.from_numpy(np.asarray(value, dtype=np.float32).reshape(tuple(ours.shape)).copy())
+    return state
+
+
+def offrl_side(name: str, directory: str, d3_losses: List[dict]) -> dict:
+    import torch
+
+    import offrl
+    from offrl.dataset import MDPDataset, TransitionMiniBatch
+
+    torch.set_num_threads(1)
+    data = pendulum_like()
+    dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"])
+    algo = getattr(offrl.algos, f"{name}Config")().create(device="cpu")
+    algo.build_with_dataset(dataset)
+    with np.load(os.path.join(directory, "init.npz")) as saved:
+        init = dict(saved)
+    algo.modules.load_state_dict(translate(algo.modules.state_dict(), init), strict=True)
+    with np.load(os.path.join(directory, "batches.npz")) as saved:
+        batches = dict(saved)
+    losses = []
+    for i in range(len(d3_losses)):
+        arrays = {f: batches[f"{i}.{f}"] for f in FIELDS}
+        batch = TransitionMiniBatch(observations=arrays["observations"], actions=arrays["actions"],
+                                    rewards=arrays["rewards"], next_observations=arrays["next_observations"],
+                                    next_actions=arrays["next_actions"], terminals=arrays["terminals"],
+                                    intervals=arrays["intervals"])
+        torch.manual_seed(1000 + i)
+        losses.append(algo.update(batch))
+    worst_loss: Dict[str, float] = {}
+    for ours, theirs in zip(losses, d3_losses):  # the losses both report at a step (TD3's actor every other step)
+        for key in set(ours) & set(theirs):
+            difference = abs(ours[key] - theirs[key]) / (abs(theirs[key]) + 1e-6)
+            worst_loss[key] = max(worst_loss.get(key, 0.0), float(difference))
+    reported_d3 = set().union(*d3_losses)
+    reported_ours = set().union(*losses)
+    with np.load(os.path.join(directory, "final.npz")) as saved:
+        final = translate(algo.modules.state_dict(), dict(saved))
+    worst_weight = max(float((algo.modules.state_dict()[k] - v).abs().max() / (v.abs().max() + 1e-12))
+                       for k, v in final.items())
+    return {"losses": worst_loss, "weights": worst_weight,
+            "only_d3rlpy": sorted(reported_d3 - reported_ours), "only_offrl": sorted(reported_ours - reported_d3)}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(ALGOS), help=f"comma-separated, of {','.join(ALGOS)}")
+    parser.add_argument("--updates", type=int, default=50)
+    parser.add_argument("--d3rlpy-python", default=None)
+    parser.add_argument("--backend", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--job", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.backend == "d3rlpy":  # worker in d3rlpy's interpreter: print its result as JSON
+        job = json.loads(args.job)
+        return worker_main(lambda: d3rlpy_side(job["name"], job["updates"], job["out"]))
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ALGOS]
+    if unknown:
+        parser.error(f"--only: unknown {unknown}; expected some of {list(ALGOS)}")
+    python = find_d3rlpy_python(args.d3rlpy_python)
+    if not python:
+        parser.error("needs d3rlpy 2.8.1: --d3rlpy-python or $D3RLPY_PYTHON")
+    print(f"{args.updates} updates from d3rlpy's initial weights on d3rlpy's batches; largest relative difference "
+          "of each loss over the updates, and of the final weights")
+    for name in names:
+        with tempfile.TemporaryDirectory() as directory:
+            result, note = run_json(python, __file__, ["--backend", "d3rlpy", "--job",
+                                                       json.dumps({"name": name, "updates": args.updates, "out": directory})])
+            if result is None:
+                print(f"{name}: d3rlpy side failed: {note.strip().splitlines()[-1] if note.strip() else note}")
+                continue
+            try:
+                compared = offrl_side(name, directory, result["losses"])
+            except (KeyError, RuntimeError, ValueError) as error:
+                print(f"{name}: cannot map d3rlpy's weights onto offrl's ({type(error).__name__}: {error})")
+                continue
+        losses = ", ".join(f"{k} {v:.1e}" for k, v in sorted(compared["losses"].items()))
+        draws = " (draws random numbers: a difference may be the draws)" if ALGOS[name] else ""
+        print(f"{name}: {losses}; final weights {compared['weights']:.1e}{draws}"
+              + (f"; losses only d3rlpy reports: {compared['only_d3rlpy']}" if compared["only_d3rlpy"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
