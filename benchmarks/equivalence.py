@@ -40,21 +40,24 @@ from _harness import find_d3rlpy_python, quiet_d3rlpy, run_json, worker_main
 #: (not covered: the VAE algorithms BCQ, BEAR, PLAS, PLASWithPerturbation, whose decoders are laid out
 #: differently; PRDC, whose d3rlpy neighbour index is built only by fit(); CalQL, whose batches need returns-to-go)
 ALGOS = {"DDPG": False, "TD3": True, "TD3PlusBC": True, "ReBRAC": True, "BC": False, "IQL": False, "SAC": True,
-         "AWAC": True, "CRR": True, "CQL": True}
+         "AWAC": True, "CRR": True, "CQL": True, "DQN": False, "DoubleDQN": False, "NFQ": False, "DiscreteCQL": False,
+         "DiscreteBC": False, "DiscreteSAC": True}
+DISCRETE = {"DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBC", "DiscreteSAC"}
 #: offrl module name -> d3rlpy's field of its Modules dataclass
 MODULES = {"policy": "policy", "targ_policy": "targ_policy", "q_function": "q_funcs", "targ_q_function": "targ_q_funcs",
            "value_function": "value_func", "log_temp": "log_temp", "log_alpha": "log_alpha", "imitator": "imitator"}
 
 
-def pendulum_like(n: int = 4000, seed: int = 0) -> Dict[str, np.ndarray]:
+def pendulum_like(n: int = 4000, seed: int = 0, discrete: bool = False) -> Dict[str, np.ndarray]:
+    """Pendulum-like data, or CartPole-like with ``discrete`` (two actions)."""
     rng = np.random.default_rng(seed)
     terminals = np.zeros(n)
     terminals[97::211] = 1
     timeouts = np.zeros(n)
     timeouts[199::200] = 1
     timeouts[terminals == 1] = 0
-    return {"observations": rng.normal(size=(n, 3)).astype(np.float32),
-            "actions": rng.uniform(-1, 1, size=(n, 1)).astype(np.float32),
+    actions = rng.integers(0, 2, size=n) if discrete else rng.uniform(-1, 1, size=(n, 1)).astype(np.float32)
+    return {"observations": rng.normal(size=(n, 4 if discrete else 3)).astype(np.float32), "actions": actions,
             "rewards": rng.normal(size=n).astype(np.float32), "terminals": terminals, "timeouts": timeouts}
 
 
@@ -69,9 +72,11 @@ def d3rlpy_side(name: str, updates: int, out: str) -> dict:
     quiet_d3rlpy()
     torch.set_num_threads(1)
     d3rlpy.seed(0)
-    data = pendulum_like()
+    discrete = name in DISCRETE
+    data = pendulum_like(discrete=discrete)
+    space = {"action_space": d3rlpy.ActionSpace.DISCRETE, "action_size": 2} if discrete else {}
     dataset = d3rlpy.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
-                                        data["timeouts"])
+                                        data["timeouts"], **space)
     algo = getattr(d3rlpy.algos, f"{name}Config")().create(device="cpu:0")
     algo.build_with_dataset(dataset)
     modules = algo.impl._modules
@@ -147,8 +152,10 @@ def offrl_side(name: str, directory: str, d3_losses: List[dict]) -> dict:
     from offrl.dataset import MDPDataset, TransitionMiniBatch
 
     torch.set_num_threads(1)
-    data = pendulum_like()
-    dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"])
+    discrete = name in DISCRETE
+    data = pendulum_like(discrete=discrete)
+    dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"],
+                         action_size=2 if discrete else None)
     algo = getattr(offrl.algos, f"{name}Config")().create(device="cpu")
     algo.build_with_dataset(dataset)
     with np.load(os.path.join(directory, "init.npz")) as saved:

@@ -460,7 +460,7 @@ class DiscreteBCQ(DoubleDQN, config=DiscreteBCQConfig):
         imitator_loss = F.cross_entropy(logits, batch.actions.reshape(-1).long()) + float(cfg.beta) * (logits**2).mean()
         loss = td_loss + imitator_loss
         optimizer_step(self._modules.optim, loss)
-        if (grad_step + 1) % int(cfg.target_update_interval) == 0:
+        if grad_step % int(cfg.target_update_interval) == 0:
             hard_update(self._modules.targ_q_function, q)
         td_errors = abs_td_errors(pred.detach(), target) if batch.weights is not None else None
         return TrainStepResult(

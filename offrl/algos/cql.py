@@ -363,7 +363,7 @@ class DiscreteCQL(DQN, config=DiscreteCQLConfig):
         conservative_loss = (torch.logsumexp(values, dim=2) - data_values).mean(dim=1).sum()
         loss = td_loss + cfg.alpha * conservative_loss
         optimizer_step(self._modules.optim, loss)
-        if (grad_step + 1) % int(cfg.target_update_interval) == 0:
+        if grad_step % int(cfg.target_update_interval) == 0:
             hard_update(targ, q)
         metrics = {"loss": loss.detach(), "td_loss": td_loss.detach(), "conservative_loss": conservative_loss.detach()}
         return TrainStepResult(metrics, td_errors)

@@ -12,8 +12,10 @@ with ``l`` the Huber loss for the mean Q-function (the quantile Huber loss
 for QR / IQN Q-functions), ``k`` the transition's interval (1, or n for
 multi-step pickers) and ``d`` its terminal flag. With ``n_critics > 1`` the
 greedy action uses the ensemble mean and the target the ensemble minimum.
-The target network is copied from the online one every
-``target_update_interval`` steps.
+The target network is copied from the online one after the updates of
+steps ``0, interval, 2 interval, ...`` (``interval`` =
+``target_update_interval``; d3rlpy 2.8.1's schedule, which copies after the
+first update too).
 
 With prioritized replay (:class:`~offrl.dataset.PrioritizedReplayBuffer`,
 Schaul et al., 2016) the loss is ``mean_i w_i l(delta_i)`` with the batch's
@@ -211,9 +213,10 @@ class DQN(QLearningAlgoBase, config=DQNConfig):
 
     def _minimise(self, loss: torch.Tensor, grad_step: int) -> None:
         """One optimizer step on ``loss``, then the target network's copy
-        every ``target_update_interval`` steps."""
+        on steps that are multiples of ``target_update_interval`` (step 0
+        included, as d3rlpy)."""
         optimizer_step(self._modules.optim, loss)
-        if self._has_target_network and (grad_step + 1) % int(self._config.target_update_interval) == 0:
+        if self._has_target_network and grad_step % int(self._config.target_update_interval) == 0:
             hard_update(self._modules.targ_q_function, self._modules.q_function)
 
     def _next_value(self, next_observations) -> torch.Tensor:

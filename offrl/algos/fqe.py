@@ -18,8 +18,8 @@ returns are stochastic with spreads above 1 (see
 ``n_critics > 1`` the target takes the ensemble minimum and
 ``predict_value`` the ensemble mean (as d3rlpy); ``independent_critics``
 gives each member its own target (offrl's addition; see the config). The target network is copied from the online one every
-``target_update_interval`` steps (after steps ``interval, 2 interval, ...``,
-as offrl's DQN).
+``target_update_interval`` steps (after the updates of steps ``0, interval,
+2 interval, ...``, as d3rlpy 2.8.1 and offrl's DQN).
 
 ``pi(s')`` is computed on the raw next observations of each batch, in torch
 on the device: the evaluated algorithm's observation scaler, its greedy
@@ -473,7 +473,7 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         else:
             loss = q.loss(pred, target, taus)
         optimizer_step(self._modules.optim, loss)
-        if (grad_step + 1) % int(self._config.target_update_interval) == 0:
+        if grad_step % int(self._config.target_update_interval) == 0:
             hard_update(targ, q)
         if self._config.ema_decay is not None:
             soft_update(self._modules.averaged_q_function, q, 1.0 - float(self._config.ema_decay))

@@ -48,11 +48,15 @@ def test_target_network_synchronises_on_interval():
     def same() -> bool:
         return all(torch.equal(a, b) for a, b in zip(q.parameters(), targ.parameters()))
 
+    # d3rlpy 2.8.1's schedule: copied after the updates of steps 0, 3, 6, ...
+    assert same()
+    algo.update(discrete_batch())  # step 0: copied
     assert same()
     algo.update(discrete_batch())
+    assert not same()
     algo.update(discrete_batch())
     assert not same()
-    algo.update(discrete_batch())  # third step: copied
+    algo.update(discrete_batch())  # step 3: copied
     assert same()
     assert all(not p.requires_grad for p in targ.parameters())
 

@@ -272,11 +272,14 @@ def test_target_network_synchronises_on_interval(discrete):
         return all(torch.equal(a, b) for a, b in zip(q.parameters(), targ.parameters()))
 
     batch = _batch(discrete)
+    # d3rlpy 2.8.1's schedule: copied after the updates of steps 0, 3, 6, ...
+    assert same()
+    fqe.update(batch)  # step 0: copied
     assert same()
     fqe.update(batch)
     fqe.update(batch)
     assert not same()
-    fqe.update(batch)  # third step: copied
+    fqe.update(batch)  # step 3: copied
     assert same()
     assert all(not p.requires_grad for p in targ.parameters())
 
