@@ -19,10 +19,11 @@ actions:
 
     L(theta) = E_{(s, a) ~ D} [ -log softmax(z_theta(s))_a ] + beta * mean_{s, k} z_theta(s)_k^2
 
-The ``beta`` term keeps the logits small (as in d3rlpy, from the discrete
-BC of Fujimoto et al., 2019, "Benchmarking Batch Deep Reinforcement Learning
-Algorithms"). Greedy action ``argmax_a z_theta(s)_a``; sampling draws from
-``softmax(z_theta(s))``.
+The ``beta`` term keeps the raw logits small, as the discrete BC of
+Fujimoto et al., 2019 ("Benchmarking Batch Deep Reinforcement Learning
+Algorithms") does; d3rlpy 2.8.1 squares the normalised logits (log-
+probabilities) instead (docs/COMPATIBILITY.md). Greedy action
+``argmax_a z_theta(s)_a``; sampling draws from ``softmax(z_theta(s))``.
 """
 
 from __future__ import annotations
