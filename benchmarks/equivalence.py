@@ -37,12 +37,14 @@ import numpy as np
 from _harness import find_d3rlpy_python, quiet_d3rlpy, run_json, worker_main
 
 #: algorithm -> does its update draw random numbers (then a difference may be the draws)
-#: (not covered: the VAE algorithms BCQ, BEAR, PLAS, PLASWithPerturbation, whose decoders are laid out
-#: differently; PRDC, whose d3rlpy neighbour index is built only by fit(); CalQL, whose batches need returns-to-go)
+#: (not covered: PRDC, whose d3rlpy neighbour index is built only by fit(); CalQL, whose batches need
+#: returns-to-go; DiscreteBCQ, whose imitator shares the critic's encoder)
 ALGOS = {"DDPG": False, "TD3": True, "TD3PlusBC": True, "ReBRAC": True, "BC": False, "IQL": False, "SAC": True,
          "AWAC": True, "CRR": True, "CQL": True, "DQN": False, "DoubleDQN": False, "NFQ": False, "DiscreteCQL": False,
-         "DiscreteBC": False, "DiscreteSAC": True}
+         "DiscreteBC": False, "DiscreteSAC": True, "BCQ": True, "BEAR": True, "PLAS": True, "PLASWithPerturbation": True}
 DISCRETE = {"DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBC", "DiscreteSAC"}
+#: offrl's buffers that d3rlpy has no counterpart of (left as offrl built them)
+OFFRL_ONLY = {"candidate_noise", "candidate_latents"}
 #: offrl module name -> d3rlpy's field of its Modules dataclass
 MODULES = {"policy": "policy", "targ_policy": "targ_policy", "q_function": "q_funcs", "targ_q_function": "targ_q_funcs",
            "value_function": "value_func", "log_temp": "log_temp", "log_alpha": "log_alpha", "imitator": "imitator"}
@@ -108,13 +110,16 @@ def d3rlpy_key(key: str) -> str:
     """offrl's parameter name without the ensemble member -> d3rlpy's, for
     the layouts of these algorithms' networks."""
     module, rest = key.split(".", 1)
+    if module == "vae":  # d3rlpy keeps the VAE's halves as two modules
+        half, rest = rest.split(".", 1)
+        module = f"vae_{half}"
     for ours, theirs in (("encoder.encoder.mlp.layers", "_encoder._layers"), ("encoder.mlp.layers", "_encoder._layers"),
                          ("head.", "_fc."), ("fc.", "_fc."), ("mu.", "_mu."), ("logstd", "_logstd"),
                          ("log_value", "_parameter")):
         if rest.startswith(ours):
             rest = theirs + rest[len(ours):]
             break
-    return f"{MODULES[module]}.{rest}"
+    return f"{MODULES.get(module, module)}.{rest}"
 
 
 def _lookup(d3: dict, key: str) -> np.ndarray:
@@ -131,6 +136,9 @@ def translate(offrl_state: dict, d3: dict) -> dict:
 
     state = {}
     for key, ours in offrl_state.items():
+        if key.split(".", 1)[0] in OFFRL_ONLY:
+            state[key] = ours.clone()
+            continue
         base = d3rlpy_key(key)
         if base.split(".", 1)[0] in ("q_funcs", "targ_q_funcs"):
             field, rest = base.split(".", 1)
