@@ -43,6 +43,9 @@ ALGOS = {"DDPG": False, "TD3": True, "TD3PlusBC": True, "ReBRAC": True, "BC": Fa
          "AWAC": True, "CRR": True, "CQL": True, "DQN": False, "DoubleDQN": False, "NFQ": False, "DiscreteCQL": False,
          "DiscreteBC": False, "DiscreteSAC": True, "BCQ": True, "BEAR": True, "PLAS": True, "PLASWithPerturbation": True}
 DISCRETE = {"DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBC", "DiscreteSAC"}
+#: config changes in both libraries: warm-ups short enough that the updates compared include the RL part
+CHANGES: Dict[str, Dict[str, int]] = {"PLAS": {"warmup_steps": 5}, "PLASWithPerturbation": {"warmup_steps": 5},
+                                      "BEAR": {"warmup_steps": 5}}
 #: offrl's buffers that d3rlpy has no counterpart of (left as offrl built them)
 OFFRL_ONLY = {"candidate_noise", "candidate_latents"}
 #: offrl module name -> d3rlpy's field of its Modules dataclass
@@ -79,7 +82,7 @@ def d3rlpy_side(name: str, updates: int, out: str) -> dict:
     space = {"action_space": d3rlpy.ActionSpace.DISCRETE, "action_size": 2} if discrete else {}
     dataset = d3rlpy.dataset.MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"],
                                         data["timeouts"], **space)
-    algo = getattr(d3rlpy.algos, f"{name}Config")().create(device="cpu:0")
+    algo = getattr(d3rlpy.algos, f"{name}Config")(**CHANGES.get(name, {})).create(device="cpu:0")
     algo.build_with_dataset(dataset)
     modules = algo.impl._modules
 
@@ -164,7 +167,7 @@ def offrl_side(name: str, directory: str, d3_losses: List[dict]) -> dict:
     data = pendulum_like(discrete=discrete)
     dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"],
                          action_size=2 if discrete else None)
-    algo = getattr(offrl.algos, f"{name}Config")().create(device="cpu")
+    algo = getattr(offrl.algos, f"{name}Config")(**CHANGES.get(name, {})).create(device="cpu")
     algo.build_with_dataset(dataset)
     with np.load(os.path.join(directory, "init.npz")) as saved:
         init = dict(saved)
