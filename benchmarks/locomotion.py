@@ -8,7 +8,7 @@ rliable computes them) and learning curves.
     python benchmarks/locomotion.py status
     python benchmarks/locomotion.py report [--plot]      # needs rliable (see benchmarks/README.md)
     python benchmarks/locomotion.py run --libraries offrl,offrl-bf16 --only SAC   # issue 32's SAC rows (not in the table)
-    python benchmarks/locomotion.py run --only PRDC,BEAR --seeds 1   # rows beyond the table (EXTRA), both libraries
+    python benchmarks/locomotion.py run --only PRDC,BEAR,PLASWithPerturbation --seeds 1   # rows beyond the table (EXTRA)
 
 ``run`` is resumable: every (library, algorithm, dataset, seed) job writes
 its result file ``benchmarks/results/locomotion/<library>-<algorithm>-<dataset>-s<seed>.json``
@@ -73,8 +73,8 @@ TABLE: List[Tuple[str, str, int]] = (
 )
 #: rows beyond the issue's table, planned only when ``--only`` names their algorithm: SAC (no behaviour
 #: regularisation, so not an offline method to compare libraries on) for issue 32's float32 / bf16-mixed check;
-#: PRDC and BEAR, whose gaps on Pendulum issue 29 asks to re-measure on this data
-EXTRA: List[Tuple[str, str, int]] = [(algo, dataset, 50_000) for algo in ("SAC", "PRDC", "BEAR")
+#: PRDC, BEAR and PLASWithPerturbation, whose gaps on Pendulum issue 29 asks to re-measure on this data
+EXTRA: List[Tuple[str, str, int]] = [(algo, dataset, 50_000) for algo in ("SAC", "PRDC", "BEAR", "PLASWithPerturbation")
                                      for dataset in ("hopper-medium-v0", "halfcheetah-medium-v0")]
 
 #: ReBRAC's (actor_beta, critic_beta) per dataset, from its paper's table (as d3rlpy's reproduction script)
@@ -117,6 +117,11 @@ def config_kwargs(lib: Any, algo: str, dataset: str) -> Dict[str, Any]:
     if algo == "PRDC":
         return {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4, "batch_size": 256, "target_smoothing_sigma": 0.2,
                 "target_smoothing_clip": 0.5, "alpha": 2.5, "update_actor_interval": 2, "observation_scaler": standard()}
+    if algo == "PLASWithPerturbation":  # d3rlpy's script, its 500,000-update VAE warm-up cut to half of the updates
+        encoder = lib.models.VectorEncoderFactory([400, 300])
+        vae = lib.models.VectorEncoderFactory([128, 128] if "medium-replay" in dataset else [750, 750])
+        return {"actor_encoder_factory": encoder, "critic_encoder_factory": encoder, "imitator_encoder_factory": vae,
+                "lam": 1.0, "warmup_steps": 25_000, "action_flexibility": 0.05}
     if algo == "BEAR":  # d3rlpy's script: the temperature fixed near zero, a wide VAE, the kernel by environment
         return {"imitator_encoder_factory": lib.models.VectorEncoderFactory([750, 750]), "temp_learning_rate": 0.0,
                 "initial_temperature": 1e-20, "mmd_kernel": "gaussian" if dataset.startswith("halfcheetah") else "laplacian"}
