@@ -55,6 +55,21 @@ def optimizer_step(optim: Any, loss: torch.Tensor) -> None:
     optim.step()
 
 
+@torch.compiler.disable
+def temperature_step(log_temp: Any, temp_optim: Any, gap: torch.Tensor) -> torch.Tensor:
+    """One step of a temperature's loss ``-(alpha * gap).mean()`` with
+    ``alpha = log_temp()`` (d3rlpy's maths: the exponent, not its log) and
+    ``gap`` a constant (the log-probability plus the target entropy);
+    returns the loss, detached.
+
+    Eager under ``compile_graph=True``: traced beside the actor's forward
+    pass, its backward would run (and free) the compiled backward that the
+    actor's loss needs next."""
+    temp_loss = -(log_temp() * gap).mean()
+    optimizer_step(temp_optim, temp_loss)
+    return temp_loss.detach()
+
+
 def critic_step(q: Any, optim: Any, batch: Any, target: torch.Tensor) -> torch.Tensor:
     """One TD step of the critic ensemble ``q`` (a
     :class:`~offrl.models.q_functions.QFunction`) towards ``target`` ``(B, N)``

@@ -47,7 +47,7 @@ from ..models.parameters import ScalarParameter
 from ..models.policies import CategoricalPolicy
 from ..models.q_functions import QFunction
 from ..serialization import register
-from ._common import critic_step, freeze, hard_update, optimizer_step, td_target
+from ._common import critic_step, freeze, hard_update, optimizer_step, td_target, temperature_step
 from .actor_critic import SoftActorCriticConfig
 from .bc import CategoricalPolicyBase
 from .config import NON_NEGATIVE, POSITIVE_INT, param
@@ -182,7 +182,7 @@ class DiscreteSAC(CategoricalPolicyBase, config=DiscreteSACConfig):
         if m.temp_optim is not None:
             with torch.no_grad():
                 gap = (probs * log_probs).sum(dim=1) + target_entropy(int(self._action_size))  # (B,)
-            temp_loss = self._temperature_step(gap)
+            temp_loss = temperature_step(m.log_temp, m.temp_optim, gap)
         else:
             temp_loss = torch.zeros((), device=critic_loss.device)
         temp = self._temperature().detach()
@@ -192,17 +192,6 @@ class DiscreteSAC(CategoricalPolicyBase, config=DiscreteSACConfig):
         if grad_step % int(cfg.target_update_interval) == 0:
             hard_update(targ, q)
         return {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(), "temp_loss": temp_loss, "temp": temp}
-
-    @torch.compiler.disable
-    def _temperature_step(self, gap: torch.Tensor) -> torch.Tensor:
-        """One step of the temperature's loss ``-(log alpha * gap).mean()``.
-
-        Eager under ``compile_graph=True``: traced beside the actor's forward
-        pass, its backward would run (and free) the compiled backward the
-        actor's loss needs next."""
-        temp_loss = -(self._modules.log_temp() * gap).mean()
-        optimizer_step(self._modules.temp_optim, temp_loss)
-        return temp_loss.detach()
 
     def _predict_value(self, x, action: torch.Tensor) -> torch.Tensor:
         values = self._modules.q_function.expected(x).mean(dim=0)

@@ -41,7 +41,7 @@ from ..models.parameters import ScalarParameter
 from ..models.policies import GreedyNormalPolicy, NormalPolicy, squashed_log_prob, squashed_sample
 from ..models.q_functions import QFunction
 from ..serialization import register
-from ._common import critic_step, no_param_grads, optimizer_step, soft_update, td_target
+from ._common import critic_step, no_param_grads, optimizer_step, soft_update, td_target, temperature_step
 from .actor_critic import SoftActorCriticConfig
 from .base import QLearningAlgoBase
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
@@ -119,8 +119,7 @@ def actor_temperature_step(
     mean, logstd = policy(observations)
     action, log_prob = squashed_sample(mean, logstd)
     if temp_optim is not None:
-        temp_loss = -(log_temp() * (log_prob.detach() + target_entropy)).mean()
-        optimizer_step(temp_optim, temp_loss)
+        temp_loss = temperature_step(log_temp, temp_optim, log_prob.detach() + target_entropy)
     else:
         temp_loss = torch.zeros((), device=log_prob.device)
     temp = log_temp().detach()
