@@ -55,10 +55,12 @@ import math
 from typing import Any, Dict, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 
 from .._allocator import retain_freed_memory
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.plain_mlp import plain_backward, plain_forward
 from ..models.parameters import ScalarParameter
 from ..models.policies import squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunctionFactory
@@ -77,7 +79,7 @@ from .config import (
     instance_of,
     param,
 )
-from .dqn import DQN, DQNConfig, abs_td_errors
+from .dqn import DQN, DQNConfig, PlainQ, abs_td_errors
 from .sac import SAC, SACModules, actor_temperature_step
 
 __all__ = ["CQLConfig", "CQL", "CQLModules", "DiscreteCQLConfig", "DiscreteCQL"]
@@ -346,6 +348,10 @@ class DiscreteCQL(DQN, config=DiscreteCQLConfig):
 
     def _update(self, batch, grad_step: int) -> TrainStepResult:
         cfg = self._config
+        if self._single_mean_q and batch.weights is None:
+            plain = self._plain_q(batch.observations)
+            if plain is not None:
+                return self._update_plain(batch, grad_step, plain)
         q, targ = self._modules.q_function, self._modules.targ_q_function
         with torch.no_grad():
             next_action = q.expected(batch.next_observations).mean(dim=0).argmax(dim=-1)
@@ -367,3 +373,25 @@ class DiscreteCQL(DQN, config=DiscreteCQLConfig):
             hard_update(targ, q)
         metrics = {"loss": loss.detach(), "td_loss": td_loss.detach(), "conservative_loss": conservative_loss.detach()}
         return TrainStepResult(metrics, td_errors)
+
+    def _update_plain(self, batch, grad_step: int, plain: PlainQ) -> TrainStepResult:
+        """:meth:`_update` for one mean critic of plain ReLU MLPs with the
+        backward written out (see :meth:`DQN._update_plain`): the loss's
+        gradient with respect to ``Q(s, .)`` is ``alpha / B * softmax(Q(s, .))``
+        plus, at the chosen action, ``clamp(Q(s, a) - y, -1, 1) / B - alpha / B``."""
+        alpha = float(self._config.alpha)
+        with torch.no_grad():
+            target = self._greedy_targets(batch, plain)
+            actions = (batch.actions if batch.actions.dtype == torch.int64 else batch.actions.long()).view(-1, 1)
+            inputs, values = plain_forward(plain.layers, batch.observations)  # (B, A)
+            data_values = values.gather(1, actions)
+            td_loss = F.smooth_l1_loss(data_values, target, beta=1.0)
+            logsumexp = torch.logsumexp(values, dim=1, keepdim=True)
+            conservative_loss = (logsumexp - data_values).mean()
+            n = values.shape[0]
+            grad = torch.exp(values - logsumexp).mul_(alpha / n)
+            grad_data = (data_values - target).clamp_(-1.0, 1.0).mul_(1.0 / n).sub_(alpha / n)
+            plain.step(plain_backward(plain.layers, inputs, grad.scatter_add_(1, actions, grad_data)))
+        self._copy_target(grad_step)
+        loss = td_loss + alpha * conservative_loss
+        return TrainStepResult({"loss": loss, "td_loss": td_loss, "conservative_loss": conservative_loss}, None)

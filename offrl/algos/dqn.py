@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Optional
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +38,8 @@ from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.modules import Modules
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.plain_mlp import PlainLayers, plain_backward, plain_forward, plain_layers, plain_output, plain_step_allowed
+from ..optimizers.optimizers import DirectStep
 from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, optimizer_step, td_target
@@ -135,6 +137,34 @@ def _at_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
 
 
 @dataclasses.dataclass(frozen=True)
+class PlainQ:
+    """A one-critic mean Q-function of plain ReLU MLPs with its backward
+    written out (:mod:`offrl.models.plain_mlp`): the update's networks
+    (``q``, ``target``, ``optim``: recognised by identity, so swapped
+    networks are looked at anew), their layers (None: autograd), the
+    encoder modules whose hooks are checked each step, and the optimizer
+    step taking the gradients."""
+
+    q: nn.Module
+    target: nn.Module
+    optim: object
+    layers: Optional[PlainLayers]
+    target_layers: Optional[PlainLayers]
+    modules: List[nn.Module]
+    step: Optional[DirectStep]
+
+    @classmethod
+    def create(cls, q: nn.Module, target: nn.Module, optim: object) -> "PlainQ":
+        layers = plain_layers(q.encoder.encoder, q.head)
+        target_layers = layers if target is q else plain_layers(target.encoder.encoder, target.head, trainable=False)
+        params = [p for wb in layers for p in wb] if layers is not None else []
+        q_params = list(q.parameters())
+        if target_layers is None or len(params) != len(q_params) or any(a is not b for a, b in zip(params, q_params)):
+            return cls(q, target, optim, None, None, [], None)
+        return cls(q, target, optim, layers, target_layers, list(q.encoder.encoder.modules()), DirectStep(optim, params))
+
+
+@dataclasses.dataclass(frozen=True)
 class DQNModules(Modules):
     """DQN's Q-function ensemble, its target copy (None without a target
     network: NFQ) and their optimizer."""
@@ -195,7 +225,11 @@ class DQN(QLearningAlgoBase, config=DQNConfig):
 
     def _update_single(self, batch, grad_step: int) -> TrainStepResult:
         """:meth:`_update` for one mean critic and no importance weights:
-        the same loss on ``(B, A)`` values, with fewer ops."""
+        the same loss on ``(B, A)`` values, with fewer ops (and, for plain
+        ReLU MLPs on the CPU, no autograd graph: :meth:`_update_plain`)."""
+        plain = self._plain_q(batch.observations)
+        if plain is not None:
+            return self._update_plain(batch, grad_step, plain)
         q, targ = self._modules.q_function, self._target_q_function()
         with torch.no_grad():
             next_values = targ.single(batch.next_observations)  # (B, A)
@@ -211,11 +245,52 @@ class DQN(QLearningAlgoBase, config=DQNConfig):
         self._minimise(loss, grad_step)
         return TrainStepResult({"loss": loss.detach()}, None)
 
+    def _plain_q(self, x) -> Optional[PlainQ]:
+        """The written-out step's networks when this step can take it (one
+        mean critic and its target of plain ReLU MLPs, a float32 CPU step
+        with no hooks; see :mod:`offrl.models.plain_mlp`), else None."""
+        q, targ, optim = self._modules.q_function, self._target_q_function(), self._modules.optim
+        plain = self.__dict__.get("_plain")
+        if plain is None or plain.q is not q or plain.target is not targ or plain.optim is not optim:
+            plain = self._plain = PlainQ.create(q, targ, optim)
+        if plain.layers is None or not isinstance(x, torch.Tensor) or not x.is_cpu:
+            return None
+        return plain if plain_step_allowed(x, *plain.modules) else None
+
+    def _greedy_targets(self, batch, plain: PlainQ) -> torch.Tensor:
+        """``r + gamma^k (1 - d) Q_target(s', a*)`` by the plain layers, ``(B, 1)``; call without grad."""
+        next_values = plain_output(plain.target_layers, batch.next_observations)  # (B, A)
+        if self._double:
+            best = plain_output(plain.layers, batch.next_observations).argmax(dim=1, keepdim=True)
+            next_value = next_values.gather(1, best)
+        else:
+            next_value = next_values.max(dim=1, keepdim=True).values
+        return td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
+
+    def _update_plain(self, batch, grad_step: int, plain: PlainQ) -> TrainStepResult:
+        """:meth:`_update_single` with the backward written out: the Huber
+        loss's gradient with respect to the chosen actions' values is
+        ``clamp(Q(s, a) - y, -1, 1) / B`` (zero at the other actions), taken
+        back through the layers by :func:`~offrl.models.plain_mlp.plain_backward`."""
+        with torch.no_grad():
+            target = self._greedy_targets(batch, plain)
+            actions = (batch.actions if batch.actions.dtype == torch.int64 else batch.actions.long()).view(-1, 1)
+            inputs, values = plain_forward(plain.layers, batch.observations)
+            pred = values.gather(1, actions)
+            loss = F.smooth_l1_loss(pred, target, beta=1.0)
+            grad_pred = (pred - target).clamp_(-1.0, 1.0).mul_(1.0 / pred.shape[0])
+            plain.step(plain_backward(plain.layers, inputs, torch.zeros_like(values).scatter_(1, actions, grad_pred)))
+        self._copy_target(grad_step)
+        return TrainStepResult({"loss": loss}, None)
+
     def _minimise(self, loss: torch.Tensor, grad_step: int) -> None:
-        """One optimizer step on ``loss``, then the target network's copy
-        on steps that are multiples of ``target_update_interval`` (step 0
-        included, as d3rlpy)."""
+        """One optimizer step on ``loss``, then :meth:`_copy_target`."""
         optimizer_step(self._modules.optim, loss)
+        self._copy_target(grad_step)
+
+    def _copy_target(self, grad_step: int) -> None:
+        """The target network's copy on steps that are multiples of
+        ``target_update_interval`` (step 0 included, as d3rlpy)."""
         if self._has_target_network and grad_step % int(self._config.target_update_interval) == 0:
             hard_update(self._modules.targ_q_function, self._modules.q_function)
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import sys
 from typing import Any, List, Optional, Tuple
 
 import numpy as np
@@ -52,10 +51,11 @@ import torch
 from torch import nn
 
 from ..training.device import DeviceArg, parse_device
-from ..models.encoders import (DefaultEncoderFactory, EncoderFactory, VectorEncoder, VectorEncoderWithAction,
-                               compute_output_size)
-from ..models.layers import Linear, linear, linear_backward
-from ..optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
+from ..models.layers import Linear
+from ..models.plain_mlp import PlainLayers, plain_backward, plain_forward, plain_layers
+from ..optimizers import AdamFactory, OptimizerFactory
+from ..optimizers.optimizers import DirectStep
 from ._logged import LoggedData, logged_data
 from ._policies import (
     DEFAULT_BANDWIDTH,
@@ -228,117 +228,12 @@ def _value_at(net: _Head, x: torch.Tensor, actions: torch.Tensor) -> torch.Tenso
     return net(x, actions)
 
 
-_PlainLayers = List[Tuple[torch.Tensor, torch.Tensor]]
-
-
-def _plain_layers(net: _Head) -> Optional[_PlainLayers]:
+def _plain_layers(net: _Head) -> Optional[PlainLayers]:
     """``(weight, bias)`` of each layer, the head last, when ``net`` is a
-    plain ReLU MLP (offrl's vector encoder without normalisation or dropout:
-    the default one), whose backward :func:`_plain_backward` writes out;
-    None for any other network (it trains through autograd)."""
-    encoder = net.encoder
-    if type(encoder) is VectorEncoderWithAction:
-        if encoder.discrete_action:
-            return None
-    elif type(encoder) is not VectorEncoder:
-        return None
-    modules = list(encoder.mlp.layers)
-    if not modules or len(modules) % 2:
-        return None
-    linears, activations = modules[0::2] + [net.head], modules[1::2]
-    if not all(type(m) in (Linear, nn.Linear) and m.bias is not None for m in linears):
-        return None
-    if not all(type(m) is nn.ReLU for m in activations):
-        return None
-    if any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks for m in net.modules()):
-        return None
-    return [(m.weight, m.bias) for m in linears]
-
-
-def _plain_forward(layers: _PlainLayers, x: torch.Tensor) -> Tuple[List[torch.Tensor], torch.Tensor]:
-    """The inputs of each layer (what its backward needs) and the output,
-    by :func:`~offrl.models.layers.linear`'s products (those of the
-    modules); call without grad."""
-    inputs = [x]
-    for weight, bias in layers[:-1]:
-        inputs.append(linear(inputs[-1], weight, bias).relu_())
-    weight, bias = layers[-1]
-    return inputs, linear(inputs[-1], weight, bias)
-
-
-def _plain_backward(layers: _PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor) -> List[torch.Tensor]:
-    """The parameters' gradients (the order of :func:`_plain_layers`,
-    weight then bias) given the output's ``grad``: each layer's products by
-    :func:`~offrl.models.layers.linear_backward`, ReLU's by its output's sign
-    (as autograd computes an in-place ReLU's)."""
-    grads: List[torch.Tensor] = []
-    for i in range(len(layers) - 1, -1, -1):
-        grad_x, grad_w, grad_b = linear_backward(grad, inputs[i], layers[i][0], input_grad=i > 0)
-        grads += [grad_b, grad_w]
-        if i > 0:
-            grad = torch.ops.aten.threshold_backward(grad_x, inputs[i], 0)
-    return grads[::-1]
-
-
-_OPTIMIZER_MODULE = sys.modules[torch.optim.Optimizer.__module__]  # where torch keeps the global step hooks
-
-
-class _Stepper:
-    """One optimizer step from gradients given as tensors (no ``.grad``
-    kept between steps). For a plain fused Adam on the CPU (what
-    :class:`AdamFactory` builds: fused, one parameter group, no clipping,
-    scheduler, hooks, AMSGrad, ...) with its state initialised, torch's fused Adam kernel is
-    called on the optimizer's own state (as ``Adam.step`` does, less ~25 us
-    of its bookkeeping per call); otherwise the gradients become ``.grad``
-    and the optimizer steps."""
-
-    def __init__(self, wrapper: Any, params: List[nn.Parameter]) -> None:
-        self.wrapper = wrapper
-        self.params = params
-        self._state: Optional[Tuple[List[torch.Tensor], ...]] = None
-        optim = getattr(wrapper, "optim", None)
-        group = optim.param_groups[0] if optim is not None and len(optim.param_groups) == 1 else {}
-        self._fusable = (
-            type(wrapper) is OptimizerWrapper and wrapper.clip_grad_norm is None and type(optim) is torch.optim.Adam
-            and hasattr(torch, "_fused_adam_") and group.get("fused") is True
-            and not any(group.get(k) for k in ("amsgrad", "maximize", "capturable", "differentiable",
-                                               "decoupled_weight_decay"))
-            and len(group["params"]) == len(params) and all(a is b for a, b in zip(group["params"], params))
-            and all(p.device.type == "cpu" for p in params)  # measured there; other devices step through Adam
-        )
-
-    def _fused_state(self) -> Optional[Tuple[List[torch.Tensor], ...]]:
-        optim = self.wrapper.optim
-        hooks = (getattr(optim, "_optimizer_step_pre_hooks", None), getattr(optim, "_optimizer_step_post_hooks", None),
-                 getattr(_OPTIMIZER_MODULE, "_global_optimizer_pre_hooks", None),
-                 getattr(_OPTIMIZER_MODULE, "_global_optimizer_post_hooks", None))
-        if any(h is None or len(h) for h in hooks):  # a hook to run, or a torch that keeps them elsewhere
-            return None
-        group = optim.param_groups[0]
-        if not all(isinstance(group[k], float) for k in ("lr", "eps", "weight_decay")) or not all(
-                isinstance(beta, float) for beta in group["betas"]):
-            return None
-        states = [optim.state.get(p) for p in self.params]
-        if not all(s and isinstance(s.get("step"), torch.Tensor) for s in states):
-            return None  # before the first step: the optimizer initialises its state
-        return ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states])
-
-    def __call__(self, grads: List[torch.Tensor]) -> None:
-        state = self._fused_state() if self._fusable else None
-        if state is None:
-            for p, g in zip(self.params, grads):
-                p.grad = g
-            self.wrapper.step()
-            for p in self.params:
-                p.grad = None
-            return
-        exp_avgs, exp_avg_sqs, steps = state
-        group = self.wrapper.optim.param_groups[0]
-        beta1, beta2 = group["betas"]
-        torch._foreach_add_(steps, 1)
-        torch._fused_adam_(self.params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"],
-                           beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
-                           maximize=False, grad_scale=None, found_inf=None)
+    plain ReLU MLP (the default vector encoder; see
+    :func:`~offrl.models.plain_mlp.plain_layers`); None for any other
+    network (it trains through autograd)."""
+    return plain_layers(net.encoder, net.head)
 
 
 class DensityRatioModel:
@@ -368,8 +263,8 @@ class DensityRatioModel:
         nu_layers, zeta_layers = _plain_layers(self.nu), _plain_layers(self.zeta)
         self._plain = None if nu_layers is None or zeta_layers is None else (nu_layers, zeta_layers)
         if self._plain is not None:
-            self._nu_step = _Stepper(self._nu_optim, [t for layer in nu_layers for t in layer])
-            self._zeta_step = _Stepper(self._zeta_optim, [t for layer in zeta_layers for t in layer])
+            self._nu_step = DirectStep(self._nu_optim, [t for layer in nu_layers for t in layer], keep_grads=False)
+            self._zeta_step = DirectStep(self._zeta_optim, [t for layer in zeta_layers for t in layer], keep_grads=False)
         self.losses: List[Tuple[int, float]] = []
         self._action_ids = torch.arange(self.action_size, device=device)
         #: ``zeta`` averaged over the last ``config.average_fraction`` of training (what :meth:`ratios` uses)
@@ -427,8 +322,8 @@ class DensityRatioModel:
                       initial_policy: torch.Tensor) -> torch.Tensor:
         """:meth:`update` for plain ReLU MLPs: :meth:`loss`'s forward with
         each layer's inputs kept, then ``J``'s gradients (``zeta``'s
-        reversed) through both networks by :func:`_plain_backward`, and one
-        step per player (:class:`_Stepper`). The same values as autograd's
+        reversed) through both networks by :func:`~offrl.models.plain_mlp.plain_backward`, and one
+        step per player (:class:`~offrl.optimizers.optimizers.DirectStep`). The same values as autograd's
         up to the summation order inside a product (a test holds it to it)."""
         b = observations.shape[0]
         if next_observations.shape[0] != b or not_last.shape[0] != b:
@@ -440,15 +335,15 @@ class DensityRatioModel:
         if self.discrete:
             indicator = (actions.view(-1, 1) == self._action_ids).to(next_policy.dtype)
             weights = torch.cat([indicator, next_policy, initial_policy])
-            nu_inputs, nu_out = _plain_forward(nu_layers, x)
+            nu_inputs, nu_out = plain_forward(nu_layers, x)
             nu_values = (nu_out * weights).sum(dim=1)
-            zeta_inputs, zeta_out = _plain_forward(zeta_layers, x[:b])
+            zeta_inputs, zeta_out = plain_forward(zeta_layers, x[:b])
             zeta = zeta_out.gather(1, actions.view(-1, 1)).view(-1)
         else:
             x = torch.cat([x, torch.cat([actions, next_policy, initial_policy])], dim=1)
-            nu_inputs, nu_out = _plain_forward(nu_layers, x)
+            nu_inputs, nu_out = plain_forward(nu_layers, x)
             nu_values = nu_out.view(-1)
-            zeta_inputs, zeta_out = _plain_forward(zeta_layers, x[:b])  # zeta's (s, a): nu's first b rows
+            zeta_inputs, zeta_out = plain_forward(zeta_layers, x[:b])  # zeta's (s, a): nu's first b rows
             zeta = zeta_out.view(-1)
         j, residual = _objective(nu_values, zeta, not_last, self.gamma)
         grad_nu, grad_zeta = _objective_grads(1.0, zeta, residual, not_last, self.gamma, x.shape[0] - 2 * b, True)
@@ -456,8 +351,8 @@ class DensityRatioModel:
             grad_nu_out, grad_zeta_out = grad_nu.view(-1, 1) * weights, indicator * grad_zeta.view(-1, 1)
         else:
             grad_nu_out, grad_zeta_out = grad_nu.view(-1, 1), grad_zeta.view(-1, 1)
-        nu_grads = _plain_backward(nu_layers, nu_inputs, grad_nu_out)
-        zeta_grads = _plain_backward(zeta_layers, zeta_inputs, grad_zeta_out)
+        nu_grads = plain_backward(nu_layers, nu_inputs, grad_nu_out)
+        zeta_grads = plain_backward(zeta_layers, zeta_inputs, grad_zeta_out)
         self._nu_step(nu_grads)
         self._zeta_step(zeta_grads)
         return j

@@ -150,6 +150,10 @@ class ScheduledOptimizerWrapper:
             self._wrapper.load_state_dict(state)
 
     def __getattr__(self, name: str) -> Any:
+        # only reached for names not set on this object; while copy / pickle
+        # rebuild it, ``_wrapper`` itself is not set yet
+        if name == "_wrapper":
+            raise AttributeError(name)
         return getattr(self._wrapper, name)
 
 

@@ -309,37 +309,6 @@ def test_the_written_out_update_with_adam_follows_the_autograd_update(discrete):
         assert all(int(s["step"]) == 5 for s in optim.optim.state.values())
 
 
-def test_the_direct_fused_adam_step_is_adams_own_step():
-    from offrl.models.optimizers import AdamFactory
-    from offrl.ope.density_ratio import _Stepper
-
-    torch.manual_seed(0)
-    nets = [torch.nn.Linear(6, 4) for _ in range(2)]
-    nets[1].load_state_dict(nets[0].state_dict())
-    factory = AdamFactory(weight_decay=1e-3)
-    wrappers = [factory.create(list(n.named_parameters()), lr=1e-2) for n in nets]
-    stepper = _Stepper(wrappers[0], list(nets[0].parameters()))
-    assert stepper._fusable
-    g = torch.Generator().manual_seed(3)
-    for _ in range(4):
-        grads = [torch.randn(p.shape, generator=g) for p in nets[0].parameters()]
-        stepper(grads)
-        for p, grad in zip(nets[1].parameters(), grads):
-            p.grad = grad.clone()
-        wrappers[1].step()
-    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
-        assert torch.equal(a, b)
-    for pa, pb in zip(nets[0].parameters(), nets[1].parameters()):
-        sa, sb = wrappers[0].optim.state[pa], wrappers[1].optim.state[pb]
-        assert torch.equal(sa["exp_avg"], sb["exp_avg"]) and torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
-        assert int(sa["step"]) == int(sb["step"]) == 4
-    # anything but a plain fused Adam steps through the optimizer
-    assert not _Stepper(AdamFactory(clip_grad_norm=1.0).create(list(nets[0].named_parameters()), lr=1e-2),
-                        list(nets[0].parameters()))._fusable
-    assert not _Stepper(OptimizerFactory("SGD").create(list(nets[0].named_parameters()), lr=1e-2),
-                        list(nets[0].parameters()))._fusable
-
-
 @pytest.mark.parametrize("factory", [VectorEncoderFactory([8], activation="tanh"),
                                      VectorEncoderFactory([8], use_batch_norm=True),
                                      VectorEncoderFactory([8], dropout_rate=0.1)])

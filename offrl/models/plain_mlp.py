@@ -1,0 +1,140 @@
+"""Plain ReLU MLPs trained with their backward pass written out.
+
+A small network's update on a CPU is bound by per-op costs, not arithmetic:
+for DQN's default 256-256 Q-network at batch 32, autograd's graph (recording,
+the engine's walk, gradient accumulation) and ``Optimizer.step``'s
+bookkeeping are about a third of the update. When a network is a *plain*
+ReLU MLP (offrl's vector encoder without normalisation, dropout or hooks,
+then a linear head: the default), its forward pass can run without autograd
+keeping each layer's input (:func:`plain_forward`), and each layer's
+gradients come from the same products autograd's backward would use
+(:func:`plain_backward`, through
+:func:`~offrl.models.layers.linear_backward`); the caller writes out the
+gradient of its loss with respect to the network's output, which for the
+losses of DQN-style updates is a few element-wise ops, and steps the
+optimizer with :class:`~offrl.optimizers.optimizers.DirectStep`.
+
+Any other network, a forward hook on one of its modules, autocast
+(``precision="bf16-mixed"``), ``torch.compile`` tracing or
+:func:`plain_backward_enabled(False) <plain_backward_enabled>` makes
+:func:`plain_layers` / :func:`plain_step_allowed` say no, and the caller
+trains through autograd: the two paths give the same values up to the
+summation order inside a product (tests compare them).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Optional, Tuple
+
+import torch
+from torch import nn
+from torch.nn.modules import module as _module_globals
+
+from .layers import Linear, linear, linear_backward
+from .torch.encoders import VectorEncoder, VectorEncoderWithAction
+
+__all__ = ["PlainLayers", "plain_layers", "plain_forward", "plain_backward", "plain_backward_enabled",
+           "plain_step_allowed"]
+
+#: ``(weight, bias)`` of each linear layer in order, the head last; ReLU between them
+PlainLayers = List[Tuple[torch.Tensor, torch.Tensor]]
+
+_STATE = {"enabled": True}
+
+
+def plain_backward_enabled(enabled: Optional[bool] = None) -> bool:
+    """Whether networks that qualify train with their backward written out;
+    with ``enabled`` given, switch it first (for tests and benchmarks that
+    compare it with autograd's)."""
+    if enabled is not None:
+        _STATE["enabled"] = bool(enabled)
+    return _STATE["enabled"]
+
+
+def _hook_free(modules: Iterable[nn.Module]) -> bool:
+    """No forward, pre-forward or backward hook on ``modules``, and no global
+    module hook (a hook expects the module to be called)."""
+    if (_module_globals._global_forward_hooks or _module_globals._global_forward_pre_hooks
+            or _module_globals._global_backward_hooks or _module_globals._global_backward_pre_hooks):
+        return False
+    return not any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                   for m in modules)
+
+
+def plain_layers(encoder: nn.Module, head: nn.Linear, trainable: bool = True) -> Optional[PlainLayers]:
+    """``(weight, bias)`` of ``encoder``'s layers and then ``head``'s, when
+    ``encoder`` is offrl's :class:`VectorEncoder` (or
+    :class:`VectorEncoderWithAction` with continuous actions: the caller
+    concatenates the action) made of linear layers each followed by ReLU, and
+    ``head`` a linear layer with a bias (its weight and bias are used as
+    ``nn.Linear``'s), all parameters float32 and trainable, no hooks; else
+    None (the network trains through autograd). ``trainable=False`` (a
+    target network, only run forward) does not ask for trainable parameters."""
+    if type(encoder) is VectorEncoderWithAction:
+        if encoder.discrete_action:
+            return None
+    elif type(encoder) is not VectorEncoder:
+        return None
+    modules = list(encoder.mlp.layers)
+    if not modules or len(modules) % 2:
+        return None
+    linears, activations = modules[0::2] + [head], modules[1::2]
+    if not all(type(m) in (Linear, nn.Linear) for m in linears[:-1]) or not isinstance(head, nn.Linear):
+        return None
+    if not all(m.bias is not None for m in linears) or not all(type(m) is nn.ReLU for m in activations):
+        return None
+    params = [t for m in linears for t in (m.weight, m.bias)]
+    if not all(p.dtype == torch.float32 and (p.requires_grad or not trainable) for p in params):
+        return None
+    if not _hook_free(list(encoder.modules()) + [head]):
+        return None
+    return [(m.weight, m.bias) for m in linears]
+
+
+def plain_step_allowed(x: torch.Tensor, *modules: nn.Module) -> bool:
+    """Whether a written-out step may run now on input ``x``: switched on,
+    a 2-D float32 ``x`` (what the vector encoder takes without reshaping),
+    outside autocast and ``torch.compile`` tracing, and no hook added to
+    ``modules`` since :func:`plain_layers` looked."""
+    return (
+        _STATE["enabled"]
+        and isinstance(x, torch.Tensor)
+        and x.dim() == 2
+        and x.dtype == torch.float32
+        and not torch.is_autocast_enabled(x.device.type)
+        and not torch.compiler.is_compiling()
+        and _hook_free(modules)
+    )
+
+
+def plain_forward(layers: PlainLayers, x: torch.Tensor) -> Tuple[List[torch.Tensor], torch.Tensor]:
+    """Each layer's input (``x`` first, then the ReLU outputs) and the head's
+    output, by :func:`~offrl.models.layers.linear`'s products (those of the
+    modules); call without grad."""
+    inputs = [x]
+    for weight, bias in layers[:-1]:
+        inputs.append(linear(inputs[-1], weight, bias).relu_())
+    weight, bias = layers[-1]
+    return inputs, linear(inputs[-1], weight, bias)
+
+
+def plain_output(layers: PlainLayers, x: torch.Tensor) -> torch.Tensor:
+    """The head's output only (no inputs kept); call without grad."""
+    for weight, bias in layers[:-1]:
+        x = linear(x, weight, bias).relu_()
+    weight, bias = layers[-1]
+    return linear(x, weight, bias)
+
+
+def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor) -> List[torch.Tensor]:
+    """The parameters' gradients (weight then bias of each layer, in
+    :func:`plain_layers`' order) given the output's ``grad``: each layer's
+    products by :func:`~offrl.models.layers.linear_backward`, ReLU's by its
+    output's sign (as autograd computes an in-place ReLU's)."""
+    grads: List[torch.Tensor] = []
+    for i in range(len(layers) - 1, -1, -1):
+        grad_x, grad_w, grad_b = linear_backward(grad, inputs[i], layers[i][0], input_grad=i > 0)
+        grads += [grad_b, grad_w]
+        if i > 0:
+            grad = torch.ops.aten.threshold_backward(grad_x, inputs[i], 0)
+    return grads[::-1]

@@ -1,0 +1,241 @@
+"""DQN, DoubleDQN, NFQ and DiscreteCQL with their backward written out
+(``offrl.models.plain_mlp``): the same losses, gradients, weights and
+optimizer state as the autograd update, and autograd wherever the written-out
+step does not apply (other networks, hooks, bf16, clipping, schedulers,
+replaced optimizer steps)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import offrl
+from offrl.dataset import TransitionMiniBatch
+from offrl.models import QRQFunctionFactory, VectorEncoderFactory
+from offrl.models import plain_mlp
+from offrl.optimizers import AdamFactory, CosineAnnealingLRFactory, OptimizerFactory
+
+NAMES = ["DQNConfig", "DoubleDQNConfig", "NFQConfig", "DiscreteCQLConfig"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_switch():
+    yield
+    plain_mlp.plain_backward_enabled(True)
+
+
+def random_batch(rng: np.random.Generator, n: int, obs_dim: int, n_actions: int,
+                 action_dtype=np.int64) -> TransitionMiniBatch:
+    return TransitionMiniBatch(
+        observations=rng.normal(size=(n, obs_dim)).astype(np.float32),
+        actions=rng.integers(0, n_actions, size=(n, 1)).astype(action_dtype),
+        rewards=rng.normal(scale=3.0, size=(n, 1)).astype(np.float32),
+        next_observations=rng.normal(size=(n, obs_dim)).astype(np.float32),
+        next_actions=np.zeros((n, 1), dtype=np.int64),
+        terminals=(rng.random((n, 1)) < 0.2).astype(np.float32),
+        intervals=rng.integers(1, 4, size=(n, 1)).astype(np.float32),
+    )
+
+
+def make(name: str, hidden=(32, 16), **kwargs):
+    cls = getattr(offrl.algos, name)
+    if name != "NFQConfig":
+        kwargs.setdefault("target_update_interval", 3)
+    config = cls(encoder_factory=VectorEncoderFactory(hidden_units=list(hidden)), learning_rate=1e-2, **kwargs)
+    offrl.seed(0)
+    algo = config.create()
+    algo.create_impl((5,), 4)
+    return algo
+
+
+def counting_backward(monkeypatch) -> dict:
+    """Counts the written-out backward passes of the algorithms' modules."""
+    calls = {"n": 0}
+    original = plain_mlp.plain_backward
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("offrl.algos.dqn.plain_backward", counted)
+    monkeypatch.setattr("offrl.algos.cql.plain_backward", counted)
+    return calls
+
+
+def run_both(plain, autograd, batches):
+    """Steps both copies on the same batches: the written-out path on
+    ``plain``, autograd on ``autograd``; the losses of each step."""
+    out = []
+    for batch in batches:
+        plain_mlp.plain_backward_enabled(True)
+        a = plain.update(batch)
+        plain_mlp.plain_backward_enabled(False)
+        b = autograd.update(batch)
+        out.append((a, b))
+    plain_mlp.plain_backward_enabled(True)
+    return out
+
+
+def assert_same_state(plain, autograd, rtol=1e-5, atol=1e-6, weights=True):
+    """The same weights (``weights``), gradients and Adam moments."""
+    for key in ("q_function", "targ_q_function") if weights else ():
+        if key not in plain.modules:
+            continue
+        for a, b in zip(plain.modules[key].parameters(), autograd.modules[key].parameters()):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+    q_a, q_b = plain.modules["q_function"], autograd.modules["q_function"]
+    for a, b in zip(q_a.parameters(), q_b.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)  # .grad kept as after backward()
+        sa, sb = plain.optimizers["optim"].optim.state[a], autograd.optimizers["optim"].optim.state[b]
+        assert int(sa["step"]) == int(sb["step"])
+        torch.testing.assert_close(sa["exp_avg"], sb["exp_avg"], rtol=rtol, atol=atol)
+        torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_written_out_steps_follow_the_autograd_steps(name, monkeypatch):
+    calls = counting_backward(monkeypatch)
+    plain = make(name)
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(1)
+    batches = [random_batch(rng, 32, 5, 4) for _ in range(8)]  # target copies at steps 0, 3, 6
+    for step, (a, b) in enumerate(run_both(plain, autograd, batches)):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), (step, k)
+    assert calls["n"] == 8
+    assert_same_state(plain, autograd)
+    if name != "NFQConfig":  # the target copied after step 6, as autograd's
+        for a, b in zip(plain.modules["targ_q_function"].parameters(), plain.modules["q_function"].parameters()):
+            assert not torch.equal(a, b)
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(NAMES), seed=st.integers(0, 2**16), n=st.integers(1, 40),
+       hidden=st.lists(st.integers(1, 40), min_size=1, max_size=3), gamma=st.floats(0.0, 1.0),
+       alpha=st.floats(0.0, 5.0), int32=st.booleans())
+def test_one_written_out_step_equals_autograd_on_random_problems(name, seed, n, hidden, gamma, alpha, int32):
+    kwargs = {"gamma": gamma}
+    if name == "DiscreteCQLConfig":
+        kwargs["alpha"] = alpha
+    plain = make(name, hidden=hidden, **kwargs)
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(seed)
+    batch = random_batch(rng, n, 5, 4, np.int32 if int32 else np.int64)
+    ((a, b),) = run_both(plain, autograd, [batch])
+    for k in a:
+        assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), k
+    # not the weights: Adam's first step is lr * g / (|g| + eps), so a gradient near eps (a 1-unit layer's)
+    # moves a weight by a visibly different amount for the last bit of g
+    assert_same_state(plain, autograd, weights=False)
+
+
+@pytest.mark.parametrize("factory", [
+    VectorEncoderFactory([16], use_layer_norm=True),
+    VectorEncoderFactory([16], use_batch_norm=True),
+    VectorEncoderFactory([16], dropout_rate=0.1),
+    VectorEncoderFactory([16], activation="tanh"),
+    VectorEncoderFactory([16, 8], exclude_last_activation=True),
+])
+def test_other_networks_train_through_autograd(factory, monkeypatch):
+    calls = counting_backward(monkeypatch)
+    algo = offrl.algos.DQNConfig(encoder_factory=factory).create()
+    algo.create_impl((5,), 4)
+    algo.update(random_batch(np.random.default_rng(0), 8, 5, 4))
+    assert calls["n"] == 0
+    assert algo._plain.layers is None
+
+
+@pytest.mark.parametrize("kwargs", [{"n_critics": 2}, {"q_func_factory": QRQFunctionFactory(n_quantiles=4)}])
+def test_ensembles_and_distributions_train_through_autograd(kwargs, monkeypatch):
+    calls = counting_backward(monkeypatch)
+    algo = make("DiscreteCQLConfig", **kwargs)
+    algo.update(random_batch(np.random.default_rng(0), 8, 5, 4))
+    assert calls["n"] == 0
+
+
+def test_a_forward_hook_added_after_building_is_honoured(monkeypatch):
+    calls = counting_backward(monkeypatch)
+    algo = make("DQNConfig")
+    batch = random_batch(np.random.default_rng(0), 8, 5, 4)
+    algo.update(batch)
+    assert calls["n"] == 1
+    seen = []
+    layer = algo.modules["q_function"].encoder.encoder.mlp.layers[0]
+    handle = layer.register_forward_hook(lambda module, inputs, output: seen.append(output.shape[0]))
+    algo.update(batch)
+    assert calls["n"] == 1 and seen  # autograd's step: the hook ran
+    handle.remove()
+    algo.update(batch)
+    assert calls["n"] == 2
+
+
+def test_bf16_mixed_steps_through_autograd(monkeypatch):
+    from offrl.training import precision
+
+    precision.set_bf16_available(True)
+    try:
+        calls = counting_backward(monkeypatch)
+        algo = make("DQNConfig", precision="bf16-mixed")
+        algo.update(random_batch(np.random.default_rng(0), 8, 5, 4))
+        assert algo.precision == "bf16-mixed" and calls["n"] == 0
+    finally:
+        precision.set_bf16_available(None)
+
+
+# torch's scheduler warns that the optimizer's step was replaced when the algorithm is copied before its first step
+@pytest.mark.filterwarnings("ignore:Seems like `optimizer.step\\(\\)` has been overridden")
+@pytest.mark.parametrize("optim_factory", [
+    AdamFactory(clip_grad_norm=0.05),
+    AdamFactory(lr_scheduler_factory=CosineAnnealingLRFactory(T_max=4)),
+    OptimizerFactory("SGD", momentum=0.9),
+    OptimizerFactory("RMSprop"),
+])
+def test_optimizers_the_direct_step_cannot_take_step_as_their_own(optim_factory):
+    # clipping, schedulers and other optimizers step through the optimizer wrapper: the same weights as autograd's
+    plain = make("DiscreteCQLConfig", optim_factory=optim_factory)
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(2)
+    run_both(plain, autograd, [random_batch(rng, 16, 5, 4) for _ in range(5)])
+    if isinstance(optim_factory, AdamFactory):
+        assert_same_state(plain, autograd)
+    for a, b in zip(plain.modules["q_function"].parameters(), autograd.modules["q_function"].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    lr = [w.optim.param_groups[0]["lr"] for w in (plain.optimizers["optim"], autograd.optimizers["optim"])]
+    assert lr[0] == lr[1]
+
+
+def test_a_replaced_optimizer_step_is_called(monkeypatch):
+    # torchrun's gradient averaging replaces the wrapper's step on the instance
+    calls = counting_backward(monkeypatch)
+    algo = make("DQNConfig")
+    wrapper = algo.optimizers["optim"]
+    stepped = []
+    original = type(wrapper).step.__get__(wrapper)
+
+    def averaged():
+        stepped.append([p.grad.clone() for p in algo.modules["q_function"].parameters()])
+        original()
+
+    batch = random_batch(np.random.default_rng(0), 8, 5, 4)
+    algo.update(batch)  # the optimizer's state exists: the direct fused step could run
+    wrapper.step = averaged
+    algo.update(batch)
+    assert calls["n"] == 2 and len(stepped) == 1
+
+
+def test_swapped_networks_are_looked_at_anew():
+    algo = make("DQNConfig")
+    batch = random_batch(np.random.default_rng(0), 8, 5, 4)
+    algo.update(batch)
+    first = algo._plain
+    algo.update(batch)  # the same networks: the same holder
+    assert algo._plain is first
+    algo.create_impl((5,), 4)  # new networks
+    algo.update(batch)
+    assert algo._plain is not first and algo._plain.q is algo.modules["q_function"]
