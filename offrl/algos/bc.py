@@ -29,7 +29,7 @@ probabilities) instead (docs/COMPATIBILITY.md). Greedy action
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Union
+from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import nn
@@ -39,6 +39,7 @@ from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.modules import Modules
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
+from ..models.plain_mlp import PlainNetwork, plain_backward, plain_forward
 from ..models.policies import ArgmaxPolicy, CategoricalPolicy, DeterministicPolicy, GreedyNormalPolicy, NormalPolicy
 from ..serialization import register
 from ._common import optimizer_step
@@ -104,6 +105,18 @@ class BCModules(Modules):
     optim: OptimizerWrapper
 
 
+def plain_policy(algo: Any, x: Any) -> Optional[PlainNetwork]:
+    """``algo``'s policy (an encoder and a linear ``fc`` head) as a plain
+    ReLU MLP whose step can be written out now (see
+    :mod:`offrl.models.plain_mlp`), else None (autograd)."""
+    policy, optim = algo._modules.policy, algo._modules.optim
+    plain = algo.__dict__.get("_plain")
+    if plain is None or not plain.matches(policy, optim):
+        # the autograd step calls the policy and its head as modules
+        plain = algo._plain = PlainNetwork.create(policy, policy.encoder, policy.fc, optim, called=(policy, policy.fc))
+    return plain if plain.usable(x) else None
+
+
 class BC(QLearningAlgoBase, config=BCConfig):
     """Behaviour cloning for continuous actions (see the module docstring)."""
 
@@ -139,9 +152,26 @@ class BC(QLearningAlgoBase, config=BCConfig):
         return ((policy(batch.observations) - batch.actions) ** 2).mean()
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        plain = None if self._stochastic else plain_policy(self, batch.observations)
+        if plain is not None:
+            return self._update_plain(batch, plain)
         loss = self._loss(batch)
         optimizer_step(self._modules.optim, loss)
         return {"loss": loss.detach()}
+
+    def _update_plain(self, batch, plain: PlainNetwork) -> Dict[str, torch.Tensor]:
+        """The deterministic policy's step with the backward written out:
+        ``a_hat = tanh(z)``, and the loss ``mean((a_hat - a)^2)`` has the
+        gradient ``2 (a_hat - a) (1 - a_hat^2) / n`` with respect to ``z``
+        (``n`` = batch size x action size)."""
+        with torch.no_grad():
+            inputs, z = plain_forward(plain.layers, batch.observations)
+            predicted = torch.tanh(z)
+            error = predicted - batch.actions
+            loss = (error**2).mean()
+            grad = error.mul_(2.0 / error.numel()).mul_(1.0 - predicted * predicted)
+            plain.step(plain_backward(plain.layers, inputs, grad))
+        return {"loss": loss}
 
     def _predict(self, x) -> torch.Tensor:
         policy = self._modules.policy
@@ -249,7 +279,26 @@ class DiscreteBC(CategoricalPolicyBase, config=DiscreteBCConfig):
         return cross_entropy + float(self._config.beta) * (logits**2).mean()
 
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
+        plain = plain_policy(self, batch.observations)
+        if plain is not None:
+            return self._update_plain(batch, plain)
         loss = self._loss(batch)
         optimizer_step(self._modules.optim, loss)
         return {"loss": loss.detach()}
+
+    def _update_plain(self, batch, plain: PlainNetwork) -> Dict[str, torch.Tensor]:
+        """:meth:`_update` with the backward written out: the loss's gradient
+        with respect to the logits is ``(softmax(logits) - onehot(a)) / B +
+        2 beta logits / (B x actions)``."""
+        beta = float(self._config.beta)
+        with torch.no_grad():
+            inputs, logits = plain_forward(plain.layers, batch.observations)
+            actions = batch.actions.reshape(-1).long()
+            loss = F.cross_entropy(logits, actions) + beta * (logits**2).mean()
+            n = logits.shape[0]
+            grad = torch.softmax(logits, dim=1).mul_(1.0 / n)
+            grad.scatter_add_(1, actions.view(-1, 1), grad.new_full((n, 1), -1.0 / n))
+            grad.add_(logits, alpha=2.0 * beta / logits.numel())
+            plain.step(plain_backward(plain.layers, inputs, grad))
+        return {"loss": loss}
 

@@ -38,8 +38,7 @@ from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.modules import Modules
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
-from ..models.plain_mlp import PlainLayers, plain_backward, plain_forward, plain_layers, plain_output, plain_step_allowed
-from ..optimizers.optimizers import DirectStep
+from ..models.plain_mlp import PlainLayers, PlainNetwork, plain_backward, plain_forward, plain_layers, plain_output
 from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, optimizer_step, td_target
@@ -139,29 +138,26 @@ def _at_actions(values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
 @dataclasses.dataclass(frozen=True)
 class PlainQ:
     """A one-critic mean Q-function of plain ReLU MLPs with its backward
-    written out (:mod:`offrl.models.plain_mlp`): the update's networks
-    (``q``, ``target``, ``optim``: recognised by identity, so swapped
-    networks are looked at anew), their layers (None: autograd), the
-    encoder modules whose hooks are checked each step, and the optimizer
-    step taking the gradients."""
+    written out (:mod:`offrl.models.plain_mlp`): the trained network and
+    the target network's layers (the online network's without a target)."""
 
-    q: nn.Module
+    online: PlainNetwork
     target: nn.Module
-    optim: object
-    layers: Optional[PlainLayers]
     target_layers: Optional[PlainLayers]
-    modules: List[nn.Module]
-    step: Optional[DirectStep]
 
     @classmethod
     def create(cls, q: nn.Module, target: nn.Module, optim: object) -> "PlainQ":
-        layers = plain_layers(q.encoder.encoder, q.head)
-        target_layers = layers if target is q else plain_layers(target.encoder.encoder, target.head, trainable=False)
-        params = [p for wb in layers for p in wb] if layers is not None else []
-        q_params = list(q.parameters())
-        if target_layers is None or len(params) != len(q_params) or any(a is not b for a, b in zip(params, q_params)):
-            return cls(q, target, optim, None, None, [], None)
-        return cls(q, target, optim, layers, target_layers, list(q.encoder.encoder.modules()), DirectStep(optim, params))
+        # the single-critic path calls the encoder as a module and the head's weights directly
+        online = PlainNetwork.create(q, q.encoder.encoder, q.head, optim)
+        target_layers = online.layers if target is q else plain_layers(target.encoder.encoder, target.head, trainable=False)
+        return cls(online, target, target_layers)
+
+    @property
+    def layers(self) -> Optional[PlainLayers]:
+        return self.online.layers if self.target_layers is not None else None
+
+    def step(self, grads: List[torch.Tensor]) -> None:
+        self.online.step(grads)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,11 +247,9 @@ class DQN(QLearningAlgoBase, config=DQNConfig):
         with no hooks; see :mod:`offrl.models.plain_mlp`), else None."""
         q, targ, optim = self._modules.q_function, self._target_q_function(), self._modules.optim
         plain = self.__dict__.get("_plain")
-        if plain is None or plain.q is not q or plain.target is not targ or plain.optim is not optim:
+        if plain is None or not plain.online.matches(q, optim) or plain.target is not targ:
             plain = self._plain = PlainQ.create(q, targ, optim)
-        if plain.layers is None or not isinstance(x, torch.Tensor) or not x.is_cpu:
-            return None
-        return plain if plain_step_allowed(x, *plain.modules) else None
+        return plain if plain.target_layers is not None and plain.online.usable(x) else None
 
     def _greedy_targets(self, batch, plain: PlainQ) -> torch.Tensor:
         """``r + gamma^k (1 - d) Q_target(s', a*)`` by the plain layers, ``(B, 1)``; call without grad."""

@@ -24,17 +24,19 @@ summation order inside a product (tests compare them).
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional, Tuple
+import dataclasses
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 from torch.nn.modules import module as _module_globals
 
+from ..optimizers.optimizers import DirectStep
 from .layers import Linear, linear, linear_backward
 from .torch.encoders import VectorEncoder, VectorEncoderWithAction
 
-__all__ = ["PlainLayers", "plain_layers", "plain_forward", "plain_backward", "plain_backward_enabled",
-           "plain_step_allowed"]
+__all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_forward", "plain_output", "plain_backward",
+           "plain_backward_enabled", "plain_step_allowed"]
 
 #: ``(weight, bias)`` of each linear layer in order, the head last; ReLU between them
 PlainLayers = List[Tuple[torch.Tensor, torch.Tensor]]
@@ -138,3 +140,39 @@ def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.
         if i > 0:
             grad = torch.ops.aten.threshold_backward(grad_x, inputs[i], 0)
     return grads[::-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlainNetwork:
+    """A trained network's plain layers (None: it trains through autograd),
+    the modules whose hooks are checked at each step, and the optimizer step
+    taking its gradients; ``network`` and ``optim`` identify it (an
+    algorithm whose networks were swapped looks at the new ones anew)."""
+
+    network: nn.Module
+    optim: Any
+    layers: Optional[PlainLayers]
+    modules: List[nn.Module]
+    step: Optional[DirectStep]
+
+    @classmethod
+    def create(cls, network: nn.Module, encoder: nn.Module, head: nn.Linear, optim: Any,
+               called: Sequence[nn.Module] = ()) -> "PlainNetwork":
+        """``network``'s layers when it is ``encoder`` then ``head`` (see
+        :func:`plain_layers`) and holds no other parameter; ``called``: the
+        modules besides the encoder's that the autograd step calls (their
+        hooks would run there)."""
+        layers = plain_layers(encoder, head)
+        params = [p for wb in layers for p in wb] if layers is not None else []
+        own = list(network.parameters())
+        if len(params) != len(own) or any(a is not b for a, b in zip(params, own)):
+            return cls(network, optim, None, [], None)
+        return cls(network, optim, layers, list(encoder.modules()) + list(called), DirectStep(optim, params))
+
+    def matches(self, network: nn.Module, optim: Any) -> bool:
+        return self.network is network and self.optim is optim
+
+    def usable(self, x: Any) -> bool:
+        """Whether this step on input ``x`` can be written out (see
+        :func:`plain_step_allowed`; the CPU only, where it was measured)."""
+        return self.layers is not None and isinstance(x, torch.Tensor) and x.is_cpu and plain_step_allowed(x, *self.modules)

@@ -1,8 +1,8 @@
-"""DQN, DoubleDQN, NFQ and DiscreteCQL with their backward written out
-(``offrl.models.plain_mlp``): the same losses, gradients, weights and
-optimizer state as the autograd update, and autograd wherever the written-out
-step does not apply (other networks, hooks, bf16, clipping, schedulers,
-replaced optimizer steps)."""
+"""DQN, DoubleDQN, NFQ, DiscreteCQL, BC and DiscreteBC with their backward
+written out (``offrl.models.plain_mlp``): the same losses, gradients, weights
+and optimizer state as the autograd update, and autograd wherever the
+written-out step does not apply (other networks, hooks, bf16, clipping,
+schedulers, replaced optimizer steps)."""
 
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ def counting_backward(monkeypatch) -> dict:
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("offrl.algos.dqn.plain_backward", counted)
-    monkeypatch.setattr("offrl.algos.cql.plain_backward", counted)
+    for module in ("dqn", "cql", "bc"):
+        monkeypatch.setattr(f"offrl.algos.{module}.plain_backward", counted)
     return calls
 
 
@@ -83,12 +83,13 @@ def run_both(plain, autograd, batches):
 
 def assert_same_state(plain, autograd, rtol=1e-5, atol=1e-6, weights=True):
     """The same weights (``weights``), gradients and Adam moments."""
-    for key in ("q_function", "targ_q_function") if weights else ():
+    trained = "policy" if "policy" in plain.modules else "q_function"
+    for key in (trained, "targ_q_function") if weights else ():
         if key not in plain.modules:
             continue
         for a, b in zip(plain.modules[key].parameters(), autograd.modules[key].parameters()):
             torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
-    q_a, q_b = plain.modules["q_function"], autograd.modules["q_function"]
+    q_a, q_b = plain.modules[trained], autograd.modules[trained]
     for a, b in zip(q_a.parameters(), q_b.parameters()):
         torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)  # .grad kept as after backward()
         sa, sb = plain.optimizers["optim"].optim.state[a], autograd.optimizers["optim"].optim.state[b]
@@ -238,4 +239,59 @@ def test_swapped_networks_are_looked_at_anew():
     assert algo._plain is first
     algo.create_impl((5,), 4)  # new networks
     algo.update(batch)
-    assert algo._plain is not first and algo._plain.q is algo.modules["q_function"]
+    assert algo._plain is not first and algo._plain.online.network is algo.modules["q_function"]
+
+
+def continuous_batch(rng: np.random.Generator, n: int, obs_dim: int, action_size: int) -> TransitionMiniBatch:
+    import dataclasses
+
+    batch = random_batch(rng, n, obs_dim, 2)
+    return dataclasses.replace(batch, actions=rng.uniform(-1.0, 1.0, size=(n, action_size)).astype(np.float32))
+
+
+def make_bc(name: str, hidden=(32, 16), **kwargs):
+    config = getattr(offrl.algos, name)(encoder_factory=VectorEncoderFactory(hidden_units=list(hidden)),
+                                        learning_rate=1e-2, **kwargs)
+    offrl.seed(0)
+    algo = config.create()
+    algo.create_impl((5,), 3 if name == "BCConfig" else 4)
+    return algo
+
+
+def bc_batch(name: str, rng: np.random.Generator, n: int) -> TransitionMiniBatch:
+    return continuous_batch(rng, n, 5, 3) if name == "BCConfig" else random_batch(rng, n, 5, 4)
+
+
+@pytest.mark.parametrize("name", ["BCConfig", "DiscreteBCConfig"])
+def test_behaviour_cloning_written_out_steps_follow_the_autograd_steps(name, monkeypatch):
+    calls = counting_backward(monkeypatch)
+    plain = make_bc(name)
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(4)
+    for step, (a, b) in enumerate(run_both(plain, autograd, [bc_batch(name, rng, 32) for _ in range(6)])):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-6), step
+    assert calls["n"] == 6
+    assert_same_state(plain, autograd)
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.sampled_from(["BCConfig", "DiscreteBCConfig"]), seed=st.integers(0, 2**16), n=st.integers(1, 40),
+       hidden=st.lists(st.integers(1, 40), min_size=1, max_size=3), beta=st.floats(0.0, 2.0))
+def test_one_behaviour_cloning_step_equals_autograd_on_random_problems(name, seed, n, hidden, beta):
+    plain = make_bc(name, hidden=hidden, **({"beta": beta} if name == "DiscreteBCConfig" else {}))
+    autograd = copy.deepcopy(plain)
+    ((a, b),) = run_both(plain, autograd, [bc_batch(name, np.random.default_rng(seed), n)])
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-6)
+    assert_same_state(plain, autograd, weights=False)
+
+
+def test_stochastic_bc_and_a_hooked_policy_train_through_autograd(monkeypatch):
+    calls = counting_backward(monkeypatch)
+    batch = continuous_batch(np.random.default_rng(0), 8, 5, 3)
+    make_bc("BCConfig", policy_type="stochastic").update(batch)
+    assert calls["n"] == 0
+    algo = make_bc("BCConfig")
+    seen = []
+    algo.modules["policy"].fc.register_forward_hook(lambda module, inputs, output: seen.append(1))
+    algo.update(batch)
+    assert calls["n"] == 0 and seen == [1]
