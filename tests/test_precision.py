@@ -79,6 +79,8 @@ def _twins(name: str, config=None, discrete=None, **fields):
     passed to it)."""
     config = config or ALL[name]
     discrete = name in DISCRETE if discrete is None else discrete
+    # bf16 runs from this batch size on (below it BC, DQN and DiscreteCQL run their written-out float32 step)
+    fields.setdefault("batch_size", precision.WRITTEN_OUT_FASTER_BELOW)
     dataset = _dataset(discrete)
     offrl.seed(0)
     f32 = config(precision="float32", **fields).create()
@@ -406,3 +408,44 @@ def test_fqe_takes_the_precision_too():
     assert evaluators["bf16-mixed"].precision == "bf16-mixed"
     expected, got = _update(evaluators["float32"], batch)["loss"], _update(evaluators["bf16-mixed"], batch)["loss"]
     assert got != expected and abs(got - expected) <= TOLERANCE * (abs(expected) + 1.0)
+
+
+@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql"])
+def test_small_batches_run_the_written_out_float32_step(name):
+    """Below WRITTEN_OUT_FASTER_BELOW rows on the CPU, an algorithm whose
+    float32 step has its backward written out runs that step (faster than
+    bf16-mixed there), with one warning; from that size on it runs bf16, and
+    so does any network whose step is not written out."""
+    from offrl.models import plain_mlp
+
+    precision._WARNED.clear()
+    small = ALL[name](precision="bf16-mixed", batch_size=precision.WRITTEN_OUT_FASTER_BELOW - 1).create()
+    assert small.precision == "bf16-mixed"  # not built: no step yet
+    small.build_with_dataset(_dataset(name in DISCRETE))
+    with pytest.warns(RuntimeWarning, match="trains in float32 with its backward written out"):
+        assert small.precision == "float32"
+    batch = _dataset(name in DISCRETE).sample_transition_batch(16)
+    dtypes = []
+    hook = small.modules["policy" if name == "bc" else "q_function"].encoder
+    (hook.encoder if name != "bc" else hook).register_forward_hook(lambda m, i, out: dtypes.append(out.dtype))
+    small.update(batch)  # a hook: the autograd step, in float32 (the precision in effect)
+    assert dtypes == [torch.float32] * len(dtypes) and dtypes
+    large = ALL[name](precision="bf16-mixed", batch_size=precision.WRITTEN_OUT_FASTER_BELOW).create()
+    large.build_with_dataset(_dataset(name in DISCRETE))
+    assert large.precision == "bf16-mixed"
+    config = (BCConfig if name == "bc" else DQNConfig if name == "dqn" else DiscreteCQLConfig)
+    other = config(precision="bf16-mixed", batch_size=32, encoder_factory=VectorEncoderFactory([16], use_layer_norm=True)).create()
+    other.build_with_dataset(_dataset(name in DISCRETE))
+    assert other.precision == "bf16-mixed"
+    plain_mlp.plain_backward_enabled(False)
+    try:
+        assert small.precision == "bf16-mixed"  # switched off: the autograd step, in bf16
+    finally:
+        plain_mlp.plain_backward_enabled(True)
+
+
+def test_the_written_out_rule_is_for_the_cpu_only():
+    assert precision.written_out_step_is_faster("bf16-mixed", "DQN", 32, "cpu")
+    assert not precision.written_out_step_is_faster("bf16-mixed", "DQN", 32, "cuda:0")
+    assert not precision.written_out_step_is_faster("bf16-mixed", "DQN", precision.WRITTEN_OUT_FASTER_BELOW, "cpu")
+    assert not precision.written_out_step_is_faster("float32", "DQN", 32, "cpu")

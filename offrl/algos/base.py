@@ -650,9 +650,22 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
     @property
     def precision(self) -> str:
         """The precision the update step runs in: the config's ``precision``,
-        or ``"float32"`` where the device has no bf16 units (see
-        :mod:`offrl.training.precision`). ``predict`` is always float32."""
-        return mixed_precision.effective_precision(self._config.precision, self._device)
+        or ``"float32"`` where the device has no bf16 units or where this
+        algorithm's written-out float32 step is the faster one (small batches
+        on the CPU; see :mod:`offrl.training.precision`). ``predict`` is
+        always float32."""
+        precision = mixed_precision.effective_precision(self._config.precision, self._device)
+        if precision != "float32" and self._written_out_step_available() and mixed_precision.written_out_step_is_faster(
+                precision, type(self).__name__, self.batch_size, self._device):
+            return "float32"
+        return precision
+
+    def _written_out_step_available(self) -> bool:
+        """Whether this algorithm's float32 step on its built networks has
+        its backward written out (:mod:`offrl.models.plain_mlp`); then a
+        bf16-mixed precision at small batches runs it instead (see
+        :func:`offrl.training.precision.written_out_step_is_faster`)."""
+        return False
 
     def _mixed_step_ready(self) -> bool:
         """bf16-mixed can run here (else float32, one warning); at the first

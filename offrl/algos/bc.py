@@ -39,7 +39,7 @@ from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory, compute_output_size
 from ..models.modules import Modules
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
-from ..models.plain_mlp import PlainNetwork, plain_backward, plain_forward
+from ..models.plain_mlp import PlainNetwork, plain_backward, plain_backward_enabled, plain_forward
 from ..models.policies import ArgmaxPolicy, CategoricalPolicy, DeterministicPolicy, GreedyNormalPolicy, NormalPolicy
 from ..serialization import register
 from ._common import optimizer_step
@@ -109,12 +109,23 @@ def plain_policy(algo: Any, x: Any) -> Optional[PlainNetwork]:
     """``algo``'s policy (an encoder and a linear ``fc`` head) as a plain
     ReLU MLP whose step can be written out now (see
     :mod:`offrl.models.plain_mlp`), else None (autograd)."""
+    plain = _plain_holder(algo)
+    return plain if plain.usable(x) else None
+
+
+def _plain_holder(algo: Any) -> PlainNetwork:
     policy, optim = algo._modules.policy, algo._modules.optim
     plain = algo.__dict__.get("_plain")
     if plain is None or not plain.matches(policy, optim):
         # the autograd step calls the policy and its head as modules
         plain = algo._plain = PlainNetwork.create(policy, policy.encoder, policy.fc, optim, called=(policy, policy.fc))
-    return plain if plain.usable(x) else None
+    return plain
+
+
+def written_out_step_available(algo: Any) -> bool:
+    """Whether ``algo``'s built policy trains with its backward written out
+    (see :meth:`QLearningAlgoBase._written_out_step_available`)."""
+    return algo.is_built and plain_backward_enabled() and _plain_holder(algo).layers is not None
 
 
 class BC(QLearningAlgoBase, config=BCConfig):
@@ -158,6 +169,9 @@ class BC(QLearningAlgoBase, config=BCConfig):
         loss = self._loss(batch)
         optimizer_step(self._modules.optim, loss)
         return {"loss": loss.detach()}
+
+    def _written_out_step_available(self) -> bool:
+        return not self._stochastic and written_out_step_available(self)
 
     def _update_plain(self, batch, plain: PlainNetwork) -> Dict[str, torch.Tensor]:
         """The deterministic policy's step with the backward written out:
@@ -285,6 +299,9 @@ class DiscreteBC(CategoricalPolicyBase, config=DiscreteBCConfig):
         loss = self._loss(batch)
         optimizer_step(self._modules.optim, loss)
         return {"loss": loss.detach()}
+
+    def _written_out_step_available(self) -> bool:
+        return written_out_step_available(self)
 
     def _update_plain(self, batch, plain: PlainNetwork) -> Dict[str, torch.Tensor]:
         """:meth:`_update` with the backward written out: the loss's gradient

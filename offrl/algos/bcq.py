@@ -403,6 +403,9 @@ class DiscreteBCQ(DoubleDQN, config=DiscreteBCQConfig):
 
     _modules: DiscreteBCQModules
 
+    def _written_out_step_available(self) -> bool:
+        return False  # its own update (the imitator, the restricted actions) trains through autograd
+
     def _build(self, observation_shape, action_size: int) -> DiscreteBCQModules:
         modules = super()._build(observation_shape, action_size)
         cfg = self._config

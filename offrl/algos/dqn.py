@@ -38,7 +38,8 @@ from ..constants import ActionSpace
 from ..models.encoders import DefaultEncoderFactory, EncoderFactory
 from ..models.modules import Modules
 from ..models.optimizers import AdamFactory, OptimizerFactory, OptimizerWrapper
-from ..models.plain_mlp import PlainLayers, PlainNetwork, plain_backward, plain_forward, plain_layers, plain_output
+from ..models.plain_mlp import (PlainLayers, PlainNetwork, plain_backward, plain_backward_enabled, plain_forward, plain_layers,
+                                plain_output)
 from ..models.q_functions import MeanQFunction, MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..serialization import register
 from ._common import freeze, hard_update, optimizer_step, td_target
@@ -241,15 +242,23 @@ class DQN(QLearningAlgoBase, config=DQNConfig):
         self._minimise(loss, grad_step)
         return TrainStepResult({"loss": loss.detach()}, None)
 
-    def _plain_q(self, x) -> Optional[PlainQ]:
-        """The written-out step's networks when this step can take it (one
-        mean critic and its target of plain ReLU MLPs, a float32 CPU step
-        with no hooks; see :mod:`offrl.models.plain_mlp`), else None."""
+    def _plain_holder(self) -> PlainQ:
         q, targ, optim = self._modules.q_function, self._target_q_function(), self._modules.optim
         plain = self.__dict__.get("_plain")
         if plain is None or not plain.online.matches(q, optim) or plain.target is not targ:
             plain = self._plain = PlainQ.create(q, targ, optim)
-        return plain if plain.target_layers is not None and plain.online.usable(x) else None
+        return plain
+
+    def _plain_q(self, x) -> Optional[PlainQ]:
+        """The written-out step's networks when this step can take it (one
+        mean critic and its target of plain ReLU MLPs, a float32 CPU step
+        with no hooks; see :mod:`offrl.models.plain_mlp`), else None."""
+        plain = self._plain_holder()
+        return plain if plain.layers is not None and plain.online.usable(x) else None
+
+    def _written_out_step_available(self) -> bool:
+        return (self.is_built and getattr(self, "_single_mean_q", False) and plain_backward_enabled()
+                and self._plain_holder().layers is not None)
 
     def _greedy_targets(self, batch, plain: PlainQ) -> torch.Tensor:
         """``r + gamma^k (1 - d) Q_target(s', a*)`` by the plain layers, ``(B, 1)``; call without grad."""

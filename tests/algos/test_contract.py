@@ -386,6 +386,19 @@ BF16_CASES = [(name, kind, discrete) for name, kind, discrete in CASES
               if kind == "vector" and CONFIGS[name].algorithm_class().is_trainable]
 
 
+#: algorithms whose float32 step is written out for plain networks: bf16-mixed runs that step below this many rows
+WRITTEN_OUT = {"dqn", "double_dqn", "nfq", "discrete_cql", "bc", "discrete_bc"}
+
+
+def _bf16_batch(name: str, config) -> None:
+    """A batch size at which bf16-mixed runs in bf16 (below it the algorithms
+    with a written-out float32 step run that; tests/test_precision.py)."""
+    from offrl.training import precision
+
+    if name in WRITTEN_OUT:
+        config.batch_size = precision.WRITTEN_OUT_FASTER_BELOW
+
+
 @pytest.mark.parametrize("name,kind,discrete", BF16_CASES, ids=[f"{n}-{'discrete' if d else 'continuous'}" for n, _, d in BF16_CASES])
 def test_bf16_mixed_trains_with_finite_losses_and_float32_predictions(name, kind, discrete, dataset_factory):
     """precision="bf16-mixed" (forced on: emulated where the CPU lacks bf16
@@ -396,6 +409,7 @@ def test_bf16_mixed_trains_with_finite_losses_and_float32_predictions(name, kind
     dataset = dataset_factory(kind, discrete)
     config, algo = _make(name, kind, discrete)
     config.precision = "bf16-mixed"
+    _bf16_batch(name, config)
     precision.set_bf16_available(True)
     try:
         results = _fit(algo, dataset, steps=2)
@@ -427,6 +441,7 @@ def test_bf16_mixed_weights_are_those_of_an_uncached_cast(name, kind, discrete, 
             offrl.seed(0)
             config, algo = _make(name, kind, discrete)
             config.precision = "bf16-mixed"
+            _bf16_batch(name, config)
             _fit(algo, dataset_factory(kind, discrete), steps=3)
             states.append(algo.modules.state_dict())
     finally:

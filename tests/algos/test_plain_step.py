@@ -176,15 +176,19 @@ def test_a_forward_hook_added_after_building_is_honoured(monkeypatch):
     assert calls["n"] == 2
 
 
-def test_bf16_mixed_steps_through_autograd(monkeypatch):
+def test_bf16_mixed_steps_through_autograd_from_its_batch_size_on(monkeypatch):
     from offrl.training import precision
 
     precision.set_bf16_available(True)
     try:
         calls = counting_backward(monkeypatch)
-        algo = make("DQNConfig", precision="bf16-mixed")
+        algo = make("DQNConfig", precision="bf16-mixed", batch_size=precision.WRITTEN_OUT_FASTER_BELOW)
         algo.update(random_batch(np.random.default_rng(0), 8, 5, 4))
         assert algo.precision == "bf16-mixed" and calls["n"] == 0
+        with pytest.warns(RuntimeWarning, match="DQN at batch_size 32 trains in float32 with its backward written out"):
+            small = make("DQNConfig", precision="bf16-mixed", batch_size=32)
+            small.update(random_batch(np.random.default_rng(0), 8, 5, 4))
+        assert small.precision == "float32" and calls["n"] == 1
     finally:
         precision.set_bf16_available(None)
 
