@@ -402,12 +402,17 @@ def test_fqe_takes_the_precision_too():
     evaluators = {}
     for name in ("float32", "bf16-mixed"):
         offrl.seed(0)
-        evaluators[name] = FQE(algo=f32_policy, config=FQEConfig(encoder_factory=SMALL, precision=name))
+        evaluators[name] = FQE(algo=f32_policy, config=FQEConfig(encoder_factory=SMALL, precision=name,
+                                                                 batch_size=precision.WRITTEN_OUT_FASTER_BELOW))
         evaluators[name].build_with_dataset(dataset)
     evaluators["bf16-mixed"].modules.load_state_dict(evaluators["float32"].modules.state_dict())
     assert evaluators["bf16-mixed"].precision == "bf16-mixed"
     expected, got = _update(evaluators["float32"], batch)["loss"], _update(evaluators["bf16-mixed"], batch)["loss"]
     assert got != expected and abs(got - expected) <= TOLERANCE * (abs(expected) + 1.0)
+    small = FQE(algo=f32_policy, config=FQEConfig(encoder_factory=SMALL, precision="bf16-mixed", batch_size=100))
+    small.build_with_dataset(dataset)
+    with pytest.warns(RuntimeWarning, match="FQE at batch_size 100 trains in float32 with its backward written out"):
+        assert small.precision == "float32"  # FQE's step is written out too
 
 
 @pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql"])

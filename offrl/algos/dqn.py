@@ -46,7 +46,8 @@ from ._common import freeze, hard_update, optimizer_step, td_target
 from .base import QLearningAlgoBase, TrainStepResult
 from .config import POSITIVE, POSITIVE_INT, SharedFieldsConfig, instance_of, param
 
-__all__ = ["QNetworkConfig", "DQNConfig", "DQN", "DQNModules", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy", "abs_td_errors"]
+__all__ = ["QNetworkConfig", "DQNConfig", "DQN", "DQNModules", "DoubleDQNConfig", "DoubleDQN", "DiscreteGreedyPolicy", "abs_td_errors",
+           "PlainQ", "plain_q", "plain_regression", "written_out_q_available"]
 
 
 @dataclasses.dataclass
@@ -161,6 +162,50 @@ class PlainQ:
         self.online.step(grads)
 
 
+def plain_q(algo: object, q: nn.Module, target: nn.Module, optim: object, x: torch.Tensor) -> Optional[PlainQ]:
+    """``algo``'s written-out Q step (cached on it, rebuilt when its networks
+    change) when this step can take it: one mean critic and its target of
+    plain ReLU MLPs, a float32 CPU step on input ``x`` with no hooks (see
+    :mod:`offrl.models.plain_mlp`); else None (autograd)."""
+    plain = plain_q_holder(algo, q, target, optim)
+    return plain if plain.layers is not None and plain.online.usable(x) else None
+
+
+def plain_q_holder(algo: object, q: nn.Module, target: nn.Module, optim: object) -> PlainQ:
+    plain = algo.__dict__.get("_plain")
+    if plain is None or not plain.online.matches(q, optim) or plain.target is not target:
+        plain = PlainQ.create(q, target, optim)
+        algo.__dict__["_plain"] = plain
+    return plain
+
+
+def written_out_q_available(algo: object, q: nn.Module, target: nn.Module, optim: object) -> bool:
+    """Whether ``algo``'s built one-critic Q step is written out (see
+    :meth:`QLearningAlgoBase._written_out_step_available`)."""
+    return (algo.is_built and getattr(algo, "_single_mean_q", False) and plain_backward_enabled()
+            and plain_q_holder(algo, q, target, optim).layers is not None)
+
+
+def plain_regression(plain: PlainQ, x: torch.Tensor, actions: Optional[torch.Tensor], target: torch.Tensor,
+                     huber: bool) -> torch.Tensor:
+    """One written-out step regressing ``Q(x)`` at ``actions`` (``(B, 1)``
+    int64 indices; None: the network's single output) on ``target``
+    ``(B, 1)``: the Huber loss (DQN) or the squared error (FQE), whose
+    gradients with respect to the prediction are ``clamp(pred - y, -1, 1) / B``
+    and ``2 (pred - y) / B``. Returns the loss; call without grad."""
+    inputs, values = plain_forward(plain.layers, x)
+    pred = values if actions is None else values.gather(1, actions)
+    if huber:
+        loss = F.smooth_l1_loss(pred, target, beta=1.0)
+        grad_pred = (pred - target).clamp_(-1.0, 1.0).mul_(1.0 / pred.shape[0])
+    else:
+        loss = F.mse_loss(pred, target)
+        grad_pred = (pred - target).mul_(2.0 / pred.numel())
+    grad = grad_pred if actions is None else torch.zeros_like(values).scatter_(1, actions, grad_pred)
+    plain.step(plain_backward(plain.layers, inputs, grad))
+    return loss
+
+
 @dataclasses.dataclass(frozen=True)
 class DQNModules(Modules):
     """DQN's Q-function ensemble, its target copy (None without a target
@@ -242,23 +287,13 @@ class DQN(QLearningAlgoBase, config=DQNConfig):
         self._minimise(loss, grad_step)
         return TrainStepResult({"loss": loss.detach()}, None)
 
-    def _plain_holder(self) -> PlainQ:
-        q, targ, optim = self._modules.q_function, self._target_q_function(), self._modules.optim
-        plain = self.__dict__.get("_plain")
-        if plain is None or not plain.online.matches(q, optim) or plain.target is not targ:
-            plain = self._plain = PlainQ.create(q, targ, optim)
-        return plain
-
     def _plain_q(self, x) -> Optional[PlainQ]:
-        """The written-out step's networks when this step can take it (one
-        mean critic and its target of plain ReLU MLPs, a float32 CPU step
-        with no hooks; see :mod:`offrl.models.plain_mlp`), else None."""
-        plain = self._plain_holder()
-        return plain if plain.layers is not None and plain.online.usable(x) else None
+        """The written-out step's networks when this step can take it (see :func:`plain_q`)."""
+        return plain_q(self, self._modules.q_function, self._target_q_function(), self._modules.optim, x)
 
     def _written_out_step_available(self) -> bool:
-        return (self.is_built and getattr(self, "_single_mean_q", False) and plain_backward_enabled()
-                and self._plain_holder().layers is not None)
+        return self.is_built and written_out_q_available(self, self._modules.q_function, self._target_q_function(),
+                                                         self._modules.optim)
 
     def _greedy_targets(self, batch, plain: PlainQ) -> torch.Tensor:
         """``r + gamma^k (1 - d) Q_target(s', a*)`` by the plain layers, ``(B, 1)``; call without grad."""
@@ -271,18 +306,11 @@ class DQN(QLearningAlgoBase, config=DQNConfig):
         return td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
 
     def _update_plain(self, batch, grad_step: int, plain: PlainQ) -> TrainStepResult:
-        """:meth:`_update_single` with the backward written out: the Huber
-        loss's gradient with respect to the chosen actions' values is
-        ``clamp(Q(s, a) - y, -1, 1) / B`` (zero at the other actions), taken
-        back through the layers by :func:`~offrl.models.plain_mlp.plain_backward`."""
+        """:meth:`_update_single` with the backward written out (:func:`plain_regression`'s Huber loss)."""
         with torch.no_grad():
             target = self._greedy_targets(batch, plain)
             actions = (batch.actions if batch.actions.dtype == torch.int64 else batch.actions.long()).view(-1, 1)
-            inputs, values = plain_forward(plain.layers, batch.observations)
-            pred = values.gather(1, actions)
-            loss = F.smooth_l1_loss(pred, target, beta=1.0)
-            grad_pred = (pred - target).clamp_(-1.0, 1.0).mul_(1.0 / pred.shape[0])
-            plain.step(plain_backward(plain.layers, inputs, torch.zeros_like(values).scatter_(1, actions, grad_pred)))
+            loss = plain_regression(plain, batch.observations, actions, target, huber=True)
         self._copy_target(grad_step)
         return TrainStepResult({"loss": loss}, None)
 

@@ -66,11 +66,12 @@ from ._common import freeze, hard_update, optimizer_step, soft_update, td_target
 from .base import DeviceArg, QLearningAlgoBase
 from .inputs_check import normalise_shape
 from ..training.fit import prepare_algorithm
-from .dqn import QNetworkConfig
+from .dqn import QNetworkConfig, plain_q, plain_regression, written_out_q_available
 from .fqe_diagnostics import (CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW, OFF_SUPPORT_WARN, RESIDUAL_GROWTH,
                               ConvergenceDiagnostic, PolicyValueEstimate, bootstrap_interval, check_convergence_args,
                               ensemble_bootstrap_interval,
-                              ConvergenceMonitor, not_settled_message, slice_observations, heldout_split,
+                              ConvergenceMonitor, FixedSplit, merge_scorers, not_settled_message, on_dataset,
+                              slice_observations, heldout_split,
                               initial_observations, is_settled, off_support_fraction, projected_drift, relative_change,
                               replay_convergence)
 from .config import (BOOL, POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Constraint, check_positive_int, param)
@@ -83,7 +84,8 @@ from ..metrics.evaluators import TDErrorEvaluator
 from ..models.encoders import ByShapeEncoderFactory
 from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
-from ..models.q_functions import QFunction
+from ..models.plain_mlp import plain_output
+from ..models.q_functions import MeanQFunction, QFunction
 from ..preprocessing import StandardObservationScaler
 from ..serialization import check_model_sizes, config_from_params, read_model_file, register
 
@@ -251,35 +253,6 @@ def _to_device(x: Any, device: torch.device) -> Any:
     return x.to(device)
 
 
-def _merge_scorers(evaluators: Optional[Dict[str, Any]], scorers: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    if scorers is None:
-        return evaluators
-    if evaluators is not None:
-        raise ValueError("give evaluators or scorers (its older name), not both")
-    return scorers
-
-
-class _FixedSplit:
-    """A one-split scikit-learn-style splitter for :func:`split_episodes`."""
-
-    def __init__(self, train: np.ndarray, test: np.ndarray) -> None:
-        self.train, self.test = train, test
-
-    def split(self, index: Any) -> Any:
-        yield self.train, self.test
-
-
-def _on_dataset(evaluator: Any, dataset: Any) -> Any:
-    """``evaluator`` called with ``dataset`` whatever ``fit`` trains on."""
-    if not callable(evaluator):
-        return evaluator  # fit's own check names it
-
-    def score(algo: Any, _train: Any) -> float:
-        return evaluator(algo, dataset)
-
-    return score
-
-
 @dataclasses.dataclass(frozen=True)
 class FQEModules(Modules):
     """The Q-function, its target copy, its optimizer and (``ema_decay``) its weights' moving average."""
@@ -415,6 +388,8 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         if cfg.ema_decay is not None:  # the weights' moving average: what predict_value reads
             averaged = freeze(copy.deepcopy(q))
             self._q_modules = FQE._q_modules + ("averaged_q_function",)  # copy_q_function_from sets it too
+        #: one mean critic: the written-out step can apply (see :meth:`_update_plain`)
+        self._single_mean_q = isinstance(q, MeanQFunction) and int(cfg.n_critics) == 1
         return FQEModules(q_function=q, targ_q_function=freeze(copy.deepcopy(q)),
                           optim=self._optimizer(cfg.optim_factory, [q], cfg.learning_rate), averaged_q_function=averaged)
 
@@ -459,6 +434,35 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
     # ------------------------------------------------------------ training
     def _update(self, batch: TorchTransitionMiniBatch, grad_step: int) -> Dict[str, torch.Tensor]:
         q, targ = self._modules.q_function, self._modules.targ_q_function
+        plain = plain_q(self, q, targ, self._modules.optim, batch.observations) if getattr(self, "_single_mean_q", 0) else None
+        if plain is not None and (self._discrete() or batch.actions.dtype == torch.float32 == batch.next_actions.dtype):
+            loss = self._update_plain(batch, plain)
+        else:
+            loss = self._update_autograd(batch, q, targ)
+        if grad_step % int(self._config.target_update_interval) == 0:
+            hard_update(targ, q)
+        if self._config.ema_decay is not None:
+            soft_update(self._modules.averaged_q_function, q, 1.0 - float(self._config.ema_decay))
+        return {"loss": loss}
+
+    def _written_out_step_available(self) -> bool:
+        m = self._modules
+        return self.is_built and written_out_q_available(self, m.q_function, m.targ_q_function, m.optim)
+
+    def _update_plain(self, batch: TorchTransitionMiniBatch, plain: Any) -> torch.Tensor:
+        """One mean critic of plain ReLU MLPs with the backward written out
+        (:func:`~offrl.algos.dqn.plain_regression`'s squared error; the
+        continuous Q-function's input is ``[s, a]``, as its encoder's)."""
+        with torch.no_grad():
+            if self._discrete():
+                next_value = plain_output(plain.target_layers, batch.next_observations).gather(1, batch.next_actions.long())
+                target = td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
+                return plain_regression(plain, batch.observations, batch.actions.long().view(-1, 1), target, huber=False)
+            next_value = plain_output(plain.target_layers, torch.cat([batch.next_observations, batch.next_actions], dim=1))
+            target = td_target(batch.rewards, next_value, batch.terminals, self._config.gamma, batch.intervals)
+            return plain_regression(plain, torch.cat([batch.observations, batch.actions], dim=1), None, target, huber=False)
+
+    def _update_autograd(self, batch: TorchTransitionMiniBatch, q: Any, targ: Any) -> torch.Tensor:
         with torch.no_grad():
             next_dist, _ = targ.at_action(batch.next_observations, batch.next_actions)
             # independent members: each its own target, (E, B, 1); else the ensemble minimum, (B, 1)
@@ -473,11 +477,7 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         else:
             loss = q.loss(pred, target, taus)
         optimizer_step(self._modules.optim, loss)
-        if grad_step % int(self._config.target_update_interval) == 0:
-            hard_update(targ, q)
-        if self._config.ema_decay is not None:
-            soft_update(self._modules.averaged_q_function, q, 1.0 - float(self._config.ema_decay))
-        return {"loss": loss.detach()}
+        return loss.detach()
 
     def fit(self, dataset: Any, n_steps: int, n_steps_per_epoch: int = 10000, experiment_name: Optional[str] = None,
             with_timestamp: bool = True, logging_steps: int = 500, logging_strategy: Any = "epoch",
@@ -556,7 +556,7 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
                convergence_tolerance: float = CONVERGENCE_TOLERANCE) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         """Like :meth:`fit`, yielding ``(epoch, metrics)`` after each epoch."""
         check_convergence_args(early_stopping, holdout_fraction, convergence_window, convergence_tolerance)
-        evaluators = _merge_scorers(evaluators, scorers)
+        evaluators = merge_scorers(evaluators, scorers)
         clash = sorted(set(evaluators or {}) & set(ConvergenceMonitor.names))
         if clash:
             raise ValueError(f"evaluators {clash} clash with the convergence diagnostic's metric names: rename them")
@@ -566,7 +566,7 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
             train = self._algo.replay_next_actions(train)
         self._convergence = None
         # the user's evaluators score the dataset they gave, held-out episodes included
-        given = {name: _on_dataset(evaluator, dataset) for name, evaluator in (evaluators or {}).items()}
+        given = {name: on_dataset(evaluator, dataset) for name, evaluator in (evaluators or {}).items()}
         inner = super().fitter(train, n_steps, n_steps_per_epoch=n_steps_per_epoch, logging_steps=logging_steps,
                                logging_strategy=logging_strategy, experiment_name=experiment_name,
                                with_timestamp=with_timestamp, logger_adapter=logger_adapter, show_progress=show_progress,
@@ -597,7 +597,7 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         if fraction > 0.0 and isinstance(dataset, ReplayBuffer):
             train_idx, held_idx = heldout_split(dataset.size(), fraction)
             if held_idx.shape[0] > 0 and train_idx.shape[0] > 0:
-                train, heldout = next(split_episodes(dataset, _FixedSplit(train_idx, held_idx)))
+                train, heldout = next(split_episodes(dataset, FixedSplit(train_idx, held_idx)))
                 if heldout.transition_count == 0:
                     train, heldout = dataset, None
         evaluator = TDErrorEvaluator(episodes=heldout.episodes if heldout is not None else None)

@@ -2,7 +2,7 @@
 diagnostic of :meth:`offrl.algos.fqe.FQE.fit` (the settling rule, the
 held-out Bellman residual, the share of the policy's actions off the data's
 support), the estimate with its bootstrap interval, and the initial states
-it is measured at."""
+it is measured at; and the evaluators ``fit`` runs each epoch."""
 
 from __future__ import annotations
 
@@ -475,3 +475,33 @@ def not_settled_message(name: str, diagnostic: Optional[ConvergenceDiagnostic]) 
     return (f"{name}'s estimate has not settled: V(s0) spread by {100 * diagnostic.value_change:.1f}% over the "
             f"last {diagnostic.window} epochs{drift} (tolerance {100 * diagnostic.tolerance:.1f}% each){climbing}; "
             f"{advice}")
+
+
+def merge_scorers(evaluators: Optional[Dict[str, Any]], scorers: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``fit``'s evaluators, given under either name (``scorers`` is d3rlpy's older one)."""
+    if scorers is None:
+        return evaluators
+    if evaluators is not None:
+        raise ValueError("give evaluators or scorers (its older name), not both")
+    return scorers
+
+
+class FixedSplit:
+    """A one-split scikit-learn-style splitter for :func:`split_episodes`."""
+
+    def __init__(self, train: np.ndarray, test: np.ndarray) -> None:
+        self.train, self.test = train, test
+
+    def split(self, index: Any) -> Any:
+        yield self.train, self.test
+
+
+def on_dataset(evaluator: Any, dataset: Any) -> Any:
+    """``evaluator`` called with ``dataset`` whatever ``fit`` trains on."""
+    if not callable(evaluator):
+        return evaluator  # fit's own check names it
+
+    def score(algo: Any, _train: Any) -> float:
+        return evaluator(algo, dataset)
+
+    return score

@@ -387,7 +387,7 @@ BF16_CASES = [(name, kind, discrete) for name, kind, discrete in CASES
 
 
 #: algorithms whose float32 step is written out for plain networks: bf16-mixed runs that step below this many rows
-WRITTEN_OUT = {"dqn", "double_dqn", "nfq", "discrete_cql", "bc", "discrete_bc"}
+WRITTEN_OUT = {"dqn", "double_dqn", "nfq", "discrete_cql", "bc", "discrete_bc", "fqe", "discrete_fqe"}
 
 
 def _bf16_batch(name: str, config) -> None:

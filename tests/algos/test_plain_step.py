@@ -299,3 +299,51 @@ def test_stochastic_bc_and_a_hooked_policy_train_through_autograd(monkeypatch):
     algo.modules["policy"].fc.register_forward_hook(lambda module, inputs, output: seen.append(1))
     algo.update(batch)
     assert calls["n"] == 0 and seen == [1]
+
+
+def make_fqe(discrete: bool, **kwargs):
+    from offrl.algos import FQE, DiscreteFQE, DiscreteFQEConfig, FQEConfig
+
+    offrl.seed(0)
+    policy = make_bc("DiscreteBCConfig" if discrete else "BCConfig")
+    config = (DiscreteFQEConfig if discrete else FQEConfig)(
+        encoder_factory=VectorEncoderFactory(hidden_units=[32, 16]), learning_rate=1e-2, target_update_interval=3, **kwargs)
+    return (DiscreteFQE if discrete else FQE)(algo=policy, config=config)
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+@pytest.mark.parametrize("ema_decay", [None, 0.9])
+def test_fqe_written_out_steps_follow_the_autograd_steps(discrete, ema_decay, monkeypatch):
+    calls = {"n": 0}
+    original = plain_mlp.plain_backward
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("offrl.algos.dqn.plain_backward", counted)
+    plain = make_fqe(discrete, ema_decay=ema_decay)
+    rng = np.random.default_rng(5)
+    first = bc_batch("DiscreteBCConfig" if discrete else "BCConfig", rng, 32)
+    plain.create_impl((5,), 4 if discrete else 3)
+    autograd = copy.deepcopy(plain)
+    batches = [first] + [bc_batch("DiscreteBCConfig" if discrete else "BCConfig", rng, 32) for _ in range(6)]
+    for step, (a, b) in enumerate(run_both(plain, autograd, batches)):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-6), step
+    assert calls["n"] == 7
+    assert_same_state(plain, autograd)
+    if ema_decay is not None:
+        for a, b in zip(plain.modules["averaged_q_function"].parameters(), autograd.modules["averaged_q_function"].parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # the same values read back
+    x = first.observations
+    actions = plain.predict(x)
+    np.testing.assert_allclose(plain.predict_value(x, actions), autograd.predict_value(x, actions), rtol=1e-5, atol=1e-6)
+
+
+def test_fqe_ensembles_train_through_autograd(monkeypatch):
+    calls = counting_backward(monkeypatch)
+    fqe = make_fqe(False, n_critics=2)
+    fqe.create_impl((5,), 3)
+    fqe.update(continuous_batch(np.random.default_rng(0), 8, 5, 3))
+    assert calls["n"] == 0
