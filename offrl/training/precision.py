@@ -30,8 +30,8 @@ check runs once per device kind; ``OFFRL_BF16=0`` in the environment or
 :func:`set_bf16_available` (for tests) forces it.
 
 Where an algorithm's float32 step has its backward written out
-(:mod:`offrl.models.plain_mlp`: DQN, DoubleDQN, NFQ, DiscreteCQL, BC and
-DiscreteBC with plain ReLU MLPs) and its ``batch_size`` is under
+(:mod:`offrl.models.plain_mlp`: DQN, DoubleDQN, NFQ, DiscreteCQL, FQE,
+DiscreteFQE, BC and DiscreteBC with plain ReLU MLPs) and its ``batch_size`` is under
 :data:`WRITTEN_OUT_FASTER_BELOW` rows on the CPU, that float32 step is faster
 than a bf16-mixed one (which needs autograd and autocast's casts), so
 ``"bf16-mixed"`` warns once and trains in float32 there too.
