@@ -179,6 +179,10 @@ def run_offrl(name: str, data: dict, env_id: str, updates: int, seed: int, preci
         changes["action_scaler"] = offrl.preprocessing.MinMaxActionScaler(minimum=PENDULUM_BOUNDS[0], maximum=PENDULUM_BOUNDS[1])
     if precision != "float32":  # offrl's addition: leave the field out otherwise (configs older than it)
         changes["precision"] = precision
+        # bf16's arithmetic is what this measures: below 256 rows on the CPU the written-out float32 step would run
+        from offrl.models.plain_mlp import plain_backward_enabled
+
+        plain_backward_enabled(False)
     algo = getattr(offrl.algos, f"{name}Config")(**changes).create(device=device)
     start = time.perf_counter()
     algo.fit(dataset, n_steps=updates, n_steps_per_epoch=updates, logger_adapter=NoopAdapterFactory(), show_progress=False)
