@@ -149,3 +149,41 @@ def test_small_products_take_the_plain_path(monkeypatch):
         assert calls == [1]
         ensemble(torch.randn(2, 8, 4))  # one call per member
         assert calls == [1, 1, 1]
+
+
+@settings(max_examples=30, deadline=None)
+@given(e=st.integers(1, 4), b=st.integers(1, 50), i=st.integers(1, 40), shared=st.booleans(), seed=st.integers(0, 2**16),
+       wanted=st.sampled_from(["all", "no_input", "input_only"]))
+def test_one_column_heads_match_the_naive_loop_and_baddbmms_gradients(e, b, i, shared, seed, wanted):
+    """A critic ensemble's value head (one output column) takes per-member
+    2-D products (_OneColumnEnsembleLinear); its values and gradients are
+    the naive loop's and baddbmm's."""
+    torch.manual_seed(seed)
+    layer = EnsembleLinear(e, i, 1)
+    x = torch.randn(b, i) if shared else torch.randn(e, b, i)
+    x.requires_grad_(wanted != "no_input")
+    if wanted == "input_only":
+        layer.requires_grad_(False)
+    upstream = torch.randn(e, b, 1)
+    out = layer(x)
+    torch.testing.assert_close(out.double(), _naive(layer, x.detach()), rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad((out * upstream).sum(), [t for t in (x, layer.weight, layer.bias) if t.requires_grad])
+    expanded = x.unsqueeze(0).expand(e, b, i) if shared else x
+    reference = torch.baddbmm(layer.bias, expanded, layer.weight)
+    expected = torch.autograd.grad((reference * upstream).sum(), [t for t in (x, layer.weight, layer.bias) if t.requires_grad])
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_one_column_heads_take_their_path_on_the_cpu_in_float32_only(monkeypatch):
+    calls = []
+    original = layers._OneColumnEnsembleLinear.apply
+    monkeypatch.setattr(layers._OneColumnEnsembleLinear, "apply", lambda *a: calls.append(1) or original(*a))
+    layer = EnsembleLinear(2, 8, 1)
+    layer(torch.randn(2, 5, 8))
+    assert calls == [1]
+    layer.double()(torch.randn(2, 5, 8, dtype=torch.float64))  # float64: baddbmm
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16-mixed: autocast's product
+        EnsembleLinear(2, 8, 1)(torch.randn(2, 5, 8))
+    EnsembleLinear(2, 8, 3)(torch.randn(2, 5, 8))  # more columns: baddbmm
+    assert calls == [1]
