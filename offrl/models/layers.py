@@ -68,9 +68,10 @@ def _onednn_op():
             if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
                 op = torch.ops.mkldnn._linear_pointwise
                 gen = torch.Generator().manual_seed(0)
-                x = torch.randn(5, 40, generator=gen)
-                w = torch.randn(40, 7, generator=gen)
-                b = torch.randn(7, generator=gen)
+                # on the CPU whatever the default device is (a meta-device context would fail the check for good)
+                x = torch.randn(5, 40, generator=gen, device="cpu")
+                w = torch.randn(40, 7, generator=gen, device="cpu")
+                b = torch.randn(7, generator=gen, device="cpu")
                 got = op(x, w.t(), b, "none", [], "")
                 if torch.allclose(got, torch.addmm(b, x, w), rtol=1e-4, atol=1e-5):
                     _ONEDNN["op"] = op
@@ -171,7 +172,8 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """The oneDNN path: float32 on the CPU, eager mode (not scripted, traced,
     compiled, exported). Called before any size test: under export that
     test would guard on a symbolic batch size."""
-    return _ONEDNN["enabled"] and _onednn_op() is not None and _eager_cpu_float32(x, weight)
+    # the cheap tests first: a meta tensor (the memory check's probe) must not reach the op's check
+    return _eager_cpu_float32(x, weight) and _ONEDNN["enabled"] and _onednn_op() is not None
 
 
 def _eager_cpu_float32(x: torch.Tensor, weight: torch.Tensor) -> bool:

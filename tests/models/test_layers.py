@@ -187,3 +187,33 @@ def test_one_column_heads_take_their_path_on_the_cpu_in_float32_only(monkeypatch
         EnsembleLinear(2, 8, 1)(torch.randn(2, 5, 8))
     EnsembleLinear(2, 8, 3)(torch.randn(2, 5, 8))  # more columns: baddbmm
     assert calls == [1]
+
+
+def _fresh_onednn_check(monkeypatch):
+    monkeypatch.setitem(layers._ONEDNN, "checked", False)
+    monkeypatch.setitem(layers._ONEDNN, "op", None)
+
+
+@pytest.mark.skipif(not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")),
+                    reason="this torch build has no oneDNN pointwise linear")
+def test_the_onednn_check_survives_a_meta_device_context_and_a_build(monkeypatch):
+    """The op's one-off check ran inside the memory check's meta-device
+    context (the first forward pass of a build) and failed there, which
+    turned oneDNN off for the whole process."""
+    _fresh_onednn_check(monkeypatch)
+    with torch.device("meta"):
+        assert layers._onednn_op() is not None
+    _fresh_onednn_check(monkeypatch)
+    with torch.device("meta"):  # a meta tensor must not reach the check at all
+        assert not layers._use_onednn(torch.empty(4, 8), torch.empty(8, 8))
+    assert not layers._ONEDNN["checked"]
+    import numpy as np
+
+    import offrl
+    from offrl.dataset import MDPDataset
+
+    rng = np.random.default_rng(0)
+    dataset = MDPDataset(rng.normal(size=(64, 3)).astype(np.float32), rng.uniform(-1, 1, size=(64, 1)).astype(np.float32),
+                         rng.normal(size=64).astype(np.float32), (np.arange(64) % 32 == 31).astype(np.float32))
+    offrl.algos.SACConfig().create().build_with_dataset(dataset)
+    assert layers._onednn_op() is not None
