@@ -102,54 +102,76 @@ class OptimizerWrapper:
 _OPTIMIZER_MODULE = sys.modules[torch.optim.Optimizer.__module__]  # where torch keeps the global step hooks
 
 
+def _fusable_adam(optim: Any, params: List[nn.Parameter]) -> bool:
+    """``optim`` is a plain fused Adam (what :class:`AdamFactory` builds:
+    fused, no AMSGrad, maximize, capturable, differentiable or decoupled
+    weight decay) with one parameter group over exactly ``params``, on the
+    CPU (where the direct call was measured; other devices step through Adam)."""
+    group = optim.param_groups[0] if optim is not None and len(optim.param_groups) == 1 else {}
+    return (
+        type(optim) is torch.optim.Adam and hasattr(torch, "_fused_adam_") and group.get("fused") is True
+        and not any(group.get(k) for k in ("amsgrad", "maximize", "capturable", "differentiable", "decoupled_weight_decay"))
+        and len(group["params"]) == len(params) and all(a is b for a, b in zip(group["params"], params))
+        and all(p.device.type == "cpu" for p in params)
+    )
+
+
+def _fused_adam_state(optim: Any, params: List[nn.Parameter]) -> Optional[Tuple[List[torch.Tensor], ...]]:
+    """The moments and step counts ``Adam.step`` would pass to the fused
+    kernel, or None where ``Adam.step`` must run: a step hook to call, a
+    tensor hyperparameter, or the first step (Adam initialises its state)."""
+    hooks = (getattr(optim, "_optimizer_step_pre_hooks", None), getattr(optim, "_optimizer_step_post_hooks", None),
+             getattr(_OPTIMIZER_MODULE, "_global_optimizer_pre_hooks", None),
+             getattr(_OPTIMIZER_MODULE, "_global_optimizer_post_hooks", None))
+    if any(h is None or len(h) for h in hooks):  # a hook to run, or a torch that keeps them elsewhere
+        return None
+    group = optim.param_groups[0]
+    if not all(isinstance(group[k], float) for k in ("lr", "eps", "weight_decay")) or not all(
+            isinstance(beta, float) for beta in group["betas"]):
+        return None
+    states = [optim.state.get(p) for p in params]
+    if not all(s and isinstance(s.get("step"), torch.Tensor) for s in states):
+        return None
+    return ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states])
+
+
+def _fused_adam_kernel(optim: Any, params: List[nn.Parameter], grads: List[torch.Tensor],
+                       state: Tuple[List[torch.Tensor], ...]) -> None:
+    exp_avgs, exp_avg_sqs, steps = state
+    group = optim.param_groups[0]
+    beta1, beta2 = group["betas"]
+    with torch.no_grad():  # as Adam.step
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"],
+                           beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
+                           maximize=False, grad_scale=None, found_inf=None)
+
+
 class DirectStep:
     """One optimizer step from gradients given as tensors, for updates that
     write their backward pass out (:mod:`offrl.models.plain_mlp`).
 
-    For a plain fused Adam on the CPU (what :class:`AdamFactory` builds:
-    fused, one parameter group over exactly ``params``, no clipping,
-    scheduler, step hooks, AMSGrad, ...) with its state initialised, torch's
-    fused Adam kernel is called on the optimizer's own state, as
-    ``Adam.step`` does, without its ~25-80 us of bookkeeping per call;
-    otherwise (the first step, another optimizer, a wrapper whose ``step``
-    was replaced, as torchrun's gradient averaging does) the gradients
-    become ``.grad`` and the wrapper steps. With ``keep_grads`` the
-    parameters' ``.grad`` hold the step's gradients afterwards, as after
-    ``loss.backward(); optim.step()`` (gradient logging reads them)."""
+    For a plain fused Adam on the CPU (:func:`_fusable_adam`) behind a plain
+    wrapper (no clipping or scheduler, ``step`` not replaced) with its state
+    initialised, torch's fused Adam kernel is called on the optimizer's own
+    state, as ``Adam.step`` does, without its bookkeeping; otherwise (the
+    first step, another optimizer, a wrapper whose ``step`` was replaced, as
+    torchrun's gradient averaging does) the gradients become ``.grad`` and
+    the wrapper steps. With ``keep_grads`` the parameters' ``.grad`` hold
+    the step's gradients afterwards, as after ``loss.backward();
+    optim.step()`` (gradient logging reads them)."""
 
     def __init__(self, wrapper: Any, params: List[nn.Parameter], keep_grads: bool = True) -> None:
         self.wrapper = wrapper
         self.params = list(params)
         self.keep_grads = keep_grads
-        optim = getattr(wrapper, "optim", None)
-        group = optim.param_groups[0] if optim is not None and len(optim.param_groups) == 1 else {}
-        self._fusable = (
-            type(wrapper) is OptimizerWrapper and type(optim) is torch.optim.Adam
-            and hasattr(torch, "_fused_adam_") and group.get("fused") is True
-            and not any(group.get(k) for k in ("amsgrad", "maximize", "capturable", "differentiable",
-                                               "decoupled_weight_decay"))
-            and len(group["params"]) == len(self.params) and all(a is b for a, b in zip(group["params"], self.params))
-            and all(p.device.type == "cpu" for p in self.params)  # measured there; other devices step through Adam
-        )
+        self._fusable = type(wrapper) is OptimizerWrapper and _fusable_adam(getattr(wrapper, "optim", None), self.params)
 
     def _fused_state(self) -> Optional[Tuple[List[torch.Tensor], ...]]:
         wrapper = self.wrapper
         if wrapper.clip_grad_norm is not None or wrapper._lr_scheduler is not None or "step" in vars(wrapper):
             return None
-        optim = wrapper.optim
-        hooks = (getattr(optim, "_optimizer_step_pre_hooks", None), getattr(optim, "_optimizer_step_post_hooks", None),
-                 getattr(_OPTIMIZER_MODULE, "_global_optimizer_pre_hooks", None),
-                 getattr(_OPTIMIZER_MODULE, "_global_optimizer_post_hooks", None))
-        if any(h is None or len(h) for h in hooks):  # a hook to run, or a torch that keeps them elsewhere
-            return None
-        group = optim.param_groups[0]
-        if not all(isinstance(group[k], float) for k in ("lr", "eps", "weight_decay")) or not all(
-                isinstance(beta, float) for beta in group["betas"]):
-            return None
-        states = [optim.state.get(p) for p in self.params]
-        if not all(s and isinstance(s.get("step"), torch.Tensor) for s in states):
-            return None  # before the first step: the optimizer initialises its state
-        return ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states])
+        return _fused_adam_state(wrapper.optim, self.params)
 
     def __call__(self, grads: List[torch.Tensor]) -> None:
         state = self._fused_state() if self._fusable else None
@@ -162,13 +184,7 @@ class DirectStep:
                 for p in self.params:
                     p.grad = None
             return
-        exp_avgs, exp_avg_sqs, steps = state
-        group = self.wrapper.optim.param_groups[0]
-        beta1, beta2 = group["betas"]
-        torch._foreach_add_(steps, 1)
-        torch._fused_adam_(self.params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"],
-                           beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
-                           maximize=False, grad_scale=None, found_inf=None)
+        _fused_adam_kernel(self.wrapper.optim, self.params, grads, state)
 
 
 #: layers whose weights GPT-style weight decay leaves alone (by type, when modules are given)
