@@ -8,7 +8,8 @@
 # tests/conftest.py has pinned one thread) changes how reductions are split.
 #
 # The subset: the chunked / batched / exported comparisons (OPE, evaluators,
-# Q-function ensembles, policies, export, every algorithm's contract). About
+# Q-function ensembles, policies, export, every algorithm's contract, the
+# written-out steps against autograd's). About
 # 15 s per variant on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,8 @@ TESTS=(
     tests/metrics
     tests/models
     tests/algos/test_contract.py
+    tests/algos/test_plain_step.py
+    tests/optimizers/test_direct_step.py
     tests/test_export.py
 )
 
