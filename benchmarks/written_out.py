@@ -31,8 +31,10 @@ import argparse
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
+from _data import make_data
 from _harness import (FULL, QUICK, add_common_args, check_threads, loop, paired_ratio, parse_only, print_load,
                       print_table, run_rounds, set_threads)
+from _specs import SPECS
 
 WRITTEN_OUT = ["DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "BC", "DiscreteBC", "FQE", "DiscreteFQE"]
 BF16_ROWS = [32, 64, 128, 256]
@@ -47,9 +49,7 @@ def make(name: str, **config: Any) -> Callable[[], None]:
     import offrl
     from offrl.dataset import MDPDataset
 
-    import algos  # benchmarks/algos.py: the same data
-
-    data = algos.make_data(algos.SPECS[DATA.get(name, name)].data)
+    data = make_data(SPECS[DATA.get(name, name)].data)
     dataset = MDPDataset(data["observations"], data["actions"], data["rewards"], data["terminals"], data["timeouts"])
     offrl.seed(0)
     if name in ("FQE", "DiscreteFQE"):
