@@ -149,8 +149,10 @@ class PlainQ:
 
     @classmethod
     def create(cls, q: nn.Module, target: nn.Module, optim: object) -> "PlainQ":
-        # the single-critic path calls the encoder as a module and the head's weights directly
-        online = PlainNetwork.create(q, q.encoder.encoder, q.head, optim)
+        # the single-critic path calls the encoders as modules (the target's too: its hooks count) and the
+        # heads' weights directly
+        called = [] if target is q else list(target.encoder.encoder.modules())
+        online = PlainNetwork.create(q, q.encoder.encoder, q.head, optim, called=called)
         target_layers = online.layers if target is q else plain_layers(target.encoder.encoder, target.head, trainable=False)
         return cls(online, target, target_layers)
 

@@ -174,6 +174,11 @@ def test_a_forward_hook_added_after_building_is_honoured(monkeypatch):
     handle.remove()
     algo.update(batch)
     assert calls["n"] == 2
+    target_layer = algo.modules["targ_q_function"].encoder.encoder.mlp.layers[0]
+    handle = target_layer.register_forward_hook(lambda module, inputs, output: seen.append("target"))
+    algo.update(batch)
+    assert calls["n"] == 2 and seen[-1] == "target"  # a hook on the target network counts too
+    handle.remove()
 
 
 def test_bf16_mixed_steps_through_autograd_from_its_batch_size_on(monkeypatch):
