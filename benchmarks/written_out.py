@@ -8,12 +8,13 @@ Three tables, all offrl only (one process, interleaved rounds, ratios are
 medians of per-round ratios):
 
 1. **Written out against autograd**: sample + ``update`` of each algorithm
-   whose step can be written out (``offrl.models.plain_mlp``), at its default
+   whose step can be written out (``offrl.models.plain_mlp``; DiscreteBCQ with
+   its imitator on the shared encoder), at its default
    config on ``algos.py``'s data, with the written-out step and with
    ``plain_backward_enabled(False)`` (autograd's step, the same maths);
    FQE and DiscreteFQE evaluate an IQL / DQN policy as in ``ope.py``.
 2. **bf16-mixed against the written-out float32 step** at 32, 64, 128 and
-   256 rows (DQN, DiscreteCQL, BC): the measurement behind
+   256 rows (DQN, DiscreteCQL, DiscreteBCQ, BC): the measurement behind
    ``offrl.training.precision.WRITTEN_OUT_FASTER_BELOW``; bf16-mixed runs
    with the written-out steps off, so it is the bf16 autograd step.
    Skipped where the CPU has no bf16 units.
@@ -36,9 +37,9 @@ from _harness import (FULL, QUICK, add_common_args, check_threads, loop, paired_
                       print_table, run_rounds, set_threads)
 from _specs import SPECS
 
-WRITTEN_OUT = ["DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "BC", "DiscreteBC", "FQE", "DiscreteFQE"]
+WRITTEN_OUT = ["DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBCQ", "BC", "DiscreteBC", "FQE", "DiscreteFQE"]
 BF16_ROWS = [32, 64, 128, 256]
-BF16_ALGOS = ["DQN", "DiscreteCQL", "BC"]
+BF16_ALGOS = ["DQN", "DiscreteCQL", "DiscreteBCQ", "BC"]
 ONE_COLUMN = ["SAC", "TD3PlusBC", "IQL", "CQL"]
 #: algos.py's data for each algorithm (FQE: the evaluated policy's)
 DATA = {"DoubleDQN": "DQN", "DiscreteBC": "DQN", "FQE": "IQL", "DiscreteFQE": "DQN"}

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 import offrl
-from offrl.algos import (AWACConfig, BCConfig, BCQConfig, BEARConfig, CQLConfig, CRRConfig, DiscreteCQLConfig,
-                         DiscreteSACConfig, DQNConfig, FQEConfig, IQLConfig, NonFiniteLossError, SACConfig,
+from offrl.algos import (AWACConfig, BCConfig, BCQConfig, BEARConfig, CQLConfig, CRRConfig, DiscreteBCQConfig,
+                         DiscreteCQLConfig, DiscreteSACConfig, DQNConfig, FQEConfig, IQLConfig, NonFiniteLossError, SACConfig,
                          TD3PlusBCConfig)
 from offrl.algos import dqn as dqn_module
 from offrl.algos import iql as iql_module
@@ -54,6 +54,7 @@ CONTINUOUS = {
 DISCRETE = {
     "dqn": lambda **kw: DQNConfig(encoder_factory=SMALL, **kw),
     "discrete_cql": lambda **kw: DiscreteCQLConfig(encoder_factory=SMALL, **kw),
+    "discrete_bcq": lambda **kw: DiscreteBCQConfig(encoder_factory=SMALL, **kw),
 }
 ALL = {**CONTINUOUS, **DISCRETE}
 
@@ -415,7 +416,7 @@ def test_fqe_takes_the_precision_too():
         assert small.precision == "float32"  # FQE's step is written out too
 
 
-@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql"])
+@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql", "discrete_bcq"])
 def test_small_batches_run_the_written_out_float32_step(name):
     """Below WRITTEN_OUT_FASTER_BELOW rows on the CPU, an algorithm whose
     float32 step has its backward written out runs that step (faster than
@@ -438,7 +439,7 @@ def test_small_batches_run_the_written_out_float32_step(name):
     large = ALL[name](precision="bf16-mixed", batch_size=precision.WRITTEN_OUT_FASTER_BELOW).create()
     large.build_with_dataset(_dataset(name in DISCRETE))
     assert large.precision == "bf16-mixed"
-    config = (BCConfig if name == "bc" else DQNConfig if name == "dqn" else DiscreteCQLConfig)
+    config = {"bc": BCConfig, "dqn": DQNConfig, "discrete_cql": DiscreteCQLConfig, "discrete_bcq": DiscreteBCQConfig}[name]
     other = config(precision="bf16-mixed", batch_size=32, encoder_factory=VectorEncoderFactory([16], use_layer_norm=True)).create()
     other.build_with_dataset(_dataset(name in DISCRETE))
     assert other.precision == "bf16-mixed"

@@ -55,10 +55,11 @@ import torch.nn.functional as F
 
 from ..constants import ActionSpace
 from ..models.encoders import compute_output_size
-from ..models.layers import float32_head
+from ..models.layers import float32_head, linear, linear_backward
 from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
 from ..models.perturbation import PerturbationActor, create_perturbation_actor
+from ..models.plain_mlp import plain_backward, plain_backward_enabled, plain_forward, plain_output
 from ..models.policies import CategoricalPolicy
 from ..models.q_functions import MeanQFunction, QFunction
 from ..models.vae import ConditionalVAE, create_conditional_vae, repeat_observations
@@ -75,7 +76,7 @@ from .config import (
     between,
     param,
 )
-from .dqn import DoubleDQN, DQNModules, QNetworkConfig, abs_td_errors
+from .dqn import DoubleDQN, DQNModules, PlainQ, QNetworkConfig, abs_td_errors, plain_q_holder
 
 __all__ = [
     "BCQConfig",
@@ -403,8 +404,21 @@ class DiscreteBCQ(DoubleDQN, config=DiscreteBCQConfig):
 
     _modules: DiscreteBCQModules
 
+    def _plain_holder(self) -> Optional[PlainQ]:
+        """The written-out step's networks (see :meth:`_update_plain`) when
+        the imitator shares a one-critic mean Q-network's encoder; else None."""
+        if not (self._single_mean_q and self._shares_features()):
+            return None
+        m = self._modules
+        # the autograd step calls the shared encoder's wrapper, both heads and the whole target network
+        called = [m.q_function.encoder, m.q_function.head] + list(m.targ_q_function.modules())
+        return plain_q_holder(self, m.q_function, m.targ_q_function, m.optim, side_heads=(m.imitator.fc,), called=called)
+
     def _written_out_step_available(self) -> bool:
-        return False  # its own update (the imitator, the restricted actions) trains through autograd
+        if not (self.is_built and plain_backward_enabled()):
+            return False
+        plain = self._plain_holder()
+        return plain is not None and plain.layers is not None
 
     def _build(self, observation_shape, action_size: int) -> DiscreteBCQModules:
         modules = super()._build(observation_shape, action_size)
@@ -450,6 +464,9 @@ class DiscreteBCQ(DoubleDQN, config=DiscreteBCQConfig):
     def _update(self, batch, grad_step: int) -> TrainStepResult:
         cfg = self._config
         q, imitator = self._modules.q_function, self._modules.imitator
+        plain = self._plain_holder() if batch.weights is None and plain_backward_enabled() else None
+        if plain is not None and plain.layers is not None and plain.online.usable(batch.observations):
+            return self._update_plain(batch, grad_step, plain)
         with torch.no_grad():
             target = td_target(batch.rewards, self._next_value(batch.next_observations), batch.terminals, cfg.gamma, batch.intervals)
         if self._shares_features():
@@ -469,6 +486,40 @@ class DiscreteBCQ(DoubleDQN, config=DiscreteBCQConfig):
         return TrainStepResult(
             {"loss": loss.detach(), "td_loss": td_loss.detach(), "imitator_loss": imitator_loss.detach()}, td_errors
         )
+
+    def _update_plain(self, batch, grad_step: int, plain: PlainQ) -> TrainStepResult:
+        """:meth:`_update` for one mean critic sharing its plain ReLU
+        encoder with the imitator, with the backward written out
+        (:mod:`offrl.models.plain_mlp`): the Huber loss's gradient with
+        respect to ``Q(s, a)`` is ``clamp(Q(s, a) - y, -1, 1) / B``, the
+        imitator loss's with respect to the logits ``(softmax - onehot(a)) / B
+        + 2 beta logits / (B x actions)``; both reach the shared features."""
+        cfg = self._config
+        fc = plain.online.side_heads[0]
+        tau = float(cfg.action_flexibility)
+        with torch.no_grad():
+            next_inputs, next_values = plain_forward(plain.layers, batch.next_observations)
+            best = restricted_argmax(next_values, linear(next_inputs[-1], fc.weight, fc.bias), tau)
+            next_value = plain_output(plain.target_layers, batch.next_observations).gather(1, best.view(-1, 1))
+            target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
+            inputs, values = plain_forward(plain.layers, batch.observations)
+            features = inputs[-1]
+            logits = linear(features, fc.weight, fc.bias)
+            actions = (batch.actions if batch.actions.dtype == torch.int64 else batch.actions.long()).view(-1, 1)
+            pred = values.gather(1, actions)
+            td_loss = F.smooth_l1_loss(pred, target, beta=1.0)
+            beta = float(cfg.beta)
+            imitator_loss = F.cross_entropy(logits, actions.view(-1)) + beta * (logits**2).mean()
+            n = pred.shape[0]
+            grad_values = torch.zeros_like(values).scatter_(1, actions, (pred - target).clamp_(-1.0, 1.0).mul_(1.0 / n))
+            grad_logits = torch.softmax(logits, dim=1).mul_(1.0 / n)
+            grad_logits.scatter_add_(1, actions, grad_logits.new_full((n, 1), -1.0 / n))
+            grad_logits.add_(logits, alpha=2.0 * beta / logits.numel())
+            grad_features, grad_w, grad_b = linear_backward(grad_logits, features, fc.weight)
+            plain.step(plain_backward(plain.layers, inputs, grad_values, feature_grad=grad_features) + [grad_w, grad_b])
+        if grad_step % int(cfg.target_update_interval) == 0:
+            hard_update(self._modules.targ_q_function, self._modules.q_function)
+        return TrainStepResult({"loss": td_loss + imitator_loss, "td_loss": td_loss, "imitator_loss": imitator_loss}, None)
 
     def _predict(self, x) -> torch.Tensor:
         return self.policy_module()(x)

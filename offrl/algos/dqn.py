@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -148,11 +148,15 @@ class PlainQ:
     target_layers: Optional[PlainLayers]
 
     @classmethod
-    def create(cls, q: nn.Module, target: nn.Module, optim: object) -> "PlainQ":
+    def create(cls, q: nn.Module, target: nn.Module, optim: object, side_heads: Sequence[nn.Module] = (),
+               called: Sequence[nn.Module] = ()) -> "PlainQ":
+        """``side_heads``: linear heads on the Q-network's features trained
+        by the same step (DiscreteBCQ's imitator); ``called``: further
+        modules the autograd step calls (their hooks count)."""
         # the single-critic path calls the encoders as modules (the target's too: its hooks count) and the
         # heads' weights directly
-        called = [] if target is q else list(target.encoder.encoder.modules())
-        online = PlainNetwork.create(q, q.encoder.encoder, q.head, optim, called=called)
+        called = list(called) + ([] if target is q else list(target.encoder.encoder.modules()))
+        online = PlainNetwork.create(q, q.encoder.encoder, q.head, optim, called=called, side_heads=side_heads)
         target_layers = online.layers if target is q else plain_layers(target.encoder.encoder, target.head, trainable=False)
         return cls(online, target, target_layers)
 
@@ -173,10 +177,12 @@ def plain_q(algo: object, q: nn.Module, target: nn.Module, optim: object, x: tor
     return plain if plain.layers is not None and plain.online.usable(x) else None
 
 
-def plain_q_holder(algo: object, q: nn.Module, target: nn.Module, optim: object) -> PlainQ:
+def plain_q_holder(algo: object, q: nn.Module, target: nn.Module, optim: object, side_heads: Sequence[nn.Module] = (),
+                   called: Sequence[nn.Module] = ()) -> PlainQ:
+    """:class:`PlainQ` of ``algo``'s networks, cached on it (rebuilt when they change)."""
     plain = algo.__dict__.get("_plain")
-    if plain is None or not plain.online.matches(q, optim) or plain.target is not target:
-        plain = PlainQ.create(q, target, optim)
+    if plain is None or not plain.online.matches(q, optim, side_heads) or plain.target is not target:
+        plain = PlainQ.create(q, target, optim, side_heads, called)
         algo.__dict__["_plain"] = plain
     return plain
 

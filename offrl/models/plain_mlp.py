@@ -35,8 +35,8 @@ from ..optimizers.optimizers import DirectStep
 from .layers import Linear, linear, linear_backward
 from .torch.encoders import VectorEncoder, VectorEncoderWithAction
 
-__all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_forward", "plain_output", "plain_backward",
-           "plain_backward_enabled", "plain_step_allowed"]
+__all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_head", "plain_forward", "plain_output",
+           "plain_backward", "plain_backward_enabled", "plain_step_allowed"]
 
 #: ``(weight, bias)`` of each linear layer in order, the head last; ReLU between them
 PlainLayers = List[Tuple[torch.Tensor, torch.Tensor]]
@@ -128,18 +128,36 @@ def plain_output(layers: PlainLayers, x: torch.Tensor) -> torch.Tensor:
     return linear(x, weight, bias)
 
 
-def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor) -> List[torch.Tensor]:
+def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor,
+                   feature_grad: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
     """The parameters' gradients (weight then bias of each layer, in
     :func:`plain_layers`' order) given the output's ``grad``: each layer's
     products by :func:`~offrl.models.layers.linear_backward`, ReLU's by its
-    output's sign (as autograd computes an in-place ReLU's)."""
+    output's sign (as autograd computes an in-place ReLU's).
+    ``feature_grad``: the gradient reaching the head's input (the encoder's
+    features, ``inputs[-1]``) from other consumers (a side head reading the
+    same features), added to the head's own."""
     grads: List[torch.Tensor] = []
-    for i in range(len(layers) - 1, -1, -1):
+    last = len(layers) - 1
+    for i in range(last, -1, -1):
         grad_x, grad_w, grad_b = linear_backward(grad, inputs[i], layers[i][0], input_grad=i > 0)
         grads += [grad_b, grad_w]
         if i > 0:
+            if i == last and feature_grad is not None:
+                grad_x = grad_x.add_(feature_grad)
             grad = torch.ops.aten.threshold_backward(grad_x, inputs[i], 0)
     return grads[::-1]
+
+
+def plain_head(head: nn.Module) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """``(weight, bias)`` of a side head (a linear layer reading an
+    encoder's features beside its main head) when it is an ``nn.Linear``
+    with a bias, float32, trainable and without hooks; else None."""
+    if not isinstance(head, nn.Linear) or head.bias is None or not _hook_free([head]):
+        return None
+    if not all(p.dtype == torch.float32 and p.requires_grad for p in (head.weight, head.bias)):
+        return None
+    return head.weight, head.bias
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,23 +172,33 @@ class PlainNetwork:
     layers: Optional[PlainLayers]
     modules: List[nn.Module]
     step: Optional[DirectStep]
+    #: linear heads trained beside ``network`` on its encoder's features (e.g. DiscreteBCQ's imitator)
+    side_heads: Tuple[nn.Module, ...] = ()
 
     @classmethod
     def create(cls, network: nn.Module, encoder: nn.Module, head: nn.Linear, optim: Any,
-               called: Sequence[nn.Module] = ()) -> "PlainNetwork":
+               called: Sequence[nn.Module] = (), side_heads: Sequence[nn.Module] = ()) -> "PlainNetwork":
         """``network``'s layers when it is ``encoder`` then ``head`` (see
         :func:`plain_layers`) and holds no other parameter; ``called``: the
         modules besides the encoder's that the autograd step calls (their
-        hooks would run there)."""
+        hooks would run there); ``side_heads``: linear layers reading the
+        encoder's features, trained by the same step (see :func:`plain_head`),
+        whose gradients follow the layers' in the step's list."""
+        side_heads = tuple(side_heads)
         layers = plain_layers(encoder, head)
-        params = [p for wb in layers for p in wb] if layers is not None else []
-        own = list(network.parameters())
+        sides = [plain_head(h) for h in side_heads]
+        if layers is None or any(wb is None for wb in sides):
+            return cls(network, optim, None, [], None, side_heads)
+        params = [p for wb in list(layers) + sides for p in wb]
+        own = list(network.parameters()) + [p for h in side_heads for p in h.parameters()]
         if len(params) != len(own) or any(a is not b for a, b in zip(params, own)):
-            return cls(network, optim, None, [], None)
-        return cls(network, optim, layers, list(encoder.modules()) + list(called), DirectStep(optim, params))
+            return cls(network, optim, None, [], None, side_heads)
+        modules = list(encoder.modules()) + list(called) + list(side_heads)
+        return cls(network, optim, layers, modules, DirectStep(optim, params), side_heads)
 
-    def matches(self, network: nn.Module, optim: Any) -> bool:
-        return self.network is network and self.optim is optim
+    def matches(self, network: nn.Module, optim: Any, side_heads: Sequence[nn.Module] = ()) -> bool:
+        return (self.network is network and self.optim is optim and len(self.side_heads) == len(side_heads)
+                and all(a is b for a, b in zip(self.side_heads, side_heads)))
 
     def usable(self, x: Any) -> bool:
         """Whether this step on input ``x`` can be written out (see

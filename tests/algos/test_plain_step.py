@@ -1,4 +1,4 @@
-"""DQN, DoubleDQN, NFQ, DiscreteCQL, BC and DiscreteBC with their backward
+"""DQN, DoubleDQN, NFQ, DiscreteCQL, DiscreteBCQ, BC, DiscreteBC and FQE with their backward
 written out (``offrl.models.plain_mlp``): the same losses, gradients, weights
 and optimizer state as the autograd update, and autograd wherever the
 written-out step does not apply (other networks, hooks, bf16, clipping,
@@ -62,7 +62,7 @@ def counting_backward(monkeypatch) -> dict:
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    for module in ("dqn", "cql", "bc"):
+    for module in ("dqn", "cql", "bc", "bcq"):
         monkeypatch.setattr(f"offrl.algos.{module}.plain_backward", counted)
     return calls
 
@@ -352,3 +352,93 @@ def test_fqe_ensembles_train_through_autograd(monkeypatch):
     fqe.create_impl((5,), 3)
     fqe.update(continuous_batch(np.random.default_rng(0), 8, 5, 3))
     assert calls["n"] == 0
+
+
+def make_bcq(hidden=(32, 16), **kwargs):
+    kwargs.setdefault("target_update_interval", 3)
+    kwargs.setdefault("encoder_factory", VectorEncoderFactory(hidden_units=list(hidden)))
+    config = offrl.algos.DiscreteBCQConfig(learning_rate=1e-2, **kwargs)
+    offrl.seed(0)
+    algo = config.create()
+    algo.create_impl((5,), 4)
+    return algo
+
+
+def assert_same_optimizer_state(plain, autograd, rtol=1e-5, atol=1e-6, weights=True):
+    """Every parameter the optimizer trains (DiscreteBCQ: the Q-network and
+    the imitator's head): weights, ``.grad`` and Adam's moments."""
+    wa, wb = plain.optimizers["optim"].optim, autograd.optimizers["optim"].optim
+    for a, b in zip(wa.param_groups[0]["params"], wb.param_groups[0]["params"], strict=True):
+        if weights:
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+        torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
+        sa, sb = wa.state[a], wb.state[b]
+        assert int(sa["step"]) == int(sb["step"])
+        torch.testing.assert_close(sa["exp_avg"], sb["exp_avg"], rtol=rtol, atol=atol)
+        torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=rtol, atol=atol)
+
+
+def test_discrete_bcq_written_out_steps_follow_the_autograd_steps(monkeypatch):
+    calls = counting_backward(monkeypatch)
+    # Adam's eps well above float rounding: its first step is lr * g / (|g| + eps), so a weight whose gradient
+    # is a sum cancelling to ~1e-9 (summed in another order in the two paths) would move by up to lr either way
+    plain = make_bcq(beta=0.7, action_flexibility=0.2, optim_factory=AdamFactory(eps=1e-4))
+    assert plain._written_out_step_available()
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(3)
+    batches = [random_batch(rng, 32, 5, 4) for _ in range(8)]  # target copies at steps 0, 3, 6
+    for step, (a, b) in enumerate(run_both(plain, autograd, batches)):
+        assert a.keys() == b.keys() == {"loss", "td_loss", "imitator_loss"}
+        for k in a:
+            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), (step, k)
+    assert calls["n"] == 8
+    assert_same_optimizer_state(plain, autograd)
+    for a, b in zip(plain.modules["targ_q_function"].parameters(), autograd.modules["targ_q_function"].parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(plain.modules["targ_q_function"].parameters(), plain.modules["q_function"].parameters()):
+        assert not torch.equal(a, b)  # copied after step 6, trained on step 7
+    x = np.random.default_rng(4).normal(size=(64, 5)).astype(np.float32)
+    np.testing.assert_array_equal(plain.predict(x), autograd.predict(x))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), n=st.integers(1, 40), hidden=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+       gamma=st.floats(0.0, 1.0), beta=st.floats(0.0, 3.0), flexibility=st.floats(0.0, 0.99), int32=st.booleans())
+def test_one_discrete_bcq_step_equals_autograd_on_random_problems(seed, n, hidden, gamma, beta, flexibility, int32):
+    plain = make_bcq(hidden=hidden, gamma=gamma, beta=beta, action_flexibility=flexibility)
+    autograd = copy.deepcopy(plain)
+    batch = random_batch(np.random.default_rng(seed), n, 5, 4, np.int32 if int32 else np.int64)
+    ((a, b),) = run_both(plain, autograd, [batch])
+    for k in a:
+        assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), k
+    assert_same_optimizer_state(plain, autograd, weights=False)  # weights: see the DQN test above
+
+
+@pytest.mark.parametrize("kwargs", [{"share_encoder": False}, {"n_critics": 2},
+                                    {"q_func_factory": QRQFunctionFactory(n_quantiles=4)},
+                                    {"encoder_factory": VectorEncoderFactory([16], use_layer_norm=True)}])
+def test_discrete_bcq_other_networks_train_through_autograd(kwargs, monkeypatch):
+    calls = counting_backward(monkeypatch)
+    algo = make_bcq(**kwargs)
+    algo.update(random_batch(np.random.default_rng(0), 8, 5, 4))
+    assert calls["n"] == 0 and not algo._written_out_step_available()
+
+
+def test_discrete_bcq_weighted_batches_and_hooks_train_through_autograd(monkeypatch):
+    import dataclasses
+
+    calls = counting_backward(monkeypatch)
+    algo = make_bcq()
+    batch = random_batch(np.random.default_rng(0), 8, 5, 4)
+    algo.update(dataclasses.replace(batch, weights=np.full((8, 1), 0.5, np.float32)))  # a prioritized batch
+    assert calls["n"] == 0
+    algo.update(batch)
+    assert calls["n"] == 1
+    for module in (algo.modules["imitator"].fc, algo.modules["q_function"].head, algo.modules["targ_q_function"].head):
+        seen = []
+        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
+        algo.update(batch)
+        handle.remove()
+        assert calls["n"] == 1 and seen, module  # autograd's step: the hook ran
+    plain_mlp.plain_backward_enabled(False)
+    assert not algo._written_out_step_available()
