@@ -35,17 +35,19 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from _harness import find_d3rlpy_python, quiet_d3rlpy, run_json, worker_main
+from _specs import prepare_offrl
 
 #: algorithm -> does its update draw random numbers (then a difference may be the draws)
-#: (not covered: PRDC, whose d3rlpy neighbour index is built only by fit(); CalQL, whose batches need
-#: returns-to-go; DiscreteBCQ, whose imitator shares the critic's encoder)
 ALGOS = {"DDPG": False, "TD3": True, "TD3PlusBC": True, "ReBRAC": True, "BC": False, "IQL": False, "SAC": True,
-         "AWAC": True, "CRR": True, "CQL": True, "DQN": False, "DoubleDQN": False, "NFQ": False, "DiscreteCQL": False,
-         "DiscreteBC": False, "DiscreteSAC": True, "BCQ": True, "BEAR": True, "PLAS": True, "PLASWithPerturbation": True}
-DISCRETE = {"DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBC", "DiscreteSAC"}
-#: config changes in both libraries: warm-ups short enough that the updates compared include the RL part
-CHANGES: Dict[str, Dict[str, int]] = {"PLAS": {"warmup_steps": 5}, "PLASWithPerturbation": {"warmup_steps": 5},
-                                      "BEAR": {"warmup_steps": 5}}
+         "AWAC": True, "CRR": True, "CQL": True, "CalQL": True, "PRDC": True, "DQN": False, "DoubleDQN": False,
+         "NFQ": False, "DiscreteCQL": False, "DiscreteBC": False, "DiscreteBCQ": False, "DiscreteSAC": True,
+         "BCQ": True, "BEAR": True, "PLAS": True, "PLASWithPerturbation": True}
+DISCRETE = {"DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBC", "DiscreteBCQ", "DiscreteSAC"}
+#: config changes in both libraries: warm-ups short enough that the updates compared include the RL part;
+#: DiscreteBCQ without its logit penalty, which differs on purpose (docs/COMPATIBILITY.md: d3rlpy squares
+#: log-probabilities), so that the rest of its update is compared
+CHANGES: Dict[str, Dict[str, float]] = {"PLAS": {"warmup_steps": 5}, "PLASWithPerturbation": {"warmup_steps": 5},
+                                        "BEAR": {"warmup_steps": 5}, "DiscreteBCQ": {"beta": 0.0}}
 #: offrl's buffers that d3rlpy has no counterpart of (left as offrl built them)
 OFFRL_ONLY = {"candidate_noise", "candidate_latents"}
 #: offrl module name -> d3rlpy's field of its Modules dataclass
@@ -84,6 +86,11 @@ def d3rlpy_side(name: str, updates: int, out: str) -> dict:
                                         data["timeouts"], **space)
     algo = getattr(d3rlpy.algos, f"{name}Config")(**CHANGES.get(name, {})).create(device="cpu:0")
     algo.build_with_dataset(dataset)
+    if name == "PRDC":  # d3rlpy fits its neighbour search in fit(), over (beta * s, a) of every transition
+        picked = [dataset.transition_picker(episode, i) for episode in dataset.episodes
+                  for i in range(episode.transition_count)]
+        algo._nbsr.fit(np.concatenate([np.stack([t.observation for t in picked]) * algo.config.beta,
+                                       np.stack([t.action for t in picked]).reshape(len(picked), -1)], axis=1))
     modules = algo.impl._modules
 
     def weights() -> Dict[str, np.ndarray]:
@@ -101,6 +108,10 @@ def d3rlpy_side(name: str, updates: int, out: str) -> dict:
         batch = dataset.sample_transition_batch(algo.config.batch_size)
         for f in FIELDS:
             batches[f"{i}.{f}"] = np.asarray(getattr(batch, f))
+        if name == "CalQL":  # each transition's remaining rewards, from which CalQL's returns-to-go come
+            remaining = [np.asarray(t.rewards_to_go, dtype=np.float32).reshape(-1) for t in batch.transitions]
+            batches[f"{i}.rewards_to_go"] = np.concatenate(remaining)
+            batches[f"{i}.rewards_to_go_lengths"] = np.array([len(r) for r in remaining])
         torch.manual_seed(1000 + i)
         losses.append({k: float(v) for k, v in algo.update(batch).items()})
     np.savez(os.path.join(out, "batches.npz"), **batches)
@@ -116,7 +127,8 @@ def d3rlpy_key(key: str) -> str:
     if module == "vae":  # d3rlpy keeps the VAE's halves as two modules
         half, rest = rest.split(".", 1)
         module = f"vae_{half}"
-    for ours, theirs in (("encoder.encoder.mlp.layers", "_encoder._layers"), ("encoder.mlp.layers", "_encoder._layers"),
+    for ours, theirs in (("encoder.ensemble_encoder.encoder.mlp.layers", "_encoder._layers"),  # a shared encoder
+                         ("encoder.encoder.mlp.layers", "_encoder._layers"), ("encoder.mlp.layers", "_encoder._layers"),
                          ("head.", "_fc."), ("fc.", "_fc."), ("mu.", "_mu."), ("logstd", "_logstd"),
                          ("log_value", "_parameter")):
         if rest.startswith(ours):
@@ -156,11 +168,20 @@ def translate(offrl_state: dict, d3: dict) -> dict:
     return state
 
 
+def _rewards_to_go(batches: dict, i: int, cls: type):
+    """Batch ``i``'s remaining rewards as recorded on d3rlpy's side (CalQL), else None."""
+    if f"{i}.rewards_to_go" not in batches:
+        return None
+    ends = np.cumsum(batches[f"{i}.rewards_to_go_lengths"])
+    return cls.from_arrays(np.split(batches[f"{i}.rewards_to_go"], ends[:-1]))
+
+
 def offrl_side(name: str, directory: str, d3_losses: List[dict]) -> dict:
     import torch
 
     import offrl
     from offrl.dataset import MDPDataset, TransitionMiniBatch
+    from offrl.dataset.batch import RewardsToGo
 
     torch.set_num_threads(1)
     discrete = name in DISCRETE
@@ -169,6 +190,8 @@ def offrl_side(name: str, directory: str, d3_losses: List[dict]) -> dict:
                          action_size=2 if discrete else None)
     algo = getattr(offrl.algos, f"{name}Config")(**CHANGES.get(name, {})).create(device="cpu")
     algo.build_with_dataset(dataset)
+    if name == "PRDC":
+        prepare_offrl(name, algo, dataset)
     with np.load(os.path.join(directory, "init.npz")) as saved:
         init = dict(saved)
     algo.modules.load_state_dict(translate(algo.modules.state_dict(), init), strict=True)
@@ -180,7 +203,7 @@ def offrl_side(name: str, directory: str, d3_losses: List[dict]) -> dict:
         batch = TransitionMiniBatch(observations=arrays["observations"], actions=arrays["actions"],
                                     rewards=arrays["rewards"], next_observations=arrays["next_observations"],
                                     next_actions=arrays["next_actions"], terminals=arrays["terminals"],
-                                    intervals=arrays["intervals"])
+                                    intervals=arrays["intervals"], rewards_to_go=_rewards_to_go(batches, i, RewardsToGo))
         torch.manual_seed(1000 + i)
         losses.append(algo.update(batch))
     worst_loss: Dict[str, float] = {}
