@@ -47,8 +47,8 @@ from _harness import add_common_args, check_threads, parse_only, print_load, pri
 
 U = 2.0 ** -8  # bf16's unit roundoff (8 significant bits)
 #: the algorithms whose float32 step is written out on the CPU (offrl.models.plain_mlp), at their default networks
-WRITTEN_OUT = {"DQNConfig", "DoubleDQNConfig", "NFQConfig", "DiscreteCQLConfig", "DiscreteBCQConfig", "BCConfig",
-               "DiscreteBCConfig"}
+WRITTEN_OUT = {"DQNConfig", "DoubleDQNConfig", "NFQConfig", "DiscreteCQLConfig", "DiscreteBCQConfig", "DiscreteSACConfig",
+               "BCConfig", "DiscreteBCConfig"}
 TOLERANCE = 12 * U  # tests/test_precision.py's bound for two hidden layers, relative to |loss| + 1
 CONTINUOUS = ["BCConfig", "DDPGConfig", "TD3Config", "TD3PlusBCConfig", "IQLConfig", "SACConfig", "CQLConfig"]
 DISCRETE = ["DQNConfig", "DoubleDQNConfig", "NFQConfig", "DiscreteCQLConfig", "DiscreteBCConfig", "DiscreteSACConfig"]
@@ -128,11 +128,11 @@ def main() -> None:
 
 def written_out_cpu(name: str, device: str) -> bool:
     """Whether ``name`` at its default batch size on ``device`` runs its
-    written-out float32 step under bf16-mixed (the CPU, fewer than
-    ``WRITTEN_OUT_FASTER_BELOW`` rows, an algorithm with such a step)."""
+    written-out float32 step under bf16-mixed (the CPU, fewer rows than the
+    algorithm's ``_written_out_faster_below``, an algorithm with such a step)."""
     config = getattr(algos, name)()
-    return (torch.device(device).type == "cpu" and name in WRITTEN_OUT
-            and int(config.batch_size) < WRITTEN_OUT_FASTER_BELOW)
+    below = getattr(getattr(algos, name[: -len("Config")]), "_written_out_faster_below", WRITTEN_OUT_FASTER_BELOW)
+    return torch.device(device).type == "cpu" and name in WRITTEN_OUT and int(config.batch_size) < below
 
 
 def _synchronize(device: str) -> None:

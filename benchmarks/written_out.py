@@ -37,9 +37,9 @@ from _harness import (FULL, QUICK, add_common_args, check_threads, loop, paired_
                       print_table, run_rounds, set_threads)
 from _specs import SPECS
 
-WRITTEN_OUT = ["DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBCQ", "BC", "DiscreteBC", "FQE", "DiscreteFQE"]
+WRITTEN_OUT = ["DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBCQ", "DiscreteSAC", "BC", "DiscreteBC", "FQE", "DiscreteFQE"]
 BF16_ROWS = [32, 64, 128, 256]
-BF16_ALGOS = ["DQN", "DiscreteCQL", "DiscreteBCQ", "BC"]
+BF16_ALGOS = ["DQN", "DiscreteCQL", "DiscreteBCQ", "DiscreteSAC", "BC"]
 ONE_COLUMN = ["SAC", "TD3PlusBC", "IQL", "CQL"]
 #: algos.py's data for each algorithm (FQE: the evaluated policy's)
 DATA = {"DoubleDQN": "DQN", "DiscreteBC": "DQN", "FQE": "IQL", "DiscreteFQE": "DQN"}

@@ -55,6 +55,7 @@ DISCRETE = {
     "dqn": lambda **kw: DQNConfig(encoder_factory=SMALL, **kw),
     "discrete_cql": lambda **kw: DiscreteCQLConfig(encoder_factory=SMALL, **kw),
     "discrete_bcq": lambda **kw: DiscreteBCQConfig(encoder_factory=SMALL, **kw),
+    "discrete_sac": lambda **kw: DiscreteSACConfig(actor_encoder_factory=SMALL, critic_encoder_factory=SMALL, **kw),
 }
 ALL = {**CONTINUOUS, **DISCRETE}
 
@@ -416,31 +417,39 @@ def test_fqe_takes_the_precision_too():
         assert small.precision == "float32"  # FQE's step is written out too
 
 
-@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql", "discrete_bcq"])
+@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql", "discrete_bcq", "discrete_sac"])
 def test_small_batches_run_the_written_out_float32_step(name):
-    """Below WRITTEN_OUT_FASTER_BELOW rows on the CPU, an algorithm whose
-    float32 step has its backward written out runs that step (faster than
-    bf16-mixed there), with one warning; from that size on it runs bf16, and
-    so does any network whose step is not written out."""
+    """Below WRITTEN_OUT_FASTER_BELOW rows on the CPU (an algorithm's own
+    measured size where it has one), an algorithm whose float32 step has its
+    backward written out runs that step (faster than bf16-mixed there), with
+    one warning; from that size on it runs bf16, and so does any network
+    whose step is not written out."""
     from offrl.models import plain_mlp
 
     precision._WARNED.clear()
-    small = ALL[name](precision="bf16-mixed", batch_size=precision.WRITTEN_OUT_FASTER_BELOW - 1).create()
+    below = type(ALL[name]().create())._written_out_faster_below
+    assert below == (128 if name == "discrete_sac" else precision.WRITTEN_OUT_FASTER_BELOW)
+    small = ALL[name](precision="bf16-mixed", batch_size=below - 1).create()
     assert small.precision == "bf16-mixed"  # not built: no step yet
     small.build_with_dataset(_dataset(name in DISCRETE))
     with pytest.warns(RuntimeWarning, match="trains in float32 with its backward written out"):
         assert small.precision == "float32"
     batch = _dataset(name in DISCRETE).sample_transition_batch(16)
     dtypes = []
-    hook = small.modules["policy" if name == "bc" else "q_function"].encoder
-    (hook.encoder if name != "bc" else hook).register_forward_hook(lambda m, i, out: dtypes.append(out.dtype))
+    hook = small.modules["policy" if name in ("bc", "discrete_sac") else "q_function"].encoder
+    (hook.encoder if name not in ("bc", "discrete_sac") else hook).register_forward_hook(
+        lambda m, i, out: dtypes.append(out.dtype))
     small.update(batch)  # a hook: the autograd step, in float32 (the precision in effect)
     assert dtypes == [torch.float32] * len(dtypes) and dtypes
-    large = ALL[name](precision="bf16-mixed", batch_size=precision.WRITTEN_OUT_FASTER_BELOW).create()
+    large = ALL[name](precision="bf16-mixed", batch_size=below).create()
     large.build_with_dataset(_dataset(name in DISCRETE))
     assert large.precision == "bf16-mixed"
-    config = {"bc": BCConfig, "dqn": DQNConfig, "discrete_cql": DiscreteCQLConfig, "discrete_bcq": DiscreteBCQConfig}[name]
-    other = config(precision="bf16-mixed", batch_size=32, encoder_factory=VectorEncoderFactory([16], use_layer_norm=True)).create()
+    normalised = VectorEncoderFactory([16], use_layer_norm=True)  # another network: not written out
+    encoders = ({"actor_encoder_factory": normalised, "critic_encoder_factory": normalised} if name == "discrete_sac"
+                else {"encoder_factory": normalised})
+    config = {"bc": BCConfig, "dqn": DQNConfig, "discrete_cql": DiscreteCQLConfig, "discrete_bcq": DiscreteBCQConfig,
+              "discrete_sac": DiscreteSACConfig}[name]
+    other = config(precision="bf16-mixed", batch_size=32, **encoders).create()
     other.build_with_dataset(_dataset(name in DISCRETE))
     assert other.precision == "bf16-mixed"
     plain_mlp.plain_backward_enabled(False)

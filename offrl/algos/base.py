@@ -656,9 +656,12 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
         always float32."""
         precision = mixed_precision.effective_precision(self._config.precision, self._device)
         if precision != "float32" and self._written_out_step_available() and mixed_precision.written_out_step_is_faster(
-                precision, type(self).__name__, self.batch_size, self._device):
+                precision, type(self).__name__, self.batch_size, self._device, self._written_out_faster_below):
             return "float32"
         return precision
+
+    #: batch sizes below which this algorithm's written-out float32 step beats a bf16-mixed step on the CPU
+    _written_out_faster_below = mixed_precision.WRITTEN_OUT_FASTER_BELOW
 
     def _written_out_step_available(self) -> bool:
         """Whether this algorithm's float32 step on its built networks has

@@ -102,29 +102,36 @@ class _OneDnnEnsembleLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
-        op = _ONEDNN["op"]
         x, weight = ctx.saved_tensors
-        grad = grad.contiguous()  # a broadcast gradient (from a sum) would take oneDNN's slow strided path
-        members = range(weight.shape[0])
-        grad_x = grad_w = grad_b = None
-        # oneDNN wins on wide products; for a narrow side (a value head's one
-        # output, the first layer's few inputs) MKL's gemm/gemv is faster
-        narrow = min(weight.shape[1], weight.shape[2]) < _NARROW
-        if ctx.needs_input_grad[0]:  # grad[e] @ weight[e].T
-            if weight.shape[2] == 1:  # an outer product: no sum, exactly the product's value
-                grad_x = grad * weight.transpose(1, 2)
-            elif weight.shape[2] < _NARROW:
-                grad_x = torch.bmm(grad, weight.transpose(1, 2))
-            else:
-                grad_x = torch.stack([op(grad[e], weight[e], None, "none", [], "") for e in members])
-        if ctx.needs_input_grad[1]:  # x[e].T @ grad[e]
-            if narrow:
-                grad_w = torch.stack([torch.mm(x[e].t(), grad[e]) for e in members])
-            else:
-                grad_w = torch.stack([op(x[e].t(), grad[e].t(), None, "none", [], "") for e in members])
-        if ctx.needs_input_grad[2]:
-            grad_b = grad.sum(dim=1, keepdim=True)
-        return grad_x, grad_w, grad_b
+        return _onednn_ensemble_grads(grad, x, weight, *ctx.needs_input_grad)
+
+
+def _onednn_ensemble_grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, need_x: bool, need_w: bool,
+                           need_b: bool):
+    """:class:`_OneDnnEnsembleLinear`'s gradients ``(grad_x, grad_w, grad_b)``
+    (None where not needed)."""
+    op = _ONEDNN["op"]
+    grad = grad.contiguous()  # a broadcast gradient (from a sum) would take oneDNN's slow strided path
+    members = range(weight.shape[0])
+    grad_x = grad_w = grad_b = None
+    # oneDNN wins on wide products; for a narrow side (a value head's one
+    # output, the first layer's few inputs) MKL's gemm/gemv is faster
+    narrow = min(weight.shape[1], weight.shape[2]) < _NARROW
+    if need_x:  # grad[e] @ weight[e].T
+        if weight.shape[2] == 1:  # an outer product: no sum, exactly the product's value
+            grad_x = grad * weight.transpose(1, 2)
+        elif weight.shape[2] < _NARROW:
+            grad_x = torch.bmm(grad, weight.transpose(1, 2))
+        else:
+            grad_x = torch.stack([op(grad[e], weight[e], None, "none", [], "") for e in members])
+    if need_w:  # x[e].T @ grad[e]
+        if narrow:
+            grad_w = torch.stack([torch.mm(x[e].t(), grad[e]) for e in members])
+        else:
+            grad_w = torch.stack([op(x[e].t(), grad[e].t(), None, "none", [], "") for e in members])
+    if need_b:
+        grad_b = grad.sum(dim=1, keepdim=True)
+    return grad_x, grad_w, grad_b
 
 
 class _OneColumnEnsembleLinear(torch.autograd.Function):
@@ -144,14 +151,20 @@ class _OneColumnEnsembleLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         x, weight = ctx.saved_tensors
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:  # an outer product: no sum, exactly the product's value
-            grad_x = grad * weight.transpose(1, 2)
-        if ctx.needs_input_grad[1]:
-            grad_w = torch.stack([torch.mm(x[e].t(), grad[e]) for e in range(weight.shape[0])])
-        if ctx.needs_input_grad[2]:
-            grad_b = grad.sum(dim=1, keepdim=True)
-        return grad_x, grad_w, grad_b
+        return _one_column_grads(grad, x, weight, *ctx.needs_input_grad)
+
+
+def _one_column_grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, need_x: bool, need_w: bool,
+                      need_b: bool):
+    """:class:`_OneColumnEnsembleLinear`'s gradients (None where not needed)."""
+    grad_x = grad_w = grad_b = None
+    if need_x:  # an outer product: no sum, exactly the product's value
+        grad_x = grad * weight.transpose(1, 2)
+    if need_w:
+        grad_w = torch.stack([torch.mm(x[e].t(), grad[e]) for e in range(weight.shape[0])])
+    if need_b:
+        grad_b = grad.sum(dim=1, keepdim=True)
+    return grad_x, grad_w, grad_b
 
 
 def _onnx_exporting() -> bool:
@@ -308,25 +321,54 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _use_onednn(x, self.weight) and x.shape[-2] * self.in_features * self.out_features >= _ONEDNN["min_product"]:
-            if x.dim() == 2:
-                x = x.unsqueeze(0).expand(self.ensemble_size, x.shape[0], x.shape[1])
-            if torch.is_grad_enabled():
-                return _OneDnnEnsembleLinear.apply(x, self.weight, self.bias)
-            op = _ONEDNN["op"]  # inference (targets, acting): no autograd node to record
-            return torch.stack([op(x[e], self.weight[e].t(), self.bias[e, 0], "none", [], "") for e in range(self.ensemble_size)])
-        if self.ensemble_size == 1:  # one member: a plain fused addmm (views, whose backward is free)
-            flat = x if x.dim() == 2 else x.view(x.shape[1], x.shape[2])
-            weight = self.weight.view(self.in_features, self.out_features)
-            return torch.addmm(self.bias.view(self.out_features), flat, weight).unsqueeze(0)
-        if x.dim() == 2:  # shared input: a broadcast view, then one fused batched matmul + bias
-            x = x.unsqueeze(0).expand(self.ensemble_size, x.shape[0], x.shape[1])
-        if self.out_features == 1 and _eager_cpu_float32(x, self.weight):  # a value head: see the class
-            return _OneColumnEnsembleLinear.apply(x, self.weight, self.bias)
-        return torch.baddbmm(self.bias, x, self.weight)
+        return ensemble_linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"ensemble_size={self.ensemble_size}, in_features={self.in_features}, out_features={self.out_features}"
+
+
+def _onednn_sized(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return _use_onednn(x, weight) and x.shape[-2] * weight.shape[1] * weight.shape[2] >= _ONEDNN["min_product"]
+
+
+def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """:class:`EnsembleLinear`'s output for ``weight`` ``(E, in, out)``,
+    ``bias`` ``(E, 1, out)`` and input ``(B, in)`` (shared) or ``(E, B, in)``:
+    oneDNN products per member for wide float32 CPU products, per-member 2-D
+    products for one output column, else one ``baddbmm``."""
+    ensemble_size, in_features, out_features = weight.shape
+    if _onednn_sized(x, weight):
+        if x.dim() == 2:
+            x = x.unsqueeze(0).expand(ensemble_size, x.shape[0], x.shape[1])
+        if torch.is_grad_enabled():
+            return _OneDnnEnsembleLinear.apply(x, weight, bias)
+        op = _ONEDNN["op"]  # inference (targets, acting): no autograd node to record
+        return torch.stack([op(x[e], weight[e].t(), bias[e, 0], "none", [], "") for e in range(ensemble_size)])
+    if ensemble_size == 1:  # one member: a plain fused addmm (views, whose backward is free)
+        flat = x if x.dim() == 2 else x.view(x.shape[1], x.shape[2])
+        return torch.addmm(bias.view(out_features), flat, weight.view(in_features, out_features)).unsqueeze(0)
+    if x.dim() == 2:  # shared input: a broadcast view, then one fused batched matmul + bias
+        x = x.unsqueeze(0).expand(ensemble_size, x.shape[0], x.shape[1])
+    if out_features == 1 and _eager_cpu_float32(x, weight):  # a value head: see the class
+        return _OneColumnEnsembleLinear.apply(x, weight, bias)
+    return torch.baddbmm(bias, x, weight)
+
+
+def ensemble_linear_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, input_grad: bool = True):
+    """The gradients of :func:`ensemble_linear` (``E >= 2`` members) given
+    the output's ``grad`` ``(E, B, out)``: ``(grad_x or None, grad_weight,
+    grad_bias)`` by the products its own backward uses (for code that writes
+    a network's backward out, as :func:`linear_backward` for one layer);
+    ``grad_x`` is ``(E, B, in)`` also for a shared 2-D ``x``."""
+    if x.dim() == 2:
+        x = x.unsqueeze(0).expand(weight.shape[0], x.shape[0], x.shape[1])
+    if _onednn_sized(x, weight):
+        return _onednn_ensemble_grads(grad, x, weight, input_grad, True, True)
+    if weight.shape[2] == 1 and _eager_cpu_float32(x, weight):
+        return _one_column_grads(grad, x, weight, input_grad, True, True)
+    # baddbmm's backward (autograd's products)
+    grad_x = torch.bmm(grad, weight.transpose(1, 2)) if input_grad else None
+    return grad_x, torch.bmm(x.transpose(1, 2), grad), grad.sum(dim=1, keepdim=True)
 
 
 class EnsembleLayerNorm(nn.Module):

@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn.modules import module as _module_globals
 
 from ..optimizers.optimizers import DirectStep
-from .layers import Linear, linear, linear_backward
+from .layers import EnsembleLinear, Linear, ensemble_linear, ensemble_linear_backward, linear, linear_backward
 from .torch.encoders import VectorEncoder, VectorEncoderWithAction
 
 __all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_head", "plain_forward", "plain_output",
@@ -63,7 +63,7 @@ def _hook_free(modules: Iterable[nn.Module]) -> bool:
                    for m in modules)
 
 
-def plain_layers(encoder: nn.Module, head: nn.Linear, trainable: bool = True) -> Optional[PlainLayers]:
+def plain_layers(encoder: nn.Module, head: nn.Module, trainable: bool = True, ensemble: bool = False) -> Optional[PlainLayers]:
     """``(weight, bias)`` of ``encoder``'s layers and then ``head``'s, when
     ``encoder`` is offrl's :class:`VectorEncoder` (or
     :class:`VectorEncoderWithAction` with continuous actions: the caller
@@ -71,7 +71,11 @@ def plain_layers(encoder: nn.Module, head: nn.Linear, trainable: bool = True) ->
     ``head`` a linear layer with a bias (its weight and bias are used as
     ``nn.Linear``'s), all parameters float32 and trainable, no hooks; else
     None (the network trains through autograd). ``trainable=False`` (a
-    target network, only run forward) does not ask for trainable parameters."""
+    target network, only run forward) does not ask for trainable parameters.
+    ``ensemble``: the layers (head included) are instead
+    :class:`~offrl.models.layers.EnsembleLinear` of one ensemble size of at
+    least 2 (a critic ensemble; weights ``(E, in, out)``, biases
+    ``(E, 1, out)``, outputs ``(E, B, out)``)."""
     if type(encoder) is VectorEncoderWithAction:
         if encoder.discrete_action:
             return None
@@ -81,7 +85,12 @@ def plain_layers(encoder: nn.Module, head: nn.Linear, trainable: bool = True) ->
     if not modules or len(modules) % 2:
         return None
     linears, activations = modules[0::2] + [head], modules[1::2]
-    if not all(type(m) in (Linear, nn.Linear) for m in linears[:-1]) or not isinstance(head, nn.Linear):
+    if ensemble:
+        if not all(type(m) is EnsembleLinear for m in linears) or len({m.ensemble_size for m in linears}) != 1:
+            return None
+        if head.ensemble_size < 2:
+            return None
+    elif not all(type(m) in (Linear, nn.Linear) for m in linears[:-1]) or not isinstance(head, nn.Linear):
         return None
     if not all(m.bias is not None for m in linears) or not all(type(m) is nn.ReLU for m in activations):
         return None
@@ -109,23 +118,29 @@ def plain_step_allowed(x: torch.Tensor, *modules: nn.Module) -> bool:
     )
 
 
+def _layer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """One layer's product by its module's path (an ensemble's for 3-D weights)."""
+    return ensemble_linear(x, weight, bias) if weight.dim() == 3 else linear(x, weight, bias)
+
+
 def plain_forward(layers: PlainLayers, x: torch.Tensor) -> Tuple[List[torch.Tensor], torch.Tensor]:
     """Each layer's input (``x`` first, then the ReLU outputs) and the head's
-    output, by :func:`~offrl.models.layers.linear`'s products (those of the
-    modules); call without grad."""
+    output, by :func:`~offrl.models.layers.linear`'s (an ensemble's:
+    :func:`~offrl.models.layers.ensemble_linear`'s) products, those of the
+    modules; call without grad."""
     inputs = [x]
     for weight, bias in layers[:-1]:
-        inputs.append(linear(inputs[-1], weight, bias).relu_())
+        inputs.append(_layer(inputs[-1], weight, bias).relu_())
     weight, bias = layers[-1]
-    return inputs, linear(inputs[-1], weight, bias)
+    return inputs, _layer(inputs[-1], weight, bias)
 
 
 def plain_output(layers: PlainLayers, x: torch.Tensor) -> torch.Tensor:
     """The head's output only (no inputs kept); call without grad."""
     for weight, bias in layers[:-1]:
-        x = linear(x, weight, bias).relu_()
+        x = _layer(x, weight, bias).relu_()
     weight, bias = layers[-1]
-    return linear(x, weight, bias)
+    return _layer(x, weight, bias)
 
 
 def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor,
@@ -139,8 +154,9 @@ def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.
     same features), added to the head's own."""
     grads: List[torch.Tensor] = []
     last = len(layers) - 1
+    backward = ensemble_linear_backward if layers[0][0].dim() == 3 else linear_backward
     for i in range(last, -1, -1):
-        grad_x, grad_w, grad_b = linear_backward(grad, inputs[i], layers[i][0], input_grad=i > 0)
+        grad_x, grad_w, grad_b = backward(grad, inputs[i], layers[i][0], input_grad=i > 0)
         grads += [grad_b, grad_w]
         if i > 0:
             if i == last and feature_grad is not None:
@@ -176,16 +192,18 @@ class PlainNetwork:
     side_heads: Tuple[nn.Module, ...] = ()
 
     @classmethod
-    def create(cls, network: nn.Module, encoder: nn.Module, head: nn.Linear, optim: Any,
-               called: Sequence[nn.Module] = (), side_heads: Sequence[nn.Module] = ()) -> "PlainNetwork":
+    def create(cls, network: nn.Module, encoder: nn.Module, head: nn.Module, optim: Any,
+               called: Sequence[nn.Module] = (), side_heads: Sequence[nn.Module] = (),
+               ensemble: bool = False) -> "PlainNetwork":
         """``network``'s layers when it is ``encoder`` then ``head`` (see
         :func:`plain_layers`) and holds no other parameter; ``called``: the
         modules besides the encoder's that the autograd step calls (their
         hooks would run there); ``side_heads``: linear layers reading the
         encoder's features, trained by the same step (see :func:`plain_head`),
-        whose gradients follow the layers' in the step's list."""
+        whose gradients follow the layers' in the step's list; ``ensemble``:
+        an ensemble of plain MLPs (see :func:`plain_layers`)."""
         side_heads = tuple(side_heads)
-        layers = plain_layers(encoder, head)
+        layers = plain_layers(encoder, head, ensemble=ensemble)
         sides = [plain_head(h) for h in side_heads]
         if layers is None or any(wb is None for wb in sides):
             return cls(network, optim, None, [], None, side_heads)

@@ -30,9 +30,10 @@ check runs once per device kind; ``OFFRL_BF16=0`` in the environment or
 :func:`set_bf16_available` (for tests) forces it.
 
 Where an algorithm's float32 step has its backward written out
-(:mod:`offrl.models.plain_mlp`: DQN, DoubleDQN, NFQ, DiscreteCQL, FQE,
-DiscreteFQE, BC and DiscreteBC with plain ReLU MLPs) and its ``batch_size`` is under
-:data:`WRITTEN_OUT_FASTER_BELOW` rows on the CPU, that float32 step is faster
+(:mod:`offrl.models.plain_mlp`: DQN, DoubleDQN, NFQ, DiscreteCQL,
+DiscreteBCQ, FQE, DiscreteFQE, BC and DiscreteBC with plain ReLU MLPs;
+DiscreteSAC's policy and critic ensemble) and its ``batch_size`` is under
+:data:`WRITTEN_OUT_FASTER_BELOW` rows on the CPU (DiscreteSAC: 128), that float32 step is faster
 than a bf16-mixed one (which needs autograd and autocast's casts), so
 ``"bf16-mixed"`` warns once and trains in float32 there too.
 
@@ -83,6 +84,7 @@ _WARNED: set = set()
 #: rows per batch below which a written-out float32 step beats a bf16-mixed step on the CPU; measured on a
 #: 1-thread AVX-512-BF16 EPYC, bf16-mixed against the written-out float32 step, updates/s: DQN 0.69x / 0.78x /
 #: 0.92x / 1.08x at 32 / 64 / 128 / 256 rows, DiscreteCQL 0.66x / 0.73x / 0.87x / 1.05x, BC ~0.85x at 100 rows
+#: (an algorithm may measure its own size: DiscreteSAC's ``_written_out_faster_below``)
 WRITTEN_OUT_FASTER_BELOW = 256
 
 
@@ -169,16 +171,18 @@ def effective_precision(precision: str, device: Any) -> str:
     return "float32"
 
 
-def written_out_step_is_faster(precision: str, algorithm: str, batch_size: int, device: Any) -> bool:
+def written_out_step_is_faster(precision: str, algorithm: str, batch_size: int, device: Any,
+                               below: int = WRITTEN_OUT_FASTER_BELOW) -> bool:
     """Whether a bf16-mixed ``precision`` should run an algorithm's
-    written-out float32 step instead (``batch_size`` under
-    :data:`WRITTEN_OUT_FASTER_BELOW` on the CPU; the caller knows the step
-    can be written out); warns once per algorithm when it does."""
-    if precision == "float32" or torch.device(device).type != "cpu" or batch_size >= WRITTEN_OUT_FASTER_BELOW:
+    written-out float32 step instead (``batch_size`` under ``below``,
+    :data:`WRITTEN_OUT_FASTER_BELOW` unless the algorithm measured another
+    size, on the CPU; the caller knows the step can be written out); warns
+    once per algorithm when it does."""
+    if precision == "float32" or torch.device(device).type != "cpu" or batch_size >= below:
         return False
     _warn_once(f"written-out:{algorithm}", f"precision={precision!r}: {algorithm} at batch_size {batch_size} trains "
                f"in float32 with its backward written out, faster on the CPU than a bf16-mixed step below "
-               f"{WRITTEN_OUT_FASTER_BELOW} rows (see offrl.training.precision)")
+               f"{below} rows (see offrl.training.precision)")
     return True
 
 

@@ -1,4 +1,4 @@
-"""DQN, DoubleDQN, NFQ, DiscreteCQL, DiscreteBCQ, BC, DiscreteBC and FQE with their backward
+"""DQN, DoubleDQN, NFQ, DiscreteCQL, DiscreteBCQ, DiscreteSAC, BC, DiscreteBC and FQE with their backward
 written out (``offrl.models.plain_mlp``): the same losses, gradients, weights
 and optimizer state as the autograd update, and autograd wherever the
 written-out step does not apply (other networks, hooks, bf16, clipping,
@@ -62,7 +62,7 @@ def counting_backward(monkeypatch) -> dict:
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    for module in ("dqn", "cql", "bc", "bcq"):
+    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac"):
         monkeypatch.setattr(f"offrl.algos.{module}.plain_backward", counted)
     return calls
 
@@ -442,3 +442,91 @@ def test_discrete_bcq_weighted_batches_and_hooks_train_through_autograd(monkeypa
         assert calls["n"] == 1 and seen, module  # autograd's step: the hook ran
     plain_mlp.plain_backward_enabled(False)
     assert not algo._written_out_step_available()
+
+
+def make_discrete_sac(hidden=(32, 16), **kwargs):
+    encoder = kwargs.pop("encoder", VectorEncoderFactory(hidden_units=list(hidden)))
+    kwargs.setdefault("target_update_interval", 3)
+    for key in ("actor", "critic", "temp"):
+        kwargs.setdefault(f"{key}_learning_rate", 1e-2)
+    for key in ("actor", "critic"):  # see the DiscreteBCQ test: Adam's eps above float rounding
+        kwargs.setdefault(f"{key}_optim_factory", AdamFactory(eps=1e-4))
+    config = offrl.algos.DiscreteSACConfig(actor_encoder_factory=encoder, critic_encoder_factory=encoder, **kwargs)
+    offrl.seed(0)
+    algo = config.create()
+    algo.create_impl((5,), 4)
+    return algo
+
+
+def assert_same_discrete_sac_state(plain, autograd, weights=True, rtol=1e-5, atol=1e-6):
+    for optim in ("actor_optim", "critic_optim"):
+        wa, wb = plain.optimizers[optim].optim, autograd.optimizers[optim].optim
+        for a, b in zip(wa.param_groups[0]["params"], wb.param_groups[0]["params"], strict=True):
+            if weights:
+                torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+            torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
+            sa, sb = wa.state[a], wb.state[b]
+            assert int(sa["step"]) == int(sb["step"])
+            torch.testing.assert_close(sa["exp_avg"], sb["exp_avg"], rtol=rtol, atol=atol)
+            torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=rtol, atol=atol)
+    for key in [k for k in ("targ_q_function", "log_temp") if k in plain.modules]:  # no log_temp at temperature 0
+        for a, b in zip(plain.modules[key].parameters(), autograd.modules[key].parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"n_critics": 3, "temp_learning_rate": 0.0},
+                                    {"initial_temperature": 0.0, "temp_learning_rate": 0.0}])
+def test_discrete_sac_written_out_steps_follow_the_autograd_steps(kwargs, monkeypatch):
+    calls = counting_backward(monkeypatch)
+    plain = make_discrete_sac(**kwargs)
+    assert plain._written_out_step_available()
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(5)
+    batches = [random_batch(rng, 32, 5, 4) for _ in range(8)]  # target copies at steps 0, 3, 6
+    for step, (a, b) in enumerate(run_both(plain, autograd, batches)):
+        assert a.keys() == b.keys() == {"critic_loss", "actor_loss", "temp_loss", "temp"}
+        for k in a:
+            assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), (step, k)
+    assert calls["n"] == 16  # the critics' and the policy's, each step
+    assert_same_discrete_sac_state(plain, autograd)
+    for a, b in zip(plain.modules["targ_q_function"].parameters(), plain.modules["q_function"].parameters()):
+        assert not torch.equal(a, b)  # copied after step 6, trained on step 7
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), n=st.integers(1, 40), hidden=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+       gamma=st.floats(0.0, 1.0), n_critics=st.integers(2, 3), temperature=st.floats(0.01, 3.0), int32=st.booleans())
+def test_one_discrete_sac_step_equals_autograd_on_random_problems(seed, n, hidden, gamma, n_critics, temperature, int32):
+    plain = make_discrete_sac(hidden=hidden, gamma=gamma, n_critics=n_critics, initial_temperature=temperature)
+    autograd = copy.deepcopy(plain)
+    batch = random_batch(np.random.default_rng(seed), n, 5, 4, np.int32 if int32 else np.int64)
+    ((a, b),) = run_both(plain, autograd, [batch])
+    for k in a:
+        assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), k
+    assert_same_discrete_sac_state(plain, autograd, weights=False)  # weights: see the DQN test above
+
+
+@pytest.mark.parametrize("kwargs", [{"n_critics": 1}, {"q_func_factory": QRQFunctionFactory(n_quantiles=4)},
+                                    {"encoder": VectorEncoderFactory([16], use_layer_norm=True)}])
+def test_discrete_sac_other_networks_train_through_autograd(kwargs, monkeypatch):
+    calls = counting_backward(monkeypatch)
+    algo = make_discrete_sac(**kwargs)
+    algo.update(random_batch(np.random.default_rng(0), 8, 5, 4))
+    assert calls["n"] == 0 and not algo._written_out_step_available()
+
+
+def test_discrete_sac_hooks_train_through_autograd(monkeypatch):
+    calls = counting_backward(monkeypatch)
+    algo = make_discrete_sac()
+    batch = random_batch(np.random.default_rng(0), 8, 5, 4)
+    algo.update(batch)
+    assert calls["n"] == 2
+    for module in (algo.modules["policy"], algo.modules["policy"].fc, algo.modules["q_function"].head,
+                   algo.modules["q_function"].encoder.mlp.layers[0]):
+        seen = []
+        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
+        algo.update(batch)
+        handle.remove()
+        assert calls["n"] == 2 and seen, module  # autograd's step: the hook ran
+    algo.update(batch)
+    assert calls["n"] == 4

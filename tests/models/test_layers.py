@@ -217,3 +217,26 @@ def test_the_onednn_check_survives_a_meta_device_context_and_a_build(monkeypatch
                          rng.normal(size=64).astype(np.float32), (np.arange(64) % 32 == 31).astype(np.float32))
     offrl.algos.SACConfig().create().build_with_dataset(dataset)
     assert layers._onednn_op() is not None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(members=st.integers(2, 3), rows=st.sampled_from([1, 7, 64, 300]), n_in=st.sampled_from([3, 40, 256]),
+       n_out=st.sampled_from([1, 2, 40, 256]), shared=st.booleans(), seed=st.integers(0, 2**16))
+def test_ensemble_linear_backward_equals_the_layers_autograd(members, rows, n_in, n_out, shared, seed):
+    """The written-out steps' gradients of an ensemble layer (plain_mlp) are
+    its module's own: each product path (oneDNN, one column, baddbmm), for
+    a shared 2-D input and per-member inputs."""
+    gen = torch.Generator().manual_seed(seed)
+    layer = EnsembleLinear(members, n_in, n_out)
+    x = torch.randn(*(() if shared else (members,)), rows, n_in, generator=gen, requires_grad=True)
+    grad = torch.randn(members, rows, n_out, generator=gen)
+    out = layer(x)
+    expected = torch.autograd.grad(out, [x, layer.weight, layer.bias], grad)
+    with torch.no_grad():
+        torch.testing.assert_close(layers.ensemble_linear(x, layer.weight, layer.bias), out)
+        grad_x, grad_w, grad_b = layers.ensemble_linear_backward(grad, x, layer.weight)
+    torch.testing.assert_close(grad_w, expected[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grad_b, expected[2], rtol=1e-5, atol=1e-5)
+    # per member (E, B, in); a shared input's gradient is their sum over the members
+    torch.testing.assert_close(grad_x.sum(dim=0) if shared else grad_x, expected[0], rtol=1e-5, atol=1e-5)
+    assert layers.ensemble_linear_backward(grad, x, layer.weight, input_grad=False)[0] is None
