@@ -9,7 +9,8 @@ medians of per-round ratios):
 
 1. **Written out against autograd**: sample + ``update`` of each algorithm
    whose step can be written out (``offrl.models.plain_mlp``; DiscreteBCQ with
-   its imitator on the shared encoder), at its default
+   its imitator on the shared encoder; DDPG, TD3, TD3PlusBC, PRDC and the
+   critic of PLAS past its warm-up), at its default
    config on ``algos.py``'s data, with the written-out step and with
    ``plain_backward_enabled(False)`` (autograd's step, the same maths);
    FQE and DiscreteFQE evaluate an IQL / DQN policy as in ``ope.py``.
@@ -35,11 +36,12 @@ from typing import Any, Callable, Dict, List, Optional
 from _data import make_data
 from _harness import (FULL, QUICK, add_common_args, check_threads, loop, paired_ratio, parse_only, print_load,
                       print_table, run_rounds, set_threads)
-from _specs import SPECS
+from _specs import SPECS, prepare_offrl
 
-WRITTEN_OUT = ["DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBCQ", "DiscreteSAC", "BC", "DiscreteBC", "FQE", "DiscreteFQE"]
+WRITTEN_OUT = ["DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBCQ", "DiscreteSAC", "BC", "DiscreteBC", "FQE", "DiscreteFQE",
+               "DDPG", "TD3", "TD3PlusBC", "PRDC", "PLAS"]
 BF16_ROWS = [32, 64, 128, 256]
-BF16_ALGOS = ["DQN", "DiscreteCQL", "DiscreteBCQ", "DiscreteSAC", "BC"]
+BF16_ALGOS = ["DQN", "DiscreteCQL", "DiscreteBCQ", "DiscreteSAC", "BC", "TD3PlusBC"]
 ONE_COLUMN = ["SAC", "TD3PlusBC", "IQL", "CQL"]
 #: algos.py's data for each algorithm (FQE: the evaluated policy's)
 DATA = {"DoubleDQN": "DQN", "DiscreteBC": "DQN", "FQE": "IQL", "DiscreteFQE": "DQN"}
@@ -61,6 +63,8 @@ def make(name: str, **config: Any) -> Callable[[], None]:
     else:
         algo = getattr(offrl.algos, f"{name}Config")(**config).create(device="cpu")
     algo.build_with_dataset(dataset)
+    if name not in ("FQE", "DiscreteFQE"):
+        prepare_offrl(name, algo, dataset)  # PRDC's neighbour index; the PLAS family past its VAE warm-up
     batch_size = algo.batch_size
 
     def step() -> None:

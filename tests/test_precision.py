@@ -417,7 +417,7 @@ def test_fqe_takes_the_precision_too():
         assert small.precision == "float32"  # FQE's step is written out too
 
 
-@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql", "discrete_bcq", "discrete_sac"])
+@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql", "discrete_bcq", "discrete_sac", "td3_plus_bc"])
 def test_small_batches_run_the_written_out_float32_step(name):
     """Below WRITTEN_OUT_FASTER_BELOW rows on the CPU (an algorithm's own
     measured size where it has one), an algorithm whose float32 step has its
@@ -428,7 +428,7 @@ def test_small_batches_run_the_written_out_float32_step(name):
 
     precision._WARNED.clear()
     below = type(ALL[name]().create())._written_out_faster_below
-    assert below == (128 if name == "discrete_sac" else precision.WRITTEN_OUT_FASTER_BELOW)
+    assert below == (128 if name in ("discrete_sac", "td3_plus_bc") else precision.WRITTEN_OUT_FASTER_BELOW)
     small = ALL[name](precision="bf16-mixed", batch_size=below - 1).create()
     assert small.precision == "bf16-mixed"  # not built: no step yet
     small.build_with_dataset(_dataset(name in DISCRETE))
@@ -436,8 +436,9 @@ def test_small_batches_run_the_written_out_float32_step(name):
         assert small.precision == "float32"
     batch = _dataset(name in DISCRETE).sample_transition_batch(16)
     dtypes = []
-    hook = small.modules["policy" if name in ("bc", "discrete_sac") else "q_function"].encoder
-    (hook.encoder if name not in ("bc", "discrete_sac") else hook).register_forward_hook(
+    actor_critic = name in ("discrete_sac", "td3_plus_bc")
+    hook = small.modules["policy" if name == "bc" or actor_critic else "q_function"].encoder
+    (hook if name == "bc" or actor_critic else hook.encoder).register_forward_hook(
         lambda m, i, out: dtypes.append(out.dtype))
     small.update(batch)  # a hook: the autograd step, in float32 (the precision in effect)
     assert dtypes == [torch.float32] * len(dtypes) and dtypes
@@ -445,10 +446,10 @@ def test_small_batches_run_the_written_out_float32_step(name):
     large.build_with_dataset(_dataset(name in DISCRETE))
     assert large.precision == "bf16-mixed"
     normalised = VectorEncoderFactory([16], use_layer_norm=True)  # another network: not written out
-    encoders = ({"actor_encoder_factory": normalised, "critic_encoder_factory": normalised} if name == "discrete_sac"
+    encoders = ({"actor_encoder_factory": normalised, "critic_encoder_factory": normalised} if actor_critic
                 else {"encoder_factory": normalised})
     config = {"bc": BCConfig, "dqn": DQNConfig, "discrete_cql": DiscreteCQLConfig, "discrete_bcq": DiscreteBCQConfig,
-              "discrete_sac": DiscreteSACConfig}[name]
+              "discrete_sac": DiscreteSACConfig, "td3_plus_bc": TD3PlusBCConfig}[name]
     other = config(precision="bf16-mixed", batch_size=32, **encoders).create()
     other.build_with_dataset(_dataset(name in DISCRETE))
     assert other.precision == "bf16-mixed"

@@ -46,7 +46,7 @@ from ..serialization import register
 from .actor_critic import TD3StyleConfig
 from .config import NON_NEGATIVE, POSITIVE_INT, param
 from .ddpg import DDPGModules
-from .td3_plus_bc import TD3PlusBC
+from .td3_plus_bc import TD3PlusBC, bc_actor_loss_grads
 from ..training.fit import prepare_algorithm
 
 __all__ = ["PRDCConfig", "PRDC"]
@@ -186,6 +186,12 @@ class PRDC(TD3PlusBC, config=PRDCConfig):
         self._last_dc_loss = dc_loss.detach()
         return -lam * q_first.mean() + dc_loss
 
+    def _actor_loss_grads(self, batch, q_first: torch.Tensor, policy_actions: torch.Tensor):
+        target = self._nearest_actions(batch.observations, policy_actions).to(policy_actions.device)
+        loss, grad_q, grad_actions = bc_actor_loss_grads(float(self._config.alpha), q_first, policy_actions - target)
+        self._last_dc_loss = ((policy_actions - target) ** 2).mean()
+        return loss, grad_q, grad_actions
+
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         losses = super()._update(batch, grad_step)
         losses["dc_loss"] = self._last_dc_loss
@@ -234,3 +240,6 @@ class PRDC(TD3PlusBC, config=PRDCConfig):
                                   update_start_step, random_steps, eval_env, eval_epsilon, eval_n_trials,
                                   save_interval, experiment_name, with_timestamp, logging_steps, logging_strategy,
                                   logger_adapter, show_progress, refresh, epoch_callback)
+
+
+PRDC._actor_loss_written_for = PRDC._actor_loss

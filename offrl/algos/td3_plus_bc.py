@@ -77,3 +77,19 @@ class TD3PlusBC(TD3, config=TD3PlusBCConfig):
         q_first = self._modules.q_function.expected(batch.observations, policy_actions)[0]  # (B, 1)
         lam = float(self._config.alpha) / q_first.abs().mean().detach()
         return -lam * q_first.mean() + ((policy_actions - batch.actions) ** 2).mean()
+
+    def _actor_loss_grads(self, batch, q_first: torch.Tensor, policy_actions: torch.Tensor):
+        # -lam Q_1 / B for each state, lam constant; the squared error's 2 (a - a_data) / (B x actions)
+        return bc_actor_loss_grads(float(self._config.alpha), q_first, policy_actions - batch.actions)
+
+
+def bc_actor_loss_grads(alpha: float, q_first: torch.Tensor, difference: torch.Tensor):
+    """``-lam mean Q_1 + mean(difference^2)``, ``lam = alpha / mean |Q_1|``
+    (no gradient through ``lam``), with its gradients with respect to
+    ``Q_1`` and to the actions (see ``DDPG._actor_loss_grads``)."""
+    lam = alpha / q_first.abs().mean()
+    loss = -lam * q_first.mean() + (difference**2).mean()
+    return loss, torch.full_like(q_first, -1.0 / q_first.shape[0]).mul_(lam), difference * (2.0 / difference.numel())
+
+
+TD3PlusBC._actor_loss_written_for = TD3PlusBC._actor_loss

@@ -246,12 +246,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     return out if x.dim() == 2 else out.view(*x.shape[:-1], weight.shape[0])
 
 
-def linear_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, input_grad: bool = True):
+def linear_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, input_grad: bool = True,
+                    weight_grad: bool = True):
     """The gradients of ``linear(x, weight, bias)`` for 2-D ``x`` ``(N, in)``
     given the output's ``grad`` ``(N, out)``: ``(grad_x or None, grad_weight,
-    grad_bias)``, by the products :func:`linear`'s own backward uses (oneDNN
-    for wide float32 CPU products, else torch's), for code that writes a
-    network's backward out instead of recording an autograd graph."""
+    grad_bias)`` (the last two None without ``weight_grad``), by the products
+    :func:`linear`'s own backward uses (oneDNN for wide float32 CPU products,
+    else torch's), for code that writes a network's backward out instead of
+    recording an autograd graph."""
     wide = min(weight.shape) >= _NARROW and _use_onednn(x, weight) and x.shape[0] * weight.numel() >= _ONEDNN["min_product"]
     grad = grad.contiguous()
     grad_x = None
@@ -262,6 +264,8 @@ def linear_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, i
             grad_x = grad * weight
         else:
             grad_x = torch.mm(grad, weight)
+    if not weight_grad:
+        return grad_x, None, None
     if wide:
         grad_w = _ONEDNN["op"](grad.t(), x.t(), None, "none", [], "")
     else:  # (x.T grad).T: for few inputs ~4x faster than grad.T x on the CPU (225 x 4 inputs: 11 against 48 us)

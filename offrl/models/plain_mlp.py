@@ -36,7 +36,7 @@ from .layers import EnsembleLinear, Linear, ensemble_linear, ensemble_linear_bac
 from .torch.encoders import VectorEncoder, VectorEncoderWithAction
 
 __all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_head", "plain_forward", "plain_output",
-           "plain_backward", "plain_backward_enabled", "plain_step_allowed"]
+           "plain_backward", "plain_input_grad", "plain_backward_enabled", "plain_step_allowed"]
 
 #: ``(weight, bias)`` of each linear layer in order, the head last; ReLU between them
 PlainLayers = List[Tuple[torch.Tensor, torch.Tensor]]
@@ -163,6 +163,23 @@ def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.
                 grad_x = grad_x.add_(feature_grad)
             grad = torch.ops.aten.threshold_backward(grad_x, inputs[i], 0)
     return grads[::-1]
+
+
+def plain_input_grad(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor, member: int = 0) -> torch.Tensor:
+    """The gradient with respect to the network's input ``inputs[0]`` given
+    its output's ``grad`` ``(B, out)``, without the parameters' gradients (a
+    critic in an actor's step); for an ensemble, through member ``member``
+    only (``inputs`` as :func:`plain_forward` kept them for all members)."""
+    for i in range(len(layers) - 1, -1, -1):
+        weight = layers[i][0]
+        x = inputs[i]
+        if weight.dim() == 3:  # the member's (in, out) weight in nn.Linear's layout, a view
+            weight = weight[member].t()
+            x = x if x.dim() == 2 else x[member]
+        grad_x, _, _ = linear_backward(grad, x, weight, weight_grad=False)
+        if i > 0:
+            grad = torch.ops.aten.threshold_backward(grad_x, x, 0)
+    return grad_x
 
 
 def plain_head(head: nn.Module) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:

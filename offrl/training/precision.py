@@ -32,8 +32,9 @@ check runs once per device kind; ``OFFRL_BF16=0`` in the environment or
 Where an algorithm's float32 step has its backward written out
 (:mod:`offrl.models.plain_mlp`: DQN, DoubleDQN, NFQ, DiscreteCQL,
 DiscreteBCQ, FQE, DiscreteFQE, BC and DiscreteBC with plain ReLU MLPs;
-DiscreteSAC's policy and critic ensemble) and its ``batch_size`` is under
-:data:`WRITTEN_OUT_FASTER_BELOW` rows on the CPU (DiscreteSAC: 128), that float32 step is faster
+DiscreteSAC's, DDPG's, TD3's, TD3PlusBC's and PRDC's policy and critics)
+and its ``batch_size`` is under :data:`WRITTEN_OUT_FASTER_BELOW` rows on the
+CPU (128 for DiscreteSAC and the DDPG family, as measured), that float32 step is faster
 than a bf16-mixed one (which needs autograd and autocast's casts), so
 ``"bf16-mixed"`` warns once and trains in float32 there too.
 
@@ -84,7 +85,7 @@ _WARNED: set = set()
 #: rows per batch below which a written-out float32 step beats a bf16-mixed step on the CPU; measured on a
 #: 1-thread AVX-512-BF16 EPYC, bf16-mixed against the written-out float32 step, updates/s: DQN 0.69x / 0.78x /
 #: 0.92x / 1.08x at 32 / 64 / 128 / 256 rows, DiscreteCQL 0.66x / 0.73x / 0.87x / 1.05x, BC ~0.85x at 100 rows
-#: (an algorithm may measure its own size: DiscreteSAC's ``_written_out_faster_below``)
+#: (an algorithm may measure its own size: ``_written_out_faster_below`` of DiscreteSAC and DDPG's family)
 WRITTEN_OUT_FASTER_BELOW = 256
 
 

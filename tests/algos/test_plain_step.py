@@ -1,4 +1,4 @@
-"""DQN, DoubleDQN, NFQ, DiscreteCQL, DiscreteBCQ, DiscreteSAC, BC, DiscreteBC and FQE with their backward
+"""DQN, DoubleDQN, NFQ, DiscreteCQL, DiscreteBCQ, DiscreteSAC, the DDPG family, BC, DiscreteBC and FQE with their backward
 written out (``offrl.models.plain_mlp``): the same losses, gradients, weights
 and optimizer state as the autograd update, and autograd wherever the
 written-out step does not apply (other networks, hooks, bf16, clipping,
@@ -62,7 +62,7 @@ def counting_backward(monkeypatch) -> dict:
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac"):
+    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac", "ddpg"):
         monkeypatch.setattr(f"offrl.algos.{module}.plain_backward", counted)
     return calls
 
@@ -530,3 +530,126 @@ def test_discrete_sac_hooks_train_through_autograd(monkeypatch):
         assert calls["n"] == 2 and seen, module  # autograd's step: the hook ran
     algo.update(batch)
     assert calls["n"] == 4
+
+
+def make_actor_critic(name: str, hidden=(32, 16), **kwargs):
+    encoder = kwargs.pop("encoder", VectorEncoderFactory(hidden_units=list(hidden)))
+    kwargs.setdefault("critic_encoder_factory", encoder)
+    for key in ("actor", "critic"):
+        kwargs.setdefault(f"{key}_learning_rate", 1e-2)
+        kwargs.setdefault(f"{key}_optim_factory", AdamFactory(eps=1e-4))  # see the DiscreteBCQ test
+    config = getattr(offrl.algos, f"{name}Config")(actor_encoder_factory=encoder, **kwargs)
+    offrl.seed(0)
+    algo = config.create()
+    algo.create_impl((5,), 2)
+    return algo
+
+
+def run_seeded(plain, autograd, batches):
+    """:func:`run_both` with the same torch seed before each update of both
+    copies (TD3's target noise, a VAE's draws)."""
+    out = []
+    for i, batch in enumerate(batches):
+        plain_mlp.plain_backward_enabled(True)
+        torch.manual_seed(i)
+        a = plain.update(batch)
+        plain_mlp.plain_backward_enabled(False)
+        torch.manual_seed(i)
+        out.append((a, autograd.update(batch)))
+    plain_mlp.plain_backward_enabled(True)
+    return out
+
+
+def assert_same_weights_and_moments(plain, autograd, weights=True, rtol=1e-5, atol=1e-6):
+    """Every trained parameter of every optimizer, and every module's state."""
+    for key, wrapper in plain.optimizers.items():
+        wa, wb = wrapper.optim, autograd.optimizers[key].optim
+        for a, b in zip(wa.param_groups[0]["params"], wb.param_groups[0]["params"], strict=True):
+            if a.grad is not None or b.grad is not None:
+                torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
+            sa, sb = wa.state.get(a, {}), wb.state.get(b, {})
+            assert sa.keys() == sb.keys()
+            for k in sa:
+                torch.testing.assert_close(sa[k], sb[k], rtol=rtol, atol=atol)
+    if weights:
+        for (k, a), b in zip(plain.modules.state_dict().items(), autograd.modules.state_dict().values(), strict=True):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=k)
+
+
+ACTOR_CRITICS = [("DDPG", {}), ("DDPG", {"n_critics": 2}), ("TD3", {}), ("TD3PlusBC", {}), ("TD3PlusBC", {"n_critics": 3}),
+                 ("PRDC", {})]
+
+
+@pytest.mark.parametrize("name, kwargs", ACTOR_CRITICS)
+def test_ddpg_family_written_out_steps_follow_the_autograd_steps(name, kwargs, monkeypatch):
+    calls = counting_backward(monkeypatch)
+    plain = make_actor_critic(name, **kwargs)
+    rng = np.random.default_rng(6)
+    batches = [continuous_batch(rng, 32, 5, 2) for _ in range(8)]
+    if name == "PRDC":  # its neighbour index over the batches' (beta s, a)
+        from offrl.dataset import MDPDataset
+
+        plain.fit_neighbor_index(MDPDataset(np.concatenate([b.observations for b in batches]),
+                                            np.concatenate([b.actions for b in batches]), np.zeros(256, np.float32),
+                                            np.zeros(256), timeouts=np.r_[np.zeros(255), 1.0]))
+    assert plain._written_out_step_available()
+    autograd = copy.deepcopy(plain)
+    for step, (a, b) in enumerate(run_seeded(plain, autograd, batches)):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), (step, k)
+    interval = 1 if name == "DDPG" else 2
+    assert calls["n"] == 8 + 8 // interval  # the critics' each step, the policy's on its steps
+    assert_same_weights_and_moments(plain, autograd)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), n=st.integers(1, 40), hidden=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+       gamma=st.floats(0.0, 1.0), alpha=st.floats(0.1, 5.0), n_critics=st.integers(1, 3))
+def test_one_td3_plus_bc_step_equals_autograd_on_random_problems(seed, n, hidden, gamma, alpha, n_critics):
+    plain = make_actor_critic("TD3PlusBC", hidden=hidden, gamma=gamma, alpha=alpha, n_critics=n_critics,
+                              update_actor_interval=1)
+    autograd = copy.deepcopy(plain)
+    ((a, b),) = run_seeded(plain, autograd, [continuous_batch(np.random.default_rng(seed), n, 5, 2)])
+    for k in a:
+        assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), k
+    assert_same_weights_and_moments(plain, autograd, weights=False)  # weights: see the DQN test above
+
+
+def test_other_actor_losses_keep_autograd_for_the_policy_only(monkeypatch):
+    """ReBRAC (another actor loss) and PLAS (its actor through the decoder)
+    write out only their critics' step, when those are plain."""
+    calls = counting_backward(monkeypatch)
+    rng = np.random.default_rng(7)
+    plain_critic = VectorEncoderFactory([32, 16])
+    for name, kwargs in [("ReBRAC", {"critic_encoder_factory": plain_critic}),
+                         ("PLAS", {"warmup_steps": 2, "critic_encoder_factory": plain_critic})]:
+        plain = make_actor_critic(name, **kwargs)
+        autograd = copy.deepcopy(plain)
+        assert not plain._written_out_step_available()
+        calls["n"] = 0
+        run_seeded(plain, autograd, [continuous_batch(rng, 16, 5, 2) for _ in range(6)])
+        assert calls["n"] == (6 if name == "ReBRAC" else 4)  # the critics' steps (PLAS past its warm-up)
+        assert_same_weights_and_moments(plain, autograd)
+
+
+def test_ddpg_family_hooks_and_other_networks_train_through_autograd(monkeypatch):
+    calls = counting_backward(monkeypatch)
+    rng = np.random.default_rng(8)
+    layer_norm = make_actor_critic("TD3PlusBC", encoder=VectorEncoderFactory([16], use_layer_norm=True),
+                                   update_actor_interval=1)
+    layer_norm.update(continuous_batch(rng, 8, 5, 2))
+    assert calls["n"] == 0 and not layer_norm._written_out_step_available()
+    algo = make_actor_critic("TD3PlusBC", update_actor_interval=1)
+    batch = continuous_batch(rng, 8, 5, 2)
+    algo.update(batch)
+    assert calls["n"] == 2
+    q = algo.modules["q_function"]
+    for module, steps in [(q.head, 0), (q.encoder.mlp.layers[0], 0), (algo.modules["policy"].fc, 1)]:
+        seen = []
+        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
+        before = calls["n"]
+        algo.update(batch)
+        handle.remove()
+        # a hook on a critic: both steps through autograd; on the policy: its step only (the critics' written out)
+        assert calls["n"] - before == steps and seen, module
