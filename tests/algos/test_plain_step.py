@@ -98,6 +98,50 @@ def assert_same_state(plain, autograd, rtol=1e-5, atol=1e-6, weights=True):
         torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=rtol, atol=atol)
 
 
+def run_seeded(plain, autograd, batches):
+    """:func:`run_both` with the same torch seed before each update of both
+    copies (TD3's target noise, a VAE's draws)."""
+    out = []
+    for i, batch in enumerate(batches):
+        plain_mlp.plain_backward_enabled(True)
+        torch.manual_seed(i)
+        a = plain.update(batch)
+        plain_mlp.plain_backward_enabled(False)
+        torch.manual_seed(i)
+        out.append((a, autograd.update(batch)))
+    plain_mlp.plain_backward_enabled(True)
+    return out
+
+
+def assert_same_weights_and_moments(plain, autograd, weights=True, rtol=1e-5, atol=1e-6):
+    """Every trained parameter of every optimizer, and every module's state."""
+    for key, wrapper in plain.optimizers.items():
+        wa, wb = wrapper.optim, autograd.optimizers[key].optim
+        for a, b in zip(wa.param_groups[0]["params"], wb.param_groups[0]["params"], strict=True):
+            if a.grad is not None or b.grad is not None:
+                torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
+            sa, sb = wa.state.get(a, {}), wb.state.get(b, {})
+            assert sa.keys() == sb.keys()
+            for k in sa:
+                torch.testing.assert_close(sa[k], sb[k], rtol=rtol, atol=atol)
+    if weights:
+        for (k, a), b in zip(plain.modules.state_dict().items(), autograd.modules.state_dict().values(), strict=True):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=k)
+
+
+def assert_one_step_matches(plain, batch, seeded: bool = False) -> None:
+    """One update of ``plain`` and of a copy of it through autograd: the same
+    losses, gradients and optimizer moments (not the weights: Adam's first
+    step is lr * g / (|g| + eps), so a gradient near eps, as a 1-unit layer's,
+    moves a weight by a visibly different amount for the last bit of g)."""
+    autograd = copy.deepcopy(plain)
+    ((a, b),) = (run_seeded if seeded else run_both)(plain, autograd, [batch])
+    assert a.keys() == b.keys()
+    for k in a:
+        assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), k
+    assert_same_weights_and_moments(plain, autograd, weights=False)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_written_out_steps_follow_the_autograd_steps(name, monkeypatch):
     calls = counting_backward(monkeypatch)
@@ -364,20 +408,6 @@ def make_bcq(hidden=(32, 16), **kwargs):
     return algo
 
 
-def assert_same_optimizer_state(plain, autograd, rtol=1e-5, atol=1e-6, weights=True):
-    """Every parameter the optimizer trains (DiscreteBCQ: the Q-network and
-    the imitator's head): weights, ``.grad`` and Adam's moments."""
-    wa, wb = plain.optimizers["optim"].optim, autograd.optimizers["optim"].optim
-    for a, b in zip(wa.param_groups[0]["params"], wb.param_groups[0]["params"], strict=True):
-        if weights:
-            torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
-        torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
-        sa, sb = wa.state[a], wb.state[b]
-        assert int(sa["step"]) == int(sb["step"])
-        torch.testing.assert_close(sa["exp_avg"], sb["exp_avg"], rtol=rtol, atol=atol)
-        torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=rtol, atol=atol)
-
-
 def test_discrete_bcq_written_out_steps_follow_the_autograd_steps(monkeypatch):
     calls = counting_backward(monkeypatch)
     # Adam's eps well above float rounding: its first step is lr * g / (|g| + eps), so a weight whose gradient
@@ -392,9 +422,7 @@ def test_discrete_bcq_written_out_steps_follow_the_autograd_steps(monkeypatch):
         for k in a:
             assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), (step, k)
     assert calls["n"] == 8
-    assert_same_optimizer_state(plain, autograd)
-    for a, b in zip(plain.modules["targ_q_function"].parameters(), autograd.modules["targ_q_function"].parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert_same_weights_and_moments(plain, autograd)  # the target networks' too
     for a, b in zip(plain.modules["targ_q_function"].parameters(), plain.modules["q_function"].parameters()):
         assert not torch.equal(a, b)  # copied after step 6, trained on step 7
     x = np.random.default_rng(4).normal(size=(64, 5)).astype(np.float32)
@@ -406,22 +434,7 @@ def test_discrete_bcq_written_out_steps_follow_the_autograd_steps(monkeypatch):
        gamma=st.floats(0.0, 1.0), beta=st.floats(0.0, 3.0), flexibility=st.floats(0.0, 0.99), int32=st.booleans())
 def test_one_discrete_bcq_step_equals_autograd_on_random_problems(seed, n, hidden, gamma, beta, flexibility, int32):
     plain = make_bcq(hidden=hidden, gamma=gamma, beta=beta, action_flexibility=flexibility)
-    autograd = copy.deepcopy(plain)
-    batch = random_batch(np.random.default_rng(seed), n, 5, 4, np.int32 if int32 else np.int64)
-    ((a, b),) = run_both(plain, autograd, [batch])
-    for k in a:
-        assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), k
-    assert_same_optimizer_state(plain, autograd, weights=False)  # weights: see the DQN test above
-
-
-@pytest.mark.parametrize("kwargs", [{"share_encoder": False}, {"n_critics": 2},
-                                    {"q_func_factory": QRQFunctionFactory(n_quantiles=4)},
-                                    {"encoder_factory": VectorEncoderFactory([16], use_layer_norm=True)}])
-def test_discrete_bcq_other_networks_train_through_autograd(kwargs, monkeypatch):
-    calls = counting_backward(monkeypatch)
-    algo = make_bcq(**kwargs)
-    algo.update(random_batch(np.random.default_rng(0), 8, 5, 4))
-    assert calls["n"] == 0 and not algo._written_out_step_available()
+    assert_one_step_matches(plain, random_batch(np.random.default_rng(seed), n, 5, 4, np.int32 if int32 else np.int64))
 
 
 def test_discrete_bcq_weighted_batches_and_hooks_train_through_autograd(monkeypatch):
@@ -458,22 +471,6 @@ def make_discrete_sac(hidden=(32, 16), **kwargs):
     return algo
 
 
-def assert_same_discrete_sac_state(plain, autograd, weights=True, rtol=1e-5, atol=1e-6):
-    for optim in ("actor_optim", "critic_optim"):
-        wa, wb = plain.optimizers[optim].optim, autograd.optimizers[optim].optim
-        for a, b in zip(wa.param_groups[0]["params"], wb.param_groups[0]["params"], strict=True):
-            if weights:
-                torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
-            torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
-            sa, sb = wa.state[a], wb.state[b]
-            assert int(sa["step"]) == int(sb["step"])
-            torch.testing.assert_close(sa["exp_avg"], sb["exp_avg"], rtol=rtol, atol=atol)
-            torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=rtol, atol=atol)
-    for key in [k for k in ("targ_q_function", "log_temp") if k in plain.modules]:  # no log_temp at temperature 0
-        for a, b in zip(plain.modules[key].parameters(), autograd.modules[key].parameters(), strict=True):
-            torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
-
-
 @pytest.mark.parametrize("kwargs", [{}, {"n_critics": 3, "temp_learning_rate": 0.0},
                                     {"initial_temperature": 0.0, "temp_learning_rate": 0.0}])
 def test_discrete_sac_written_out_steps_follow_the_autograd_steps(kwargs, monkeypatch):
@@ -488,7 +485,7 @@ def test_discrete_sac_written_out_steps_follow_the_autograd_steps(kwargs, monkey
         for k in a:
             assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), (step, k)
     assert calls["n"] == 16  # the critics' and the policy's, each step
-    assert_same_discrete_sac_state(plain, autograd)
+    assert_same_weights_and_moments(plain, autograd)
     for a, b in zip(plain.modules["targ_q_function"].parameters(), plain.modules["q_function"].parameters()):
         assert not torch.equal(a, b)  # copied after step 6, trained on step 7
 
@@ -498,19 +495,19 @@ def test_discrete_sac_written_out_steps_follow_the_autograd_steps(kwargs, monkey
        gamma=st.floats(0.0, 1.0), n_critics=st.integers(2, 3), temperature=st.floats(0.01, 3.0), int32=st.booleans())
 def test_one_discrete_sac_step_equals_autograd_on_random_problems(seed, n, hidden, gamma, n_critics, temperature, int32):
     plain = make_discrete_sac(hidden=hidden, gamma=gamma, n_critics=n_critics, initial_temperature=temperature)
-    autograd = copy.deepcopy(plain)
-    batch = random_batch(np.random.default_rng(seed), n, 5, 4, np.int32 if int32 else np.int64)
-    ((a, b),) = run_both(plain, autograd, [batch])
-    for k in a:
-        assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), k
-    assert_same_discrete_sac_state(plain, autograd, weights=False)  # weights: see the DQN test above
+    assert_one_step_matches(plain, random_batch(np.random.default_rng(seed), n, 5, 4, np.int32 if int32 else np.int64))
 
 
-@pytest.mark.parametrize("kwargs", [{"n_critics": 1}, {"q_func_factory": QRQFunctionFactory(n_quantiles=4)},
-                                    {"encoder": VectorEncoderFactory([16], use_layer_norm=True)}])
-def test_discrete_sac_other_networks_train_through_autograd(kwargs, monkeypatch):
+@pytest.mark.parametrize("make_algo, kwargs", [
+    (make_bcq, {"share_encoder": False}), (make_bcq, {"n_critics": 2}),
+    (make_bcq, {"q_func_factory": QRQFunctionFactory(n_quantiles=4)}),
+    (make_bcq, {"encoder_factory": VectorEncoderFactory([16], use_layer_norm=True)}),
+    (make_discrete_sac, {"n_critics": 1}), (make_discrete_sac, {"q_func_factory": QRQFunctionFactory(n_quantiles=4)}),
+    (make_discrete_sac, {"encoder": VectorEncoderFactory([16], use_layer_norm=True)}),
+])
+def test_discrete_bcq_and_sac_other_networks_train_through_autograd(make_algo, kwargs, monkeypatch):
     calls = counting_backward(monkeypatch)
-    algo = make_discrete_sac(**kwargs)
+    algo = make_algo(**kwargs)
     algo.update(random_batch(np.random.default_rng(0), 8, 5, 4))
     assert calls["n"] == 0 and not algo._written_out_step_available()
 
@@ -543,37 +540,6 @@ def make_actor_critic(name: str, hidden=(32, 16), **kwargs):
     algo = config.create()
     algo.create_impl((5,), 2)
     return algo
-
-
-def run_seeded(plain, autograd, batches):
-    """:func:`run_both` with the same torch seed before each update of both
-    copies (TD3's target noise, a VAE's draws)."""
-    out = []
-    for i, batch in enumerate(batches):
-        plain_mlp.plain_backward_enabled(True)
-        torch.manual_seed(i)
-        a = plain.update(batch)
-        plain_mlp.plain_backward_enabled(False)
-        torch.manual_seed(i)
-        out.append((a, autograd.update(batch)))
-    plain_mlp.plain_backward_enabled(True)
-    return out
-
-
-def assert_same_weights_and_moments(plain, autograd, weights=True, rtol=1e-5, atol=1e-6):
-    """Every trained parameter of every optimizer, and every module's state."""
-    for key, wrapper in plain.optimizers.items():
-        wa, wb = wrapper.optim, autograd.optimizers[key].optim
-        for a, b in zip(wa.param_groups[0]["params"], wb.param_groups[0]["params"], strict=True):
-            if a.grad is not None or b.grad is not None:
-                torch.testing.assert_close(a.grad, b.grad, rtol=rtol, atol=atol)
-            sa, sb = wa.state.get(a, {}), wb.state.get(b, {})
-            assert sa.keys() == sb.keys()
-            for k in sa:
-                torch.testing.assert_close(sa[k], sb[k], rtol=rtol, atol=atol)
-    if weights:
-        for (k, a), b in zip(plain.modules.state_dict().items(), autograd.modules.state_dict().values(), strict=True):
-            torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=k)
 
 
 ACTOR_CRITICS = [("DDPG", {}), ("DDPG", {"n_critics": 2}), ("TD3", {}), ("TD3PlusBC", {}), ("TD3PlusBC", {"n_critics": 3}),
@@ -609,11 +575,7 @@ def test_ddpg_family_written_out_steps_follow_the_autograd_steps(name, kwargs, m
 def test_one_td3_plus_bc_step_equals_autograd_on_random_problems(seed, n, hidden, gamma, alpha, n_critics):
     plain = make_actor_critic("TD3PlusBC", hidden=hidden, gamma=gamma, alpha=alpha, n_critics=n_critics,
                               update_actor_interval=1)
-    autograd = copy.deepcopy(plain)
-    ((a, b),) = run_seeded(plain, autograd, [continuous_batch(np.random.default_rng(seed), n, 5, 2)])
-    for k in a:
-        assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), k
-    assert_same_weights_and_moments(plain, autograd, weights=False)  # weights: see the DQN test above
+    assert_one_step_matches(plain, continuous_batch(np.random.default_rng(seed), n, 5, 2), seeded=True)
 
 
 def test_other_actor_losses_keep_autograd_for_the_policy_only(monkeypatch):
