@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 from torch import nn
@@ -325,7 +325,8 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ensemble_linear(x, self.weight, self.bias)
+        # the sizes as Python ints: under tracing (export) the weight's shape would be traced values
+        return ensemble_linear(x, self.weight, self.bias, (self.ensemble_size, self.in_features, self.out_features))
 
     def extra_repr(self) -> str:
         return f"ensemble_size={self.ensemble_size}, in_features={self.in_features}, out_features={self.out_features}"
@@ -335,12 +336,14 @@ def _onednn_sized(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return _use_onednn(x, weight) and x.shape[-2] * weight.shape[1] * weight.shape[2] >= _ONEDNN["min_product"]
 
 
-def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                    sizes: Optional[Tuple[int, int, int]] = None) -> torch.Tensor:
     """:class:`EnsembleLinear`'s output for ``weight`` ``(E, in, out)``,
     ``bias`` ``(E, 1, out)`` and input ``(B, in)`` (shared) or ``(E, B, in)``:
     oneDNN products per member for wide float32 CPU products, per-member 2-D
-    products for one output column, else one ``baddbmm``."""
-    ensemble_size, in_features, out_features = weight.shape
+    products for one output column, else one ``baddbmm``. ``sizes``:
+    ``(E, in, out)`` as Python ints (else read from ``weight``)."""
+    ensemble_size, in_features, out_features = sizes if sizes is not None else weight.shape
     if _onednn_sized(x, weight):
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(ensemble_size, x.shape[0], x.shape[1])
