@@ -307,15 +307,23 @@ class DiscreteBC(CategoricalPolicyBase, config=DiscreteBCConfig):
         """:meth:`_update` with the backward written out: the loss's gradient
         with respect to the logits is ``(softmax(logits) - onehot(a)) / B +
         2 beta logits / (B x actions)``."""
-        beta = float(self._config.beta)
         with torch.no_grad():
             inputs, logits = plain_forward(plain.layers, batch.observations)
-            actions = batch.actions.reshape(-1).long()
-            loss = F.cross_entropy(logits, actions) + beta * (logits**2).mean()
-            n = logits.shape[0]
-            grad = torch.softmax(logits, dim=1).mul_(1.0 / n)
-            grad.scatter_add_(1, actions.view(-1, 1), grad.new_full((n, 1), -1.0 / n))
-            grad.add_(logits, alpha=2.0 * beta / logits.numel())
+            loss, grad = imitation_loss_and_grad(logits, batch.actions, float(self._config.beta))
             plain.step(plain_backward(plain.layers, inputs, grad))
         return {"loss": loss}
+
+
+def imitation_loss_and_grad(logits: torch.Tensor, actions: torch.Tensor, beta: float):
+    """DiscreteBC's (and DiscreteBCQ's imitator's) loss, cross entropy plus
+    ``beta mean(logits^2)``, and its gradient with respect to the logits,
+    ``(softmax(logits) - onehot(a)) / B + 2 beta logits / (B x actions)``;
+    call without grad."""
+    actions = actions.reshape(-1).long()
+    loss = F.cross_entropy(logits, actions) + beta * (logits**2).mean()
+    n = logits.shape[0]
+    grad = torch.softmax(logits, dim=1).mul_(1.0 / n)
+    grad.scatter_add_(1, actions.view(-1, 1), grad.new_full((n, 1), -1.0 / n))
+    grad.add_(logits, alpha=2.0 * beta / logits.numel())
+    return loss, grad
 

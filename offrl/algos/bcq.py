@@ -67,6 +67,7 @@ from ..serialization import register
 from ._common import critic_step, freeze, hard_update, no_param_grads, optimizer_step, soft_update, td_target
 from .actor_critic import ImitatorActorCriticConfig
 from .base import QLearningAlgoBase, TrainStepResult
+from .bc import imitation_loss_and_grad
 from .config import (
     BOOL,
     NON_NEGATIVE,
@@ -508,13 +509,8 @@ class DiscreteBCQ(DoubleDQN, config=DiscreteBCQConfig):
             actions = (batch.actions if batch.actions.dtype == torch.int64 else batch.actions.long()).view(-1, 1)
             pred = values.gather(1, actions)
             td_loss = F.smooth_l1_loss(pred, target, beta=1.0)
-            beta = float(cfg.beta)
-            imitator_loss = F.cross_entropy(logits, actions.view(-1)) + beta * (logits**2).mean()
-            n = pred.shape[0]
-            grad_values = torch.zeros_like(values).scatter_(1, actions, (pred - target).clamp_(-1.0, 1.0).mul_(1.0 / n))
-            grad_logits = torch.softmax(logits, dim=1).mul_(1.0 / n)
-            grad_logits.scatter_add_(1, actions, grad_logits.new_full((n, 1), -1.0 / n))
-            grad_logits.add_(logits, alpha=2.0 * beta / logits.numel())
+            imitator_loss, grad_logits = imitation_loss_and_grad(logits, actions, float(cfg.beta))
+            grad_values = torch.zeros_like(values).scatter_(1, actions, (pred - target).clamp_(-1.0, 1.0).mul_(1.0 / pred.shape[0]))
             grad_features, grad_w, grad_b = linear_backward(grad_logits, features, fc.weight)
             plain.step(plain_backward(plain.layers, inputs, grad_values, feature_grad=grad_features) + [grad_w, grad_b])
         if grad_step % int(cfg.target_update_interval) == 0:
