@@ -18,7 +18,7 @@
 Run from the repository root::
 
     python benchmarks/scale.py ddp [--nproc 2] [--steps 300] [--disk [--layout rows|columns]]
-    python benchmarks/scale.py compile [--only iql,sac] [--steps 100]
+    python benchmarks/scale.py compile [--only iql,sac] [--steps 100] [--device cuda:0]
 
 The machine's load average is printed with every table: on a shared
 machine the figures are indicative only.
@@ -251,6 +251,7 @@ def run_compile(argv: List[str]) -> None:
     parser.add_argument("--only", default=None, help="comma-separated algorithm names")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda:0 (compiled with CUDA graphs there)")
     args = parser.parse_args(argv)
     import importlib
     import pkgutil
@@ -265,6 +266,12 @@ def run_compile(argv: List[str]) -> None:
     from offrl.serialization import registered
 
     torch.set_num_threads(args.threads or 1)
+    device = args.device
+
+    def sync() -> None:  # training_step never waits for the GPU: the timings must
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+
     for module in pkgutil.iter_modules(offrl.algos.__path__):
         importlib.import_module(f"offrl.algos.{module.name}")
     configs = {n: c for n, c in sorted(registered("algorithm").items()) if c.algorithm_class().is_trainable}
@@ -283,11 +290,12 @@ def run_compile(argv: List[str]) -> None:
             offrl.seed(0)
             config = cls(batch_size=BATCH, compile_graph=flag)
             if cls.algorithm_class().evaluates_algorithm:
-                base = (offrl.algos.DiscreteBCConfig if discrete else offrl.algos.BCConfig)(batch_size=BATCH).create()
+                base = (offrl.algos.DiscreteBCConfig if discrete else offrl.algos.BCConfig)(batch_size=BATCH).create(
+                    device=device)
                 base.build_with_dataset(data)
                 algo = cls.algorithm_class()(algo=base, config=config)
             else:
-                algo = config.create()
+                algo = config.create(device=device)
             algo.build_with_dataset(data)
             if hasattr(algo, "fit_neighbor_index"):  # PRDC: fit builds it; training_step alone does not
                 algo.fit_neighbor_index(data)
@@ -300,10 +308,12 @@ def run_compile(argv: List[str]) -> None:
                 t0 = time.perf_counter()
                 for i in range(5):  # warm-up: compiling happens here
                     algo.training_step(batches[i % 8])
+                sync()
                 first = time.perf_counter() - t0
                 t0 = time.perf_counter()
                 for i in range(args.steps):
                     algo.training_step(batches[i % 8])
+                sync()
                 timings[flag] = args.steps / (time.perf_counter() - t0)
             if flag:
                 compiled, compile_s = algo.compiled, first
@@ -315,7 +325,7 @@ def run_compile(argv: List[str]) -> None:
         log(f"{name}: {rows[-1]}")
     load_after = print_load("after")
     print_table(["algorithm", "eager updates/s", "compiled updates/s", "ratio", "compiled", "warm-up s (5 steps)"],
-                rows, title=f"compile_graph on CPU, batch {BATCH}, {args.threads or 1} thread(s); load "
+                rows, title=f"compile_graph on {device}, batch {BATCH}, {args.threads or 1} thread(s); load "
                             f"{load[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} cores")
 
 

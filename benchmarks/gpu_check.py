@@ -4,6 +4,7 @@
 Run from the repository root on a machine with a GPU (offrl installed):
 
     python benchmarks/gpu_check.py [--steps N] [--only SACConfig,DQNConfig] [--quick] [--precision float32]
+                                   [--hidden-units 4096,4096 --batch-size 1024]
 
 For each algorithm (default configs) and each ``--precision`` (default:
 float32 and bf16-mixed) it fits on a Pendulum-like (continuous) or
@@ -19,6 +20,10 @@ is the documented fallback and no failure), its speed against float32, and
 one update from the same weights and batch in both precisions, whose
 losses must agree within ``tests/test_precision.py``'s bound for networks
 with two hidden layers (12 u relative, u = 2**-8 bf16's unit roundoff).
+On a GPU, bf16-mixed trains in float32 where the step's largest product is
+under ``offrl.training.precision.CUDA_BF16_PAYS_FROM`` (d3rlpy's default
+networks; no failure): ``--hidden-units`` (every encoder factory's hidden
+layers) and ``--batch-size`` check bf16 itself on networks large enough.
 ``--device cpu`` runs the same checks on the CPU (a smoke run; there the
 algorithms with a written-out float32 step run it under bf16-mixed below
 256 rows, see ``offrl.training.precision``, which is no failure either).
@@ -27,6 +32,7 @@ algorithms with a written-out float32 step run it under bf16-mixed below
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -40,8 +46,9 @@ import offrl
 from offrl import algos
 from offrl.dataset import MDPDataset
 from offrl.logging import NoopAdapterFactory
+from offrl.models import VectorEncoderFactory
 
-from offrl.training.precision import PRECISIONS, WRITTEN_OUT_FASTER_BELOW, bf16_available
+from offrl.training.precision import CUDA_BF16_PAYS_FROM, PRECISIONS, WRITTEN_OUT_FASTER_BELOW, bf16_available
 
 from _harness import add_common_args, check_threads, parse_only, print_load, print_table, set_threads
 
@@ -77,7 +84,17 @@ def main() -> None:
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--precision", default="float32,bf16-mixed",
                         help="comma-separated precisions to check (default float32,bf16-mixed)")
+    parser.add_argument("--hidden-units", default=None, help="every encoder's hidden layers, e.g. 4096,4096")
+    parser.add_argument("--batch-size", type=int, default=None, help="every algorithm's batch size")
     args = parser.parse_args()
+    try:
+        hidden = [int(h) for h in args.hidden_units.split(",")] if args.hidden_units else None
+    except ValueError:
+        parser.error(f"--hidden-units: expected comma-separated integers, got {args.hidden_units!r}")
+    if (hidden is not None and min(hidden) < 1) or (args.batch_size is not None and args.batch_size < 1):
+        parser.error("--hidden-units and --batch-size must be positive")
+    SIZES.update({} if args.batch_size is None else {"batch_size": args.batch_size})
+    SIZES.update({} if hidden is None else {"hidden_units": hidden})
     check_threads(args, parser)
     if args.steps < 1:
         parser.error(f"--steps must be >= 1, got {args.steps}")
@@ -109,7 +126,8 @@ def main() -> None:
                     # a device with bf16 units must run bf16-mixed; without them float32 is the fallback, and so it
                     # is on the CPU for an algorithm whose written-out float32 step is the faster one at its batch size
                     effect_ok = (in_effect == precision or not bf16_available(torch.device(device))
-                                 or (in_effect == "float32" and written_out_cpu(name, device)))
+                                 or (in_effect == "float32" and (written_out_cpu(name, device)
+                                                                 or products_too_small(name, dataset, device))))
                     agreement, agree_ok = "-", True
                     if precision != "float32":
                         worst = one_update_agreement(name, dataset, discrete, device, precision)
@@ -121,16 +139,42 @@ def main() -> None:
                                  "ok" if passed else "FAILED"))
     print_table(["algorithm", "precision", "in effect", "updates/s (fit, incl. sampling)", "vs float32", "sync-free",
                  "save/load", "predict_value", "one update vs float32", "result"],
-                rows, title=f"{steps} timed updates per algorithm on {device}")
+                rows, title=f"{steps} timed updates per algorithm on {device}" + (f", sizes {SIZES}" if SIZES else ""))
     print_load("end")
     sys.exit(1 if failures else 0)
+
+
+#: ``--batch-size`` / ``--hidden-units`` given: the sizes every config is made with
+SIZES: dict = {}
+
+
+def make_config(name: str, precision: str) -> object:
+    """``name``'s config at ``precision`` with ``SIZES``'s batch size and
+    hidden layers (every ``*encoder_factory`` field)."""
+    config_class = getattr(algos, name)
+    kwargs = {} if precision == "float32" else {"precision": precision}
+    if "batch_size" in SIZES:
+        kwargs["batch_size"] = SIZES["batch_size"]
+    if "hidden_units" in SIZES:
+        kwargs.update({f.name: VectorEncoderFactory(hidden_units=SIZES["hidden_units"])
+                       for f in dataclasses.fields(config_class) if f.name.endswith("encoder_factory")})
+    return config_class(**kwargs)
+
+
+def products_too_small(name: str, dataset: MDPDataset, device: str) -> bool:
+    """Whether bf16-mixed trains ``name`` in float32 on this GPU because its
+    step's largest product is under ``CUDA_BF16_PAYS_FROM``."""
+    algo = make_config(name, "bf16-mixed").create(device=device)
+    algo.build_with_dataset(dataset)
+    product = algo._largest_product()
+    return torch.device(device).type == "cuda" and product is not None and product < CUDA_BF16_PAYS_FROM
 
 
 def written_out_cpu(name: str, device: str) -> bool:
     """Whether ``name`` at its default batch size on ``device`` runs its
     written-out float32 step under bf16-mixed (the CPU, fewer rows than the
     algorithm's ``_written_out_faster_below``, an algorithm with such a step)."""
-    config = getattr(algos, name)()
+    config = make_config(name, "float32")
     below = getattr(getattr(algos, name[: -len("Config")]), "_written_out_faster_below", WRITTEN_OUT_FASTER_BELOW)
     return torch.device(device).type == "cpu" and name in WRITTEN_OUT and int(config.batch_size) < below
 
@@ -146,7 +190,7 @@ def check(name: str, dataset: MDPDataset, discrete: bool, device: str, steps: in
     the same actions, predict_value finite with shape (7,), the precision in
     effect) for one algorithm."""
     offrl.seed(0)
-    algo = getattr(algos, name)(**({} if precision == "float32" else {"precision": precision})).create(device=device)
+    algo = make_config(name, precision).create(device=device)
     algo.fit(dataset, n_steps=20, n_steps_per_epoch=20, logger_adapter=NoopAdapterFactory(), show_progress=False)
     batch = dataset.sample_transition_batch(algo.batch_size).to_torch(algo.device)
     _synchronize(device)
@@ -190,7 +234,7 @@ def one_update_agreement(name: str, dataset: MDPDataset, discrete: bool, device:
     twins = {}
     for p in ("float32", precision):
         offrl.seed(0)
-        algo = getattr(algos, name)(**({} if p == "float32" else {"precision": p})).create(device=device)
+        algo = make_config(name, p).create(device=device)
         algo.build_with_dataset(dataset)
         twins[p] = algo
     twins[precision].modules.load_state_dict(twins["float32"].modules.state_dict())

@@ -465,3 +465,44 @@ def test_the_written_out_rule_is_for_the_cpu_only():
     assert not precision.written_out_step_is_faster("bf16-mixed", "DQN", 32, "cuda:0")
     assert not precision.written_out_step_is_faster("bf16-mixed", "DQN", precision.WRITTEN_OUT_FASTER_BELOW, "cpu")
     assert not precision.written_out_step_is_faster("float32", "DQN", 32, "cpu")
+
+
+def test_the_largest_product_counts_linear_layers_and_ensembles_and_gives_up_on_unknown_matrices():
+    mlp = nn.Sequential(nn.Linear(23, 256), nn.LayerNorm(256), nn.ReLU(), Linear(256, 300), nn.Linear(300, 1))
+    assert precision.largest_product(mlp, 64) == 64 * 256 * 300
+    ensemble = nn.ModuleDict({"q": nn.Sequential(EnsembleLinear(3, 23, 256), EnsembleLinear(3, 256, 256)),
+                              "embed": nn.Embedding(10, 8), "norm": nn.BatchNorm1d(8)})
+    assert precision.largest_product(ensemble, 10) == 10 * 3 * 256 * 256  # three members' products
+    temperature = nn.Module()
+    temperature.log_alpha = nn.Parameter(torch.zeros(1, 1))  # a scalar parameter costs no product
+    assert precision.largest_product(nn.ModuleList([temperature, nn.Linear(4, 5)]), 2) == 2 * 4 * 5
+    assert precision.largest_product(nn.Sequential(nn.Conv2d(4, 32, 8), nn.Linear(256, 256)), 32) is None
+    custom = nn.Module()
+    custom.kernel = nn.Parameter(torch.zeros(16, 16))  # a matrix of unknown use
+    assert precision.largest_product(nn.ModuleList([custom, nn.Linear(4, 5)]), 2) is None
+    assert precision.largest_product(nn.ModuleDict(), 256) is None  # nothing built
+
+
+def test_on_cuda_small_products_train_in_float32_with_one_warning_and_large_ones_in_bf16():
+    pays = precision.CUDA_BF16_PAYS_FROM
+    with pytest.warns(RuntimeWarning, match=r"SAC's largest product per step \(1.7e\+07 multiply-adds\)"):
+        assert precision.products_too_small("bf16-mixed", "SAC", 256 * 256 * 256, "cuda:0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per algorithm
+        assert precision.products_too_small("bf16-mixed", "SAC", 256 * 256 * 256, "cuda:0")
+        assert not precision.products_too_small("bf16-mixed", "SAC", pays, "cuda:0")
+        assert not precision.products_too_small("bf16-mixed", "SAC", None, "cuda:0")  # unknown: bf16 as asked
+        assert not precision.products_too_small("bf16-mixed", "SAC", 256, "cpu")  # the rule is CUDA's
+        assert not precision.products_too_small("float32", "SAC", 256, "cuda:0")
+    small = SACConfig(precision="bf16-mixed").create()
+    large = SACConfig(precision="bf16-mixed", batch_size=1024,
+                      actor_encoder_factory=VectorEncoderFactory(hidden_units=[4096, 4096]),
+                      critic_encoder_factory=VectorEncoderFactory(hidden_units=[4096, 4096])).create()
+    for algo in (small, large):
+        algo.build_with_dataset(_dataset(False))
+        algo._device = torch.device("cuda", 0)  # the rule reads the device only (no GPU here)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert small.precision == "float32"  # d3rlpy's networks: 2 critics x 256 rows x 256 x 256
+    assert small._largest_product() == 2 * 256 * 256 * 256
+    assert large.precision == "bf16-mixed" and large._largest_product() == 2 * 1024 * 4096 * 4096 >= pays

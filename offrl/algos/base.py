@@ -650,15 +650,28 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
     @property
     def precision(self) -> str:
         """The precision the update step runs in: the config's ``precision``,
-        or ``"float32"`` where the device has no bf16 units or where this
+        or ``"float32"`` where the device has no bf16 units, where this
         algorithm's written-out float32 step is the faster one (small batches
-        on the CPU; see :mod:`offrl.training.precision`). ``predict`` is
-        always float32."""
+        on the CPU) or where the products are too small for bf16 to pay on a
+        GPU (see :mod:`offrl.training.precision`). ``predict`` is always
+        float32."""
         precision = mixed_precision.effective_precision(self._config.precision, self._device)
         if precision != "float32" and self._written_out_step_available() and mixed_precision.written_out_step_is_faster(
                 precision, type(self).__name__, self.batch_size, self._device, self._written_out_faster_below):
             return "float32"
+        if precision != "float32" and self._device.type == "cuda" and mixed_precision.products_too_small(
+                precision, type(self).__name__, self._largest_product(), self._device):
+            return "float32"
         return precision
+
+    def _largest_product(self) -> Optional[int]:
+        """The largest layer product of a step on the built networks, in
+        multiply-adds (:func:`offrl.training.precision.largest_product`;
+        ``None`` before the build), computed once per networks."""
+        if getattr(self, "_sized_for", None) is not self._nets:
+            rows = int(self.batch_size) * (int(self.context_size) if self.predicts_from_sequences else 1)
+            self._sized_for, self._product = self._nets, mixed_precision.largest_product(self._nets, rows)
+        return self._product
 
     #: batch sizes below which this algorithm's written-out float32 step beats a bf16-mixed step on the CPU
     _written_out_faster_below = mixed_precision.WRITTEN_OUT_FASTER_BELOW

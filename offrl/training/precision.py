@@ -38,6 +38,15 @@ CPU (128 for DiscreteSAC and the DDPG family, as measured), that float32 step is
 than a bf16-mixed one (which needs autograd and autocast's casts), so
 ``"bf16-mixed"`` warns once and trains in float32 there too.
 
+On a CUDA GPU a step of small networks is bound by kernel launches, not by
+arithmetic, and autocast adds launches (a cast of each weight and input):
+where the step's largest layer product (rows x inputs x outputs, x members
+of an ensemble) is under :data:`CUDA_BF16_PAYS_FROM` multiply-adds,
+``"bf16-mixed"`` warns once and trains in float32 there too (d3rlpy's
+default networks, 256 units at batch 256 or 1,024, are far under it).
+Networks with layers whose cost their shapes do not tell (convolutions,
+attention, a custom module's own weights) keep bf16 as asked.
+
 A custom encoder (a module defined outside offrl and torch) is run once in
 float32 and once under bf16 autocast on a small probe batch at the first
 bf16 step; one that fails in bf16 (an exception, or non-finite outputs where
@@ -70,6 +79,9 @@ __all__ = [
     "fall_back_custom_modules",
     "WRITTEN_OUT_FASTER_BELOW",
     "written_out_step_is_faster",
+    "CUDA_BF16_PAYS_FROM",
+    "largest_product",
+    "products_too_small",
 ]
 
 #: the values of a config's ``precision`` field
@@ -184,6 +196,49 @@ def written_out_step_is_faster(precision: str, algorithm: str, batch_size: int, 
     _warn_once(f"written-out:{algorithm}", f"precision={precision!r}: {algorithm} at batch_size {batch_size} trains "
                f"in float32 with its backward written out, faster on the CPU than a bf16-mixed step below "
                f"{below} rows (see offrl.training.precision)")
+    return True
+
+
+#: multiply-adds of a step's largest layer product from which bf16 autocast pays on a CUDA GPU; measured on an
+#: H200 (torch 2.11, a 23-h-h-1 MLP and Adam, bf16 autocast against float32, steps per second): h = 256: 0.69-0.83x
+#: at 256-16,384 rows; h = 1,024: 0.74x at 4,096 rows (4.3e9 multiply-adds), 1.99x at 16,384 (1.7e10); h = 4,096:
+#: 0.83x at 256 rows (4.3e9), 1.52x at 1,024 (1.7e10), 6.4x at 4,096. Every algorithm at its default networks
+#: ran 0.67-0.94x float32's updates/s in bf16 there (benchmarks/README.md)
+CUDA_BF16_PAYS_FROM = 2 ** 33
+_ELEMENTWISE = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._NormBase, nn.Embedding)
+
+
+def largest_product(nets: nn.Module, rows: int) -> Optional[int]:
+    """``rows`` times the largest ``inputs x outputs`` (times the members of
+    an ensemble) over the linear layers of ``nets``: the step's largest
+    product in multiply-adds. ``None`` where ``nets`` has no linear layer, or
+    a layer with weights whose cost its shape does not tell (a convolution,
+    a custom module's own matrices); normalisation, embedding and scalar
+    parameters cost no products."""
+    largest = 0
+    for module in nets.modules():
+        if isinstance(module, nn.Linear):
+            largest = max(largest, module.in_features * module.out_features)
+        elif isinstance(getattr(module, "in_features", None), int) and isinstance(getattr(module, "out_features", None), int):
+            members = getattr(module, "ensemble_size", 1)
+            largest = max(largest, module.in_features * module.out_features * (members if isinstance(members, int) else 1))
+        elif not (isinstance(module, _ELEMENTWISE) or type(module).__name__ in ("EnsembleLayerNorm", "EnsembleBatchNorm")
+                  or all(p.numel() == max(p.shape, default=1) for p in module.parameters(recurse=False))):
+            return None  # a matrix of unknown use: a convolution, attention, a custom layer
+    return largest * rows if largest else None
+
+
+def products_too_small(precision: str, algorithm: str, product: Optional[int], device: Any) -> bool:
+    """Whether a bf16-mixed ``precision`` on a CUDA ``device`` should train
+    in float32: the step's largest product (:func:`largest_product`) is
+    under :data:`CUDA_BF16_PAYS_FROM`, where bf16's extra casts cost more
+    than its faster products save; warns once per algorithm when it does."""
+    if precision == "float32" or torch.device(device).type != "cuda" or product is None or product >= CUDA_BF16_PAYS_FROM:
+        return False
+    _warn_once(f"small-products:{algorithm}", f"precision={precision!r}: {algorithm}'s largest product per step "
+               f"({product:.2g} multiply-adds) is under {CUDA_BF16_PAYS_FROM:.2g}, where bf16 autocast pays on a GPU "
+               "(below, its casts cost more launches than its products save); training runs in float32 "
+               "(see offrl.training.precision)")
     return True
 
 
