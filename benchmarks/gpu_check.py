@@ -55,7 +55,7 @@ from _harness import add_common_args, check_threads, parse_only, print_load, pri
 U = 2.0 ** -8  # bf16's unit roundoff (8 significant bits)
 #: the algorithms whose float32 step is written out on the CPU (offrl.models.plain_mlp), at their default networks
 WRITTEN_OUT = {"DQNConfig", "DoubleDQNConfig", "NFQConfig", "DiscreteCQLConfig", "DiscreteBCQConfig", "DiscreteSACConfig",
-               "BCConfig", "DiscreteBCConfig", "DDPGConfig", "TD3Config", "TD3PlusBCConfig", "PRDCConfig"}
+               "BCConfig", "DiscreteBCConfig", "DDPGConfig", "TD3Config", "TD3PlusBCConfig", "PRDCConfig", "AWACConfig", "CRRConfig"}
 TOLERANCE = 12 * U  # tests/test_precision.py's bound for two hidden layers, relative to |loss| + 1
 CONTINUOUS = ["BCConfig", "DDPGConfig", "TD3Config", "TD3PlusBCConfig", "IQLConfig", "SACConfig", "CQLConfig"]
 DISCRETE = ["DQNConfig", "DoubleDQNConfig", "NFQConfig", "DiscreteCQLConfig", "DiscreteBCConfig", "DiscreteSACConfig"]

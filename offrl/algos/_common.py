@@ -4,16 +4,17 @@ updates and ``freeze`` are :mod:`offrl.models.modules`'s, re-exported)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional, Tuple
 
 import torch
 from torch import nn
 
 from ..models.modules import freeze, hard_update, module_tensors, soft_update
+from ..models.plain_mlp import PlainNetwork, plain_backward, plain_forward
 
 __all__ = [
     "soft_update", "hard_update", "expectile_loss", "td_target", "freeze", "no_param_grads", "optimizer_step",
-    "critic_step",
+    "critic_step", "plain_critic", "plain_critic_step",
 ]
 
 
@@ -77,6 +78,34 @@ def critic_step(q: Any, optim: Any, batch: Any, target: torch.Tensor) -> torch.T
     pred, taus = q.at_action(batch.observations, batch.actions)
     loss = q.loss(pred, target, taus)
     optimizer_step(optim, loss)
+    return loss
+
+
+def plain_critic(q: Any, optim: Any) -> Tuple[PlainNetwork, Optional[nn.Module]]:
+    """The critics ``q`` as plain ReLU MLPs for :func:`plain_critic_step`
+    (``layers`` None where they are not: see :mod:`offrl.models.plain_mlp`)
+    and their action encoder (None then); a caller caches it per
+    ``(q, optim)`` (:meth:`PlainNetwork.matches`)."""
+    from ..models.q_functions import MeanQFunction
+
+    if type(q) is MeanQFunction and int(q.n_critics) == 1:  # the autograd step calls encoders and heads as modules
+        encoder = q.encoder.encoder
+        return PlainNetwork.create(q, encoder, q.head, optim, called=(q.encoder, q.head)), encoder
+    if type(q) is MeanQFunction:
+        return PlainNetwork.create(q, q.encoder, q.head, optim, called=(q.head,), ensemble=True), q.encoder
+    return PlainNetwork(q, optim, None, [], None), None
+
+
+def plain_critic_step(q: Any, critic: PlainNetwork, encoder: nn.Module, batch: Any, target: torch.Tensor) -> torch.Tensor:
+    """:func:`critic_step` written out (``critic``, ``encoder``: from
+    :func:`plain_critic`, usable on the batch): each critic's mean squared
+    error has the gradient ``2 (Q_i(s, a) - y) / B``; returns the loss."""
+    with torch.no_grad():
+        inputs, values = plain_forward(critic.layers, encoder.flat_with_action(batch.observations, batch.actions))
+        pred = values if values.dim() == 3 else values.unsqueeze(0)  # (E, B, 1)
+        loss = q.loss(pred, target)
+        grad = (pred - target).mul_(2.0 / pred.shape[1])
+        critic.step(plain_backward(critic.layers, inputs, grad if values.dim() == 3 else grad[0]))
     return loss
 
 

@@ -48,7 +48,7 @@ import torch
 from ..models.encoders import compute_output_size
 from ..models.policies import NormalPolicy, gaussian_log_prob
 from ..serialization import register
-from ._common import critic_step, freeze, hard_update, optimizer_step, soft_update, td_target
+from ._common import freeze, hard_update, optimizer_step, soft_update, td_target
 from .awac import AdvantageWeightedBase, AWACModules, gaussian_sample, sampled_action_values
 from .actor_critic import ActorCriticConfig
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, one_of, param
@@ -153,13 +153,16 @@ class CRR(AdvantageWeightedBase, config=CRRConfig):
             next_actions = gaussian_sample(*targ_policy(batch.next_observations))
             next_dist, _ = targ_q.at_action(batch.next_observations, next_actions)
             target = td_target(batch.rewards, targ_q.reduce(next_dist, "min"), batch.terminals, cfg.gamma, batch.intervals)
-        critic_loss = critic_step(q, m.critic_optim, batch, target)
+        critic_loss = self._critic_step(batch, target)
 
         if grad_step % int(cfg.update_actor_interval) == 0:
-            mean, logstd = policy(batch.observations)
-            weights = self._weights(batch.observations, batch.actions, mean.detach(), logstd.detach())
-            actor_loss = -(weights * gaussian_log_prob(batch.actions, torch.tanh(mean), logstd)).mean()
-            optimizer_step(m.actor_optim, actor_loss)
+            actor_loss = self._weighted_policy_step(
+                batch.observations, batch.actions, lambda mean, logstd: self._weights(batch.observations, batch.actions, mean, logstd))
+            if actor_loss is None:
+                mean, logstd = policy(batch.observations)
+                weights = self._weights(batch.observations, batch.actions, mean.detach(), logstd.detach())
+                actor_loss = -(weights * gaussian_log_prob(batch.actions, torch.tanh(mean), logstd)).mean()
+                optimizer_step(m.actor_optim, actor_loss)
             self._last_actor_loss = actor_loss.detach()
 
         if cfg.target_update_type == "soft":
@@ -168,4 +171,4 @@ class CRR(AdvantageWeightedBase, config=CRRConfig):
         elif grad_step % int(cfg.target_update_interval) == 0:
             hard_update(targ_q, q)
             hard_update(targ_policy, policy)
-        return {"critic_loss": critic_loss.detach(), "actor_loss": self._last_actor_loss}
+        return {"critic_loss": critic_loss, "actor_loss": self._last_actor_loss}

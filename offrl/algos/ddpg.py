@@ -39,9 +39,9 @@ from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
 from ..models.plain_mlp import PlainNetwork, plain_backward, plain_backward_enabled, plain_forward, plain_input_grad
 from ..models.policies import DeterministicPolicy
-from ..models.q_functions import MeanQFunction, QFunction
+from ..models.q_functions import QFunction
 from ..serialization import register
-from ._common import critic_step, freeze, no_param_grads, optimizer_step, soft_update, td_target
+from ._common import critic_step, freeze, no_param_grads, optimizer_step, plain_critic, plain_critic_step, soft_update, td_target
 from .base import QLearningAlgoBase
 from .actor_critic import ActorCriticConfig
 from .config import POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
@@ -161,7 +161,7 @@ class DDPG(QLearningAlgoBase, config=DDPGConfig):
         if plain is None:
             critic_loss = critic_step(m.q_function, m.critic_optim, batch, target).detach()
         else:
-            critic_loss = self._critic_step_plain(batch, target, plain[1], plain[2])
+            critic_loss = plain_critic_step(m.q_function, plain[1], plain[2], batch, target)
 
         if grad_step % self._actor_interval() == 0:
             if plain is not None and plain[0] is not None:
@@ -196,16 +196,8 @@ class DDPG(QLearningAlgoBase, config=DDPGConfig):
         m = self._modules
         held = self.__dict__.get("_plain")
         if held is None or not held[0].matches(m.policy, m.actor_optim) or not held[1].matches(m.q_function, m.critic_optim):
-            q = m.q_function
             actor = PlainNetwork.create(m.policy, m.policy.encoder, m.policy.fc, m.actor_optim, called=(m.policy, m.policy.fc))
-            critic, encoder = PlainNetwork(q, m.critic_optim, None, [], None), None
-            if type(q) is MeanQFunction and int(q.n_critics) == 1:  # the autograd step calls encoders and heads as modules
-                encoder = q.encoder.encoder
-                critic = PlainNetwork.create(q, encoder, q.head, m.critic_optim, called=(q.encoder, q.head))
-            elif type(q) is MeanQFunction:
-                encoder = q.encoder
-                critic = PlainNetwork.create(q, encoder, q.head, m.critic_optim, called=(q.head,), ensemble=True)
-            held = self._plain = (actor, critic, encoder)
+            held = self._plain = (actor, *plain_critic(m.q_function, m.critic_optim))
         return held
 
     def _plain_networks(self, x: Any) -> Optional[Tuple[Optional[PlainNetwork], PlainNetwork, nn.Module]]:
@@ -227,17 +219,6 @@ class DDPG(QLearningAlgoBase, config=DDPGConfig):
         actor, critic, _ = self._plain_holders()
         return critic.layers is not None and actor.layers is not None and (
             type(self)._actor_loss is type(self)._actor_loss_written_for)
-
-    def _critic_step_plain(self, batch: Any, target: torch.Tensor, critic: PlainNetwork, encoder: nn.Module) -> torch.Tensor:
-        """:func:`~offrl.algos._common.critic_step` written out: each
-        critic's mean squared error has the gradient ``2 (Q_i(s, a) - y) / B``."""
-        with torch.no_grad():
-            inputs, values = plain_forward(critic.layers, encoder.flat_with_action(batch.observations, batch.actions))
-            pred = values if values.dim() == 3 else values.unsqueeze(0)  # (E, B, 1)
-            loss = self._modules.q_function.loss(pred, target)
-            grad = (pred - target).mul_(2.0 / pred.shape[1])
-            critic.step(plain_backward(critic.layers, inputs, grad if values.dim() == 3 else grad[0]))
-        return loss
 
     def _actor_step_plain(self, batch: Any, actor: PlainNetwork, critic: PlainNetwork, encoder: nn.Module) -> torch.Tensor:
         """The policy's step written out: ``a = tanh(z)``; the loss's

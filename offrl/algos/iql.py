@@ -118,6 +118,7 @@ class IQL(AdvantageWeightedBase, config=IQLConfig):
     extracted by advantage-weighted regression, so it acts as AWAC does."""
 
     _modules: IQLModules
+    _writes_out_critics = False  # one optimizer steps the critics and the value function (autograd); the policy's is written out
 
     def _build(self, observation_shape, action_size: int) -> IQLModules:
         cfg = self._config
@@ -156,8 +157,10 @@ class IQL(AdvantageWeightedBase, config=IQLConfig):
         with torch.no_grad():  # the advantage with V after its step
             advantage = targ_q - value_function(obs)
             weight = torch.exp(float(cfg.weight_temp) * advantage).clamp(max=float(cfg.max_weight)).view(-1)
-        actor_loss = -(weight * policy.log_prob(obs, actions)).mean()
-        optimizer_step(m.actor_optim, actor_loss)
+        actor_loss = self._weighted_policy_step(obs, actions, lambda mean, logstd: weight)
+        if actor_loss is None:
+            actor_loss = -(weight * policy.log_prob(obs, actions)).mean()
+            optimizer_step(m.actor_optim, actor_loss)
         soft_update(targ, q, float(cfg.tau))
         return {
             "critic_loss": critic_loss.detach(),

@@ -211,22 +211,28 @@ class PlainNetwork:
     @classmethod
     def create(cls, network: nn.Module, encoder: nn.Module, head: nn.Module, optim: Any,
                called: Sequence[nn.Module] = (), side_heads: Sequence[nn.Module] = (),
-               ensemble: bool = False) -> "PlainNetwork":
+               ensemble: bool = False, extra: Sequence[nn.Parameter] = ()) -> "PlainNetwork":
         """``network``'s layers when it is ``encoder`` then ``head`` (see
         :func:`plain_layers`) and holds no other parameter; ``called``: the
         modules besides the encoder's that the autograd step calls (their
         hooks would run there); ``side_heads``: linear layers reading the
         encoder's features, trained by the same step (see :func:`plain_head`),
         whose gradients follow the layers' in the step's list; ``ensemble``:
-        an ensemble of plain MLPs (see :func:`plain_layers`)."""
+        an ensemble of plain MLPs (see :func:`plain_layers`); ``extra``:
+        ``network``'s other float32 parameters the step trains (a policy's
+        free log-std), whose gradients come last."""
         side_heads = tuple(side_heads)
         layers = plain_layers(encoder, head, ensemble=ensemble)
         sides = [plain_head(h) for h in side_heads]
         if layers is None or any(wb is None for wb in sides):
             return cls(network, optim, None, [], None, side_heads)
-        params = [p for wb in list(layers) + sides for p in wb]
-        own = list(network.parameters()) + [p for h in side_heads for p in h.parameters()]
-        if len(params) != len(own) or any(a is not b for a, b in zip(params, own)):
+        if not all(p.dtype == torch.float32 and p.requires_grad for p in extra):
+            return cls(network, optim, None, [], None, side_heads)
+        params = [p for wb in list(layers) + sides for p in wb] + list(extra)
+        # every parameter of the network and its side heads (which may be the network's own modules) once, no
+        # other; the order is the step's own (``parameters()`` lists a module's direct parameters first)
+        own = {id(p): p for p in list(network.parameters()) + [p for h in side_heads for p in h.parameters()]}
+        if len(params) != len(own) or {id(p) for p in params} != set(own):
             return cls(network, optim, None, [], None, side_heads)
         modules = list(encoder.modules()) + list(called) + list(side_heads)
         return cls(network, optim, layers, modules, DirectStep(optim, params), side_heads)

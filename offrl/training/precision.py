@@ -32,9 +32,9 @@ check runs once per device kind; ``OFFRL_BF16=0`` in the environment or
 Where an algorithm's float32 step has its backward written out
 (:mod:`offrl.models.plain_mlp`: DQN, DoubleDQN, NFQ, DiscreteCQL,
 DiscreteBCQ, FQE, DiscreteFQE, BC and DiscreteBC with plain ReLU MLPs;
-DiscreteSAC's, DDPG's, TD3's, TD3PlusBC's and PRDC's policy and critics)
-and its ``batch_size`` is under :data:`WRITTEN_OUT_FASTER_BELOW` rows on the
-CPU (128 for DiscreteSAC and the DDPG family, as measured), that float32 step is faster
+DiscreteSAC's, DDPG's, TD3's, TD3PlusBC's, PRDC's, AWAC's and CRR's policy
+and critics) and its ``batch_size`` is under :data:`WRITTEN_OUT_FASTER_BELOW`
+rows on the CPU (128 for DiscreteSAC, the DDPG family and AWAC, as measured), that float32 step is faster
 than a bf16-mixed one (which needs autograd and autocast's casts), so
 ``"bf16-mixed"`` warns once and trains in float32 there too.
 

@@ -1,4 +1,5 @@
-"""DQN, DoubleDQN, NFQ, DiscreteCQL, DiscreteBCQ, DiscreteSAC, the DDPG family, BC, DiscreteBC and FQE with their backward
+"""DQN, DoubleDQN, NFQ, DiscreteCQL, DiscreteBCQ, DiscreteSAC, the DDPG family, AWAC, CRR, IQL's policy, BC,
+DiscreteBC and FQE with their backward
 written out (``offrl.models.plain_mlp``): the same losses, gradients, weights
 and optimizer state as the autograd update, and autograd wherever the
 written-out step does not apply (other networks, hooks, bf16, clipping,
@@ -62,7 +63,7 @@ def counting_backward(monkeypatch) -> dict:
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac", "ddpg"):
+    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac", "ddpg", "_common", "awac"):
         monkeypatch.setattr(f"offrl.algos.{module}.plain_backward", counted)
     return calls
 
@@ -615,3 +616,67 @@ def test_ddpg_family_hooks_and_other_networks_train_through_autograd(monkeypatch
         handle.remove()
         # a hook on a critic: both steps through autograd; on the policy: its step only (the critics' written out)
         assert calls["n"] - before == steps and seen, module
+
+
+# ---------------------------------------------------- AWAC, CRR, IQL's policy
+ADVANTAGE_WEIGHTED = [("AWAC", {}), ("AWAC", {"n_critics": 3}), ("CRR", {}), ("CRR", {"advantage_type": "max", "weight_type": "binary"}),
+                      ("CRR", {"n_critics": 2, "target_update_type": "soft"}), ("IQL", {})]
+
+
+def make_advantage_weighted(name: str, hidden=(32, 16), **kwargs):
+    kwargs.setdefault("n_action_samples", 3) if name != "IQL" else None
+    if name == "IQL":
+        kwargs.setdefault("value_encoder_factory", VectorEncoderFactory(hidden_units=list(hidden)))
+    return make_actor_critic(name, hidden=hidden, **kwargs)
+
+
+@pytest.mark.parametrize("name, kwargs", ADVANTAGE_WEIGHTED)
+def test_advantage_weighted_written_out_steps_follow_the_autograd_steps(name, kwargs, monkeypatch):
+    calls = counting_backward(monkeypatch)
+    plain = make_advantage_weighted(name, **kwargs)
+    if name == "CRR":  # one log-std dimension beyond max_logstd: the clamp passes no gradient there
+        with torch.no_grad():
+            plain.modules["policy"].logstd.bias[0] = 3.0
+    assert plain._written_out_step_available() is (name != "IQL")  # IQL: its policy's step only
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(9)
+    for step, (a, b) in enumerate(run_seeded(plain, autograd, [continuous_batch(rng, 32, 5, 2) for _ in range(8)])):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), (step, k)
+    assert calls["n"] == (8 if name == "IQL" else 16)  # the policy's each step, and the critics' but IQL's
+    assert_same_weights_and_moments(plain, autograd)
+    if name == "CRR":
+        assert plain.modules["policy"].logstd.bias.grad[0] == 0.0 and plain.modules["policy"].logstd.bias.grad[1] != 0.0
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.sampled_from(["AWAC", "CRR", "IQL"]), seed=st.integers(0, 2**16), n=st.integers(1, 40),
+       hidden=st.lists(st.integers(1, 40), min_size=1, max_size=3), gamma=st.floats(0.0, 1.0),
+       temperature=st.floats(0.1, 5.0))
+def test_one_advantage_weighted_step_equals_autograd_on_random_problems(name, seed, n, hidden, gamma, temperature):
+    kwargs = {"AWAC": {"lam": temperature}, "CRR": {"beta": temperature}, "IQL": {"weight_temp": temperature}}[name]
+    plain = make_advantage_weighted(name, hidden=hidden, gamma=gamma, **kwargs)
+    assert_one_step_matches(plain, continuous_batch(np.random.default_rng(seed), n, 5, 2), seeded=True)
+
+
+def test_advantage_weighted_hooks_and_other_networks_train_through_autograd(monkeypatch):
+    calls = counting_backward(monkeypatch)
+    rng = np.random.default_rng(10)
+    batch = continuous_batch(rng, 8, 5, 2)
+    layer_norm = make_advantage_weighted("CRR", encoder=VectorEncoderFactory([16], use_layer_norm=True))
+    layer_norm.update(batch)
+    assert calls["n"] == 0 and not layer_norm._written_out_step_available()
+    algo = make_advantage_weighted("CRR")
+    algo.update(batch)
+    assert calls["n"] == 2
+    policy, q = algo.modules["policy"], algo.modules["q_function"]
+    for module, written in [(policy.logstd, "critics"), (policy.mu, "critics"), (policy.encoder.mlp.layers[0], "critics"),
+                            (q.encoder.encoder.mlp.layers[0], "policy")]:
+        seen = []
+        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
+        before = calls["n"]
+        algo.update(batch)
+        handle.remove()
+        # a hook on the policy: its step through autograd, the critics' written out; on the critics: the other way
+        assert calls["n"] - before == 1 and seen, (module, written)
