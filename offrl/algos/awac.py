@@ -217,20 +217,24 @@ class AdvantageWeightedBase(QLearningAlgoBase):
     _writes_out_critics = True
 
     def _weighted_policy_step(self, observations: Any, actions: torch.Tensor,
-                              weights: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Optional[torch.Tensor]:
+                              weights: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """The policy's advantage-weighted regression step,
-        ``-(w * log N(a; tanh(mean), exp(logstd))).mean()``, with its
-        backward written out; ``weights(mean, logstd)`` gives ``w`` ``(B,)``
-        from the policy's outputs (no gradient). With ``z = (a - tanh(mean))
-        / std`` the gradients are ``-w / B`` times ``z / std (1 - tanh(mean)^2)``
-        for the mean and ``z^2 - 1`` for the log-std (then the clamp's mask,
-        or the free parameter's sigmoid, summed over the batch). Returns the
-        loss, or None where it cannot be written out (the caller steps
-        through autograd)."""
+        ``-(w * log N(a; tanh(mean), exp(logstd))).mean()``; ``weights(mean,
+        logstd)`` gives ``w`` ``(B,)`` from the policy's outputs (no
+        gradient). Returns the loss, detached. Written out where the policy is
+        a plain ReLU MLP on the CPU (:meth:`_plain_policy`): with
+        ``z = (a - tanh(mean)) / std`` the gradients are ``-w / B`` times
+        ``z / std (1 - tanh(mean)^2)`` for the mean and ``z^2 - 1`` for the
+        log-std (then the clamp's mask, or the free parameter's sigmoid,
+        summed over the batch); else through autograd."""
+        policy = self._modules.policy
         plain = self._plain_policy()
         if not plain.usable(observations):
-            return None
-        policy = self._modules.policy
+            mean, logstd = policy(observations)
+            w = weights(mean.detach(), logstd.detach())
+            loss = -(w * gaussian_log_prob(actions, torch.tanh(mean), logstd)).mean()
+            optimizer_step(self._modules.actor_optim, loss)
+            return loss.detach()
         low, high = policy.min_logstd, policy.max_logstd
         with torch.no_grad():
             inputs, mean = plain_forward(plain.layers, observations)
@@ -305,12 +309,6 @@ class AWAC(AdvantageWeightedBase, config=AWACConfig):
 
         actor_loss = self._weighted_policy_step(
             batch.observations, batch.actions, lambda mean, logstd: self._advantage_weights(batch.observations, batch.actions, mean, logstd))
-        if actor_loss is None:
-            mean, logstd = policy(batch.observations)
-            weights = self._advantage_weights(batch.observations, batch.actions, mean.detach(), logstd.detach())
-            actor_loss = -(weights * gaussian_log_prob(batch.actions, torch.tanh(mean), logstd)).mean()
-            optimizer_step(m.actor_optim, actor_loss)
-            actor_loss = actor_loss.detach()
 
         soft_update(targ, q, float(cfg.tau))
         return {"critic_loss": critic_loss, "actor_loss": actor_loss}

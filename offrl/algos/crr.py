@@ -46,9 +46,9 @@ from typing import Any, Dict
 import torch
 
 from ..models.encoders import compute_output_size
-from ..models.policies import NormalPolicy, gaussian_log_prob
+from ..models.policies import NormalPolicy
 from ..serialization import register
-from ._common import freeze, hard_update, optimizer_step, soft_update, td_target
+from ._common import freeze, hard_update, soft_update, td_target
 from .awac import AdvantageWeightedBase, AWACModules, gaussian_sample, sampled_action_values
 from .actor_critic import ActorCriticConfig
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, one_of, param
@@ -156,14 +156,8 @@ class CRR(AdvantageWeightedBase, config=CRRConfig):
         critic_loss = self._critic_step(batch, target)
 
         if grad_step % int(cfg.update_actor_interval) == 0:
-            actor_loss = self._weighted_policy_step(
+            self._last_actor_loss = self._weighted_policy_step(
                 batch.observations, batch.actions, lambda mean, logstd: self._weights(batch.observations, batch.actions, mean, logstd))
-            if actor_loss is None:
-                mean, logstd = policy(batch.observations)
-                weights = self._weights(batch.observations, batch.actions, mean.detach(), logstd.detach())
-                actor_loss = -(weights * gaussian_log_prob(batch.actions, torch.tanh(mean), logstd)).mean()
-                optimizer_step(m.actor_optim, actor_loss)
-            self._last_actor_loss = actor_loss.detach()
 
         if cfg.target_update_type == "soft":
             soft_update(targ_q, q, float(cfg.tau))

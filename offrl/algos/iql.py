@@ -139,7 +139,7 @@ class IQL(AdvantageWeightedBase, config=IQLConfig):
     def _update(self, batch, grad_step: int) -> Dict[str, torch.Tensor]:
         cfg = self._config
         m = self._modules
-        q, targ, value_function, policy = m.q_function, m.targ_q_function, m.value_function, m.policy
+        q, targ, value_function = m.q_function, m.targ_q_function, m.value_function
         obs, actions = batch.observations, batch.actions
 
         with torch.no_grad():
@@ -158,13 +158,10 @@ class IQL(AdvantageWeightedBase, config=IQLConfig):
             advantage = targ_q - value_function(obs)
             weight = torch.exp(float(cfg.weight_temp) * advantage).clamp(max=float(cfg.max_weight)).view(-1)
         actor_loss = self._weighted_policy_step(obs, actions, lambda mean, logstd: weight)
-        if actor_loss is None:
-            actor_loss = -(weight * policy.log_prob(obs, actions)).mean()
-            optimizer_step(m.actor_optim, actor_loss)
         soft_update(targ, q, float(cfg.tau))
         return {
             "critic_loss": critic_loss.detach(),
             "q_loss": q_loss.detach(),
             "v_loss": v_loss.detach(),
-            "actor_loss": actor_loss.detach(),
+            "actor_loss": actor_loss,
         }
