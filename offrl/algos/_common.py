@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from ..models.modules import freeze, hard_update, module_tensors, soft_update
-from ..models.plain_mlp import PlainNetwork, plain_backward, plain_forward
+from ..models.plain_mlp import PlainNetwork, hook_free, plain_backward, plain_backward_enabled, plain_forward
+from ..optimizers.optimizers import DirectStep
 
 __all__ = [
     "soft_update", "hard_update", "expectile_loss", "td_target", "freeze", "no_param_grads", "optimizer_step",
@@ -66,9 +67,36 @@ def temperature_step(log_temp: Any, temp_optim: Any, gap: torch.Tensor) -> torch
     Eager under ``compile_graph=True``: traced beside the actor's forward
     pass, its backward would run (and free) the compiled backward that the
     actor's loss needs next."""
-    temp_loss = -(log_temp() * gap).mean()
-    optimizer_step(temp_optim, temp_loss)
-    return temp_loss.detach()
+    step = _direct_temperature_step(log_temp, temp_optim)
+    if step is None or gap.requires_grad:
+        temp_loss = -(log_temp() * gap).mean()
+        optimizer_step(temp_optim, temp_loss)
+        return temp_loss.detach()
+    with torch.no_grad():  # written out: with alpha = exp(log_value) the loss is its own gradient in log_value
+        temp_loss = -(log_temp.log_value.exp() * gap).mean()
+        step([temp_loss.clone()])
+    return temp_loss
+
+
+def _direct_temperature_step(log_temp: Any, temp_optim: Any) -> Optional[DirectStep]:
+    """The optimizer step taking a written-out gradient for a plain
+    :class:`~offrl.models.parameters.ScalarParameter` (no hooks, float32,
+    written-out steps switched on, not traced by ``torch.compile``; any
+    device, and under autocast too: the loss has no product), cached on the
+    optimizer; else None (autograd's step)."""
+    from ..models.parameters import ScalarParameter
+
+    if type(log_temp) is not ScalarParameter or not plain_backward_enabled() or torch.compiler.is_compiling():
+        return None
+    param = log_temp.log_value
+    if param.dtype != torch.float32 or not hook_free([log_temp]):  # autocast: no product here, float32 either way
+        return None
+    held = temp_optim.__dict__.get("_offrl_direct")
+    if held is None or held.params[0] is not param:
+        if not param.requires_grad:
+            return None
+        held = temp_optim._offrl_direct = DirectStep(temp_optim, [param])
+    return held
 
 
 def critic_step(q: Any, optim: Any, batch: Any, target: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,7 @@ from .layers import EnsembleLinear, Linear, ensemble_linear, ensemble_linear_bac
 from .torch.encoders import VectorEncoder, VectorEncoderWithAction
 
 __all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_head", "plain_forward", "plain_output",
-           "plain_backward", "plain_input_grad", "plain_backward_enabled", "plain_step_allowed"]
+           "plain_backward", "plain_input_grad", "plain_backward_enabled", "plain_step_allowed", "hook_free"]
 
 #: ``(weight, bias)`` of each linear layer in order, the head last; ReLU between them
 PlainLayers = List[Tuple[torch.Tensor, torch.Tensor]]
@@ -53,7 +53,7 @@ def plain_backward_enabled(enabled: Optional[bool] = None) -> bool:
     return _STATE["enabled"]
 
 
-def _hook_free(modules: Iterable[nn.Module]) -> bool:
+def hook_free(modules: Iterable[nn.Module]) -> bool:
     """No forward, pre-forward or backward hook on ``modules``, and no global
     module hook (a hook expects the module to be called)."""
     if (_module_globals._global_forward_hooks or _module_globals._global_forward_pre_hooks
@@ -97,7 +97,7 @@ def plain_layers(encoder: nn.Module, head: nn.Module, trainable: bool = True, en
     params = [t for m in linears for t in (m.weight, m.bias)]
     if not all(p.dtype == torch.float32 and (p.requires_grad or not trainable) for p in params):
         return None
-    if not _hook_free(list(encoder.modules()) + [head]):
+    if not hook_free(list(encoder.modules()) + [head]):
         return None
     return [(m.weight, m.bias) for m in linears]
 
@@ -114,7 +114,7 @@ def plain_step_allowed(x: torch.Tensor, *modules: nn.Module) -> bool:
         and x.dtype == torch.float32
         and not torch.is_autocast_enabled(x.device.type)
         and not torch.compiler.is_compiling()
-        and _hook_free(modules)
+        and hook_free(modules)
     )
 
 
@@ -186,7 +186,7 @@ def plain_head(head: nn.Module) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
     """``(weight, bias)`` of a side head (a linear layer reading an
     encoder's features beside its main head) when it is an ``nn.Linear``
     with a bias, float32, trainable and without hooks; else None."""
-    if not isinstance(head, nn.Linear) or head.bias is None or not _hook_free([head]):
+    if not isinstance(head, nn.Linear) or head.bias is None or not hook_free([head]):
         return None
     if not all(p.dtype == torch.float32 and p.requires_grad for p in (head.weight, head.bias)):
         return None
