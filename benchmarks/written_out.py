@@ -17,8 +17,10 @@ medians of per-round ratios):
 2. **bf16-mixed against the written-out float32 step** at 32, 64, 128 and
    256 rows (DQN, DiscreteCQL, DiscreteBCQ, DiscreteSAC, BC, TD3PlusBC, CRR,
    AWAC): the measurement behind
-   ``offrl.training.precision.WRITTEN_OUT_FASTER_BELOW``; bf16-mixed runs
-   with the written-out steps off, so it is the bf16 autograd step.
+   ``offrl.training.precision.WRITTEN_OUT_FASTER_BELOW`` and the
+   algorithms' own thresholds; bf16-mixed as it runs from its threshold on
+   (autocast, and the written-out passes with bf16 products), and autocast
+   with autograd alone (the written-out passes off).
    Skipped where the CPU has no bf16 units.
 3. **One-column value heads**: sample + ``update`` of SAC, TD3PlusBC, IQL
    and CQL with the critic ensembles' one-column heads as per-member 2-D
@@ -48,8 +50,10 @@ ONE_COLUMN = ["SAC", "TD3PlusBC", "IQL", "CQL"]
 DATA = {"DoubleDQN": "DQN", "DiscreteBC": "DQN", "FQE": "IQL", "DiscreteFQE": "DQN"}
 
 
-def make(name: str, **config: Any) -> Callable[[], None]:
-    """One sample + update of ``name`` at its defaults (``config`` changed)."""
+def make(name: str, bf16_from: Optional[int] = None, **config: Any) -> Callable[[], None]:
+    """One sample + update of ``name`` at its defaults (``config`` changed;
+    ``bf16_from``: the rows from which bf16-mixed runs bf16, in place of the
+    algorithm's measured threshold)."""
     import offrl
     from offrl.dataset import MDPDataset
 
@@ -63,6 +67,8 @@ def make(name: str, **config: Any) -> Callable[[], None]:
         algo = getattr(offrl.ope, name)(algo=policy, config=config_class(**config), device="cpu")
     else:
         algo = getattr(offrl.algos, f"{name}Config")(**config).create(device="cpu")
+    if bf16_from is not None:
+        algo._written_out_faster_below = bf16_from
     algo.build_with_dataset(dataset)
     if name not in ("FQE", "DiscreteFQE"):
         prepare_offrl(name, algo, dataset)  # PRDC's neighbour index; the PLAS family past its VAE warm-up
@@ -131,15 +137,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name in [n for n in names if n in BF16_ALGOS] if bf16 else []:
         for batch_size in BF16_ROWS:
             written = make(name, batch_size=batch_size)
-            mixed = make(name, batch_size=batch_size, precision="bf16-mixed")
+            # bf16 at every size: the measurement the thresholds come from
+            mixed = make(name, bf16_from=0, batch_size=batch_size, precision="bf16-mixed")
+            autocast_only = make(name, bf16_from=0, batch_size=batch_size, precision="bf16-mixed")
             res = run_rounds({"float32": switched(written, plain_backward_enabled, True),
-                              "bf16": switched(mixed, plain_backward_enabled, False)}, round_s, rounds)
+                              "bf16": switched(mixed, plain_backward_enabled, True),
+                              "autocast": switched(autocast_only, plain_backward_enabled, False)}, round_s, rounds)
             rows.append([name, batch_size, f"{res['float32']['ms']:.3f}", f"{res['bf16']['ms']:.3f}",
-                         f"{paired_ratio(res['float32'], res['bf16']):.2f}x"])
+                         f"{paired_ratio(res['float32'], res['bf16']):.2f}x", f"{res['autocast']['ms']:.3f}",
+                         f"{paired_ratio(res['autocast'], res['bf16']):.2f}x"])
     if rows:
-        print_table(["algorithm", "rows", "written-out float32 ms", "bf16-mixed ms", "bf16 speed over float32"], rows,
-                    title=f"2. bf16-mixed (autograd) against the written-out float32 step; WRITTEN_OUT_FASTER_BELOW = "
-                          f"{precision.WRITTEN_OUT_FASTER_BELOW}")
+        print_table(["algorithm", "rows", "written-out float32 ms", "bf16-mixed ms", "bf16 speed over float32",
+                     "autocast-only bf16 ms", "bf16-mixed over autocast-only"], rows,
+                    title=f"2. bf16-mixed (written-out passes with bf16 products) against the written-out float32 step and "
+                          f"against autocast with autograd; WRITTEN_OUT_FASTER_BELOW = {precision.WRITTEN_OUT_FASTER_BELOW}")
     elif not bf16:
         print("2. skipped: this CPU has no bf16 units")
     rows = []

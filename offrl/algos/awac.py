@@ -47,8 +47,7 @@ from ..models.encoders import compute_output_size
 from ..models.builders import build_critics
 from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
-from ..models.layers import linear, linear_backward
-from ..models.plain_mlp import PlainNetwork, plain_backward, plain_backward_enabled, plain_forward
+from ..models.plain_mlp import PlainNetwork, plain_backward, plain_backward_enabled, plain_forward, side_head, side_head_backward
 from ..models.policies import _LOG_SQRT_2PI, GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
 from ..models.q_functions import QFunction
 from ..serialization import register
@@ -243,7 +242,7 @@ class AdvantageWeightedBase(QLearningAlgoBase):
                 squashed = torch.sigmoid(policy.logstd)
                 logstd = (low + squashed * (high - low)).expand_as(mean)
             else:
-                raw = linear(features, policy.logstd.weight, policy.logstd.bias)
+                raw = side_head(features, policy.logstd.weight, policy.logstd.bias)
                 logstd = raw.clamp(low, high)
             w = weights(mean, logstd)
             centre = torch.tanh(mean)
@@ -258,7 +257,7 @@ class AdvantageWeightedBase(QLearningAlgoBase):
                 grads = plain_backward(plain.layers, inputs, grad_mean) + [grad_free]
             else:
                 grad_raw = grad_logstd.mul_(((raw >= low) & (raw <= high)).to(raw.dtype))
-                grad_features, grad_w, grad_b = linear_backward(grad_raw, features, policy.logstd.weight)
+                grad_features, grad_w, grad_b = side_head_backward(grad_raw, features, policy.logstd.weight)
                 grads = plain_backward(plain.layers, inputs, grad_mean, feature_grad=grad_features) + [grad_w, grad_b]
             plain.step(grads)
         return loss
@@ -267,9 +266,9 @@ class AdvantageWeightedBase(QLearningAlgoBase):
 class AWAC(AdvantageWeightedBase, config=AWACConfig):
     """AWAC (see the module docstring)."""
 
-    #: measured (1-thread AVX-512 BF16 EPYC, bf16-mixed against this step): 0.90x / 0.96x / 1.08x / 1.25x at
-    #: 32 / 64 / 128 / 256 rows (benchmarks/written_out.py)
-    _written_out_faster_below = 128
+    #: measured (1-thread AVX-512 BF16 EPYC, bf16-mixed against this step): 1.09x / 1.14x / 1.32x at 32 / 64 / 128
+    #: rows (benchmarks/written_out.py): bf16-mixed from 32 rows on
+    _written_out_faster_below = 32
 
 
     def _build(self, observation_shape, action_size: int) -> AWACModules:

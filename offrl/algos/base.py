@@ -66,6 +66,7 @@ from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
 from ..dataset.signature import signatures_from_env
 from ..dataset.writer import BasicWriterPreprocess
 from ..models.modules import Modules
+from ..models.plain_mlp import plain_products
 from ..preprocessing import ActionScaler, ObservationScaler, RewardScaler
 from ..model_rules import SCALER_NAMES, saved_observation_keys
 from ..training import distributed, graph, online
@@ -620,7 +621,9 @@ class QLearningAlgoBase(ActingMixin, PersistenceMixin, Generic[TQLearningImpl, T
     def _step(self, batch: Union[TransitionMiniBatch, TorchTransitionMiniBatch]) -> TrainStepResult:
         torch_batch = self.preprocess_batch(batch)
         mixed = self._config.precision != "float32" and self._mixed_step_ready()
-        with mixed_precision.autocast(self._device) if mixed else _FLOAT32_STEP:
+        # bf16-mixed: autocast, and on the CPU the written-out passes' own bf16 products (models.plain_mlp)
+        written = plain_products(torch.bfloat16) if mixed and self._device.type == "cpu" else _FLOAT32_STEP
+        with mixed_precision.autocast(self._device) if mixed else _FLOAT32_STEP, written:
             if not self._config.compile_graph:
                 out = self._update(torch_batch, self._grad_step)
             elif getattr(self, "_compiled_for", None) is not self._nets:  # first step on these networks: compile

@@ -55,11 +55,11 @@ import torch.nn.functional as F
 
 from ..constants import ActionSpace
 from ..models.encoders import compute_output_size
-from ..models.layers import float32_head, linear, linear_backward
+from ..models.layers import float32_head
 from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
 from ..models.perturbation import PerturbationActor, create_perturbation_actor
-from ..models.plain_mlp import plain_backward, plain_backward_enabled, plain_forward, plain_output
+from ..models.plain_mlp import plain_backward, plain_backward_enabled, plain_forward, plain_output, side_head, side_head_backward
 from ..models.policies import CategoricalPolicy
 from ..models.q_functions import MeanQFunction, QFunction
 from ..models.vae import ConditionalVAE, create_conditional_vae, repeat_observations
@@ -500,18 +500,18 @@ class DiscreteBCQ(DoubleDQN, config=DiscreteBCQConfig):
         tau = float(cfg.action_flexibility)
         with torch.no_grad():
             next_inputs, next_values = plain_forward(plain.layers, batch.next_observations)
-            best = restricted_argmax(next_values, linear(next_inputs[-1], fc.weight, fc.bias), tau)
+            best = restricted_argmax(next_values, side_head(next_inputs[-1], fc.weight, fc.bias), tau)
             next_value = plain_output(plain.target_layers, batch.next_observations).gather(1, best.view(-1, 1))
             target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
             inputs, values = plain_forward(plain.layers, batch.observations)
             features = inputs[-1]
-            logits = linear(features, fc.weight, fc.bias)
+            logits = side_head(features, fc.weight, fc.bias)
             actions = (batch.actions if batch.actions.dtype == torch.int64 else batch.actions.long()).view(-1, 1)
             pred = values.gather(1, actions)
             td_loss = F.smooth_l1_loss(pred, target, beta=1.0)
             imitator_loss, grad_logits = imitation_loss_and_grad(logits, actions, float(cfg.beta))
             grad_values = torch.zeros_like(values).scatter_(1, actions, (pred - target).clamp_(-1.0, 1.0).mul_(1.0 / pred.shape[0]))
-            grad_features, grad_w, grad_b = linear_backward(grad_logits, features, fc.weight)
+            grad_features, grad_w, grad_b = side_head_backward(grad_logits, features, fc.weight)
             plain.step(plain_backward(plain.layers, inputs, grad_values, feature_grad=grad_features) + [grad_w, grad_b])
         if grad_step % int(cfg.target_update_interval) == 0:
             hard_update(self._modules.targ_q_function, self._modules.q_function)

@@ -185,9 +185,9 @@ class DDPG(QLearningAlgoBase, config=DDPGConfig):
     # -------------------------------------------- the written-out step
     #: the actor loss :meth:`_actor_loss_grads` writes out (set on each class that writes one out)
     _actor_loss_written_for: Any = None
-    #: measured (1-thread AVX-512 BF16 EPYC, TD3PlusBC, bf16-mixed against this step): 0.85x / 0.93x / 1.04x /
-    #: 1.20x at 32 / 64 / 128 / 256 rows (benchmarks/written_out.py)
-    _written_out_faster_below = 128
+    #: measured (1-thread AVX-512 BF16 EPYC, TD3PlusBC, bf16-mixed against this step): 0.97-1.02x / 1.09x /
+    #: 1.17x / 1.32-1.46x at 32 / 64 / 128 / 256 rows (benchmarks/written_out.py, two runs)
+    _written_out_faster_below = 64
 
     def _plain_holders(self) -> Tuple[PlainNetwork, PlainNetwork, Optional[nn.Module]]:
         """The policy and the critics as plain ReLU MLPs (``layers`` None

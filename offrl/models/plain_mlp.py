@@ -24,19 +24,22 @@ summation order inside a product (tests compare them).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+import functools
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 from torch import nn
 from torch.nn.modules import module as _module_globals
 
-from ..optimizers.optimizers import DirectStep
+from ..optimizers.optimizers import WEIGHTS_CHANGED_HOOKS, DirectStep
 from .layers import EnsembleLinear, Linear, ensemble_linear, ensemble_linear_backward, linear, linear_backward
 from .torch.encoders import VectorEncoder, VectorEncoderWithAction
 
 __all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_head", "plain_forward", "plain_output",
-           "plain_backward", "plain_input_grad", "plain_backward_enabled", "plain_step_allowed", "hook_free"]
+           "plain_backward", "plain_input_grad", "plain_backward_enabled", "plain_step_allowed", "hook_free",
+           "plain_products", "side_head", "side_head_backward"]
 
 #: ``(weight, bias)`` of each linear layer in order, the head last; ReLU between them
 PlainLayers = List[Tuple[torch.Tensor, torch.Tensor]]
@@ -112,10 +115,64 @@ def plain_step_allowed(x: torch.Tensor, *modules: nn.Module) -> bool:
         and isinstance(x, torch.Tensor)
         and x.dim() == 2
         and x.dtype == torch.float32
-        and not torch.is_autocast_enabled(x.device.type)
+        and (not torch.is_autocast_enabled(x.device.type)
+             or _PRODUCTS["dtype"] == torch.get_autocast_dtype(x.device.type))  # a bf16-mixed step that opted in
         and not torch.compiler.is_compiling()
         and hook_free(modules)
     )
+
+
+#: the hidden layers' product dtype inside :func:`plain_products` (None: float32), and the weights' casts
+_PRODUCTS: Dict[str, Any] = {"dtype": None, "casts": {}}
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@contextlib.contextmanager
+def plain_products(dtype: Optional[torch.dtype]) -> Iterator[None]:
+    """A ``precision="bf16-mixed"`` step on the CPU (:mod:`offrl.training.precision`)
+    runs inside this and inside autocast: the written-out passes may then
+    run (:func:`plain_step_allowed`), with the hidden layers' products in
+    ``dtype`` as autocast would compute them (the layer's input, weight and
+    bias cast, float32 accumulation inside the product, the output, the
+    ReLUs and the gradients between hidden layers in ``dtype``, the weights'
+    gradients back in float32); each weight is cast once until it changes
+    (an optimizer step inside the update makes a new cast). The head and
+    side heads stay float32 on upcast features, as
+    :func:`~offrl.models.layers.float32_head` keeps them under autocast; the
+    rest of the step (module calls: targets, sampled actions) is autocast's."""
+    previous = _PRODUCTS["dtype"]
+    _PRODUCTS["dtype"] = dtype
+    try:
+        yield
+    finally:
+        _PRODUCTS["dtype"] = previous
+        _PRODUCTS["casts"].clear()
+
+
+def _own_products(fn: _F) -> _F:
+    """Runs ``fn`` with autocast off: the written-out passes choose each
+    product's dtype themselves (autocast would make the float32 heads bf16)."""
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_autocast_enabled("cpu"):
+            return fn(*args, **kwargs)
+        with torch.autocast("cpu", enabled=False):
+            return fn(*args, **kwargs)
+    return wrapped  # type: ignore[return-value]
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` in ``dtype``, cached until an optimizer steps (or ``t`` is
+    changed in place: its version)."""
+    held = _PRODUCTS["casts"].get(id(t))
+    if held is not None and held[0] is t and held[1] == t._version:
+        return held[2]
+    cast = t.to(dtype)
+    _PRODUCTS["casts"][id(t)] = (t, t._version, cast)
+    return cast
+
+
+WEIGHTS_CHANGED_HOOKS.append(_PRODUCTS["casts"].clear)
 
 
 def _layer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -123,26 +180,54 @@ def _layer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
     return ensemble_linear(x, weight, bias) if weight.dim() == 3 else linear(x, weight, bias)
 
 
+def _hidden(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A hidden layer's product and ReLU, in :func:`plain_products`' dtype."""
+    dtype = _PRODUCTS["dtype"]
+    if dtype is not None:
+        x, weight, bias = x.to(dtype), _cast(weight, dtype), _cast(bias, dtype)
+    return _layer(x, weight, bias).relu_()
+
+
+@_own_products
 def plain_forward(layers: PlainLayers, x: torch.Tensor) -> Tuple[List[torch.Tensor], torch.Tensor]:
     """Each layer's input (``x`` first, then the ReLU outputs) and the head's
     output, by :func:`~offrl.models.layers.linear`'s (an ensemble's:
     :func:`~offrl.models.layers.ensemble_linear`'s) products, those of the
-    modules; call without grad."""
-    inputs = [x]
+    modules; call without grad. Inside :func:`plain_products` each input is
+    kept as its layer used it (the head's, the features, in float32)."""
+    dtype = _PRODUCTS["dtype"]
+    inputs = [x if dtype is None or len(layers) == 1 else x.to(dtype)]
     for weight, bias in layers[:-1]:
-        inputs.append(_layer(inputs[-1], weight, bias).relu_())
+        inputs.append(_hidden(inputs[-1], weight, bias))
+    if inputs[-1].dtype != torch.float32:
+        inputs[-1] = inputs[-1].float()
     weight, bias = layers[-1]
     return inputs, _layer(inputs[-1], weight, bias)
 
 
+@_own_products
 def plain_output(layers: PlainLayers, x: torch.Tensor) -> torch.Tensor:
     """The head's output only (no inputs kept); call without grad."""
     for weight, bias in layers[:-1]:
-        x = _layer(x, weight, bias).relu_()
+        x = _hidden(x, weight, bias)
     weight, bias = layers[-1]
-    return _layer(x, weight, bias)
+    return _layer(x if x.dtype == torch.float32 else x.float(), weight, bias)
 
 
+@_own_products
+def side_head(features: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A side head's float32 output on :func:`plain_forward`'s features."""
+    return linear(features, weight, bias)
+
+
+@_own_products
+def side_head_backward(grad: torch.Tensor, features: torch.Tensor, weight: torch.Tensor
+                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`~offrl.models.layers.linear_backward` of a side head, float32."""
+    return linear_backward(grad, features, weight)
+
+
+@_own_products
 def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor,
                    feature_grad: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
     """The parameters' gradients (weight then bias of each layer, in
@@ -155,9 +240,13 @@ def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.
     grads: List[torch.Tensor] = []
     last = len(layers) - 1
     backward = ensemble_linear_backward if layers[0][0].dim() == 3 else linear_backward
+    dtype = _PRODUCTS["dtype"]
     for i in range(last, -1, -1):
-        grad_x, grad_w, grad_b = backward(grad, inputs[i], layers[i][0], input_grad=i > 0)
-        grads += [grad_b, grad_w]
+        weight = layers[i][0]
+        if dtype is not None and i < last:  # a hidden layer of a plain_products step: as its forward ran
+            weight, grad = _cast(weight, dtype), grad.to(dtype)
+        grad_x, grad_w, grad_b = backward(grad, inputs[i], weight, input_grad=i > 0)
+        grads += [grad_b, grad_w] if grad_w.dtype == torch.float32 else [grad_b.float(), grad_w.float()]
         if i > 0:
             if i == last and feature_grad is not None:
                 grad_x = grad_x.add_(feature_grad)
@@ -165,21 +254,26 @@ def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.
     return grads[::-1]
 
 
+@_own_products
 def plain_input_grad(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor, member: int = 0) -> torch.Tensor:
     """The gradient with respect to the network's input ``inputs[0]`` given
     its output's ``grad`` ``(B, out)``, without the parameters' gradients (a
     critic in an actor's step); for an ensemble, through member ``member``
     only (``inputs`` as :func:`plain_forward` kept them for all members)."""
-    for i in range(len(layers) - 1, -1, -1):
+    last = len(layers) - 1
+    dtype = _PRODUCTS["dtype"]
+    for i in range(last, -1, -1):
         weight = layers[i][0]
         x = inputs[i]
+        if dtype is not None and i < last:  # a hidden layer of a plain_products step
+            weight, grad = _cast(weight, dtype), grad.to(dtype)
         if weight.dim() == 3:  # the member's (in, out) weight in nn.Linear's layout, a view
             weight = weight[member].t()
             x = x if x.dim() == 2 else x[member]
         grad_x, _, _ = linear_backward(grad, x, weight, weight_grad=False)
         if i > 0:
             grad = torch.ops.aten.threshold_backward(grad_x, x, 0)
-    return grad_x
+    return grad_x if grad_x.dtype == torch.float32 else grad_x.float()
 
 
 def plain_head(head: nn.Module) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:

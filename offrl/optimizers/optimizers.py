@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import sys
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -66,10 +66,7 @@ class OptimizerWrapper:
         if self.clip_grad_norm is not None:
             nn.utils.clip_grad_norm_(self.params, self.clip_grad_norm, foreach=True)
         self.optim.step()
-        # autocast keeps each weight's low-precision copy until its region
-        # ends; a bf16-mixed update steps its optimizers inside the region,
-        # and a network used after its step must be cast anew
-        torch.clear_autocast_cache()
+        weights_changed()
         if self._lr_scheduler is not None:
             self._lr_scheduler.step()
 
@@ -147,6 +144,22 @@ def _fused_adam_kernel(optim: Any, params: List[nn.Parameter], grads: List[torch
                            maximize=False, grad_scale=None, found_inf=None)
 
 
+#: called after every optimizer step (offrl.models.plain_mlp drops its low-precision weight copies there)
+WEIGHTS_CHANGED_HOOKS: List[Callable[[], None]] = []
+
+
+def weights_changed() -> None:
+    """After an optimizer step: the low-precision copies of weights made
+    before it are stale. autocast keeps each weight's copy until its region
+    ends, and a bf16-mixed update steps its optimizers inside the region (a
+    network used after its step must be cast anew); the written-out passes
+    keep their own copies (``WEIGHTS_CHANGED_HOOKS``). The fused Adam kernel
+    does not bump a weight's version counter, so neither cache can tell."""
+    torch.clear_autocast_cache()
+    for hook in WEIGHTS_CHANGED_HOOKS:
+        hook()
+
+
 class DirectStep:
     """One optimizer step from gradients given as tensors, for updates that
     write their backward pass out (:mod:`offrl.models.plain_mlp`).
@@ -185,6 +198,7 @@ class DirectStep:
                     p.grad = None
             return
         _fused_adam_kernel(self.wrapper.optim, self.params, grads, state)
+        weights_changed()
 
 
 #: layers whose weights GPT-style weight decay leaves alone (by type, when modules are given)

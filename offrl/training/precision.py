@@ -29,14 +29,19 @@ than float32, so ``"bf16-mixed"`` warns once and trains in float32. The
 check runs once per device kind; ``OFFRL_BF16=0`` in the environment or
 :func:`set_bf16_available` (for tests) forces it.
 
-Where an algorithm's float32 step has its backward written out
+Where an algorithm's step has its backward written out on the CPU
 (:mod:`offrl.models.plain_mlp`: DQN, DoubleDQN, NFQ, DiscreteCQL,
 DiscreteBCQ, FQE, DiscreteFQE, BC and DiscreteBC with plain ReLU MLPs;
 DiscreteSAC's, DDPG's, TD3's, TD3PlusBC's, PRDC's, AWAC's and CRR's policy
-and critics) and its ``batch_size`` is under :data:`WRITTEN_OUT_FASTER_BELOW`
-rows on the CPU (128 for DiscreteSAC, the DDPG family and AWAC, as measured), that float32 step is faster
-than a bf16-mixed one (which needs autograd and autocast's casts), so
-``"bf16-mixed"`` warns once and trains in float32 there too.
+and critics; the critics of ReBRAC and the PLAS family, IQL's policy), a
+bf16-mixed step runs those passes too, their hidden products in bf16
+(:func:`~offrl.models.plain_mlp.plain_products`: the same products as
+autocast's, without autograd), and the rest of the step under autocast.
+Below :data:`WRITTEN_OUT_FASTER_BELOW` rows (an algorithm's own measured
+size where it has one: 64 for the DDPG family and DiscreteSAC, 32 for
+AWAC, 100 for CRR) the casts cost more than bf16's products save
+and the float32 written-out step is the faster, so ``"bf16-mixed"`` warns
+once and trains in float32 there.
 
 On a CUDA GPU a step of small networks is bound by kernel launches, not by
 arithmetic, and autocast adds launches (a cast of each weight and input):
@@ -94,11 +99,13 @@ _AVAILABLE: Dict[str, bool] = {}  # device kind -> bf16 units found (checked onc
 _FORCED: Dict[str, Optional[bool]] = {"value": None}
 _WARNED: set = set()
 
-#: rows per batch below which a written-out float32 step beats a bf16-mixed step on the CPU; measured on a
-#: 1-thread AVX-512-BF16 EPYC, bf16-mixed against the written-out float32 step, updates/s: DQN 0.69x / 0.78x /
-#: 0.92x / 1.08x at 32 / 64 / 128 / 256 rows, DiscreteCQL 0.66x / 0.73x / 0.87x / 1.05x, BC ~0.85x at 100 rows
-#: (an algorithm may measure its own size: ``_written_out_faster_below`` of DiscreteSAC and DDPG's family)
-WRITTEN_OUT_FASTER_BELOW = 256
+#: rows per batch below which a written-out float32 step beats a bf16-mixed step (whose written-out passes run
+#: their hidden products in bf16: ``offrl.models.plain_mlp.plain_products``) on the CPU; measured on a 1-thread
+#: AVX-512-BF16 EPYC, bf16-mixed against the written-out float32 step, CPU time per update: DQN 0.84x / 0.92x /
+#: 1.03x / 1.20x at 32 / 64 / 128 / 256 rows, DiscreteCQL 0.83x / 0.93x / 1.06x at 32 / 64 / 128, DiscreteBCQ
+#: 0.86x / 0.95x / 1.08x, BC 0.84x / 0.87x / 1.12x (an algorithm may measure its own size:
+#: ``_written_out_faster_below`` of DiscreteSAC, CRR, AWAC and DDPG's family)
+WRITTEN_OUT_FASTER_BELOW = 128
 
 
 def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> Tuple[str, ...]:

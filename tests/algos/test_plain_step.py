@@ -8,6 +8,7 @@ schedulers, replaced optimizer steps)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -226,7 +227,7 @@ def test_a_forward_hook_added_after_building_is_honoured(monkeypatch):
     handle.remove()
 
 
-def test_bf16_mixed_steps_through_autograd_from_its_batch_size_on(monkeypatch):
+def test_bf16_mixed_runs_the_written_out_passes_in_bf16_from_its_batch_size_on(monkeypatch):
     from offrl.training import precision
 
     precision.set_bf16_available(True)
@@ -234,13 +235,15 @@ def test_bf16_mixed_steps_through_autograd_from_its_batch_size_on(monkeypatch):
         calls = counting_backward(monkeypatch)
         algo = make("DQNConfig", precision="bf16-mixed", batch_size=precision.WRITTEN_OUT_FASTER_BELOW)
         algo.update(random_batch(np.random.default_rng(0), 8, 5, 4))
-        assert algo.precision == "bf16-mixed" and calls["n"] == 0
+        assert algo.precision == "bf16-mixed" and calls["n"] == 1  # written out, its hidden products in bf16
+        calls["n"] = 0
         with pytest.warns(RuntimeWarning, match="DQN at batch_size 32 trains in float32 with its backward written out"):
             small = make("DQNConfig", precision="bf16-mixed", batch_size=32)
             small.update(random_batch(np.random.default_rng(0), 8, 5, 4))
         assert small.precision == "float32" and calls["n"] == 1
     finally:
         precision.set_bf16_available(None)
+
 
 
 # torch's scheduler warns that the optimizer's step was replaced when the algorithm is copied before its first step
@@ -728,3 +731,54 @@ def test_a_hooked_temperature_or_a_gap_with_a_gradient_steps_through_autograd():
     gap = torch.ones(4, 1, requires_grad=True)
     temperature_step(plain, optim, gap)
     assert gap.grad is not None  # autograd's step: the gradient reached the gap too
+
+
+BF16_WRITTEN = [("DQN", make), ("DiscreteBCQ", make_bcq), ("DiscreteSAC", make_discrete_sac), ("BC", make_bc),
+                ("DiscreteBC", make_bc), ("TD3PlusBC", make_actor_critic), ("DDPG", make_actor_critic),
+                ("CRR", make_advantage_weighted), ("AWAC", make_advantage_weighted), ("IQL", make_advantage_weighted)]
+
+
+@pytest.mark.parametrize("name, factory", BF16_WRITTEN, ids=[n for n, _ in BF16_WRITTEN])
+def test_bf16_mixed_written_out_steps_follow_autocasts_autograd_step(name, factory, monkeypatch):
+    """A bf16-mixed update with the written-out passes (their hidden
+    products in bf16, plain_mlp.plain_products) against the same update
+    through autograd under autocast, from the same weights and draws: the
+    same bf16 products, so the losses agree to a small fraction of bf16's
+    unit roundoff u = 2**-8 (the float32 twin differs by up to 12 u,
+    tests/test_precision.py), over steps where each network is used after
+    another's optimizer step (a stale low-precision copy of a weight would
+    be off by far more); and the steps differ from float32's."""
+    from offrl.training import precision
+
+    precision.set_bf16_available(True)
+    try:
+        calls = counting_backward(monkeypatch)
+        kwargs = {"precision": "bf16-mixed", "batch_size": 128}
+        if factory in (make, make_bc):
+            plain = factory(f"{name}Config", **kwargs)
+        elif factory in (make_actor_critic, make_advantage_weighted):
+            plain = factory(name, **({"update_actor_interval": 1} if name == "TD3PlusBC" else {}), **kwargs)
+        else:
+            plain = factory(**kwargs)
+        float32 = copy.deepcopy(plain)
+        float32._config = dataclasses.replace(plain._config, precision="float32")
+        plain._written_out_faster_below = 0  # bf16 at the test's small batches too
+        rng = np.random.default_rng(11)
+        if factory in (make, make_bcq, make_discrete_sac):
+            batches = [random_batch(rng, 24, 5, 4) for _ in range(3)]
+        elif factory is make_bc:
+            batches = [bc_batch(f"{name}Config", rng, 24) for _ in range(3)]
+        else:
+            batches = [continuous_batch(rng, 24, 5, 2) for _ in range(3)]
+        autograd = copy.deepcopy(plain)
+        assert plain.precision == "bf16-mixed"
+        pairs = run_seeded(plain, autograd, batches)
+        assert calls["n"] >= 3  # the written-out passes ran, in the bf16-mixed step
+        for step, (a, b) in enumerate(pairs):
+            for k in a:
+                assert abs(float(a[k]) - float(b[k])) <= 2**-8 * (abs(float(b[k])) + 1.0), (step, k)
+        torch.manual_seed(0)
+        f32 = float32.update(batches[0])
+        assert any(float(f32[k]) != float(pairs[0][0][k]) for k in f32)  # bf16 products: not float32's values
+    finally:
+        precision.set_bf16_available(None)
