@@ -48,7 +48,7 @@ from ..models.builders import build_critics
 from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
 from ..models.plain_mlp import PlainNetwork, plain_backward, plain_backward_enabled, plain_forward, side_head, side_head_backward
-from ..models.policies import _LOG_SQRT_2PI, GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
+from ..models.policies import LOG_SQRT_2PI, GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
 from ..models.q_functions import QFunction
 from ..serialization import register
 from ._common import critic_step, optimizer_step, plain_critic, plain_critic_step, soft_update, td_target
@@ -248,7 +248,7 @@ class AdvantageWeightedBase(QLearningAlgoBase):
             centre = torch.tanh(mean)
             inv_std = torch.exp(-logstd)
             z = (actions - centre) * inv_std
-            loss = -(w * (-0.5 * z**2 - logstd - _LOG_SQRT_2PI).sum(dim=-1)).mean()
+            loss = -(w * (-0.5 * z**2 - logstd - LOG_SQRT_2PI).sum(dim=-1)).mean()
             coef = w.mul(-1.0 / w.shape[0]).unsqueeze(1)
             grad_mean = coef * z * inv_std * (1.0 - centre * centre)
             grad_logstd = coef * (z * z - 1.0)

@@ -23,12 +23,13 @@ __all__ = [
     "gaussian_log_prob",
 ]
 
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+#: log sqrt(2 pi), the constant of a Gaussian log-density
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, logstd: torch.Tensor) -> torch.Tensor:
     """Log density of a diagonal Gaussian, summed over the last axis."""
-    return (-0.5 * ((x - mean) * torch.exp(-logstd)) ** 2 - logstd - _LOG_SQRT_2PI).sum(dim=-1)
+    return (-0.5 * ((x - mean) * torch.exp(-logstd)) ** 2 - logstd - LOG_SQRT_2PI).sum(dim=-1)
 
 
 def squashed_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +44,7 @@ def squashed_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> Tup
         logstd = logstd.unsqueeze(1).expand(-1, n, -1)
     noise = torch.randn_like(mean)
     u = mean + noise * torch.exp(logstd)
-    log_prob = (-0.5 * noise**2 - logstd - _LOG_SQRT_2PI).sum(dim=-1)
+    log_prob = (-0.5 * noise**2 - logstd - LOG_SQRT_2PI).sum(dim=-1)
     # log(1 - tanh(u)^2) computed stably
     log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=-1)
     return torch.tanh(u), log_prob
