@@ -6,6 +6,7 @@ Run from the repository root:
 
     python benchmarks/head_to_head.py --only CQL,CalQL --d3rlpy-python /path/to/venv/bin/python
     python benchmarks/head_to_head.py --only BCQ --rounds 9 --round-s 2 --predict
+    python benchmarks/head_to_head.py --only SAC,DDPG --precision bf16-mixed   # offrl in bf16-mixed
 
 ``benchmarks/algos.py`` measures offrl first and d3rlpy afterwards in one
 worker run, so a change of machine load between the two moves the ratio.
@@ -21,6 +22,9 @@ takes the core away stretches wall time, not CPU time). Each round runs
 ``dataset.sample_transition_batch(batch_size)`` + ``algo.update(batch)``
 (the public API, sampling included) for ``--round-s`` seconds; with
 ``--predict`` it also times ``predict`` on one observation the same way.
+``--precision bf16-mixed`` builds offrl's algorithms with that precision
+(issue 32; the precision in effect is printed: float32 where it is the
+faster, see ``offrl.training.precision``); the sequence models stay float32.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def _build_sequence(backend: str, name: str) -> Dict[str, Any]:
             "predict": None}
 
 
-def build(backend: str, name: str) -> Dict[str, Any]:
+def build(backend: str, name: str, precision: str = "float32") -> Dict[str, Any]:
     """The algorithm of ``backend`` at its default config, built on the
     same synthetic dataset as ``benchmarks/algos.py``, with its step and
     predict functions."""
@@ -96,12 +100,15 @@ def build(backend: str, name: str) -> Dict[str, Any]:
         config_class, why = algos.offrl_config_class(spec)
         if config_class is None:
             raise RuntimeError(why)
-        algo = config_class().create(device="cpu")
+        algo = config_class(**({} if precision == "float32" else {"precision": precision})).create(device="cpu")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             algo.build_with_dataset(dataset)
+            in_effect = algo.precision
         algos.prepare_offrl(name, algo, dataset)
         batch_size = algo.batch_size
+        return {"step": lambda: algo.update(dataset.sample_transition_batch(batch_size)),
+                "predict": lambda: algo.predict(np.ascontiguousarray(data["observations"][:1])), "precision": in_effect}
     x1 = np.ascontiguousarray(data["observations"][:1])
     return {
         "step": lambda: algo.update(dataset.sample_transition_batch(batch_size)),
@@ -121,14 +128,14 @@ def _timed(fn: Any, seconds: float, min_calls: int) -> Dict[str, float]:
                 return {"calls": calls, "s": elapsed, "cpu_s": time.process_time() - cpu_start}
 
 
-def worker(backend: str, threads: int) -> int:
+def worker(backend: str, threads: int, precision: str = "float32") -> int:
     set_threads(threads)
     built: Dict[str, Dict[str, Any]] = {}
 
     def handle(request: Dict[str, Any]) -> Dict[str, Any]:
         name = request["name"]
         if name not in built:
-            built[name] = build(backend, name)
+            built[name] = build(backend, name, precision) if backend == "offrl" else build(backend, name)
             for _ in range(int(request.get("warmup", 10))):
                 built[name]["step"]()
             if built[name]["predict"] is not None:
@@ -136,7 +143,8 @@ def worker(backend: str, threads: int) -> int:
         what = request["what"]
         if built[name][what] is None:
             return {"calls": 1, "s": float("nan"), "cpu_s": float("nan")}
-        return _timed(built[name][what], float(request["seconds"]), 2 if what == "step" else 20)
+        return {**_timed(built[name][what], float(request["seconds"]), 2 if what == "step" else 20),
+                "precision": built[name].get("precision", "float32")}
 
     return serve({"backend": backend}, handle)
 
@@ -150,12 +158,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--against-mkl", action="store_true",
                         help="compare offrl with itself on torch's plain (MKL) products instead of d3rlpy "
                              "(the 'd3rlpy' columns then show offrl-mkl)")
+    parser.add_argument("--precision", choices=("float32", "bf16-mixed"), default="float32",
+                        help="offrl's precision (default float32, d3rlpy's only one)")
     parser.add_argument("--worker", choices=("offrl", "d3rlpy", "offrl-mkl"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     check_threads(args, parser)
     threads = args.threads or 1
     if args.worker:
-        return worker(args.worker, threads)
+        return worker(args.worker, threads, args.precision)
     names = parse_only(args.only, _names(), parser) or _names()
     python, note = (sys.executable, "") if args.against_mkl else d3rlpy_interpreter(args)
     if python is None:
@@ -163,7 +173,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     print_load("at start")
     workers = {
-        "offrl": Worker(sys.executable, __file__, ["--worker", "offrl", "--threads", str(threads)], name="offrl"),
+        "offrl": Worker(sys.executable, __file__, ["--worker", "offrl", "--threads", str(threads), "--precision",
+                                                   args.precision], name="offrl"),
         "d3rlpy": Worker(python, __file__, ["--worker", "offrl-mkl" if args.against_mkl else "d3rlpy", "--threads",
                                             str(threads)], name="d3rlpy"),
     }
@@ -175,11 +186,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             for what in whats if name not in SEQUENCE else ["step"]:
                 seconds = args.round_s if what == "step" else min(args.round_s, 0.5)
                 per: Dict[str, List[float]] = {"offrl": [], "d3rlpy": []}  # seconds per call
+                in_effect = "float32"
                 cpu: Dict[str, List[float]] = {"offrl": [], "d3rlpy": []}  # process CPU seconds per call
                 for r in range(args.rounds):
                     order = ("offrl", "d3rlpy") if r % 2 == 0 else ("d3rlpy", "offrl")
                     for backend in order:
                         res = workers[backend].call({"name": name, "what": what, "seconds": seconds})
+                        in_effect = res.get("precision", "float32") if backend == "offrl" else in_effect
                         per[backend].append(res["s"] / res["calls"])
                         cpu[backend].append(res["cpu_s"] / res["calls"])
                 ratios = [d / o for o, d in zip(per["offrl"], per["d3rlpy"])]
@@ -187,7 +200,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if what == "step":
                     fo = [f"{1 / t:.1f}" for t in per["offrl"]]
                     fd = [f"{1 / t:.1f}" for t in per["d3rlpy"]]
-                    print(f"{name} updates/s  offrl {1 / statistics.median(per['offrl']):.2f}  d3rlpy "
+                    print(f"{name} updates/s  offrl ({in_effect}) {1 / statistics.median(per['offrl']):.2f}  d3rlpy "
                           f"{1 / statistics.median(per['d3rlpy']):.2f}  offrl/d3rlpy median of per-round ratios "
                           f"{statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f})")
                     print(f"    rounds offrl {' '.join(fo)} | d3rlpy {' '.join(fd)}")
