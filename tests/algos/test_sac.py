@@ -11,6 +11,9 @@ import torch
 
 import offrl
 import offrl.algos.sac as sac_module
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from offrl.models import plain_mlp
 from offrl.algos.sac import SACConfig
 from offrl.models import SGDFactory, VectorEncoderFactory
 
@@ -161,3 +164,52 @@ def test_continuous_only():
     from offrl.constants import ActionSpace
 
     assert SACConfig().create().get_action_type() == ActionSpace.CONTINUOUS
+
+
+# ---------------------------------------- the temperature step written out (SAC, CQL, CalQL, DiscreteSAC)
+def _temperature_pair(initial: float):
+    from offrl.models.parameters import ScalarParameter
+
+    pair = []
+    for _ in range(2):
+        log_temp = ScalarParameter(initial)
+        pair.append((log_temp, offrl.optimizers.AdamFactory().create([("log_temp", log_temp)], lr=0.05)))
+    return pair
+
+
+@settings(max_examples=25, deadline=None)
+@given(initial=st.floats(0.01, 10.0), seed=st.integers(0, 2**16), n=st.integers(1, 64))
+def test_the_temperature_step_written_out_equals_autograd(initial, seed, n):
+    from offrl.algos._common import temperature_step
+
+    (plain, plain_optim), (autograd, autograd_optim) = _temperature_pair(initial)
+    rng = np.random.default_rng(seed)
+    for _ in range(4):
+        gap = torch.as_tensor(rng.normal(scale=3.0, size=(n, 1)), dtype=torch.float32)
+        a = temperature_step(plain, plain_optim, gap)
+        plain_mlp.plain_backward_enabled(False)
+        try:
+            b = temperature_step(autograd, autograd_optim, gap)
+        finally:
+            plain_mlp.plain_backward_enabled(True)
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(plain.log_value.grad, autograd.log_value.grad, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(plain.log_value, autograd.log_value, rtol=1e-5, atol=1e-6)
+    sa, sb = plain_optim.optim.state[plain.log_value], autograd_optim.optim.state[autograd.log_value]
+    for key in ("exp_avg", "exp_avg_sq"):
+        torch.testing.assert_close(sa[key], sb[key], rtol=1e-5, atol=1e-9)
+    assert plain_optim.__dict__.get("_offrl_direct") is not None and autograd_optim.__dict__.get("_offrl_direct") is None
+
+
+def test_a_hooked_temperature_or_a_gap_with_a_gradient_steps_through_autograd():
+    from offrl.algos._common import temperature_step
+
+    (hooked, optim), _ = _temperature_pair(1.0)
+    seen = []
+    hooked.register_forward_hook(lambda m, inputs, output: seen.append(1))
+    temperature_step(hooked, optim, torch.ones(4, 1))
+    assert seen and optim.__dict__.get("_offrl_direct") is None
+    (plain, optim), _ = _temperature_pair(1.0)
+    gap = torch.ones(4, 1, requires_grad=True)
+    temperature_step(plain, optim, gap)
+    assert gap.grad is not None  # autograd's step: the gradient reached the gap too
