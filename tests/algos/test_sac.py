@@ -173,7 +173,9 @@ def _temperature_pair(initial: float):
     pair = []
     for _ in range(2):
         log_temp = ScalarParameter(initial)
-        pair.append((log_temp, offrl.optimizers.AdamFactory().create([("log_temp", log_temp)], lr=0.05)))
+        # Adam's eps above float rounding: with 1e-8 a gradient near zero, summed in another order, moves the
+        # parameter by up to the learning rate either way on a first step (see tests/algos/test_plain_step.py)
+        pair.append((log_temp, offrl.optimizers.AdamFactory(eps=1e-4).create([("log_temp", log_temp)], lr=0.05)))
     return pair
 
 
@@ -184,6 +186,7 @@ def test_the_temperature_step_written_out_equals_autograd(initial, seed, n):
 
     (plain, plain_optim), (autograd, autograd_optim) = _temperature_pair(initial)
     rng = np.random.default_rng(seed)
+    tolerance, largest = 0.0, 0.0
     for _ in range(4):
         gap = torch.as_tensor(rng.normal(scale=3.0, size=(n, 1)), dtype=torch.float32)
         a = temperature_step(plain, plain_optim, gap)
@@ -192,12 +195,16 @@ def test_the_temperature_step_written_out_equals_autograd(initial, seed, n):
             b = temperature_step(autograd, autograd_optim, gap)
         finally:
             plain_mlp.plain_backward_enabled(True)
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
-        torch.testing.assert_close(plain.log_value.grad, autograd.log_value.grad, rtol=1e-5, atol=1e-7)
+        # the loss is a mean of alpha * gap over rows of both signs: float32's rounding relative to its terms' scale
+        scale = float((autograd.log_value.detach().exp() * gap.abs()).mean()) * 1e-6 + 1e-7
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=scale)
+        torch.testing.assert_close(plain.log_value.grad, autograd.log_value.grad, rtol=1e-5, atol=scale)
+        tolerance, largest = max(tolerance, scale), max(largest, abs(float(autograd.log_value.grad)))
         torch.testing.assert_close(plain.log_value, autograd.log_value, rtol=1e-5, atol=1e-6)
     sa, sb = plain_optim.optim.state[plain.log_value], autograd_optim.optim.state[autograd.log_value]
-    for key in ("exp_avg", "exp_avg_sq"):
-        torch.testing.assert_close(sa[key], sb[key], rtol=1e-5, atol=1e-9)
+    # the moments carry the gradients' differences: m by up to them, v by up to 2 |g| times them
+    torch.testing.assert_close(sa["exp_avg"], sb["exp_avg"], rtol=1e-5, atol=tolerance)
+    torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=1e-5, atol=2 * largest * tolerance + 1e-12)
     assert plain_optim.__dict__.get("_offrl_direct") is not None and autograd_optim.__dict__.get("_offrl_direct") is None
 
 
