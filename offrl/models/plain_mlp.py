@@ -14,8 +14,9 @@ gradient of its loss with respect to the network's output, which for the
 losses of DQN-style updates is a few element-wise ops, and steps the
 optimizer with :class:`~offrl.optimizers.optimizers.DirectStep`.
 
-Any other network, a forward hook on one of its modules, autocast
-(``precision="bf16-mixed"``), ``torch.compile`` tracing or
+Any other network, a forward hook on one of its modules, autocast outside
+a bf16-mixed step (which opts in through :func:`plain_products`: the same
+passes with bf16 products), ``torch.compile`` tracing or
 :func:`plain_backward_enabled(False) <plain_backward_enabled>` makes
 :func:`plain_layers` / :func:`plain_step_allowed` say no, and the caller
 trains through autograd: the two paths give the same values up to the
@@ -108,8 +109,9 @@ def plain_layers(encoder: nn.Module, head: nn.Module, trainable: bool = True, en
 def plain_step_allowed(x: torch.Tensor, *modules: nn.Module) -> bool:
     """Whether a written-out step may run now on input ``x``: switched on,
     a 2-D float32 ``x`` (what the vector encoder takes without reshaping),
-    outside autocast and ``torch.compile`` tracing, and no hook added to
-    ``modules`` since :func:`plain_layers` looked."""
+    outside autocast (unless inside :func:`plain_products` with autocast's
+    dtype) and ``torch.compile`` tracing, and no hook added to ``modules``
+    since :func:`plain_layers` looked."""
     return (
         _STATE["enabled"]
         and isinstance(x, torch.Tensor)
