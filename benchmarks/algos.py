@@ -82,9 +82,9 @@ import numpy as np
 
 import _reference as ref_lib
 from _data import N_STEPS, PENDULUM_EPISODE, SEED, make_data, reference_arrays
-from _harness import (FULL, QUICK, Settings, StepRunner, add_common_args, check_threads, d3rlpy_interpreter,
-                      format_table, fmt as _f, log, ok as _ok, loop, paired_ratio, parse_only, print_load,
-                      quiet_d3rlpy, run_json, run_rounds, warm_up, worker_main)
+from _harness import (FULL, QUICK, Settings, StepRunner, Worker, add_common_args, check_threads,
+                      d3rlpy_interpreter, format_table, fmt as _f, log, ok as _ok, loop, paired_ratio, parse_only,
+                      print_load, quiet_d3rlpy, run_json, run_rounds, serve, warm_up, worker_main)
 
 from _specs import ALGOS, PAST_WARMUP, SPECS, AlgoSpec, offrl_config_class, prepare_d3rlpy, prepare_offrl  # noqa: F401,E402
 
@@ -256,9 +256,11 @@ def _data_and_dataset(spec: AlgoSpec, library: Any) -> Tuple[dict, Any]:
 
 def measure_offrl_precision(spec: AlgoSpec, settings: Settings, threads: Tuple[int, Optional[int]],
                             log: Callable[[str], None], precision: str, batch_size: Optional[int],
-                            device: str = "cpu") -> dict:
+                            device: str = "cpu", remote: Optional[Worker] = None) -> dict:
     """updates/s (sample + update) in float32 and at ``precision``: two
-    algorithms with the same weights, interleaved rounds."""
+    algorithms with the same weights, interleaved rounds; with ``remote``
+    (a :func:`d3rlpy_step_worker`) d3rlpy's steps are a third variant of
+    the same rounds."""
     import torch
 
     import offrl
@@ -283,35 +285,64 @@ def measure_offrl_precision(spec: AlgoSpec, settings: Settings, threads: Tuple[i
         variants[name] = loop(lambda algo=algo: algo.update(dataset.sample_transition_batch(bs)))
         log(f"[offrl] {spec.name}: warm-up {name}")
         warm_up(variants[name], settings.warmup)
-    log(f"[offrl] {spec.name}: float32 vs {precision}, interleaved")
+    if remote is not None:
+        request = {"name": spec.name, "batch_size": batch_size}
+        reply = remote.call({**request, "steps": 0})  # builds it (not timed)
+        if "skipped" in reply:
+            out["d3rlpy_skipped"] = reply["skipped"]
+        else:
+            variants["d3rlpy"] = lambda k: remote.call({**request, "steps": k})
+            log(f"[d3rlpy] {spec.name}: warm-up")
+            warm_up(variants["d3rlpy"], settings.warmup)
+    log(f"[offrl] {spec.name}: float32 vs {precision}" + (" vs d3rlpy" if "d3rlpy" in variants else "") + ", interleaved")
     res = run_rounds(variants, settings.main_round_s, settings.main_rounds, warmup=0, min_steps=2)
     out["update"], out["update_mixed"] = res["float32"], res[precision]
     out["mixed_ratio"] = paired_ratio(res["float32"], res[precision])  # ms float32 / ms mixed: the speed-up
+    if "d3rlpy" in res:  # ms d3rlpy / ms offrl: offrl's speed-up, paired round by round
+        out["d3rlpy_update"] = res["d3rlpy"]
+        out["d3rlpy_ratio"] = paired_ratio(res["d3rlpy"], res["float32"])
+        out["d3rlpy_ratio_mixed"] = paired_ratio(res["d3rlpy"], res[precision])
     return out
 
 
-def measure_d3rlpy_update(spec: AlgoSpec, settings: Settings, threads: Tuple[int, Optional[int]],
-                          log: Callable[[str], None], batch_size: Optional[int], device: str = "cpu") -> dict:
-    """d3rlpy's updates/s only (sample + update), at ``batch_size``."""
+def d3rlpy_step_worker(threads: int, device: str) -> int:
+    """The d3rlpy side of the interleaved ``--precision`` comparison, run
+    in d3rlpy's interpreter: builds each requested algorithm once (at the
+    request with ``steps`` 0, which also collects garbage) and answers each
+    request by running ``steps`` sampled updates; the garbage collector
+    stays off otherwise, so no collection lands inside a timed request.
+    Never imports offrl."""
     import d3rlpy
     import torch
 
-    config_class = getattr(d3rlpy.algos, spec.config, None)
-    if config_class is None:
-        return {"skipped": f"d3rlpy.algos has no {spec.config}"}
-    torch.set_num_threads(threads[0])
-    d3rlpy.seed(SEED)
-    data, dataset = _data_and_dataset(spec, d3rlpy)
-    algo = config_class(**({} if batch_size is None else {"batch_size": batch_size})).create(
-        device="cpu:0" if device == "cpu" else device)
-    algo.build_with_dataset(dataset)
-    prepare_d3rlpy(spec.name, algo, data)
-    bs = algo.config.batch_size
-    step = loop(lambda: algo.update(dataset.sample_transition_batch(bs)))
-    log(f"[d3rlpy] {spec.name}: warm-up, updates/s")
-    warm_up(step, settings.warmup)
-    return {"batch_size": bs, "update": run_rounds({"update": step}, settings.main_round_s, settings.main_rounds,
-                                                   warmup=0, min_steps=2)["update"]}
+    quiet_d3rlpy()
+    torch.set_num_threads(threads)
+    built: Dict[Tuple[str, Optional[int]], Callable[[], Any]] = {}
+
+    def handle(request: dict) -> dict:
+        key = (str(request["name"]), request.get("batch_size"))
+        if key not in built:
+            spec = SPECS[key[0]]
+            config_class = getattr(d3rlpy.algos, spec.config, None)
+            if config_class is None:
+                return {"skipped": f"d3rlpy.algos has no {spec.config}"}
+            d3rlpy.seed(SEED)
+            data, dataset = _data_and_dataset(spec, d3rlpy)
+            algo = config_class(**({} if key[1] is None else {"batch_size": key[1]})).create(
+                device="cpu:0" if device == "cpu" else device)
+            algo.build_with_dataset(dataset)
+            prepare_d3rlpy(spec.name, algo, data)
+            bs = algo.config.batch_size
+            built[key] = lambda: algo.update(dataset.sample_transition_batch(bs))
+        steps = int(request["steps"])
+        if steps == 0:
+            gc.collect()
+        for _ in range(steps):
+            built[key]()
+        return {}
+
+    return serve({"backend": "d3rlpy", "version": d3rlpy.__version__, "torch": torch.__version__}, handle,
+                 pause_gc=True)
 
 
 #: the issue's target with bf16-mixed on a CPU with bf16 units for the MLP
@@ -323,9 +354,10 @@ MIXED_TARGET_ANY = 2.0
 
 def precision_report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], precision: str,
                      load: Tuple[Tuple[float, ...], Tuple[float, ...]]) -> str:
+    """The ``--precision`` table; ``d``: the d3rlpy worker's versions."""
     from offrl.training.precision import cpu_bf16_flags
 
-    A, D = o["algos"], (d or {}).get("algos", {})
+    A = o["algos"]
     flags = ", ".join(cpu_bf16_flags()) or "none"
     on_cpu = o.get("device", "cpu") == "cpu"
     lines = [
@@ -343,20 +375,20 @@ def precision_report(o: dict, d: Optional[dict], d_source: str, names: Sequence[
         if "update" not in a:
             rows.append([n, "-", a.get("skipped") or a.get("error"), "", "", "", "", "", "", ""])
             continue
-        f32, mixed = _ups(a["update"]), _ups(a["update_mixed"])
-        d_ups = _ups(D.get(n, {}).get("update"))
+        f32, mixed, d_ups = _ups(a["update"]), _ups(a["update_mixed"]), _ups(a.get("d3rlpy_update"))
         target = MIXED_TARGET_MLP if a["batch_size"] == 256 else MIXED_TARGET_ANY
-        ratio = None if d_ups is None else mixed / d_ups
-        rows.append([n, a["batch_size"], _f(f32), _f(mixed), _f(a["mixed_ratio"], "{:.2f}x"), _f(d_ups),
-                     _f(None if d_ups is None else f32 / d_ups, "{:.2f}x"), _f(ratio, "{:.2f}x"),
+        ratio = a.get("d3rlpy_ratio_mixed")
+        rows.append([n, a["batch_size"], _f(f32), _f(mixed), _f(a["mixed_ratio"], "{:.2f}x"),
+                     _f(d_ups) if d_ups is not None else a.get("d3rlpy_skipped", "-"),
+                     _f(a.get("d3rlpy_ratio"), "{:.2f}x"), _f(ratio, "{:.2f}x"),
                      f">= {target:g}x" if on_cpu else "-",
                      _ok(None if ratio is None or not on_cpu else ratio >= target)])
     lines += _table(("algorithm", "batch", "offrl float32", f"offrl {precision}", f"{precision}/float32 (paired)",
                      "d3rlpy", "float32/d3rlpy", f"{precision}/d3rlpy", "target", "result"), rows)
     notes = [f"{n}: {precision} fell back to {A[n]['precision_in_effect']} here" for n in names
              if A[n].get("precision_in_effect") not in (None, precision)]
-    notes.append("medians over rounds; the paired ratio is the median of per-round ratios; d3rlpy runs in its own "
-                 "process after offrl (not interleaved with it)")
+    notes.append("medians over rounds; every ratio is the median of per-round ratios: offrl's two precisions and "
+                 "d3rlpy (in its own worker process, timed from this one) run in the same interleaved rounds")
     lines += [f"* {n}" for n in notes]
     return "\n".join(lines)
 
@@ -451,7 +483,7 @@ def measure_d3rlpy_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, 
 
 def measure(backend: str, names: Sequence[str], quick: bool, requested_threads: Optional[int],
             log: Callable[[str], None], precision: Optional[str] = None, batch_size: Optional[int] = None,
-            device: str = "cpu") -> dict:
+            device: str = "cpu", remote: Optional[Worker] = None) -> dict:
     import torch
 
     initial_threads = torch.get_num_threads()
@@ -473,10 +505,9 @@ def measure(backend: str, names: Sequence[str], quick: bool, requested_threads: 
         quiet_d3rlpy()
         out["version"] = d3rlpy.__version__
         measure_algo = measure_d3rlpy_algo
-    if precision is not None:  # updates/s only: float32 vs precision (offrl), d3rlpy's
+    if precision is not None:  # updates/s only: float32 vs precision (offrl), d3rlpy's through ``remote``
         measure_algo = functools.partial(measure_offrl_precision, precision=precision, batch_size=batch_size,
-                                         device=device) \
-            if backend == "offrl" else functools.partial(measure_d3rlpy_update, batch_size=batch_size, device=device)
+                                         device=device, remote=remote)
     for name in names:
         t0 = time.perf_counter()
         try:
@@ -499,12 +530,6 @@ def run_d3rlpy(args: argparse.Namespace, names: Sequence[str]) -> Tuple[Optional
     argv = ["--backend", "d3rlpy", "--json", "--only", ",".join(names), "--threads", str(args.threads)]
     if args.quick:
         argv.append("--quick")
-    if args.precision:
-        argv += ["--precision", args.precision]
-    if args.batch_size:
-        argv += ["--batch-size", str(args.batch_size)]
-    if args.device != "cpu":
-        argv += ["--device", args.device]
     return run_json(python, __file__, argv, timeout=1800, show_stderr=args.verbose)
 
 
@@ -679,6 +704,28 @@ def report(o: dict, d: Optional[dict], d_source: str, names: Sequence[str], quic
     return "\n".join(lines)
 
 
+def precision_main(args: argparse.Namespace, names: Sequence[str], started: float,
+                   load_start: Tuple[float, ...]) -> int:
+    """``--precision``: offrl's two precisions and d3rlpy (a long-lived
+    worker in d3rlpy's interpreter) in the same interleaved rounds."""
+    python, d3_source = d3rlpy_interpreter(args)
+    remote = None
+    if python is not None:
+        remote = Worker(python, __file__, ["--d3rlpy-step-worker", "--threads", str(args.threads or 1), "--device",
+                                           args.device], name="d3rlpy")
+    try:
+        results = measure("offrl", names, args.quick, args.threads, log, args.precision, args.batch_size, args.device,
+                          remote)
+    finally:
+        if remote is not None:
+            remote.close()
+    load_end = print_load("end")
+    print(precision_report(results, None if remote is None else remote.info, d3_source, names, args.precision,
+                           (load_start, load_end)))
+    print(f"* total benchmark time {time.perf_counter() - started:.0f} s")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(parser, only=list(SPECS))
@@ -691,7 +738,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="updates/s only: offrl float32 vs this precision (and d3rlpy)")
     parser.add_argument("--batch-size", type=int, default=None, help="with --precision: this batch size in both libraries")
     parser.add_argument("--device", default="cpu", help="with --precision: run both libraries on this device (cuda:0)")
+    parser.add_argument("--d3rlpy-step-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.d3rlpy_step_worker:
+        return d3rlpy_step_worker(args.threads or 1, args.device)
     if args.device != "cpu" and not args.precision:
         parser.error("--device needs --precision (the other measurements are CPU-only)")
     if args.batch_size is not None and (args.batch_size < 1 or not args.precision):
@@ -709,15 +759,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
 
     load_start = print_load("start")
+    if args.precision:
+        return precision_main(args, names, started, load_start)
     offrl_results = measure("offrl", names, args.quick, args.threads, log, args.precision, args.batch_size, args.device)
     gc.collect()
     measured = [n for n in names if "update" in offrl_results["algos"][n]]  # no d3rlpy run for skipped ones
     d3_results, d3_source = run_d3rlpy(args, measured) if measured else (None, "nothing to compare")
     load_end = print_load("end")
-    if args.precision:
-        print(precision_report(offrl_results, d3_results, d3_source, names, args.precision, (load_start, load_end)))
-        print(f"* total benchmark time {time.perf_counter() - started:.0f} s")
-        return 0
     print(report(offrl_results, d3_results, d3_source, names, args.quick, (load_start, load_end)))
     if args.profile:
         import torch
