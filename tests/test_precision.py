@@ -417,7 +417,7 @@ def test_fqe_takes_the_precision_too():
         assert small.precision == "float32"  # FQE's step is written out too
 
 
-@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql", "discrete_bcq", "discrete_sac", "td3_plus_bc"])
+@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql", "discrete_bcq", "discrete_sac", "td3_plus_bc", "sac"])
 def test_small_batches_run_the_written_out_float32_step(name):
     """Below WRITTEN_OUT_FASTER_BELOW rows on the CPU (an algorithm's own
     measured size where it has one), an algorithm whose float32 step has its
@@ -428,7 +428,7 @@ def test_small_batches_run_the_written_out_float32_step(name):
 
     precision._WARNED.clear()
     below = type(ALL[name]().create())._written_out_faster_below
-    assert below == {"discrete_sac": 64, "td3_plus_bc": 64}.get(name, precision.WRITTEN_OUT_FASTER_BELOW)
+    assert below == {"discrete_sac": 64, "td3_plus_bc": 64, "sac": 64}.get(name, precision.WRITTEN_OUT_FASTER_BELOW)
     small = ALL[name](precision="bf16-mixed", batch_size=below - 1).create()
     assert small.precision == "bf16-mixed"  # not built: no step yet
     small.build_with_dataset(_dataset(name in DISCRETE))
@@ -436,7 +436,7 @@ def test_small_batches_run_the_written_out_float32_step(name):
         assert small.precision == "float32"
     batch = _dataset(name in DISCRETE).sample_transition_batch(16)
     dtypes = []
-    actor_critic = name in ("discrete_sac", "td3_plus_bc")
+    actor_critic = name in ("discrete_sac", "td3_plus_bc", "sac")
     hook = small.modules["policy" if name == "bc" or actor_critic else "q_function"].encoder
     (hook if name == "bc" or actor_critic else hook.encoder).register_forward_hook(
         lambda m, i, out: dtypes.append(out.dtype))
@@ -449,7 +449,7 @@ def test_small_batches_run_the_written_out_float32_step(name):
     encoders = ({"actor_encoder_factory": normalised, "critic_encoder_factory": normalised} if actor_critic
                 else {"encoder_factory": normalised})
     config = {"bc": BCConfig, "dqn": DQNConfig, "discrete_cql": DiscreteCQLConfig, "discrete_bcq": DiscreteBCQConfig,
-              "discrete_sac": DiscreteSACConfig, "td3_plus_bc": TD3PlusBCConfig}[name]
+              "discrete_sac": DiscreteSACConfig, "td3_plus_bc": TD3PlusBCConfig, "sac": SACConfig}[name]
     other = config(precision="bf16-mixed", batch_size=32, **encoders).create()
     other.build_with_dataset(_dataset(name in DISCRETE))
     assert other.precision == "bf16-mixed"

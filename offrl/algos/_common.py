@@ -4,18 +4,20 @@ updates and ``freeze`` are :mod:`offrl.models.modules`'s, re-exported)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
 
 from ..models.modules import freeze, hard_update, module_tensors, soft_update
-from ..models.plain_mlp import PlainNetwork, hook_free, plain_backward, plain_backward_enabled, plain_forward
+from ..models.plain_mlp import (PlainNetwork, hook_free, plain_backward, plain_backward_enabled, plain_forward, side_head,
+                                side_head_backward)
 from ..optimizers.optimizers import DirectStep
 
 __all__ = [
     "soft_update", "hard_update", "expectile_loss", "td_target", "freeze", "no_param_grads", "optimizer_step",
-    "critic_step", "plain_critic", "plain_critic_step",
+    "critic_step", "plain_critic", "plain_critic_step", "plain_normal_policy", "normal_policy_forward",
+    "normal_policy_grads",
 ]
 
 
@@ -149,3 +151,53 @@ def no_param_grads(module: nn.Module) -> Iterator[None]:
     finally:
         for p in params:
             p.requires_grad_(True)
+
+
+def plain_normal_policy(policy: nn.Module, optim: Any, held: Optional[PlainNetwork] = None) -> PlainNetwork:
+    """A :class:`~offrl.models.policies.NormalPolicy` as a plain ReLU MLP
+    with its mean head and its log-std (a side head, or a free parameter)
+    for :func:`normal_policy_forward` / :func:`normal_policy_grads`
+    (``layers`` None where it is not: see :mod:`offrl.models.plain_mlp`);
+    ``held``: the caller's cached one, returned while it still matches."""
+    from ..models.policies import NormalPolicy
+
+    free = bool(getattr(policy, "use_std_parameter", False))
+    sides = (policy.logstd,) if type(policy) is NormalPolicy and not free else ()
+    if held is not None and held.matches(policy, optim, sides):
+        return held
+    if type(policy) is not NormalPolicy:
+        return PlainNetwork(policy, optim, None, [], None)
+    return PlainNetwork.create(policy, policy.encoder, policy.mu, optim, called=(policy, policy.mu) + sides,
+                               side_heads=sides, extra=(policy.logstd,) if free else ())
+
+
+def normal_policy_forward(policy: nn.Module, plain: PlainNetwork, observations: torch.Tensor
+                          ) -> Tuple[List[torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``policy(observations)`` by its plain layers (call without grad):
+    each layer's input, ``mean``, ``logstd`` and what
+    :func:`normal_policy_grads` needs of the log-std (the side head's raw
+    output before the clamp, or the free parameter's sigmoid)."""
+    low, high = policy.min_logstd, policy.max_logstd
+    inputs, mean = plain_forward(plain.layers, observations)
+    if policy.use_std_parameter:
+        squashed = torch.sigmoid(policy.logstd)
+        return inputs, mean, (low + squashed * (high - low)).expand_as(mean), squashed
+    raw = side_head(inputs[-1], policy.logstd.weight, policy.logstd.bias)
+    return inputs, mean, raw.clamp(low, high), raw
+
+
+def normal_policy_grads(policy: nn.Module, plain: PlainNetwork, inputs: List[torch.Tensor], aux: torch.Tensor,
+                        grad_mean: torch.Tensor, grad_logstd: torch.Tensor) -> List[torch.Tensor]:
+    """The policy's parameter gradients (in ``plain.step``'s order) from the
+    loss's gradients with respect to :func:`normal_policy_forward`'s
+    ``mean`` and ``logstd`` (``(B, A)`` each; ``grad_logstd`` is consumed):
+    through the clamp's mask (as autograd's ``clamp``: no gradient outside
+    the range) into the side head and the features, or through the free
+    parameter's sigmoid, summed over the batch."""
+    low, high = policy.min_logstd, policy.max_logstd
+    if policy.use_std_parameter:
+        grad_free = grad_logstd.sum(dim=0, keepdim=True).mul_(high - low).mul_(aux * (1.0 - aux))
+        return plain_backward(plain.layers, inputs, grad_mean) + [grad_free]
+    grad_raw = grad_logstd.mul_(((aux >= low) & (aux <= high)).to(aux.dtype))
+    grad_features, grad_w, grad_b = side_head_backward(grad_raw, inputs[-1], policy.logstd.weight)
+    return plain_backward(plain.layers, inputs, grad_mean, feature_grad=grad_features) + [grad_w, grad_b]

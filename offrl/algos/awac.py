@@ -47,11 +47,12 @@ from ..models.encoders import compute_output_size
 from ..models.builders import build_critics
 from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
-from ..models.plain_mlp import PlainNetwork, plain_backward, plain_backward_enabled, plain_forward, side_head, side_head_backward
+from ..models.plain_mlp import PlainNetwork, plain_backward_enabled
 from ..models.policies import LOG_SQRT_2PI, GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
 from ..models.q_functions import QFunction
 from ..serialization import register
-from ._common import critic_step, optimizer_step, plain_critic, plain_critic_step, soft_update, td_target
+from ._common import (critic_step, normal_policy_forward, normal_policy_grads, optimizer_step, plain_critic, plain_critic_step,
+                      plain_normal_policy, soft_update, td_target)
 from .base import QLearningAlgoBase
 from .actor_critic import ActorCriticConfig
 from .config import POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, param
@@ -172,23 +173,9 @@ class AdvantageWeightedBase(QLearningAlgoBase):
 
     # ---------------------------------------------- written-out steps
     def _plain_policy(self) -> PlainNetwork:
-        """The Gaussian policy as a plain ReLU MLP with its mean head and its
-        log-std (a side head, or a free parameter) for
-        :meth:`_weighted_policy_step` (``layers`` None where it is not: see
-        :mod:`offrl.models.plain_mlp`); cached, looked at anew when the
-        networks change."""
-        m = self._modules
-        policy = m.policy
-        free = bool(getattr(policy, "use_std_parameter", False))
-        sides = (policy.logstd,) if type(policy) is NormalPolicy and not free else ()
-        held = self.__dict__.get("_plain_pi")
-        if held is None or not held.matches(policy, m.actor_optim, sides):
-            if type(policy) is NormalPolicy:
-                held = PlainNetwork.create(policy, policy.encoder, policy.mu, m.actor_optim, called=(policy, policy.mu) + sides,
-                                           side_heads=sides, extra=(policy.logstd,) if free else ())
-            else:
-                held = PlainNetwork(policy, m.actor_optim, None, [], None)
-            self._plain_pi = held
+        """:func:`~offrl.algos._common.plain_normal_policy` of the policy, cached."""
+        held = self._plain_pi = plain_normal_policy(self._modules.policy, self._modules.actor_optim,
+                                                    self.__dict__.get("_plain_pi"))
         return held
 
     def _plain_critics(self) -> Tuple[PlainNetwork, Optional[nn.Module]]:
@@ -234,16 +221,8 @@ class AdvantageWeightedBase(QLearningAlgoBase):
             loss = -(w * gaussian_log_prob(actions, torch.tanh(mean), logstd)).mean()
             optimizer_step(self._modules.actor_optim, loss)
             return loss.detach()
-        low, high = policy.min_logstd, policy.max_logstd
         with torch.no_grad():
-            inputs, mean = plain_forward(plain.layers, observations)
-            features = inputs[-1]
-            if policy.use_std_parameter:
-                squashed = torch.sigmoid(policy.logstd)
-                logstd = (low + squashed * (high - low)).expand_as(mean)
-            else:
-                raw = side_head(features, policy.logstd.weight, policy.logstd.bias)
-                logstd = raw.clamp(low, high)
+            inputs, mean, logstd, aux = normal_policy_forward(policy, plain, observations)
             w = weights(mean, logstd)
             centre = torch.tanh(mean)
             inv_std = torch.exp(-logstd)
@@ -251,14 +230,7 @@ class AdvantageWeightedBase(QLearningAlgoBase):
             loss = -(w * (-0.5 * z**2 - logstd - LOG_SQRT_2PI).sum(dim=-1)).mean()
             coef = w.mul(-1.0 / w.shape[0]).unsqueeze(1)
             grad_mean = coef * z * inv_std * (1.0 - centre * centre)
-            grad_logstd = coef * (z * z - 1.0)
-            if policy.use_std_parameter:
-                grad_free = grad_logstd.sum(dim=0, keepdim=True).mul_(high - low).mul_(squashed * (1.0 - squashed))
-                grads = plain_backward(plain.layers, inputs, grad_mean) + [grad_free]
-            else:
-                grad_raw = grad_logstd.mul_(((raw >= low) & (raw <= high)).to(raw.dtype))
-                grad_features, grad_w, grad_b = side_head_backward(grad_raw, features, policy.logstd.weight)
-                grads = plain_backward(plain.layers, inputs, grad_mean, feature_grad=grad_features) + [grad_w, grad_b]
+            grads = normal_policy_grads(policy, plain, inputs, aux, grad_mean, coef * (z * z - 1.0))
             plain.step(grads)
         return loss
 

@@ -303,6 +303,7 @@ class CQL(SAC, config=CQLConfig):
         metrics = actor_temperature_step(
             m.policy, q, m.log_temp, m.actor_optim,
             m.temp_optim, batch.observations, -float(self._action_size),
+            self._plain_actor(self._plain_networks(batch.observations)),  # written out where it can be
         )
         soft_update(targ, q, float(cfg.tau))
         return {

@@ -58,12 +58,16 @@ def plain_backward_enabled(enabled: Optional[bool] = None) -> bool:
 
 
 def hook_free(modules: Iterable[nn.Module]) -> bool:
-    """No forward, pre-forward or backward hook on ``modules``, and no global
-    module hook (a hook expects the module to be called)."""
+    """No forward, pre-forward or backward hook on ``modules``, no gradient
+    hook on their own parameters (``Tensor.register_hook``,
+    ``register_post_accumulate_grad_hook``: autograd would call it), and no
+    global module hook (a hook expects the module to be called)."""
     if (_module_globals._global_forward_hooks or _module_globals._global_forward_pre_hooks
             or _module_globals._global_backward_hooks or _module_globals._global_backward_pre_hooks):
         return False
     return not any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                   or any(p is not None and (p._backward_hooks or p._post_accumulate_grad_hooks)
+                          for p in m._parameters.values())
                    for m in modules)
 
 

@@ -19,7 +19,13 @@ from offrl.algos.cql import CQLConfig, DiscreteCQLConfig
 from offrl.algos.dqn import DQNConfig
 from offrl.algos.sac import SACConfig
 from offrl.dataset import MDPDataset
-from offrl.models import QRQFunctionFactory, VectorEncoderFactory
+from offrl.models import QRQFunctionFactory, VectorEncoderFactory, plain_mlp
+
+
+@pytest.fixture(autouse=True)
+def _restore_switch():
+    yield
+    plain_mlp.plain_backward_enabled(True)
 
 
 # ---------------------------------------------------------------- continuous
@@ -39,6 +45,7 @@ def test_cql_losses_match_hand_computation(monkeypatch, soft_q_backup, small_enc
     monkeypatch.setattr(cql_module, "squashed_sample", fixed_sample)
     monkeypatch.setattr(sac_module, "squashed_sample", fixed_sample)
     monkeypatch.setattr(cql_module, "_uniform_actions", lambda batch, k, size, device: uniform.clone())
+    plain_mlp.plain_backward_enabled(False)  # the actor's step through autograd: the fixed sample above reaches it
     offrl.seed(0)
     config = CQLConfig(
         actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, gamma=gamma, n_action_samples=n,
@@ -95,6 +102,7 @@ def test_cql_losses_match_hand_computation(monkeypatch, soft_q_backup, small_enc
 
 def test_cql_evaluates_all_sampled_actions_in_one_critic_call(monkeypatch, small_encoder, hand_batch, build_algo):
     algo = build_algo(CQLConfig(actor_encoder_factory=small_encoder, critic_encoder_factory=small_encoder, n_action_samples=7))
+    plain_mlp.plain_backward_enabled(False)  # the actor's step through the critics' module call too (tests/algos/test_sac.py)
     q = algo.modules["q_function"]
     rows = []
     original = q.expected

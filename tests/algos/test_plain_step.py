@@ -1,5 +1,5 @@
 """DQN, DoubleDQN, NFQ, DiscreteCQL, DiscreteBCQ, DiscreteSAC, the DDPG family, AWAC, CRR, IQL's policy, BC,
-DiscreteBC and FQE with their backward
+DiscreteBC and FQE (SAC's and CQL's: tests/algos/test_sac.py) with their backward
 written out (``offrl.models.plain_mlp``): the same losses, gradients, weights
 and optimizer state as the autograd update, and autograd wherever the
 written-out step does not apply (other networks, hooks, bf16, clipping,
@@ -64,7 +64,7 @@ def counting_backward(monkeypatch) -> dict:
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac", "ddpg", "_common", "awac"):
+    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac", "ddpg", "_common"):
         monkeypatch.setattr(f"offrl.algos.{module}.plain_backward", counted)
     return calls
 
@@ -688,7 +688,8 @@ def test_advantage_weighted_hooks_and_other_networks_train_through_autograd(monk
 
 BF16_WRITTEN = [("DQN", make), ("DiscreteBCQ", make_bcq), ("DiscreteSAC", make_discrete_sac), ("BC", make_bc),
                 ("DiscreteBC", make_bc), ("TD3PlusBC", make_actor_critic), ("DDPG", make_actor_critic),
-                ("CRR", make_advantage_weighted), ("AWAC", make_advantage_weighted), ("IQL", make_advantage_weighted)]
+                ("CRR", make_advantage_weighted), ("AWAC", make_advantage_weighted), ("IQL", make_advantage_weighted),
+                ("SAC", make_actor_critic)]
 
 
 @pytest.mark.parametrize("name, factory", BF16_WRITTEN, ids=[n for n, _ in BF16_WRITTEN])

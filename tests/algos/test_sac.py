@@ -18,6 +18,12 @@ from offrl.algos.sac import SACConfig
 from offrl.models import SGDFactory, VectorEncoderFactory
 
 
+@pytest.fixture(autouse=True)
+def _restore_switch():
+    yield
+    plain_mlp.plain_backward_enabled(True)
+
+
 def test_defaults_mirror_d3rlpy():
     config = SACConfig()
     assert (config.batch_size, config.gamma, config.tau, config.n_critics) == (256, 0.99, 0.005, 2)
@@ -28,6 +34,8 @@ def test_defaults_mirror_d3rlpy():
 
 def test_losses_match_hand_computation(monkeypatch, small_encoder, hand_batch, fixed_sample, batch_tensors, build_algo):
     monkeypatch.setattr(sac_module, "squashed_sample", fixed_sample)
+    # autograd's step (the written-out one draws its own noise; it equals this step: the tests at the end)
+    plain_mlp.plain_backward_enabled(False)
     offrl.seed(0)
     gamma, tau, temp0 = 0.9, 0.1, 0.5
     config = SACConfig(
@@ -220,3 +228,73 @@ def test_a_hooked_temperature_or_a_gap_with_a_gradient_steps_through_autograd():
     gap = torch.ones(4, 1, requires_grad=True)
     temperature_step(plain, optim, gap)
     assert gap.grad is not None  # autograd's step: the gradient reached the gap too
+
+
+# ------------------------------------ SAC's critics and actor written out (CQL's actor and temperature too)
+SAC_WRITTEN = [("SAC", {}), ("SAC", {"n_critics": 3}), ("SAC", {"n_critics": 1}), ("SAC", {"temp_learning_rate": 0.0}),
+               ("SAC", {"initial_temperature": 0.05}), ("CQL", {"n_action_samples": 3})]
+
+
+@pytest.mark.parametrize("name, kwargs", SAC_WRITTEN)
+def test_sac_written_out_steps_follow_the_autograd_steps(name, kwargs, monkeypatch):
+    from test_plain_step import assert_same_weights_and_moments, continuous_batch, counting_backward, make_actor_critic, run_seeded
+
+    calls = counting_backward(monkeypatch)
+    plain = make_actor_critic(name, **kwargs)
+    with torch.no_grad():  # one log-std dimension beyond max_logstd: the clamp passes no gradient there
+        plain.modules["policy"].logstd.bias[0] = 3.0
+    assert plain._written_out_step_available() is (name == "SAC")  # CQL: the actor's step only
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(12)
+    for step, (a, b) in enumerate(run_seeded(plain, autograd, [continuous_batch(rng, 32, 5, 2) for _ in range(8)])):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), (step, k)
+    assert calls["n"] == (16 if name == "SAC" else 8)  # the critics' and the policy's each step (CQL: the policy's)
+    assert_same_weights_and_moments(plain, autograd)
+    grad = plain.modules["policy"].logstd.bias.grad
+    assert grad[0] == 0.0 and grad[1] != 0.0
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**16), n=st.integers(1, 40), hidden=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+       gamma=st.floats(0.0, 1.0), temperature=st.floats(0.01, 5.0), n_critics=st.integers(1, 4))
+def test_one_sac_step_equals_autograd_on_random_problems(seed, n, hidden, gamma, temperature, n_critics):
+    from test_plain_step import assert_one_step_matches, continuous_batch, make_actor_critic
+
+    plain = make_actor_critic("SAC", hidden=hidden, gamma=gamma, initial_temperature=temperature, n_critics=n_critics)
+    # the actor loss is a mean of alpha log pi - Q over rows of both signs: 1e-4 relative, as the other such tests
+    assert_one_step_matches(plain, continuous_batch(np.random.default_rng(seed), n, 5, 2), seeded=True, rtol=1e-4, atol=1e-5)
+
+
+def test_sac_hooks_and_other_networks_train_through_autograd(monkeypatch):
+    from test_plain_step import continuous_batch, counting_backward, make_actor_critic
+
+    calls = counting_backward(monkeypatch)
+    rng = np.random.default_rng(13)
+    batch = continuous_batch(rng, 8, 5, 2)
+    layer_norm = make_actor_critic("SAC", encoder=VectorEncoderFactory([16], use_layer_norm=True))
+    layer_norm.update(batch)
+    assert calls["n"] == 0 and not layer_norm._written_out_step_available()
+    algo = make_actor_critic("SAC")
+    algo.update(batch)
+    assert calls["n"] == 2
+    policy, q = algo.modules["policy"], algo.modules["q_function"]
+    for module, steps in [(policy.logstd, 1), (policy.mu, 1), (policy.encoder.mlp.layers[0], 1), (q.head, 0),
+                          (q.encoder.mlp.layers[0], 0)]:
+        seen = []
+        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
+        before = calls["n"]
+        algo.update(batch)
+        handle.remove()
+        # a hook on the policy: its step through autograd, the critics' written out; on the critics: both autograd's
+        assert calls["n"] - before == steps and seen, module
+    # a gradient hook on a parameter (gradient clipping by hooks, say): autograd must call it
+    for param, register, steps in [(q.head.weight, "register_hook", 0),
+                                   (policy.mu.bias, "register_post_accumulate_grad_hook", 1)]:
+        seen = []
+        handle = getattr(param, register)(lambda *args: seen.append(1))
+        before = calls["n"]
+        algo.update(batch)
+        handle.remove()
+        assert calls["n"] - before == steps and seen, register
