@@ -379,7 +379,7 @@ def test_a_loss_that_becomes_non_finite_in_bf16_names_the_precision(tmp_path):
     rng = np.random.default_rng(0)
     huge = MDPDataset(rng.normal(size=(64, 5)).astype(np.float32), rng.uniform(-1, 1, size=(64, 2)).astype(np.float32),
                       np.full(64, 1e30, dtype=np.float32), (np.arange(64) % 16 == 15).astype(np.float32))
-    algo = CONTINUOUS["iql"](batch_size=8, precision="bf16-mixed").create()
+    algo = CONTINUOUS["iql"](batch_size=64, precision="bf16-mixed").create()  # from its written-out threshold on: bf16
     with pytest.raises(NonFiniteLossError, match=r"precision='bf16-mixed'.*restored"):
         algo.fit(huge, 4, 2, logger_adapter=FileAdapterFactory(str(tmp_path)), show_progress=False)
     assert not list(tmp_path.rglob("*.d3"))  # nothing diverged was saved
@@ -417,7 +417,7 @@ def test_fqe_takes_the_precision_too():
         assert small.precision == "float32"  # FQE's step is written out too
 
 
-@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql", "discrete_bcq", "discrete_sac", "td3_plus_bc", "sac"])
+@pytest.mark.parametrize("name", ["bc", "dqn", "discrete_cql", "discrete_bcq", "discrete_sac", "td3_plus_bc", "sac", "iql"])
 def test_small_batches_run_the_written_out_float32_step(name):
     """Below WRITTEN_OUT_FASTER_BELOW rows on the CPU (an algorithm's own
     measured size where it has one), an algorithm whose float32 step has its
@@ -428,7 +428,7 @@ def test_small_batches_run_the_written_out_float32_step(name):
 
     precision._WARNED.clear()
     below = type(ALL[name]().create())._written_out_faster_below
-    assert below == {"discrete_sac": 64, "td3_plus_bc": 64, "sac": 64}.get(name, precision.WRITTEN_OUT_FASTER_BELOW)
+    assert below == {"discrete_sac": 64, "td3_plus_bc": 64, "sac": 64, "iql": 64}.get(name, precision.WRITTEN_OUT_FASTER_BELOW)
     small = ALL[name](precision="bf16-mixed", batch_size=below - 1).create()
     assert small.precision == "bf16-mixed"  # not built: no step yet
     small.build_with_dataset(_dataset(name in DISCRETE))
@@ -436,7 +436,7 @@ def test_small_batches_run_the_written_out_float32_step(name):
         assert small.precision == "float32"
     batch = _dataset(name in DISCRETE).sample_transition_batch(16)
     dtypes = []
-    actor_critic = name in ("discrete_sac", "td3_plus_bc", "sac")
+    actor_critic = name in ("discrete_sac", "td3_plus_bc", "sac", "iql")
     hook = small.modules["policy" if name == "bc" or actor_critic else "q_function"].encoder
     (hook if name == "bc" or actor_critic else hook.encoder).register_forward_hook(
         lambda m, i, out: dtypes.append(out.dtype))
@@ -449,7 +449,7 @@ def test_small_batches_run_the_written_out_float32_step(name):
     encoders = ({"actor_encoder_factory": normalised, "critic_encoder_factory": normalised} if actor_critic
                 else {"encoder_factory": normalised})
     config = {"bc": BCConfig, "dqn": DQNConfig, "discrete_cql": DiscreteCQLConfig, "discrete_bcq": DiscreteBCQConfig,
-              "discrete_sac": DiscreteSACConfig, "td3_plus_bc": TD3PlusBCConfig, "sac": SACConfig}[name]
+              "discrete_sac": DiscreteSACConfig, "td3_plus_bc": TD3PlusBCConfig, "sac": SACConfig, "iql": IQLConfig}[name]
     other = config(precision="bf16-mixed", batch_size=32, **encoders).create()
     other.build_with_dataset(_dataset(name in DISCRETE))
     assert other.precision == "bf16-mixed"

@@ -216,3 +216,52 @@ def test_copy_q_function_and_policy_between_iql_instances(small_encoder, build_a
     b.copy_q_function_from(a)
     np.testing.assert_array_equal(a.predict(x), b.predict(x))
     np.testing.assert_array_equal(a.predict_value(x, actions), b.predict_value(x, actions))
+
+
+# ------------------------------------------- the critics' and V's step written out (tests/algos/test_plain_step.py)
+@pytest.fixture
+def restore_switch():
+    from offrl.models import plain_mlp
+
+    yield plain_mlp
+    plain_mlp.plain_backward_enabled(True)
+
+
+@pytest.mark.parametrize("kwargs", [{"n_critics": 1}, {"n_critics": 3, "expectile": 0.9}])
+def test_iql_written_out_critic_and_value_steps_follow_the_autograd_steps(kwargs, restore_switch, monkeypatch):
+    from test_plain_step import assert_same_weights_and_moments, continuous_batch, counting_backward, make_advantage_weighted, run_seeded
+
+    calls = counting_backward(monkeypatch)
+    plain = make_advantage_weighted("IQL", **kwargs)
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(14)
+    for step, (a, b) in enumerate(run_seeded(plain, autograd, [continuous_batch(rng, 32, 5, 2) for _ in range(6)])):
+        for k in a:
+            assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), (step, k)
+    assert calls["n"] == 18  # the critics', V's and the policy's, each step
+    assert_same_weights_and_moments(plain, autograd)
+
+
+def test_iql_other_value_networks_and_hooks_train_through_autograd(restore_switch, monkeypatch):
+    from test_plain_step import continuous_batch, counting_backward, make_advantage_weighted
+
+    calls = counting_backward(monkeypatch)
+    batch = continuous_batch(np.random.default_rng(15), 8, 5, 2)
+    normalised = make_advantage_weighted("IQL", value_encoder_factory=VectorEncoderFactory([16], use_layer_norm=True))
+    normalised.update(batch)
+    assert calls["n"] == 1 and not normalised._written_out_step_available()  # the policy's step only
+    algo = make_advantage_weighted("IQL")
+    before = calls["n"]
+    algo.update(batch)
+    assert calls["n"] - before == 3
+    value, q = algo.modules["value_function"], algo.modules["q_function"]
+    for module in (value.fc, value.encoder.mlp.layers[0], q.head):
+        seen = []
+        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
+        before = calls["n"]
+        algo.update(batch)
+        handle.remove()
+        assert calls["n"] - before == 1 and seen, module  # one optimizer: the critics and V both through autograd
+    before = calls["n"]
+    algo.update(batch)
+    assert calls["n"] - before == 3

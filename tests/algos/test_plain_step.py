@@ -64,7 +64,7 @@ def counting_backward(monkeypatch) -> dict:
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac", "ddpg", "_common"):
+    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac", "ddpg", "_common", "iql"):
         monkeypatch.setattr(f"offrl.algos.{module}.plain_backward", counted)
     return calls
 
@@ -640,14 +640,16 @@ def test_advantage_weighted_written_out_steps_follow_the_autograd_steps(name, kw
     if name == "CRR":  # one log-std dimension beyond max_logstd: the clamp passes no gradient there
         with torch.no_grad():
             plain.modules["policy"].logstd.bias[0] = 3.0
-    assert plain._written_out_step_available() is (name != "IQL")  # IQL: its policy's step only
+    assert plain._written_out_step_available()
     autograd = copy.deepcopy(plain)
     rng = np.random.default_rng(9)
     for step, (a, b) in enumerate(run_seeded(plain, autograd, [continuous_batch(rng, 32, 5, 2) for _ in range(8)])):
         assert a.keys() == b.keys()
         for k in a:
             assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), (step, k)
-    assert calls["n"] == (8 if name == "IQL" else 16)  # the policy's each step, and the critics' but IQL's
+    assert calls["n"] == (24 if name == "IQL" else 16)  # the policy's and the critics' each step (IQL: and V's)
+    if name == "IQL":  # the critics' and V's step: one fused Adam call over their shared optimizer's parameters
+        assert plain._plain_critics_and_value()[3]._fusable
     assert_same_weights_and_moments(plain, autograd)
     if name == "CRR":
         assert plain.modules["policy"].logstd.bias.grad[0] == 0.0 and plain.modules["policy"].logstd.bias.grad[1] != 0.0
