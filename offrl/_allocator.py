@@ -16,6 +16,8 @@ heap; the numbers computed are the same, the peak resident memory too
 training stays with the process until it exits (``malloc_trim(0)``
 returns it).
 
+CQL and CalQL, BEAR and BCQ call it when built for the CPU (their updates
+pass many sampled actions per state through the networks; docs/COMPATIBILITY.md).
 :func:`retain_freed_memory` does this once per process, on Linux with
 glibc, unless the user chose the thresholds through glibc's own
 ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` variables or opted

@@ -36,14 +36,28 @@ def test_applied_once_on_glibc(fresh, monkeypatch):
     assert _allocator.retain_freed_memory() is glibc
 
 
-def test_cql_build_on_cpu_retains_freed_memory(fresh):
+@pytest.mark.parametrize("name", ["CQLConfig", "CalQLConfig", "BEARConfig", "BCQConfig"])
+def test_sampled_action_algorithms_built_on_cpu_retain_freed_memory(fresh, name):
     import numpy as np
 
-    from offrl.algos import CQLConfig
+    import offrl
     from offrl.dataset import MDPDataset
 
     rng = np.random.default_rng(0)
     dataset = MDPDataset(rng.standard_normal((20, 3)).astype(np.float32), rng.uniform(-1, 1, (20, 1)).astype(np.float32),
                          np.ones(20, np.float32), np.r_[np.zeros(19), 1.0].astype(np.float32))
-    CQLConfig().create(device="cpu").build_with_dataset(dataset)
+    getattr(offrl.algos, name)().create(device="cpu").build_with_dataset(dataset)
     assert _allocator._STATE["done"]
+
+
+def test_other_algorithms_leave_malloc_alone(fresh):
+    import numpy as np
+
+    from offrl.algos import SACConfig
+    from offrl.dataset import MDPDataset
+
+    rng = np.random.default_rng(0)
+    dataset = MDPDataset(rng.standard_normal((20, 3)).astype(np.float32), rng.uniform(-1, 1, (20, 1)).astype(np.float32),
+                         np.ones(20, np.float32), np.r_[np.zeros(19), 1.0].astype(np.float32))
+    SACConfig().create(device="cpu").build_with_dataset(dataset)
+    assert not _allocator._STATE["done"]

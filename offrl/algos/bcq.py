@@ -53,6 +53,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from .._allocator import retain_freed_memory
 from ..constants import ActionSpace
 from ..models.encoders import compute_output_size
 from ..models.layers import float32_head
@@ -240,6 +241,10 @@ class BCQ(QLearningAlgoBase, config=BCQConfig):
 
     def _build(self, observation_shape, action_size: int) -> BCQModules:
         cfg = self._config
+        if self._device.type == "cpu":
+            # n_action_samples candidate actions per state through the critics: ~10-20 MB activations freed and
+            # allocated anew every step (offrl._allocator; bf16-mixed 1.3x measured)
+            retain_freed_memory()
         latent_size = 2 * action_size
         vae = create_conditional_vae(cfg.imitator_encoder_factory, observation_shape, action_size, latent_size)
         policy = create_perturbation_actor(cfg.actor_encoder_factory, observation_shape, action_size, float(cfg.action_flexibility))
