@@ -9,15 +9,15 @@ medians of per-round ratios):
 
 1. **Written out against autograd**: sample + ``update`` of each algorithm
    whose step can be written out (``offrl.models.plain_mlp``; DiscreteBCQ with
-   its imitator on the shared encoder; DDPG, TD3, TD3PlusBC, PRDC and the
-   critic of PLAS past its warm-up; AWAC and CRR, and IQL's policy; SAC, and
+   its imitator on the shared encoder; DDPG, TD3, TD3PlusBC, PRDC, and PLAS
+   and PLASWithPerturbation past their warm-up; AWAC and CRR, and IQL's policy; SAC, and
    CQL's actor and temperature; IQL's critics and value function), at its default
    config on ``algos.py``'s data, with the written-out step and with
    ``plain_backward_enabled(False)`` (autograd's step, the same maths);
    FQE and DiscreteFQE evaluate an IQL / DQN policy as in ``ope.py``.
 2. **bf16-mixed against the written-out float32 step** at 32, 64, 128 and
    256 rows (DQN, DiscreteCQL, DiscreteBCQ, DiscreteSAC, BC, TD3PlusBC, CRR,
-   AWAC, SAC, IQL): the measurement behind
+   AWAC, SAC, IQL, PLAS, PLASWithPerturbation): the measurement behind
    ``offrl.training.precision.WRITTEN_OUT_FASTER_BELOW`` and the
    algorithms' own thresholds; bf16-mixed as it runs from its threshold on
    (autocast, and the written-out passes with bf16 products), and autocast
@@ -43,9 +43,10 @@ from _harness import (FULL, QUICK, add_common_args, check_threads, loop, paired_
 from _specs import SPECS, prepare_offrl
 
 WRITTEN_OUT = ["DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBCQ", "DiscreteSAC", "BC", "DiscreteBC", "FQE", "DiscreteFQE",
-               "DDPG", "TD3", "TD3PlusBC", "PRDC", "PLAS", "AWAC", "CRR", "IQL", "SAC", "CQL"]
+               "DDPG", "TD3", "TD3PlusBC", "PRDC", "PLAS", "PLASWithPerturbation", "AWAC", "CRR", "IQL", "SAC", "CQL"]
 BF16_ROWS = [32, 64, 128, 256]
-BF16_ALGOS = ["DQN", "DiscreteCQL", "DiscreteBCQ", "DiscreteSAC", "BC", "TD3PlusBC", "CRR", "AWAC", "SAC", "IQL"]
+BF16_ALGOS = ["DQN", "DiscreteCQL", "DiscreteBCQ", "DiscreteSAC", "BC", "TD3PlusBC", "CRR", "AWAC", "SAC", "IQL", "PLAS",
+              "PLASWithPerturbation"]
 ONE_COLUMN = ["SAC", "TD3PlusBC", "IQL", "CQL"]
 #: algos.py's data for each algorithm (FQE: the evaluated policy's)
 DATA = {"DoubleDQN": "DQN", "DiscreteBC": "DQN", "FQE": "IQL", "DiscreteFQE": "DQN"}

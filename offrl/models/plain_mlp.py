@@ -39,7 +39,7 @@ from .layers import EnsembleLinear, Linear, ensemble_linear, ensemble_linear_bac
 from .torch.encoders import VectorEncoder, VectorEncoderWithAction
 
 __all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_head", "plain_forward", "plain_output",
-           "plain_backward", "plain_input_grad", "plain_backward_enabled", "plain_step_allowed", "hook_free",
+           "plain_backward", "plain_backward_with_input_grad", "plain_input_grad", "plain_backward_enabled", "plain_step_allowed", "hook_free",
            "plain_products", "side_head", "side_head_backward"]
 
 #: ``(weight, bias)`` of each linear layer in order, the head last; ReLU between them
@@ -233,7 +233,6 @@ def side_head_backward(grad: torch.Tensor, features: torch.Tensor, weight: torch
     return linear_backward(grad, features, weight)
 
 
-@_own_products
 def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor,
                    feature_grad: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
     """The parameters' gradients (weight then bias of each layer, in
@@ -243,6 +242,21 @@ def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.
     ``feature_grad``: the gradient reaching the head's input (the encoder's
     features, ``inputs[-1]``) from other consumers (a side head reading the
     same features), added to the head's own."""
+    return _backward(layers, inputs, grad, feature_grad, False)[0]
+
+
+def plain_backward_with_input_grad(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor
+                                   ) -> Tuple[List[torch.Tensor], torch.Tensor]:
+    """:func:`plain_backward` of a network that is not an ensemble, and the
+    gradient with respect to its input ``inputs[0]`` (float32) from the same
+    pass (a network whose input depends on another trained network's
+    output, as a perturbation actor's action)."""
+    return _backward(layers, inputs, grad, None, True)  # type: ignore[return-value]
+
+
+@_own_products
+def _backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tensor, feature_grad: Optional[torch.Tensor],
+              want_input: bool) -> Tuple[List[torch.Tensor], Optional[torch.Tensor]]:
     grads: List[torch.Tensor] = []
     last = len(layers) - 1
     backward = ensemble_linear_backward if layers[0][0].dim() == 3 else linear_backward
@@ -251,13 +265,15 @@ def plain_backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.
         weight = layers[i][0]
         if dtype is not None and i < last:  # a hidden layer of a plain_products step: as its forward ran
             weight, grad = _cast(weight, dtype), grad.to(dtype)
-        grad_x, grad_w, grad_b = backward(grad, inputs[i], weight, input_grad=i > 0)
+        grad_x, grad_w, grad_b = backward(grad, inputs[i], weight, input_grad=i > 0 or want_input)
         grads += [grad_b, grad_w] if grad_w.dtype == torch.float32 else [grad_b.float(), grad_w.float()]
         if i > 0:
             if i == last and feature_grad is not None:
                 grad_x = grad_x.add_(feature_grad)
             grad = torch.ops.aten.threshold_backward(grad_x, inputs[i], 0)
-    return grads[::-1]
+    if want_input and grad_x.dtype != torch.float32:
+        grad_x = grad_x.float()
+    return grads[::-1], grad_x if want_input else None
 
 
 @_own_products

@@ -33,14 +33,16 @@ Where an algorithm's step has its backward written out on the CPU
 (:mod:`offrl.models.plain_mlp`: DQN, DoubleDQN, NFQ, DiscreteCQL,
 DiscreteBCQ, FQE, DiscreteFQE, BC and DiscreteBC with plain ReLU MLPs;
 DiscreteSAC's, DDPG's, TD3's, TD3PlusBC's, PRDC's, AWAC's, CRR's and SAC's
-policy and critics; IQL's policy, critics and value function; the critics
-of ReBRAC and the PLAS family, CQL's and CalQL's policy), a
+policy and critics; IQL's policy, critics and value function; the PLAS
+family's latent policy (through the decoder; PLASWithPerturbation's
+perturbation actor too) and critics; ReBRAC's critics, CQL's and CalQL's
+policy), a
 bf16-mixed step runs those passes too, their hidden products in bf16
 (:func:`~offrl.models.plain_mlp.plain_products`: the same products as
 autocast's, without autograd), and the rest of the step under autocast.
 Below :data:`WRITTEN_OUT_FASTER_BELOW` rows (an algorithm's own measured
-size where it has one: 64 for the DDPG family, DiscreteSAC, SAC and IQL,
-32 for AWAC, 100 for CRR) the casts cost more than bf16's products save
+size where it has one: 64 for the DDPG family (the PLAS family's included),
+DiscreteSAC, SAC and IQL, 32 for AWAC, 100 for CRR) the casts cost more than bf16's products save
 and the float32 written-out step is the faster, so ``"bf16-mixed"`` warns
 once and trains in float32 there.
 

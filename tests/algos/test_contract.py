@@ -391,7 +391,7 @@ BF16_CASES = [(name, kind, discrete) for name, kind, discrete in CASES
 
 #: algorithms whose float32 step is written out for plain networks: bf16-mixed runs that step below this many rows
 WRITTEN_OUT = {"dqn", "double_dqn", "nfq", "discrete_cql", "discrete_bcq", "discrete_sac", "bc", "discrete_bc", "fqe", "discrete_fqe",
-               "ddpg", "td3", "td3_plus_bc", "prdc", "awac", "crr", "sac", "iql"}
+               "ddpg", "td3", "td3_plus_bc", "prdc", "awac", "crr", "sac", "iql", "plas", "plas_with_perturbation"}
 
 
 def _bf16_batch(name: str, config) -> None:

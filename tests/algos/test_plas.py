@@ -8,9 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import offrl
 from offrl.algos.plas import MAX_LATENT, PLAS, PLASConfig, PLASWithPerturbation, PLASWithPerturbationConfig
+from offrl.models import VectorEncoderFactory
 
 TARGETS = ("targ_q_function", "targ_policy")
 
@@ -161,3 +164,95 @@ def test_learns_the_one_step_problem(cls, fit_one_step_problem):
                                                    batch_size=64, warmup_steps=500, actor_learning_rate=1e-3,
                                                    imitator_learning_rate=1e-3), 0, 1500)
     assert abs(float(np.mean(actions)) - 0.5) < 0.15
+
+
+# ------------------------------ PLAS's latent policy written out through the decoder (tests/algos/test_plain_step.py)
+@pytest.fixture
+def restore_switch():
+    from offrl.models import plain_mlp
+
+    yield plain_mlp
+    plain_mlp.plain_backward_enabled(True)
+
+
+@pytest.mark.parametrize("name, kwargs", [("PLAS", {}), ("PLAS", {"n_critics": 3, "lam": 0.3}), ("PLASWithPerturbation", {}),
+                                          ("PLASWithPerturbation", {"action_flexibility": 0.8})])
+def test_plas_written_out_actor_step_follows_the_autograd_step(name, kwargs, restore_switch, monkeypatch):
+    import copy
+
+    from test_plain_step import assert_same_weights_and_moments, continuous_batch, counting_backward, make_actor_critic, run_seeded
+
+    calls = counting_backward(monkeypatch)
+    original = restore_switch.plain_backward
+
+    def counted(*args, **kw):
+        calls["n"] += 1
+        return original(*args, **kw)
+
+    monkeypatch.setattr("offrl.algos.plas.plain_backward", counted)
+    plain = make_actor_critic(name, warmup_steps=2, imitator_encoder_factory=VectorEncoderFactory([32, 16]), **kwargs)
+    assert plain._written_out_step_available()
+    if kwargs.get("action_flexibility") == 0.8:  # decoded actions near 1: many perturbed ones clipped
+        with torch.no_grad():
+            plain.modules["vae"].decoder.fc.bias[0] = 3.0
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(16)
+    for step, (a, b) in enumerate(run_seeded(plain, autograd, [continuous_batch(rng, 32, 5, 2) for _ in range(7)])):
+        for k in a:
+            assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), (step, k)
+    # past the two warm-up steps: the critics' and the latent policy's (the perturbation actor's beside it), each step
+    assert calls["n"] == 10
+    assert_same_weights_and_moments(plain, autograd)
+    if kwargs.get("action_flexibility") == 0.8:  # some perturbed actions clipped at +-1: the mask was exercised
+        with torch.no_grad():
+            obs = torch.as_tensor(continuous_batch(rng, 256, 5, 2).observations)
+            decoded = plain.modules["vae"].decode(obs, MAX_LATENT * plain.modules["policy"](obs))
+            clipped = plain.modules["perturbation"](obs, decoded).abs() == 1.0
+            assert clipped.any() and not clipped.all()
+
+
+def test_plas_hooked_decoder_and_perturbation_keep_autograd_for_the_actor(restore_switch, monkeypatch):
+    from test_plain_step import continuous_batch, counting_backward, make_actor_critic
+
+    calls = counting_backward(monkeypatch)
+    original = restore_switch.plain_backward
+
+    def counted(*args, **kw):
+        calls["n"] += 1
+        return original(*args, **kw)
+
+    monkeypatch.setattr("offrl.algos.plas.plain_backward", counted)
+    batch = continuous_batch(np.random.default_rng(17), 8, 5, 2)
+    algo = make_actor_critic("PLAS", warmup_steps=0, imitator_encoder_factory=VectorEncoderFactory([16]))
+    algo.update(batch)
+    assert calls["n"] == 2
+    decoder = algo.modules["vae"].decoder
+    for module in (decoder.fc, decoder.encoder.mlp.layers[0]):
+        seen = []
+        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
+        before = calls["n"]
+        algo.update(batch)
+        handle.remove()
+        assert calls["n"] - before == 1 and seen, module  # the critics' written out, the actor through autograd
+    perturbed = make_actor_critic("PLASWithPerturbation", warmup_steps=0, imitator_encoder_factory=VectorEncoderFactory([16]))
+    assert perturbed._written_out_step_available()
+    perturbed.update(batch)
+    handle = perturbed.modules["perturbation"].fc.register_forward_hook(lambda m, inputs, output: None)
+    before = calls["n"]
+    perturbed.update(batch)
+    handle.remove()
+    assert calls["n"] - before == 1  # a hooked perturbation actor: the actor through autograd
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.sampled_from(["PLAS", "PLASWithPerturbation"]), seed=st.integers(0, 2**16), n=st.integers(1, 40),
+       hidden=st.lists(st.integers(1, 40), min_size=1, max_size=3), flexibility=st.floats(0.0, 1.0), bias=st.floats(-3.0, 3.0))
+def test_one_plas_step_equals_autograd_on_random_problems(name, seed, n, hidden, flexibility, bias):
+    from test_plain_step import assert_one_step_matches, continuous_batch, make_actor_critic
+
+    kwargs = {"action_flexibility": flexibility} if name == "PLASWithPerturbation" else {}
+    plain = make_actor_critic(name, hidden=hidden, warmup_steps=0, imitator_encoder_factory=VectorEncoderFactory(hidden),
+                              **kwargs)
+    with torch.no_grad():  # decoded actions anywhere in (-1, 1), and perturbed ones clipped at times
+        plain.modules["vae"].decoder.fc.bias.fill_(bias)
+    assert_one_step_matches(plain, continuous_batch(np.random.default_rng(seed), n, 5, 2), seeded=True, rtol=1e-4, atol=1e-5)
