@@ -55,7 +55,7 @@ from ..models.policies import NormalPolicy, squashed_sample
 from ..models.q_functions import MeanQFunctionFactory, QFunction, QFunctionFactory
 from ..models.vae import ConditionalVAE, create_conditional_vae, repeat_observations
 from ..serialization import register
-from ._common import critic_step, no_param_grads, optimizer_step, soft_update, td_target
+from ._common import critic_step, no_param_grads, optimizer_step, plain_critic_step, soft_update, td_target
 from .bcq import FixedNoise, best_candidate, soft_clipped_max
 from .config import (
     NON_NEGATIVE,
@@ -266,7 +266,11 @@ class BEAR(SAC, config=BEARConfig):
             rows = torch.arange(next_actions.shape[0], device=next_actions.device)
             next_value = next_value - log_temp() * next_log_probs[rows, best].unsqueeze(-1)
             target = td_target(batch.rewards, next_value, batch.terminals, cfg.gamma, batch.intervals)
-        critic_loss = critic_step(q, m.critic_optim, batch, target)
+        plain = self._plain_networks(batch.observations)  # SAC's: the critics' step written out where it can be
+        if plain is None:
+            critic_loss = critic_step(q, m.critic_optim, batch, target)
+        else:
+            critic_loss = plain_critic_step(q, plain[1], plain[2], batch, target)
 
         distance = self._mmd(batch.observations)  # (B,)
         alpha = log_alpha()

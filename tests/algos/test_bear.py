@@ -241,3 +241,28 @@ def test_bear_learns_the_one_step_problem(fit_one_step_problem):
         n_action_samples=20, batch_size=64, warmup_steps=200, actor_learning_rate=1e-3, critic_learning_rate=1e-3,
     ), seed=0, n_steps=1000)
     assert abs(float(np.median(actions)) - 0.5) < 0.15
+
+
+def test_bear_written_out_critic_step_follows_the_autograd_step(monkeypatch):
+    """BEAR's critics step with their backward written out where they are
+    plain ReLU MLPs on the CPU (SAC's critic step, tests/algos/test_sac.py):
+    the same losses, weights and optimizer state as autograd's step."""
+    from test_plain_step import assert_same_weights_and_moments, continuous_batch, counting_backward, make_actor_critic, run_seeded
+
+    from offrl.models import VectorEncoderFactory, plain_mlp
+
+    calls = counting_backward(monkeypatch)
+    plain = make_actor_critic("BEAR", imitator_encoder_factory=VectorEncoderFactory([16]), n_target_samples=3,
+                              n_action_samples=3, warmup_steps=2)
+    assert not plain._written_out_step_available()  # its actor and imitator steps are autograd's
+    autograd = copy.deepcopy(plain)
+    rng = np.random.default_rng(5)
+    try:
+        pairs = run_seeded(plain, autograd, [continuous_batch(rng, 16, 5, 2) for _ in range(5)])
+    finally:
+        plain_mlp.plain_backward_enabled(True)
+    for step, (a, b) in enumerate(pairs):
+        for k in a:
+            assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-5, abs=1e-6), (step, k)
+    assert calls["n"] == 5  # the critics' step, each update
+    assert_same_weights_and_moments(plain, autograd)
