@@ -17,7 +17,7 @@ from ..optimizers.optimizers import DirectStep
 __all__ = [
     "soft_update", "hard_update", "expectile_loss", "td_target", "freeze", "no_param_grads", "optimizer_step",
     "critic_step", "plain_critic", "plain_critic_step", "plain_normal_policy", "normal_policy_forward",
-    "normal_policy_grads",
+    "normal_policy_grads", "plain_encoder_head", "shared_direct_step",
 ]
 
 
@@ -201,3 +201,21 @@ def normal_policy_grads(policy: nn.Module, plain: PlainNetwork, inputs: List[tor
     grad_raw = grad_logstd.mul_(((aux >= low) & (aux <= high)).to(aux.dtype))
     grad_features, grad_w, grad_b = side_head_backward(grad_raw, inputs[-1], policy.logstd.weight)
     return plain_backward(plain.layers, inputs, grad_mean, feature_grad=grad_features) + [grad_w, grad_b]
+
+
+def plain_encoder_head(module: nn.Module, optim: Any, kind: type) -> PlainNetwork:
+    """``module`` (of type ``kind``: an ``encoder`` then a linear ``fc``
+    head, as a value function or a perturbation actor) as a plain ReLU MLP
+    trained by ``optim`` (``layers`` None where it is not one)."""
+    if type(module) is not kind:
+        return PlainNetwork(module, optim, None, [], None)
+    return PlainNetwork.create(module, module.encoder, module.fc, optim, called=(module, module.fc))
+
+
+def shared_direct_step(optim: Any, *networks: PlainNetwork) -> Optional[DirectStep]:
+    """One optimizer step taking the gradients of ``networks`` in order (the
+    parameters of one optimizer built over them, as IQL's critics and value
+    function), or None where one of them is not plain."""
+    if any(n.step is None for n in networks):
+        return None
+    return DirectStep(optim, [p for n in networks for p in n.step.params])

@@ -45,7 +45,8 @@ from ..models.policies import NormalPolicy, ValueFunction
 from ..models.q_functions import MeanQFunctionFactory, QFunction
 from ..serialization import register
 from ..optimizers.optimizers import DirectStep
-from ._common import expectile_loss, freeze, optimizer_step, plain_critic, soft_update, td_target
+from ._common import (expectile_loss, freeze, optimizer_step, plain_critic, plain_encoder_head, shared_direct_step,
+                      soft_update, td_target)
 from .awac import AdvantageWeightedBase
 from .config import NON_NEGATIVE, POSITIVE, POSITIVE_INT, UNIT_INTERVAL_OPEN_LOW, LearnableConfig, between, instance_of, param
 
@@ -154,13 +155,8 @@ class IQL(AdvantageWeightedBase, config=IQLConfig):
         if (held is None or not held[0].matches(m.q_function, m.critic_optim)
                 or not held[2].matches(m.value_function, m.critic_optim)):
             critic, encoder = plain_critic(m.q_function, m.critic_optim)
-            v = m.value_function
-            value = (PlainNetwork.create(v, v.encoder, v.fc, m.critic_optim, called=(v, v.fc)) if type(v) is ValueFunction
-                     else PlainNetwork(v, m.critic_optim, None, [], None))
-            step = None
-            if critic.step is not None and value.step is not None:
-                step = DirectStep(m.critic_optim, critic.step.params + value.step.params)
-            held = self._plain_qv = (critic, encoder, value, step)
+            value = plain_encoder_head(m.value_function, m.critic_optim, ValueFunction)
+            held = self._plain_qv = (critic, encoder, value, shared_direct_step(m.critic_optim, critic, value))
         return held
 
     def _written_out_step_available(self) -> bool:

@@ -56,7 +56,7 @@ from ..optimizers.optimizers import DirectStep
 from ..models.policies import DeterministicPolicy
 from ..models.vae import ConditionalVAE, VAEDecoder, create_conditional_vae
 from ..serialization import register
-from ._common import freeze, no_param_grads, optimizer_step, soft_update
+from ._common import freeze, no_param_grads, optimizer_step, plain_encoder_head, shared_direct_step, soft_update
 from .actor_critic import ImitatorActorCriticConfig
 from .config import (
     NON_NEGATIVE,
@@ -249,13 +249,8 @@ class PLAS(DDPG, config=PLASConfig):
         m = self._modules
         held = self.__dict__.get("_plain_pert")
         if held is None or not held[0].matches(m.perturbation, m.actor_optim) or held[2] is not actor:
-            p = m.perturbation
-            pert = (PlainNetwork.create(p, p.encoder, p.fc, m.actor_optim, called=(p, p.fc)) if type(p) is PerturbationActor
-                    else PlainNetwork(p, m.actor_optim, None, [], None))
-            step = None
-            if actor.step is not None and pert.step is not None:
-                step = DirectStep(m.actor_optim, actor.step.params + pert.step.params)
-            held = self._plain_pert = (pert, step, actor)
+            pert = plain_encoder_head(m.perturbation, m.actor_optim, PerturbationActor)
+            held = self._plain_pert = (pert, shared_direct_step(m.actor_optim, actor, pert), actor)
         return held[0], held[1]
 
     def _written_out_step_available(self) -> bool:

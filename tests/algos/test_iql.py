@@ -243,7 +243,7 @@ def test_iql_written_out_critic_and_value_steps_follow_the_autograd_steps(kwargs
 
 
 def test_iql_other_value_networks_and_hooks_train_through_autograd(restore_switch, monkeypatch):
-    from test_plain_step import continuous_batch, counting_backward, make_advantage_weighted
+    from test_plain_step import assert_hooks_route, continuous_batch, counting_backward, make_advantage_weighted
 
     calls = counting_backward(monkeypatch)
     batch = continuous_batch(np.random.default_rng(15), 8, 5, 2)
@@ -255,13 +255,8 @@ def test_iql_other_value_networks_and_hooks_train_through_autograd(restore_switc
     algo.update(batch)
     assert calls["n"] - before == 3
     value, q = algo.modules["value_function"], algo.modules["q_function"]
-    for module in (value.fc, value.encoder.mlp.layers[0], q.head):
-        seen = []
-        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
-        before = calls["n"]
-        algo.update(batch)
-        handle.remove()
-        assert calls["n"] - before == 1 and seen, module  # one optimizer: the critics and V both through autograd
+    # one optimizer: the critics and V both through autograd, the policy's step written out
+    assert_hooks_route(algo, batch, calls, [(value.fc, 1), (value.encoder.mlp.layers[0], 1), (q.head, 1)])
     before = calls["n"]
     algo.update(batch)
     assert calls["n"] - before == 3

@@ -64,9 +64,22 @@ def counting_backward(monkeypatch) -> dict:
         calls["n"] += 1
         return original(*args, **kwargs)
 
-    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac", "ddpg", "_common", "iql"):
+    for module in ("dqn", "cql", "bc", "bcq", "discrete_sac", "ddpg", "_common", "iql", "plas"):
         monkeypatch.setattr(f"offrl.algos.{module}.plain_backward", counted)
     return calls
+
+
+def assert_hooks_route(algo, batch, calls: dict, cases) -> None:
+    """For each ``(module, written)`` of ``cases``: one update of ``algo``
+    with a forward hook on ``module`` runs ``written`` written-out backward
+    passes (the rest through autograd) and calls the hook."""
+    for module, written in cases:
+        seen = []
+        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
+        before = calls["n"]
+        algo.update(batch)
+        handle.remove()
+        assert calls["n"] - before == written and seen, module
 
 
 def run_both(plain, autograd, batches):
@@ -611,14 +624,8 @@ def test_ddpg_family_hooks_and_other_networks_train_through_autograd(monkeypatch
     algo.update(batch)
     assert calls["n"] == 2
     q = algo.modules["q_function"]
-    for module, steps in [(q.head, 0), (q.encoder.mlp.layers[0], 0), (algo.modules["policy"].fc, 1)]:
-        seen = []
-        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
-        before = calls["n"]
-        algo.update(batch)
-        handle.remove()
-        # a hook on a critic: both steps through autograd; on the policy: its step only (the critics' written out)
-        assert calls["n"] - before == steps and seen, module
+    # a hook on a critic: both steps through autograd; on the policy: its step only (the critics' written out)
+    assert_hooks_route(algo, batch, calls, [(q.head, 0), (q.encoder.mlp.layers[0], 0), (algo.modules["policy"].fc, 1)])
 
 
 # ---------------------------------------------------- AWAC, CRR, IQL's policy
@@ -677,15 +684,9 @@ def test_advantage_weighted_hooks_and_other_networks_train_through_autograd(monk
     algo.update(batch)
     assert calls["n"] == 2
     policy, q = algo.modules["policy"], algo.modules["q_function"]
-    for module, written in [(policy.logstd, "critics"), (policy.mu, "critics"), (policy.encoder.mlp.layers[0], "critics"),
-                            (q.encoder.encoder.mlp.layers[0], "policy")]:
-        seen = []
-        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
-        before = calls["n"]
-        algo.update(batch)
-        handle.remove()
-        # a hook on the policy: its step through autograd, the critics' written out; on the critics: the other way
-        assert calls["n"] - before == 1 and seen, (module, written)
+    # a hook on the policy: its step through autograd, the critics' written out; on the critics: the other way
+    assert_hooks_route(algo, batch, calls, [(policy.logstd, 1), (policy.mu, 1), (policy.encoder.mlp.layers[0], 1),
+                                            (q.encoder.encoder.mlp.layers[0], 1)])
 
 
 BF16_WRITTEN = [("DQN", make), ("DiscreteBCQ", make_bcq), ("DiscreteSAC", make_discrete_sac), ("BC", make_bc),

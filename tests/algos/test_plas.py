@@ -183,13 +183,6 @@ def test_plas_written_out_actor_step_follows_the_autograd_step(name, kwargs, res
     from test_plain_step import assert_same_weights_and_moments, continuous_batch, counting_backward, make_actor_critic, run_seeded
 
     calls = counting_backward(monkeypatch)
-    original = restore_switch.plain_backward
-
-    def counted(*args, **kw):
-        calls["n"] += 1
-        return original(*args, **kw)
-
-    monkeypatch.setattr("offrl.algos.plas.plain_backward", counted)
     plain = make_actor_critic(name, warmup_steps=2, imitator_encoder_factory=VectorEncoderFactory([32, 16]), **kwargs)
     assert plain._written_out_step_available()
     if kwargs.get("action_flexibility") == 0.8:  # decoded actions near 1: many perturbed ones clipped
@@ -212,36 +205,20 @@ def test_plas_written_out_actor_step_follows_the_autograd_step(name, kwargs, res
 
 
 def test_plas_hooked_decoder_and_perturbation_keep_autograd_for_the_actor(restore_switch, monkeypatch):
-    from test_plain_step import continuous_batch, counting_backward, make_actor_critic
+    from test_plain_step import assert_hooks_route, continuous_batch, counting_backward, make_actor_critic
 
     calls = counting_backward(monkeypatch)
-    original = restore_switch.plain_backward
-
-    def counted(*args, **kw):
-        calls["n"] += 1
-        return original(*args, **kw)
-
-    monkeypatch.setattr("offrl.algos.plas.plain_backward", counted)
     batch = continuous_batch(np.random.default_rng(17), 8, 5, 2)
     algo = make_actor_critic("PLAS", warmup_steps=0, imitator_encoder_factory=VectorEncoderFactory([16]))
     algo.update(batch)
     assert calls["n"] == 2
     decoder = algo.modules["vae"].decoder
-    for module in (decoder.fc, decoder.encoder.mlp.layers[0]):
-        seen = []
-        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
-        before = calls["n"]
-        algo.update(batch)
-        handle.remove()
-        assert calls["n"] - before == 1 and seen, module  # the critics' written out, the actor through autograd
+    # the critics' step written out, the actor's through autograd
+    assert_hooks_route(algo, batch, calls, [(decoder.fc, 1), (decoder.encoder.mlp.layers[0], 1)])
     perturbed = make_actor_critic("PLASWithPerturbation", warmup_steps=0, imitator_encoder_factory=VectorEncoderFactory([16]))
     assert perturbed._written_out_step_available()
     perturbed.update(batch)
-    handle = perturbed.modules["perturbation"].fc.register_forward_hook(lambda m, inputs, output: None)
-    before = calls["n"]
-    perturbed.update(batch)
-    handle.remove()
-    assert calls["n"] - before == 1  # a hooked perturbation actor: the actor through autograd
+    assert_hooks_route(perturbed, batch, calls, [(perturbed.modules["perturbation"].fc, 1)])  # its actor through autograd
 
 
 @settings(max_examples=20, deadline=None)

@@ -268,7 +268,7 @@ def test_one_sac_step_equals_autograd_on_random_problems(seed, n, hidden, gamma,
 
 
 def test_sac_hooks_and_other_networks_train_through_autograd(monkeypatch):
-    from test_plain_step import continuous_batch, counting_backward, make_actor_critic
+    from test_plain_step import assert_hooks_route, continuous_batch, counting_backward, make_actor_critic
 
     calls = counting_backward(monkeypatch)
     rng = np.random.default_rng(13)
@@ -280,15 +280,9 @@ def test_sac_hooks_and_other_networks_train_through_autograd(monkeypatch):
     algo.update(batch)
     assert calls["n"] == 2
     policy, q = algo.modules["policy"], algo.modules["q_function"]
-    for module, steps in [(policy.logstd, 1), (policy.mu, 1), (policy.encoder.mlp.layers[0], 1), (q.head, 0),
-                          (q.encoder.mlp.layers[0], 0)]:
-        seen = []
-        handle = module.register_forward_hook(lambda m, inputs, output: seen.append(1))
-        before = calls["n"]
-        algo.update(batch)
-        handle.remove()
-        # a hook on the policy: its step through autograd, the critics' written out; on the critics: both autograd's
-        assert calls["n"] - before == steps and seen, module
+    # a hook on the policy: its step through autograd, the critics' written out; on the critics: both autograd's
+    assert_hooks_route(algo, batch, calls, [(policy.logstd, 1), (policy.mu, 1), (policy.encoder.mlp.layers[0], 1),
+                                            (q.head, 0), (q.encoder.mlp.layers[0], 0)])
     # a gradient hook on a parameter (gradient clipping by hooks, say): autograd must call it
     for param, register, steps in [(q.head.weight, "register_hook", 0),
                                    (policy.mu.bias, "register_post_accumulate_grad_hook", 1)]:
