@@ -9,7 +9,8 @@
 #
 # The subset: the chunked / batched / exported comparisons (OPE, evaluators,
 # Q-function ensembles, policies, export, every algorithm's contract, the
-# written-out steps against autograd's). About
+# written-out steps against autograd's, SAC's, IQL's, the PLAS family's and
+# BEAR's among them). About
 # 15 s per variant on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,12 @@ TESTS=(
     tests/models
     tests/algos/test_contract.py
     tests/algos/test_plain_step.py
+    "tests/algos/test_sac.py::test_sac_written_out_steps_follow_the_autograd_steps"
+    "tests/algos/test_sac.py::test_one_sac_step_equals_autograd_on_random_problems"
+    "tests/algos/test_iql.py::test_iql_written_out_critic_and_value_steps_follow_the_autograd_steps"
+    "tests/algos/test_plas.py::test_plas_written_out_actor_step_follows_the_autograd_step"
+    "tests/algos/test_plas.py::test_one_plas_step_equals_autograd_on_random_problems"
+    "tests/algos/test_bear.py::test_bear_written_out_critic_step_follows_the_autograd_step"
     tests/optimizers/test_direct_step.py
     tests/test_export.py
 )

@@ -692,7 +692,7 @@ def test_advantage_weighted_hooks_and_other_networks_train_through_autograd(monk
 BF16_WRITTEN = [("DQN", make), ("DiscreteBCQ", make_bcq), ("DiscreteSAC", make_discrete_sac), ("BC", make_bc),
                 ("DiscreteBC", make_bc), ("TD3PlusBC", make_actor_critic), ("DDPG", make_actor_critic),
                 ("CRR", make_advantage_weighted), ("AWAC", make_advantage_weighted), ("IQL", make_advantage_weighted),
-                ("SAC", make_actor_critic)]
+                ("SAC", make_actor_critic), ("PLAS", make_actor_critic), ("PLASWithPerturbation", make_actor_critic)]
 
 
 @pytest.mark.parametrize("name, factory", BF16_WRITTEN, ids=[n for n, _ in BF16_WRITTEN])
@@ -714,7 +714,9 @@ def test_bf16_mixed_written_out_steps_follow_autocasts_autograd_step(name, facto
         if factory in (make, make_bc):
             plain = factory(f"{name}Config", **kwargs)
         elif factory in (make_actor_critic, make_advantage_weighted):
-            plain = factory(name, **({"update_actor_interval": 1} if name == "TD3PlusBC" else {}), **kwargs)
+            extra = {"TD3PlusBC": {"update_actor_interval": 1}, "PLAS": {"warmup_steps": 0},
+                     "PLASWithPerturbation": {"warmup_steps": 0}}.get(name, {})
+            plain = factory(name, **extra, **kwargs)
         else:
             plain = factory(**kwargs)
         float32 = copy.deepcopy(plain)
