@@ -32,11 +32,9 @@ step, which runs everywhere else).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Dict, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..constants import ActionSpace
@@ -45,7 +43,7 @@ from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
 from ..models.parameters import ScalarParameter
 from ..models.plain_mlp import PlainNetwork, plain_backward_enabled, plain_forward, plain_input_grad
-from ..models.policies import LOG_SQRT_2PI, GreedyNormalPolicy, NormalPolicy, squashed_log_prob, squashed_sample
+from ..models.policies import GreedyNormalPolicy, NormalPolicy, squashed_draw, squashed_log_prob, squashed_sample
 from ..models.q_functions import QFunction
 from ..serialization import register
 from ._common import (critic_step, no_param_grads, normal_policy_forward, normal_policy_grads, optimizer_step, plain_critic,
@@ -159,12 +157,7 @@ def plain_actor_temperature_step(policy: NormalPolicy, log_temp: ScalarParameter
     B``."""
     with torch.no_grad():
         inputs, mean, logstd, aux = normal_policy_forward(policy, actor, observations)
-        noise = torch.randn_like(mean)
-        std = torch.exp(logstd)
-        u = mean + noise * std
-        action = torch.tanh(u)
-        log_prob = (-0.5 * noise**2 - logstd - LOG_SQRT_2PI).sum(dim=-1)
-        log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=-1)
+        noise, std, action, log_prob = squashed_draw(mean, logstd)
         if temp_optim is not None:
             temp_loss = temperature_step(log_temp, temp_optim, log_prob + target_entropy)
         else:

@@ -19,6 +19,7 @@ __all__ = [
     "GreedyNormalPolicy",
     "ArgmaxPolicy",
     "squashed_sample",
+    "squashed_draw",
     "squashed_log_prob",
     "gaussian_log_prob",
 ]
@@ -42,12 +43,21 @@ def squashed_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> Tup
     if n > 0:
         mean = mean.unsqueeze(1).expand(-1, n, -1)
         logstd = logstd.unsqueeze(1).expand(-1, n, -1)
+    _, _, action, log_prob = squashed_draw(mean, logstd)
+    return action, log_prob
+
+
+def squashed_draw(mean: torch.Tensor, logstd: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+    """:func:`squashed_sample`'s one draw with what its gradients need:
+    ``(noise, std, tanh(u), log-density)`` with ``u = mean + std * noise``
+    (a written-out backward, ``offrl.algos.sac.plain_actor_temperature_step``)."""
     noise = torch.randn_like(mean)
-    u = mean + noise * torch.exp(logstd)
+    std = torch.exp(logstd)
+    u = mean + noise * std
     log_prob = (-0.5 * noise**2 - logstd - LOG_SQRT_2PI).sum(dim=-1)
     # log(1 - tanh(u)^2) computed stably
     log_prob = log_prob - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(dim=-1)
-    return torch.tanh(u), log_prob
+    return noise, std, torch.tanh(u), log_prob
 
 
 def squashed_log_prob(mean: torch.Tensor, logstd: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
