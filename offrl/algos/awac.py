@@ -195,12 +195,9 @@ class AdvantageWeightedBase(QLearningAlgoBase):
         return critic_step(self._modules.q_function, self._modules.critic_optim, batch, target).detach()
 
     def _written_out_step_available(self) -> bool:
-        if not (self.is_built and plain_backward_enabled()) or not self._writes_out_critics:
+        if not (self.is_built and plain_backward_enabled()):
             return False
         return self._plain_policy().layers is not None and self._plain_critics()[0].layers is not None
-
-    #: whether the class's critic step is :meth:`_critic_step` (IQL's critics share an optimizer with its value function)
-    _writes_out_critics = True
 
     def _weighted_policy_step(self, observations: Any, actions: torch.Tensor,
                               weights: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:

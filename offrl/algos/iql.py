@@ -122,7 +122,6 @@ class IQL(AdvantageWeightedBase, config=IQLConfig):
     extracted by advantage-weighted regression, so it acts as AWAC does."""
 
     _modules: IQLModules
-    _writes_out_critics = False  # one optimizer steps the critics and the value function: :meth:`_plain_critics_and_value`
 
     def _build(self, observation_shape, action_size: int) -> IQLModules:
         cfg = self._config
