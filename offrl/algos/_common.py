@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..models.modules import freeze, hard_update, module_tensors, soft_update
-from ..models.plain_mlp import (PlainNetwork, hook_free, plain_backward, plain_backward_enabled, plain_forward, side_head,
+from ..models.plain_mlp import (PlainNetwork, gradient_hooked, hook_free, plain_backward, plain_backward_enabled, plain_forward, side_head,
                                 side_head_backward)
 from ..optimizers.optimizers import DirectStep
 
@@ -91,7 +91,7 @@ def _direct_temperature_step(log_temp: Any, temp_optim: Any) -> Optional[DirectS
     if type(log_temp) is not ScalarParameter or not plain_backward_enabled() or torch.compiler.is_compiling():
         return None
     param = log_temp.log_value
-    if param.dtype != torch.float32 or not hook_free([log_temp]):  # autocast: no product here, float32 either way
+    if param.dtype != torch.float32 or not hook_free([log_temp]) or gradient_hooked([param]):  # autocast: no product here
         return None
     held = temp_optim.__dict__.get("_offrl_direct")
     if held is None or held.params[0] is not param:

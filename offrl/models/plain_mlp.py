@@ -39,7 +39,7 @@ from .layers import EnsembleLinear, Linear, ensemble_linear, ensemble_linear_bac
 from .torch.encoders import VectorEncoder, VectorEncoderWithAction
 
 __all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_head", "plain_forward", "plain_output",
-           "plain_backward", "plain_backward_with_input_grad", "plain_input_grad", "plain_backward_enabled", "plain_step_allowed", "hook_free",
+           "plain_backward", "plain_backward_with_input_grad", "plain_input_grad", "plain_backward_enabled", "plain_step_allowed", "hook_free", "gradient_hooked",
            "plain_products", "side_head", "side_head_backward"]
 
 #: ``(weight, bias)`` of each linear layer in order, the head last; ReLU between them
@@ -58,17 +58,21 @@ def plain_backward_enabled(enabled: Optional[bool] = None) -> bool:
 
 
 def hook_free(modules: Iterable[nn.Module]) -> bool:
-    """No forward, pre-forward or backward hook on ``modules``, no gradient
-    hook on their own parameters (``Tensor.register_hook``,
-    ``register_post_accumulate_grad_hook``: autograd would call it), and no
-    global module hook (a hook expects the module to be called)."""
+    """No forward, pre-forward or backward hook on ``modules``, and no global
+    module hook (a hook expects the module to be called); the parameters'
+    gradient hooks: :func:`gradient_hooked`."""
     if (_module_globals._global_forward_hooks or _module_globals._global_forward_pre_hooks
             or _module_globals._global_backward_hooks or _module_globals._global_backward_pre_hooks):
         return False
     return not any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
-                   or any(p is not None and (p._backward_hooks or p._post_accumulate_grad_hooks)
-                          for p in m._parameters.values())
                    for m in modules)
+
+
+def gradient_hooked(params: Iterable[torch.Tensor]) -> bool:
+    """Whether one of ``params`` has a gradient hook (``Tensor.register_hook``,
+    ``register_post_accumulate_grad_hook``: gradient clipping by hooks, say),
+    which only autograd would call."""
+    return any(p._backward_hooks or p._post_accumulate_grad_hooks for p in params)
 
 
 def plain_layers(encoder: nn.Module, head: nn.Module, trainable: bool = True, ensemble: bool = False) -> Optional[PlainLayers]:
@@ -360,4 +364,6 @@ class PlainNetwork:
     def usable(self, x: Any) -> bool:
         """Whether this step on input ``x`` can be written out (see
         :func:`plain_step_allowed`; the CPU only, where it was measured)."""
-        return self.layers is not None and isinstance(x, torch.Tensor) and x.is_cpu and plain_step_allowed(x, *self.modules)
+        if self.layers is None or not (isinstance(x, torch.Tensor) and x.is_cpu and plain_step_allowed(x, *self.modules)):
+            return False
+        return not gradient_hooked(self.step.params if self.step is not None else [t for wb in self.layers for t in wb])

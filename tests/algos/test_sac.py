@@ -292,3 +292,13 @@ def test_sac_hooks_and_other_networks_train_through_autograd(monkeypatch):
         algo.update(batch)
         handle.remove()
         assert calls["n"] - before == steps and seen, register
+
+
+def test_a_gradient_hook_on_the_temperature_steps_through_autograd():
+    from offrl.algos._common import temperature_step
+
+    (plain, optim), _ = _temperature_pair(1.0)
+    seen = []
+    plain.log_value.register_hook(lambda g: seen.append(1))
+    temperature_step(plain, optim, torch.ones(4, 1))
+    assert seen and optim.__dict__.get("_offrl_direct") is None
