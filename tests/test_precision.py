@@ -156,16 +156,20 @@ def test_an_optimizer_step_inside_autocast_refreshes_the_bf16_weights():
 
 
 def test_the_hidden_products_run_in_bf16_and_the_outputs_in_float32(monkeypatch):
+    """The wide hidden product (64 inputs) in bf16; the first layer (5 observation + 2
+    action inputs, under ``narrow_inputs``' 32) and the head in float32."""
     f32, b16, batch = _twins("sac")
     seen = {}
     q_function = b16.modules["q_function"]
-    hidden = next(m for m in q_function.modules() if isinstance(m, (EnsembleLinear, Linear)))
+    first, hidden = [m for m in q_function.modules() if isinstance(m, (EnsembleLinear, Linear))][:2]
+    assert first.in_features == 7 and hidden.in_features == 64
+    first.register_forward_hook(lambda m, i, o: seen.setdefault("first", o.dtype) and None)
     hidden.register_forward_hook(lambda m, i, o: seen.setdefault("hidden", o.dtype) and None)
     targets = []
     real = sac_module.td_target
     monkeypatch.setattr(sac_module, "td_target", lambda *a, **k: targets.append(real(*a, **k).dtype) or real(*a, **k))
     result = b16.training_step(batch)
-    assert seen["hidden"] == torch.bfloat16
+    assert seen == {"first": torch.float32, "hidden": torch.bfloat16}
     assert targets == [torch.float32]
     assert all(v.dtype == torch.float32 for v in result.metrics.values())
     with precision.autocast(b16.device):  # the shared networks' outputs inside a mixed step
@@ -411,9 +415,10 @@ def test_fqe_takes_the_precision_too():
     assert evaluators["bf16-mixed"].precision == "bf16-mixed"
     expected, got = _update(evaluators["float32"], batch)["loss"], _update(evaluators["bf16-mixed"], batch)["loss"]
     assert got != expected and abs(got - expected) <= TOLERANCE * (abs(expected) + 1.0)
-    small = FQE(algo=f32_policy, config=FQEConfig(encoder_factory=SMALL, precision="bf16-mixed", batch_size=100))
+    below = precision.WRITTEN_OUT_FASTER_BELOW - 1
+    small = FQE(algo=f32_policy, config=FQEConfig(encoder_factory=SMALL, precision="bf16-mixed", batch_size=below))
     small.build_with_dataset(dataset)
-    with pytest.warns(RuntimeWarning, match="FQE at batch_size 100 trains in float32 with its backward written out"):
+    with pytest.warns(RuntimeWarning, match=f"FQE at batch_size {below} trains in float32 with its backward written out"):
         assert small.precision == "float32"  # FQE's step is written out too
 
 
@@ -428,7 +433,7 @@ def test_small_batches_run_the_written_out_float32_step(name):
 
     precision._WARNED.clear()
     below = type(ALL[name]().create())._written_out_faster_below
-    assert below == {"discrete_sac": 64, "td3_plus_bc": 64, "sac": 64, "iql": 64}.get(name, precision.WRITTEN_OUT_FASTER_BELOW)
+    assert below == {"discrete_sac": 32, "td3_plus_bc": 64, "sac": 32, "iql": 64}.get(name, precision.WRITTEN_OUT_FASTER_BELOW)
     small = ALL[name](precision="bf16-mixed", batch_size=below - 1).create()
     assert small.precision == "bf16-mixed"  # not built: no step yet
     small.build_with_dataset(_dataset(name in DISCRETE))

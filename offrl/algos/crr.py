@@ -116,9 +116,9 @@ class CRRModules(AWACModules):
 class CRR(AdvantageWeightedBase, config=CRRConfig):
     """CRR (see the module docstring)."""
 
-    #: measured (1-thread AVX-512 BF16 EPYC, bf16-mixed against this step): 0.92x / 1.07x / 1.23x / 1.33x at
-    #: 32 / 100 / 256 / 1,024 rows (benchmarks/written_out.py)
-    _written_out_faster_below = 100
+    #: measured (1-thread AVX-512 BF16 EPYC, bf16-mixed against this step, since its narrow first layers run float32:
+    #: ``layers.narrow_inputs``): 0.94x / 1.07x / 1.11x / 1.16x at 32 / 64 / 100 / 128 rows (benchmarks/written_out.py)
+    _written_out_faster_below = 64
 
     _modules: CRRModules
 

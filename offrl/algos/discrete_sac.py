@@ -232,9 +232,9 @@ class DiscreteSAC(CategoricalPolicyBase, config=DiscreteSACConfig):
         actor, critic = self._plain_holders()
         return (actor, critic) if actor.usable(x) and critic.usable(x) else None
 
-    #: measured (1-thread AVX-512 BF16 EPYC, bf16-mixed against this step): 1.00x / 1.05x / 1.18x / 1.37x at
-    #: 32 / 64 / 128 / 256 rows (benchmarks/written_out.py)
-    _written_out_faster_below = 64
+    #: measured (1-thread AVX-512 BF16 EPYC, bf16-mixed against this step, since its narrow first layers run float32:
+    #: ``layers.narrow_inputs``): 1.07x / 1.17x / 1.17x / 1.29x at 32 / 64 / 100 / 128 rows (benchmarks/written_out.py)
+    _written_out_faster_below = 32
 
     def _written_out_step_available(self) -> bool:
         if not (self.is_built and plain_backward_enabled()):

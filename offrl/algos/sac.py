@@ -208,9 +208,9 @@ class SAC(QLearningAlgoBase, config=SACConfig):
         )
 
     # ---------------------------------------------- written-out steps
-    #: measured (1-thread AVX-512 BF16 EPYC, bf16-mixed against this step): 0.99x / 1.09x / 1.10x / 1.28x at 32 /
-    #: 64 / 128 / 256 rows (benchmarks/written_out.py): bf16-mixed from 64 rows on
-    _written_out_faster_below = 64
+    #: measured (1-thread AVX-512 BF16 EPYC, bf16-mixed against this step, since its narrow first layers run float32:
+    #: ``layers.narrow_inputs``): 1.04x / 1.13x / 1.21x / 1.29x at 32 / 64 / 100 / 128 rows (benchmarks/written_out.py)
+    _written_out_faster_below = 32
 
     def _plain_holders(self) -> Tuple[PlainNetwork, PlainNetwork, Optional[nn.Module]]:
         """The policy (:func:`~offrl.algos._common.plain_normal_policy`), the

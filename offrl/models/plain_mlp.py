@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn.modules import module as _module_globals
 
 from ..optimizers.optimizers import WEIGHTS_CHANGED_HOOKS, DirectStep
-from .layers import EnsembleLinear, Linear, ensemble_linear, ensemble_linear_backward, linear, linear_backward
+from .layers import EnsembleLinear, Linear, ensemble_linear, ensemble_linear_backward, linear, linear_backward, narrow_inputs
 from .torch.encoders import VectorEncoder, VectorEncoderWithAction
 
 __all__ = ["PlainLayers", "PlainNetwork", "plain_layers", "plain_head", "plain_forward", "plain_output",
@@ -191,11 +191,26 @@ def _layer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
 
 
 def _hidden(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """A hidden layer's product and ReLU, in :func:`plain_products`' dtype."""
+    """A hidden layer's product and ReLU, in :func:`plain_products`' dtype
+    (a layer with few inputs in float32, as autocast's step runs it:
+    :func:`~offrl.models.layers.narrow_inputs`; its output then in that
+    dtype, as the next layer reads it)."""
     dtype = _PRODUCTS["dtype"]
-    if dtype is not None:
-        x, weight, bias = x.to(dtype), _cast(weight, dtype), _cast(bias, dtype)
-    return _layer(x, weight, bias).relu_()
+    if dtype is None:
+        return _layer(x, weight, bias).relu_()
+    if narrow_inputs(x.shape[-2], weight.shape[1]):
+        return _layer(x.float(), weight, bias).relu_().to(dtype)
+    return _layer(x.to(dtype), _cast(weight, dtype), _cast(bias, dtype)).relu_()
+
+
+def _hidden_backward_operands(weight: torch.Tensor, x: torch.Tensor, grad: torch.Tensor
+                              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(weight, x, grad)`` of a hidden layer's backward products in a
+    :func:`plain_products` step, as its forward ran (:func:`_hidden`)."""
+    dtype = _PRODUCTS["dtype"]
+    if narrow_inputs(x.shape[-2], weight.shape[1]):
+        return weight, x.float(), grad.float()
+    return _cast(weight, dtype), x, grad.to(dtype)
 
 
 @_own_products
@@ -206,7 +221,7 @@ def plain_forward(layers: PlainLayers, x: torch.Tensor) -> Tuple[List[torch.Tens
     modules; call without grad. Inside :func:`plain_products` each input is
     kept as its layer used it (the head's, the features, in float32)."""
     dtype = _PRODUCTS["dtype"]
-    inputs = [x if dtype is None or len(layers) == 1 else x.to(dtype)]
+    inputs = [x if dtype is None or len(layers) == 1 or narrow_inputs(x.shape[-2], layers[0][0].shape[1]) else x.to(dtype)]
     for weight, bias in layers[:-1]:
         inputs.append(_hidden(inputs[-1], weight, bias))
     if inputs[-1].dtype != torch.float32:
@@ -266,15 +281,15 @@ def _backward(layers: PlainLayers, inputs: List[torch.Tensor], grad: torch.Tenso
     backward = ensemble_linear_backward if layers[0][0].dim() == 3 else linear_backward
     dtype = _PRODUCTS["dtype"]
     for i in range(last, -1, -1):
-        weight = layers[i][0]
+        weight, x = layers[i][0], inputs[i]
         if dtype is not None and i < last:  # a hidden layer of a plain_products step: as its forward ran
-            weight, grad = _cast(weight, dtype), grad.to(dtype)
-        grad_x, grad_w, grad_b = backward(grad, inputs[i], weight, input_grad=i > 0 or want_input)
+            weight, x, grad = _hidden_backward_operands(weight, x, grad)
+        grad_x, grad_w, grad_b = backward(grad, x, weight, input_grad=i > 0 or want_input)
         grads += [grad_b, grad_w] if grad_w.dtype == torch.float32 else [grad_b.float(), grad_w.float()]
         if i > 0:
             if i == last and feature_grad is not None:
                 grad_x = grad_x.add_(feature_grad)
-            grad = torch.ops.aten.threshold_backward(grad_x, inputs[i], 0)
+            grad = torch.ops.aten.threshold_backward(grad_x, x, 0)
     if want_input and grad_x.dtype != torch.float32:
         grad_x = grad_x.float()
     return grads[::-1], grad_x if want_input else None
@@ -289,10 +304,9 @@ def plain_input_grad(layers: PlainLayers, inputs: List[torch.Tensor], grad: torc
     last = len(layers) - 1
     dtype = _PRODUCTS["dtype"]
     for i in range(last, -1, -1):
-        weight = layers[i][0]
-        x = inputs[i]
+        weight, x = layers[i][0], inputs[i]
         if dtype is not None and i < last:  # a hidden layer of a plain_products step
-            weight, grad = _cast(weight, dtype), grad.to(dtype)
+            weight, x, grad = _hidden_backward_operands(weight, x, grad)
         if weight.dim() == 3:  # the member's (in, out) weight in nn.Linear's layout, a view
             weight = weight[member].t()
             x = x if x.dim() == 2 else x[member]

@@ -104,11 +104,12 @@ _WARNED: set = set()
 
 #: rows per batch below which a written-out float32 step beats a bf16-mixed step (whose written-out passes run
 #: their hidden products in bf16: ``offrl.models.plain_mlp.plain_products``) on the CPU; measured on a 1-thread
-#: AVX-512-BF16 EPYC, bf16-mixed against the written-out float32 step, CPU time per update: DQN 0.84x / 0.92x /
-#: 1.03x / 1.20x at 32 / 64 / 128 / 256 rows, DiscreteCQL 0.83x / 0.93x / 1.06x at 32 / 64 / 128, DiscreteBCQ
-#: 0.86x / 0.95x / 1.08x, BC 0.84x / 0.87x / 1.12x (an algorithm may measure its own size:
-#: ``_written_out_faster_below`` of DiscreteSAC, CRR, AWAC and DDPG's family)
-WRITTEN_OUT_FASTER_BELOW = 128
+#: AVX-512-BF16 EPYC, bf16-mixed against the written-out float32 step, CPU time per update, since the narrow
+#: first layers run float32 (``offrl.models.layers.narrow_inputs``): DQN 0.92x / 0.99x / 1.08x / 1.15x at 32 /
+#: 64 / 100 / 128 rows, BC 0.91x / 0.99x / 1.05x / 1.15x, DiscreteCQL 0.96x / 1.14x at 64 / 100, DiscreteBCQ
+#: 0.92x / 1.04x (before that rule: from 128 rows; an algorithm may measure its own size:
+#: ``_written_out_faster_below`` of DiscreteSAC, CRR, AWAC, SAC, IQL and DDPG's family)
+WRITTEN_OUT_FASTER_BELOW = 100
 
 
 def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> Tuple[str, ...]:

@@ -183,8 +183,8 @@ def test_one_column_heads_take_their_path_on_the_cpu_in_float32_only(monkeypatch
     layer(torch.randn(2, 5, 8))
     assert calls == [1]
     layer.double()(torch.randn(2, 5, 8, dtype=torch.float64))  # float64: baddbmm
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16-mixed: autocast's product
-        EnsembleLinear(2, 8, 1)(torch.randn(2, 5, 8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16-mixed: autocast's product (32 inputs: not narrow)
+        EnsembleLinear(2, 32, 1)(torch.randn(2, 5, 32))
     EnsembleLinear(2, 8, 3)(torch.randn(2, 5, 8))  # more columns: baddbmm
     assert calls == [1]
 
@@ -240,3 +240,31 @@ def test_ensemble_linear_backward_equals_the_layers_autograd(members, rows, n_in
     # per member (E, B, in); a shared input's gradient is their sum over the members
     torch.testing.assert_close(grad_x.sum(dim=0) if shared else grad_x, expected[0], rtol=1e-5, atol=1e-5)
     assert layers.ensemble_linear_backward(grad, x, layer.weight, input_grad=False)[0] is None
+
+
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_narrow_products_stay_float32_under_cpu_autocast(ensemble, monkeypatch):
+    """Under CPU autocast a layer with fewer than 32 inputs on at most 4,096
+    input elements computes what it computes outside autocast, bit for bit;
+    a wider one, or the same one on more rows, runs in bf16; with the rule
+    off (``min_inputs`` 0) the narrow one runs in bf16 too."""
+    torch.manual_seed(0)
+
+    def make(n_in):
+        return EnsembleLinear(2, n_in, 16) if ensemble else layers.Linear(n_in, 16)
+
+    narrow, wide = make(5), make(32)
+    x5, x32 = torch.randn(7, 5), torch.randn(7, 32)
+    expected = narrow(x5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, got_wide = narrow(x5), wide(x32)
+    assert got.dtype == torch.float32 and torch.equal(got, expected)
+    assert got_wide.dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert narrow(torch.randn(820, 5)).dtype == torch.bfloat16  # 4,100 input elements
+        assert narrow(torch.randn(819, 5)).dtype == torch.float32
+    assert layers.narrow_inputs(1, 31) and not layers.narrow_inputs(1, 32)
+    assert layers.narrow_inputs(1024, 4) and not layers.narrow_inputs(1025, 4)
+    monkeypatch.setitem(layers._BF16, "min_inputs", 0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert narrow(x5).dtype == torch.bfloat16
