@@ -192,14 +192,11 @@ def _layer(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
 
 def _hidden(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """A hidden layer's product and ReLU, in :func:`plain_products`' dtype
-    (a layer with few inputs in float32, as autocast's step runs it:
-    :func:`~offrl.models.layers.narrow_inputs`; its output then in that
-    dtype, as the next layer reads it)."""
+    (a layer with few inputs in float32, its output too, as autocast's step
+    runs it: :func:`~offrl.models.layers.narrow_inputs`)."""
     dtype = _PRODUCTS["dtype"]
-    if dtype is None:
-        return _layer(x, weight, bias).relu_()
-    if narrow_inputs(x.shape[-2], weight.shape[1]):
-        return _layer(x.float(), weight, bias).relu_().to(dtype)
+    if dtype is None or narrow_inputs(x.shape[-2], weight.shape[1]):
+        return _layer(x.float(), weight, bias).relu_()
     return _layer(x.to(dtype), _cast(weight, dtype), _cast(bias, dtype)).relu_()
 
 
@@ -210,7 +207,7 @@ def _hidden_backward_operands(weight: torch.Tensor, x: torch.Tensor, grad: torch
     dtype = _PRODUCTS["dtype"]
     if narrow_inputs(x.shape[-2], weight.shape[1]):
         return weight, x.float(), grad.float()
-    return _cast(weight, dtype), x, grad.to(dtype)
+    return _cast(weight, dtype), x.to(dtype), grad.to(dtype)
 
 
 @_own_products
@@ -219,7 +216,9 @@ def plain_forward(layers: PlainLayers, x: torch.Tensor) -> Tuple[List[torch.Tens
     output, by :func:`~offrl.models.layers.linear`'s (an ensemble's:
     :func:`~offrl.models.layers.ensemble_linear`'s) products, those of the
     modules; call without grad. Inside :func:`plain_products` each input is
-    kept as its layer used it (the head's, the features, in float32)."""
+    kept as its layer used it (the head's, the features, in float32), or in
+    float32 where a narrow layer produced it (the next layer's forward and
+    backward cast it alike)."""
     dtype = _PRODUCTS["dtype"]
     inputs = [x if dtype is None or len(layers) == 1 or narrow_inputs(x.shape[-2], layers[0][0].shape[1]) else x.to(dtype)]
     for weight, bias in layers[:-1]:
