@@ -14,7 +14,10 @@ float32 only) selects how the update step computes:
   shared networks (Q-values, state values, policy means and log-stds,
   logits; :func:`offrl.models.layers.float32_head`) run in float32, so
   targets, TD errors, log-probabilities, temperatures and every loss
-  reduction are float32. ``predict``, saved models and exported policies
+  reduction are float32; on the CPU a layer with few inputs (the first
+  layer reading an observation, at small batches) keeps float32 products
+  too (:func:`offrl.models.layers.narrow_inputs`: bf16 is slower there).
+  ``predict``, saved models and exported policies
   are float32 and unchanged: autocast is active only inside the step.
 
 Autocast over an explicit cast in the shared layers was measured (a 2-critic
@@ -42,7 +45,7 @@ bf16-mixed step runs those passes too, their hidden products in bf16
 autocast's, without autograd), and the rest of the step under autocast.
 Below :data:`WRITTEN_OUT_FASTER_BELOW` rows (an algorithm's own measured
 size where it has one: 64 for the DDPG family (the PLAS family's included),
-DiscreteSAC, SAC and IQL, 32 for AWAC, 100 for CRR) the casts cost more than bf16's products save
+IQL and CRR, 32 for AWAC, DiscreteSAC and SAC) the casts cost more than bf16's products save
 and the float32 written-out step is the faster, so ``"bf16-mixed"`` warns
 once and trains in float32 there.
 
