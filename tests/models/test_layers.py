@@ -151,20 +151,21 @@ def test_small_products_take_the_plain_path(monkeypatch):
         assert calls == [1, 1, 1]
 
 
-@settings(max_examples=30, deadline=None)
-@given(e=st.integers(1, 4), b=st.integers(1, 50), i=st.integers(1, 40), shared=st.booleans(), seed=st.integers(0, 2**16),
-       wanted=st.sampled_from(["all", "no_input", "input_only"]))
-def test_one_column_heads_match_the_naive_loop_and_baddbmms_gradients(e, b, i, shared, seed, wanted):
-    """A critic ensemble's value head (one output column) takes per-member
-    2-D products (_OneColumnEnsembleLinear); its values and gradients are
-    the naive loop's and baddbmm's."""
+@settings(max_examples=40, deadline=None)
+@given(e=st.integers(1, 4), b=st.integers(1, 50), i=st.integers(1, 40), o=st.integers(1, 17), shared=st.booleans(),
+       seed=st.integers(0, 2**16), wanted=st.sampled_from(["all", "no_input", "input_only"]))
+def test_narrow_heads_match_the_naive_loop_and_baddbmms_gradients(e, b, i, o, shared, seed, wanted):
+    """A critic ensemble's value head (one output column: per-member 2-D
+    products, _OneColumnEnsembleLinear) and a head of 2-15 columns
+    (transposed batched products, _FewColumnsEnsembleLinear): values and
+    gradients are the naive loop's and baddbmm's."""
     torch.manual_seed(seed)
-    layer = EnsembleLinear(e, i, 1)
+    layer = EnsembleLinear(e, i, o)
     x = torch.randn(b, i) if shared else torch.randn(e, b, i)
     x.requires_grad_(wanted != "no_input")
     if wanted == "input_only":
         layer.requires_grad_(False)
-    upstream = torch.randn(e, b, 1)
+    upstream = torch.randn(e, b, o)
     out = layer(x)
     torch.testing.assert_close(out.double(), _naive(layer, x.detach()), rtol=1e-5, atol=1e-5)
     grads = torch.autograd.grad((out * upstream).sum(), [t for t in (x, layer.weight, layer.bias) if t.requires_grad])
@@ -175,17 +176,19 @@ def test_one_column_heads_match_the_naive_loop_and_baddbmms_gradients(e, b, i, s
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_one_column_heads_take_their_path_on_the_cpu_in_float32_only(monkeypatch):
+@pytest.mark.parametrize("columns, path", [(1, "_OneColumnEnsembleLinear"), (3, "_FewColumnsEnsembleLinear"),
+                                           (15, "_FewColumnsEnsembleLinear")])
+def test_narrow_heads_take_their_path_on_the_cpu_in_float32_only(columns, path, monkeypatch):
     calls = []
-    original = layers._OneColumnEnsembleLinear.apply
-    monkeypatch.setattr(layers._OneColumnEnsembleLinear, "apply", lambda *a: calls.append(1) or original(*a))
-    layer = EnsembleLinear(2, 8, 1)
+    original = getattr(layers, path).apply
+    monkeypatch.setattr(getattr(layers, path), "apply", lambda *a: calls.append(1) or original(*a))
+    layer = EnsembleLinear(2, 8, columns)
     layer(torch.randn(2, 5, 8))
     assert calls == [1]
     layer.double()(torch.randn(2, 5, 8, dtype=torch.float64))  # float64: baddbmm
     with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16-mixed: autocast's product (32 inputs: not narrow)
-        EnsembleLinear(2, 32, 1)(torch.randn(2, 5, 32))
-    EnsembleLinear(2, 8, 3)(torch.randn(2, 5, 8))  # more columns: baddbmm
+        EnsembleLinear(2, 32, columns)(torch.randn(2, 5, 32))
+    EnsembleLinear(2, 8, 16)(torch.randn(2, 5, 8))  # 16 columns: baddbmm
     assert calls == [1]
 
 
@@ -221,10 +224,11 @@ def test_the_onednn_check_survives_a_meta_device_context_and_a_build(monkeypatch
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(members=st.integers(2, 3), rows=st.sampled_from([1, 7, 64, 300]), n_in=st.sampled_from([3, 40, 256]),
-       n_out=st.sampled_from([1, 2, 40, 256]), shared=st.booleans(), seed=st.integers(0, 2**16))
+       n_out=st.sampled_from([1, 2, 6, 40, 256]), shared=st.booleans(), seed=st.integers(0, 2**16))
 def test_ensemble_linear_backward_equals_the_layers_autograd(members, rows, n_in, n_out, shared, seed):
     """The written-out steps' gradients of an ensemble layer (plain_mlp) are
-    its module's own: each product path (oneDNN, one column, baddbmm), for
+    its module's own: each product path (oneDNN, one column, few columns,
+    baddbmm), for
     a shared 2-D input and per-member inputs."""
     gen = torch.Generator().manual_seed(seed)
     layer = EnsembleLinear(members, n_in, n_out)
@@ -268,3 +272,22 @@ def test_narrow_products_stay_float32_under_cpu_autocast(ensemble, monkeypatch):
     monkeypatch.setitem(layers._BF16, "min_inputs", 0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert narrow(x5).dtype == torch.bfloat16
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 80), n_in=st.sampled_from([1, 3, 17, 64, 256]), n_out=st.sampled_from([1, 2, 6, 15, 40, 256]),
+       seed=st.integers(0, 2**16))
+def test_linear_backward_equals_f_linears_autograd(rows, n_in, n_out, seed):
+    """The written-out gradients of one layer (plain_mlp) are F.linear's, for
+    few inputs, few outputs (a head: grad.T x) and wide layers alike."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, n_in, generator=gen, requires_grad=True)
+    weight = torch.randn(n_out, n_in, generator=gen, requires_grad=True)
+    bias = torch.randn(n_out, generator=gen, requires_grad=True)
+    grad = torch.randn(rows, n_out, generator=gen)
+    expected = torch.autograd.grad(torch.nn.functional.linear(x, weight, bias), [x, weight, bias], grad)
+    with torch.no_grad():
+        got = layers.linear_backward(grad, x, weight)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and g.is_contiguous()
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)  # sums of up to 256 unit-normal products: ~16
