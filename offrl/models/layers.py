@@ -194,9 +194,11 @@ class _FewColumnsEnsembleLinear(torch.autograd.Function):
 
 
 def _few_columns_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """:class:`_FewColumnsEnsembleLinear`'s output, contiguous ``(E, B, A)``."""
+    """:class:`_FewColumnsEnsembleLinear`'s output, a new contiguous ``(E, B, A)``
+    tensor (never a view: an in-place ReLU may follow, also where one row
+    makes the transposed result contiguous already)."""
     out = torch.baddbmm(bias.transpose(1, 2), weight.transpose(1, 2).contiguous(), x.transpose(1, 2))
-    return out.transpose(1, 2).contiguous()
+    return out.transpose(1, 2).clone(memory_format=torch.contiguous_format)
 
 
 def _few_columns_grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, need_x: bool, need_w: bool,

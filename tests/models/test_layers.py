@@ -176,6 +176,18 @@ def test_narrow_heads_match_the_naive_loop_and_baddbmms_gradients(e, b, i, o, sh
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 5])
+def test_a_narrow_hidden_layer_takes_an_in_place_relu(rows):
+    """A hidden layer of 2 units (the few-column path) followed by the
+    encoder's in-place ReLU, with one row too (where the transposed result
+    is contiguous as it is): its output is a tensor of its own, not a view."""
+    layer = EnsembleLinear(2, 8, 2)
+    x = torch.randn(2, rows, 8, requires_grad=True)
+    out = torch.relu_(layer(x))
+    out.sum().backward()
+    assert x.grad is not None and layer.weight.grad.shape == (2, 8, 2)
+
+
 @pytest.mark.parametrize("columns, path", [(1, "_OneColumnEnsembleLinear"), (3, "_FewColumnsEnsembleLinear"),
                                            (15, "_FewColumnsEnsembleLinear")])
 def test_narrow_heads_take_their_path_on_the_cpu_in_float32_only(columns, path, monkeypatch):
