@@ -125,7 +125,9 @@ def _onednn_ensemble_grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.Te
         else:
             grad_x = torch.stack([op(grad[e], weight[e], None, "none", [], "") for e in members])
     if need_w:  # x[e].T @ grad[e]
-        if narrow:
+        if weight.shape[2] < min(weight.shape[1], _NARROW):  # few outputs: (grad[e].T x[e]).T, as for a head below
+            grad_w = torch.stack([torch.mm(grad[e].t(), x[e]).t() for e in members])
+        elif narrow:
             grad_w = torch.stack([torch.mm(x[e].t(), grad[e]) for e in members])
         else:
             grad_w = torch.stack([op(x[e].t(), grad[e].t(), None, "none", [], "") for e in members])
