@@ -302,8 +302,10 @@ def narrow_inputs(rows: int, in_features: int) -> bool:
 
 
 def _cpu_autocast_narrow(x: torch.Tensor, in_features: int) -> bool:
-    """A product under CPU autocast that :func:`narrow_inputs` keeps in float32."""
-    return x.is_cpu and narrow_inputs(x.numel() // max(in_features, 1), in_features) and torch.is_autocast_enabled("cpu")
+    """A product under CPU autocast that :func:`narrow_inputs` keeps in float32
+    (autocast first: it is off under tracing and export, where the size test
+    would read a traced size)."""
+    return torch.is_autocast_enabled("cpu") and x.is_cpu and narrow_inputs(x.numel() // max(in_features, 1), in_features)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
