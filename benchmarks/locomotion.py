@@ -433,6 +433,7 @@ def report(args: argparse.Namespace) -> int:
     elif rly is None:
         print("(IQM intervals need rliable: run the report with a Python that has it, see benchmarks/README.md)")
     precision_table(rows)
+    late_table(rows)
     if args.plot:
         plot_curves(rows, os.path.join(RESULTS, "curves.png"))
     return 0
@@ -466,6 +467,41 @@ def precision_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, An
                      f"| {speed['offrl-bf16'] / speed['offrl']:.2f}x |")
     if len(lines) > 2:
         print("\noffrl float32 against bf16-mixed (the same seeds, data and evaluation episodes)")
+        print("\n".join(lines))
+
+
+def late_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, Any]]]], last: int = 3) -> None:
+    """How much one evaluation decides a row: per library, the score of the
+    last evaluation (the table's) beside the mean of the last ``last``
+    evaluations of each seed (mean ± std over seeds), and the evaluation
+    swing: the mean absolute change of a seed's score between consecutive
+    evaluations over the same stretch, both libraries pooled. A gap between
+    the libraries smaller than the swing is within what one evaluation
+    moves by; the headline stays the last evaluation's, as the field
+    reports it."""
+    from offrl._scores import get_normalized_score
+
+    lines = [f"| algorithm | dataset | seeds | offrl last | d3rlpy last | offrl mean of last {last} | d3rlpy mean of last {last} "
+             "| evaluation swing |", "|" + "---|" * 8]
+    for algo, dataset, _updates in TABLE + EXTRA:
+        by_lib = rows.get((algo, dataset), {})
+        seeds = sorted(set(by_lib.get("offrl", {})) & set(by_lib.get("d3rlpy", {})))
+        if not seeds:
+            continue
+        cells, swings = [], []
+        for lib in LIBRARIES:
+            curves = [[float(np.mean(get_normalized_score(dataset, p["returns"]))) for p in by_lib[lib][s]["curve"][-last:]]
+                      for s in seeds]
+            final = np.array([c[-1] for c in curves])
+            late = np.array([np.mean(c) for c in curves])
+            swings += [abs(b - a) for c in curves for a, b in zip(c, c[1:])]
+            cells.append((f"{final.mean():.1f} ± {final.std():.1f}", f"{late.mean():.1f} ± {late.std():.1f}"))
+        swing = f"{np.mean(swings):.1f}" if swings else "-"
+        lines.append(f"| {algo} | {dataset} | {len(seeds)} | {cells[0][0]} | {cells[1][0]} | {cells[0][1]} | {cells[1][1]} "
+                     f"| {swing} |")
+    if len(lines) > 2:
+        print(f"\nthe last evaluation against the mean of the last {last} (normalised scores; the swing: mean |change| "
+              "between consecutive evaluations)")
         print("\n".join(lines))
 
 

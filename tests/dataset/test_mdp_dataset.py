@@ -78,6 +78,21 @@ def test_episodes_split_at_terminals_timeouts_and_trailing_stretch():
     np.testing.assert_array_equal(arrays["timeouts"], _flags(N, [5, 9]))
 
 
+def test_one_step_truncated_episode_is_kept_without_a_transition():
+    # docs/COMPATIBILITY.md: d3rlpy's buffer lists only episodes with a transition (2 here), offrl keeps the step
+    obs = _obs(6)
+    terminals = _flags(6, [2])
+    timeouts = _flags(6, [3, 5])
+    ds = MDPDataset(obs, np.zeros((6, 1), np.float32), np.arange(6, dtype=np.float32), terminals, timeouts)
+    assert [e.size() for e in ds.episodes] == [3, 1, 2]
+    assert [e.transition_count for e in ds.episodes] == [3, 0, 1]
+    assert ds.size() == 3 and ds.transition_count == 4
+    np.testing.assert_array_equal(ds.episodes[1].observations, obs[3:4])
+    # sampling never reaches it: every sampled row is one of the four transitions
+    rows = {float(r) for r in ds.sample_transition_batch(64).rewards[:, 0]}
+    assert rows <= {0.0, 1.0, 2.0, 4.0}
+
+
 def test_transitions_of_split_dataset_exact():
     ds, obs, actions, rewards = _split_dataset()
     transitions = _all_transitions(ds)
