@@ -155,6 +155,25 @@ def test_an_optimizer_step_inside_autocast_refreshes_the_bf16_weights():
     assert torch.equal(inside, fresh)
 
 
+@pytest.mark.parametrize("cache_safe", [None, False])
+def test_a_weight_first_cast_without_grad_still_gets_its_gradient(monkeypatch, cache_safe):
+    # a target computed under no_grad casts a network's weights first; the same network's loss then needs their
+    # gradients (torch 2.5's autocast cache reused the cast made without grad: the step turns the cache off there)
+    if cache_safe is not None:
+        monkeypatch.setitem(precision._CACHE_SAFE, "cpu", cache_safe)
+    layer = nn.Linear(8, 8)
+    x = torch.ones(2, 8)
+    context = precision.autocast(torch.device("cpu"))
+    assert context._cache_enabled is precision._autocast_cache_safe("cpu")
+    with context:
+        with torch.no_grad():
+            layer(x)
+        layer(x).float().sum().backward()
+    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+    if cache_safe is not None:  # forced off: the step's autocast keeps no cache
+        assert precision._autocast_cache_safe("cpu") is False
+
+
 def test_the_hidden_products_run_in_bf16_and_the_outputs_in_float32(monkeypatch):
     """The wide hidden product (64 inputs) in bf16; the first layer (5 observation + 2
     action inputs, under ``narrow_inputs``' 32) and the head in float32."""

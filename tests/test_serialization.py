@@ -14,7 +14,7 @@ from torch import nn
 import offrl
 from offrl.algos import DQNConfig
 from offrl.models import AdamFactory, EncoderFactory, OptimizerFactory, VectorEncoderFactory, register_encoder_factory
-from offrl._model_file import read_payload, write_payload
+from offrl._model_file import read_payload, weights_only_is_safe, write_payload
 from offrl.serialization import dumps, from_json_value, model_payload
 
 
@@ -74,17 +74,24 @@ class _Evil:
         return (os.system, ("echo pwned > /dev/null",))
 
 
+#: what a torch archive gets on a torch whose weights_only unpickler offrl does not trust (before 2.10): refused
+#: unread, whatever it holds (offrl._model_file.weights_only_is_safe)
+_ARCHIVE_REFUSED = "is a torch archive .*offrl reads version-1 files only with torch >= 2.10"
+
+
 def test_pickled_objects_are_refused(tmp_path):
     p = tmp_path / "evil.d3"
     torch.save({"format": "offrl.model", "payload": _Evil()}, p)
-    with pytest.raises(ValueError, match="evil.d3 is not a readable offrl model file"):
+    refused = "is not a readable offrl model file" if weights_only_is_safe() else _ARCHIVE_REFUSED
+    with pytest.raises(ValueError, match="evil.d3 " + refused):
         offrl.load_learnable(p)
 
 
 def test_foreign_torch_file(tmp_path):
     p = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(3)}, p)
-    with pytest.raises(ValueError, match="foreign.pt is not an offrl model file"):
+    refused = "is not an offrl model file" if weights_only_is_safe() else _ARCHIVE_REFUSED
+    with pytest.raises(ValueError, match="foreign.pt " + refused):
         offrl.load_learnable(p)
 
 
@@ -209,7 +216,8 @@ def real_builds(monkeypatch):
     original = QLearningAlgoBase.create_impl
 
     def spy(self, observation_shape, action_size):
-        if torch.get_default_device().type != "meta":
+        # where a new tensor lands (torch 2.5's get_default_device() misses a `with torch.device(...)` block)
+        if torch.empty(0).device.type != "meta":
             builds.append((observation_shape, action_size))
         return original(self, observation_shape, action_size)
 
@@ -563,6 +571,8 @@ def test_a_version_2_file_loads_without_any_unpickler(tmp_path, monkeypatch):
     np.testing.assert_array_equal(other.predict_value(x, [0, 1, 0, 1]), algo.predict_value(x, [0, 1, 0, 1]))
 
 
+@pytest.mark.skipif(not weights_only_is_safe(), reason="this torch's weights_only unpickler has known flaws: "
+                    "offrl refuses version-1 files on it (the next test)")
 def test_a_version_1_file_still_loads_on_a_torch_whose_unpickler_is_safe(tmp_path):
     algo, _ = _trained(tmp_path)
     old = tmp_path / "old.d3"

@@ -214,6 +214,11 @@ def _few_columns_grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
     return grad_x, grad_w, grad_b
 
 
+#: ``torch.compiler.is_exporting`` (newer torch; torch 2.5 lacks it): before it, ``torch.export`` traced through dynamo, which
+#: ``torch.compiler.is_compiling`` already reports
+_IS_EXPORTING: Callable[[], bool] = getattr(torch.compiler, "is_exporting", None) or (lambda: False)
+
+
 def _onnx_exporting() -> bool:
     """``torch.onnx.is_in_onnx_export()`` without its per-call imports (8 us)."""
     flags = _ONEDNN.get("onnx_flags")
@@ -247,7 +252,7 @@ def _eager_cpu_float32(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and not torch.jit.is_scripting()
         and torch._C._get_tracing_state() is None
         and not torch.compiler.is_compiling()
-        and not torch.compiler.is_exporting()
+        and not _IS_EXPORTING()
         and not _onnx_exporting()
     )
 

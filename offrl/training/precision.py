@@ -256,9 +256,36 @@ def products_too_small(precision: str, algorithm: str, product: Optional[int], d
     return True
 
 
+_CACHE_SAFE: Dict[str, bool] = {}
+
+
+def _autocast_cache_safe(device_type: str) -> bool:
+    """Whether autocast's weight cache keeps gradients on ``device_type``:
+    a weight first cast inside ``torch.no_grad()`` (a target computed in the
+    step) and used again with grad in the same region must still get its
+    gradient. Older torch (2.5 here) reused the cast made without grad, so
+    that weight silently got none; the fix came in a later release. Probed
+    once per device type, by behaviour, not by version."""
+    held = _CACHE_SAFE.get(device_type)
+    if held is None:
+        with torch.inference_mode(False), torch.enable_grad():
+            try:
+                weight = torch.ones(2, 2, device=device_type, requires_grad=True)
+            except (RuntimeError, AssertionError):  # no such device here (a context built, never entered)
+                return True  # torch's default
+            x = torch.ones(1, 2, device=device_type)
+            with torch.autocast(device_type, dtype=torch.bfloat16):
+                with torch.no_grad():
+                    torch.nn.functional.linear(x, weight)
+                out = torch.nn.functional.linear(x, weight)
+        held = _CACHE_SAFE[device_type] = out.requires_grad
+    return held
+
+
 def autocast(device: torch.device) -> Any:
-    """The context a bf16-mixed step runs in on ``device``."""
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    """The context a bf16-mixed step runs in on ``device`` (without autocast's
+    weight cache where it would drop gradients: :func:`_autocast_cache_safe`)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=_autocast_cache_safe(device.type))
 
 
 # ------------------------------------------------------- custom encoders
