@@ -5,6 +5,7 @@ from __future__ import annotations
 import typing
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 import offrl.types as T
@@ -12,9 +13,10 @@ from offrl.models import AdamFactory
 
 
 def test_aliases():
-    assert typing.get_args(T.Float32NDArray)[1] == np.dtype[np.float32]
-    assert typing.get_args(T.UInt8NDArray)[1] == np.dtype[np.uint8]
-    assert typing.get_args(T.Int32NDArray)[1] == np.dtype[np.int32]
+    # numpy's own typed-array aliases (numpy 2.5 made NDArray a type alias, whose arguments read differently)
+    assert T.Float32NDArray == npt.NDArray[np.float32] and T.Float32NDArray != npt.NDArray[np.float64]
+    assert T.UInt8NDArray == npt.NDArray[np.uint8]
+    assert T.Int32NDArray == npt.NDArray[np.int32]
     assert torch.Tensor in typing.get_args(T.TorchObservation)
     assert len(typing.get_args(T.Shape)) == 2 and len(typing.get_args(T.Observation)) == 2
     assert set(T.__all__) <= set(dir(T))

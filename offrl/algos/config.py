@@ -252,20 +252,31 @@ class LearnableConfig(D3rlpySerializable, Serializable):
         return self
 
 
+def _args_indent(doc: str) -> int:
+    """The indentation of a docstring's ``Args:`` line (4 as written in a
+    class body, 0 where Python 3.13 stripped the common indentation)."""
+    match = re.search(r"^( *)Args:\n", doc, flags=re.MULTILINE)
+    if match:
+        return len(match.group(1))
+    lines = [line for line in doc.splitlines()[1:] if line.strip()]
+    return min((len(line) - len(line.lstrip()) for line in lines), default=0)
+
+
 def _documented_args(doc: str) -> Dict[str, str]:
     """``{field: its Args entry}`` of a docstring's ``Args:`` section, each
     entry as written (its first line and continuation lines, with their
     line ends); an entry naming several fields is each one's."""
     found: Dict[str, str] = {}
     section = doc.split("Args:\n", 1)[1] if "Args:\n" in doc else ""
+    entry = " " * (_args_indent(doc) + 4)  # Python 3.13 strips a docstring's common indentation, earlier ones keep it
     names: list = []
     for line in section.splitlines(keepends=True):
-        match = re.match(r"^ {8}(\w+(?:, \w+)*):(?: |$)", line)
+        match = re.match(rf"^{entry}(\w+(?:, \w+)*):(?: |$)", line)
         if match:
             names = match.group(1).split(", ")
             for name in names:
                 found[name] = line
-        elif names and line.startswith(" " * 12) and line.strip():
+        elif names and line.startswith(entry + "    ") and line.strip():
             for name in names:
                 found[name] += line
         elif line.strip():
@@ -313,4 +324,5 @@ class SharedFieldsConfig(LearnableConfig):
                     section = section.replace(entry, "", 1)
             cls.__doc__ = head + "Args:\n" + "".join(entries) + section
         else:  # a config with no fields of its own to document
-            cls.__doc__ = doc.rstrip() + "\n\n    Args:\n" + "".join(entries) + "    "
+            indent = " " * _args_indent(doc)
+            cls.__doc__ = doc.rstrip() + f"\n\n{indent}Args:\n" + "".join(entries) + indent

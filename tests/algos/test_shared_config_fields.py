@@ -59,9 +59,11 @@ def _own_fields(cls: type) -> list:
 
 
 def _documented(cls: type) -> list:
-    section = cls.__doc__.split("Args:\n", 1)[1]
+    # entries one level under "Args:" (4 spaces in, or 8 where Python < 3.13 keeps the class body's indentation)
+    head, section = cls.__doc__.split("Args:\n", 1)
+    entry = " " * (len(head) - len(head.rstrip(" ")) + 4)
     return [name for line in section.splitlines()
-            for match in [re.match(r"^ {8}(\w+(?:, \w+)*):(?: |$)", line)] if match
+            for match in [re.match(rf"^{entry}(\w+(?:, \w+)*):(?: |$)", line)] if match
             for name in match.group(1).split(", ")]
 
 
