@@ -5,6 +5,7 @@ order and document every field once, in that order."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 
 import pytest
@@ -23,7 +24,7 @@ from offrl.algos import (
     PLASWithPerturbationConfig,
     SACConfig,
 )
-from offrl.algos.config import LearnableConfig
+from offrl.algos.config import LearnableConfig, _documented_args
 
 _SAC = ["actor_learning_rate", "critic_learning_rate", "temp_learning_rate", "actor_optim_factory",
         "critic_optim_factory", "temp_optim_factory", "actor_encoder_factory", "critic_encoder_factory",
@@ -80,3 +81,14 @@ def test_defaults_that_differ_from_the_shared_ones_stay_each_algorithms():
     assert (DiscreteDecisionTransformerConfig().num_heads, DecisionTransformerConfig().num_heads) == (8, 1)
     with pytest.raises(ValueError, match="temp_learning_rate"):
         SACConfig(temp_learning_rate=-1.0)  # the shared field keeps its check
+
+
+@pytest.mark.parametrize("cls", [SACConfig, DQNConfig, BCQConfig], ids=lambda c: c.__name__)
+def test_args_entries_read_alike_from_an_indented_or_a_dedented_docstring(cls):
+    # Python 3.13 stores docstrings without their common indentation (inspect.cleandoc's form); earlier ones as written
+    doc = cls.__doc__
+    entries = _documented_args(doc)
+    assert len(entries) >= 5
+    flat = _documented_args(inspect.cleandoc(doc))
+    assert list(flat) == list(entries)
+    assert all(flat[name].split() == entries[name].split() for name in entries)  # the same words, each entry whole
