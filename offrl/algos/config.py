@@ -256,10 +256,7 @@ def _args_indent(doc: str) -> int:
     """The indentation of a docstring's ``Args:`` line (4 as written in a
     class body, 0 where Python 3.13 stripped the common indentation)."""
     match = re.search(r"^( *)Args:\n", doc, flags=re.MULTILINE)
-    if match:
-        return len(match.group(1))
-    lines = [line for line in doc.splitlines()[1:] if line.strip()]
-    return min((len(line) - len(line.lstrip()) for line in lines), default=0)
+    return len(match.group(1)) if match else 0
 
 
 def _documented_args(doc: str) -> Dict[str, str]:
@@ -324,5 +321,6 @@ class SharedFieldsConfig(LearnableConfig):
                     section = section.replace(entry, "", 1)
             cls.__doc__ = head + "Args:\n" + "".join(entries) + section
         else:  # a config with no fields of its own to document
-            indent = " " * _args_indent(doc)
+            # "Args:" one level above the entries, which keep the bases' indentation
+            indent = " " * max(len(entries[0]) - len(entries[0].lstrip(" ")) - 4, 0)
             cls.__doc__ = doc.rstrip() + f"\n\n{indent}Args:\n" + "".join(entries) + indent

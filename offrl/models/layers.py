@@ -214,8 +214,8 @@ def _few_columns_grads(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
     return grad_x, grad_w, grad_b
 
 
-#: ``torch.compiler.is_exporting`` (newer torch; torch 2.5 lacks it): before it, ``torch.export`` traced through dynamo, which
-#: ``torch.compiler.is_compiling`` already reports
+#: ``torch.compiler.is_exporting`` where torch has it (torch 2.5 does not: there the compile and ONNX-export tests
+#: above it stand alone, and the export tests pass on it)
 _IS_EXPORTING: Callable[[], bool] = getattr(torch.compiler, "is_exporting", None) or (lambda: False)
 
 

@@ -92,3 +92,14 @@ def test_args_entries_read_alike_from_an_indented_or_a_dedented_docstring(cls):
     flat = _documented_args(inspect.cleandoc(doc))
     assert list(flat) == list(entries)
     assert all(flat[name].split() == entries[name].split() for name in entries)  # the same words, each entry whole
+
+
+def test_a_one_line_subclass_gets_the_shared_entries_under_an_args_section_it_can_read():
+    from offrl.algos.actor_critic import ActorCriticConfig
+
+    @dataclasses.dataclass()
+    class OneLineConfig(ActorCriticConfig):
+        """A config documenting nothing of its own."""
+
+    shared = _documented_args(ActorCriticConfig.__doc__)
+    assert list(_documented_args(OneLineConfig.__doc__)) == list(shared) and len(shared) >= 5
