@@ -442,12 +442,13 @@ def report(args: argparse.Namespace) -> int:
 def precision_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, Any]]]]) -> None:
     """offrl in float32 against offrl in bf16-mixed on the seeds both ran:
     normalised scores (mean ± std over seeds, and the difference of means
-    against the larger of the two spreads) and the bf16 speed-up in updates
-    per CPU-second (issue 32)."""
+    against the larger of the two spreads), the bf16 speed-up in updates
+    per CPU-second and bf16-mixed's speed against d3rlpy's float32 on the
+    same row (d3rlpy's mean over every seed it ran there; issue 32)."""
     from offrl._scores import get_normalized_score
 
     lines = ["| algorithm | dataset | updates | seeds | float32 score | bf16-mixed score | difference | "
-             "within the seeds' spread | float32 upd/CPU-s | bf16 upd/CPU-s | bf16 speed-up |", "|" + "---|" * 11]
+             "within the seeds' spread | float32 upd/CPU-s | bf16 upd/CPU-s | bf16 speed-up | bf16 / d3rlpy |", "|" + "---|" * 12]
     for algo, dataset, updates in TABLE + EXTRA:
         by_lib = rows.get((algo, dataset), {})
         seeds = sorted(set(by_lib.get("offrl", {})) & set(by_lib.get("offrl-bf16", {})))
@@ -461,10 +462,13 @@ def precision_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, An
         difference = scores["offrl-bf16"].mean() - scores["offrl"].mean()
         spread = max(scores["offrl"].std(), scores["offrl-bf16"].std())
         within = "-" if len(seeds) < 2 else ("yes" if abs(difference) <= spread else "no")
+        d3rlpy_runs = list(by_lib.get("d3rlpy", {}).values())
+        against = (f"{speed['offrl-bf16'] / np.mean([r['updates'] / r['train_cpu_s'] for r in d3rlpy_runs]):.2f}x"
+                   if d3rlpy_runs else "-")
         lines.append(f"| {algo} | {dataset} | {updates:,} | {len(seeds)} | {scores['offrl'].mean():.1f} ± "
                      f"{scores['offrl'].std():.1f} | {scores['offrl-bf16'].mean():.1f} ± {scores['offrl-bf16'].std():.1f} "
                      f"| {difference:+.1f} | {within} | {speed['offrl']:.1f} | {speed['offrl-bf16']:.1f} "
-                     f"| {speed['offrl-bf16'] / speed['offrl']:.2f}x |")
+                     f"| {speed['offrl-bf16'] / speed['offrl']:.2f}x | {against} |")
     if len(lines) > 2:
         print("\noffrl float32 against bf16-mixed (the same seeds, data and evaluation episodes)")
         print("\n".join(lines))
