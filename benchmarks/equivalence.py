@@ -45,9 +45,13 @@ ALGOS = {"DDPG": False, "TD3": True, "TD3PlusBC": True, "ReBRAC": True, "BC": Fa
 DISCRETE = {"DQN", "DoubleDQN", "NFQ", "DiscreteCQL", "DiscreteBC", "DiscreteBCQ", "DiscreteSAC"}
 #: config changes in both libraries: warm-ups short enough that the updates compared include the RL part;
 #: DiscreteBCQ without its logit penalty, which differs on purpose (docs/COMPATIBILITY.md: d3rlpy squares
-#: log-probabilities), so that the rest of its update is compared
+#: log-probabilities), so that the rest of its update is compared; CQL and CalQL with a fixed multiplier
+#: (alpha_learning_rate 0, as d3rlpy's reproduction scripts): offrl scales the conservative term by the
+#: multiplier from before its step (the CQL authors' order), d3rlpy by the stepped one, a difference of one
+#: Adam step (1e-4 relative at the default rate) that would hide everything else (docs/COMPATIBILITY.md)
 CHANGES: Dict[str, Dict[str, float]] = {"PLAS": {"warmup_steps": 5}, "PLASWithPerturbation": {"warmup_steps": 5},
-                                        "BEAR": {"warmup_steps": 5}, "DiscreteBCQ": {"beta": 0.0}}
+                                        "BEAR": {"warmup_steps": 5}, "DiscreteBCQ": {"beta": 0.0},
+                                        "CQL": {"alpha_learning_rate": 0.0}, "CalQL": {"alpha_learning_rate": 0.0}}
 #: offrl's buffers that d3rlpy has no counterpart of (left as offrl built them)
 OFFRL_ONLY = {"candidate_noise", "candidate_latents"}
 #: offrl module name -> d3rlpy's field of its Modules dataclass

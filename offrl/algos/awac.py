@@ -48,7 +48,7 @@ from ..models.builders import build_critics
 from ..models.modules import Modules
 from ..models.optimizers import OptimizerWrapper
 from ..models.plain_mlp import PlainNetwork, plain_backward_enabled
-from ..models.policies import LOG_SQRT_2PI, GreedyNormalPolicy, NormalPolicy, gaussian_log_prob
+from ..models.policies import LOG_SQRT_2PI, GreedyNormalPolicy, NormalPolicy, gaussian_log_prob, sample_major_noise
 from ..models.q_functions import QFunction
 from ..serialization import register
 from ._common import (critic_step, normal_policy_forward, normal_policy_grads, optimizer_step, plain_critic, plain_critic_step,
@@ -100,8 +100,9 @@ def gaussian_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> tor
     ``[-1, 1]`` (no gradient needed): ``(B, A)``, or ``(B, n, A)`` with
     ``n > 0``."""
     loc, std = torch.tanh(mean), logstd.exp()
-    if n > 0:
+    if n > 0:  # the n draws sample-major, as d3rlpy's sample_n (policies.sample_major_noise)
         loc, std = loc.unsqueeze(1).expand(-1, n, -1), std.unsqueeze(1).expand(-1, n, -1)
+        return (loc + sample_major_noise(loc) * std).clamp(-1.0, 1.0)
     return (loc + torch.randn_like(loc) * std).clamp(-1.0, 1.0)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
@@ -20,6 +20,7 @@ __all__ = [
     "ArgmaxPolicy",
     "squashed_sample",
     "squashed_draw",
+    "sample_major_noise",
     "squashed_log_prob",
     "gaussian_log_prob",
 ]
@@ -40,18 +41,33 @@ def squashed_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> Tup
     With ``n > 0`` draws ``n`` samples per row: shapes ``(B, n, A)`` and
     ``(B, n)``; otherwise ``(B, A)`` and ``(B,)``.
     """
+    noise = None
     if n > 0:
         mean = mean.unsqueeze(1).expand(-1, n, -1)
         logstd = logstd.unsqueeze(1).expand(-1, n, -1)
-    _, _, action, log_prob = squashed_draw(mean, logstd)
+        noise = sample_major_noise(mean)
+    _, _, action, log_prob = squashed_draw(mean, logstd, noise)
     return action, log_prob
 
 
-def squashed_draw(mean: torch.Tensor, logstd: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+def sample_major_noise(like: torch.Tensor) -> torch.Tensor:
+    """Standard normal noise of ``like``'s shape ``(B, n, ...)``, drawn
+    sample-major (all of sample 0's rows, then sample 1's, ...) as
+    ``torch.distributions``' ``rsample((n,))`` draws it, so that a seeded
+    run draws the numbers d3rlpy's ``sample_n`` does (``benchmarks/
+    equivalence.py`` compares updates draw for draw); contiguous."""
+    return torch.randn((like.shape[1], like.shape[0]) + tuple(like.shape[2:]), dtype=like.dtype,
+                       device=like.device).transpose(0, 1).contiguous()
+
+
+def squashed_draw(mean: torch.Tensor, logstd: torch.Tensor,
+                  noise: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, ...]:
     """:func:`squashed_sample`'s one draw with what its gradients need:
     ``(noise, std, tanh(u), log-density)`` with ``u = mean + std * noise``
-    (a written-out backward, ``offrl.algos.sac.plain_actor_temperature_step``)."""
-    noise = torch.randn_like(mean)
+    (a written-out backward, ``offrl.algos.sac.plain_actor_temperature_step``);
+    ``noise`` drawn here unless given."""
+    if noise is None:
+        noise = torch.randn_like(mean)
     std = torch.exp(logstd)
     u = mean + noise * std
     log_prob = (-0.5 * noise**2 - logstd - LOG_SQRT_2PI).sum(dim=-1)

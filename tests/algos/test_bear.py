@@ -73,8 +73,9 @@ def test_bear_losses_on_hand_built_batch(kernel_name, hand_batch, build_algo, be
     vae_before, q_before, targ, policy = (copy.deepcopy(nets[k]) for k in ("vae", "q_function", "targ_q_function", "policy"))
     torch.manual_seed(11)
     eps, target_noise, mmd_latents, mmd_noise, actor_noise = (
-        torch.randn(*s) for s in [(4, LATENT), (4, n, 2), (4 * p, LATENT), (4, p, 2), (4, 2)]
+        torch.randn(*s) for s in [(4, LATENT), (n, 4, 2), (4 * p, LATENT), (4, p, 2), (4, 2)]
     )
+    target_noise = target_noise.transpose(0, 1)  # the n target samples are drawn sample-major, as d3rlpy's sample_n
 
     torch.manual_seed(11)
     losses = algo.update(batch)

@@ -704,7 +704,13 @@ def test_bf16_mixed_written_out_steps_follow_autocasts_autograd_step(name, facto
     unit roundoff u = 2**-8 (the float32 twin differs by up to 12 u,
     tests/test_precision.py), over steps where each network is used after
     another's optimizer step (a stale low-precision copy of a weight would
-    be off by far more); and the steps differ from float32's."""
+    be off by far more); and the steps differ from float32's. The autograd
+    copy is made anew from the written-out one before each update, so each
+    update starts from the same weights and optimizer state: bf16's
+    roundings leave a near-zero gradient element with either sign, which
+    Adam's first steps turn into a whole learning-rate step either way, and
+    two copies run apart would drift by that (AWAC's softmax weights then
+    move its actor loss by more than u)."""
     from offrl.training import precision
 
     precision.set_bf16_available(True)
@@ -729,9 +735,18 @@ def test_bf16_mixed_written_out_steps_follow_autocasts_autograd_step(name, facto
             batches = [bc_batch(f"{name}Config", rng, 24) for _ in range(3)]
         else:
             batches = [continuous_batch(rng, 24, 5, 2) for _ in range(3)]
-        autograd = copy.deepcopy(plain)
         assert plain.precision == "bf16-mixed"
-        pairs = run_seeded(plain, autograd, batches)
+        pairs = []
+        for i, batch in enumerate(batches):
+            autograd = copy.deepcopy(plain)  # a stale bf16 copy in the written-out step's cache is not used by autograd
+            torch.manual_seed(i)
+            a = plain.update(batch)
+            plain_mlp.plain_backward_enabled(False)
+            try:
+                torch.manual_seed(i)
+                pairs.append((a, autograd.update(batch)))
+            finally:
+                plain_mlp.plain_backward_enabled(True)
         assert calls["n"] >= 3  # the written-out passes ran, in the bf16-mixed step
         for step, (a, b) in enumerate(pairs):
             for k in a:

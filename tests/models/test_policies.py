@@ -153,7 +153,8 @@ def test_squashed_sample_log_prob_is_the_change_of_variables_formula(n):
     action, log_prob = squashed_sample(mean, logstd, n)
     # replay the generator: the sample is mean + noise * std with this noise
     torch.manual_seed(7)
-    noise = torch.randn((2, n, 2) if n else (2, 2)).double().numpy()
+    # n > 0: the n draws sample-major, as torch.distributions' rsample((n,)) (and d3rlpy's sample_n) draws them
+    noise = (torch.randn(n, 2, 2).transpose(0, 1) if n else torch.randn(2, 2)).double().numpy()
     if n:
         assert action.shape == (2, n, 2) and log_prob.shape == (2, n)
     else:
@@ -165,6 +166,30 @@ def test_squashed_sample_log_prob_is_the_change_of_variables_formula(n):
             u = [m[b][i] + noise[b, j, i] * math.exp(s[b][i]) for i in range(2)]
             np.testing.assert_allclose(action[b, j].numpy(), [math.tanh(v) for v in u], rtol=1e-5, atol=1e-6)
             assert float(log_prob[b, j]) == pytest.approx(hand_log_density(u, m[b], s[b]), rel=1e-5, abs=1e-5)
+
+
+def test_n_samples_are_drawn_as_torch_distributions_draws_them():
+    """``n`` samples per row come from the generator sample-major, as
+    ``Normal.rsample((n,))`` (d3rlpy's ``sample_n``) draws them: the same seed
+    gives the same actions, so a seeded update can be compared with
+    d3rlpy's draw for draw (benchmarks/equivalence.py)."""
+    from torch.distributions import Normal
+
+    from offrl.algos.awac import gaussian_sample
+
+    mean = torch.tensor([[0.2, -0.5], [1.0, 0.3], [-0.4, 0.8]])
+    logstd = torch.tensor([[-0.5, 0.1], [-1.0, -0.2], [0.3, -0.7]])
+    torch.manual_seed(3)
+    action, _ = squashed_sample(mean, logstd, 4)
+    torch.manual_seed(3)
+    expected = torch.tanh(Normal(mean, logstd.exp()).rsample((4,))).transpose(0, 1)
+    assert action.shape == (3, 4, 2) and action.is_contiguous()
+    torch.testing.assert_close(action, expected, rtol=0, atol=0)
+    torch.manual_seed(3)
+    sampled = gaussian_sample(mean, logstd, 4)
+    torch.manual_seed(3)
+    expected = Normal(torch.tanh(mean), logstd.exp()).rsample((4,)).clamp(-1.0, 1.0).transpose(0, 1)
+    torch.testing.assert_close(sampled, expected, rtol=0, atol=0)
 
 
 def test_squashed_sample_is_reparameterised():
