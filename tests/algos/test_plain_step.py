@@ -115,15 +115,18 @@ def assert_same_state(plain, autograd, rtol=1e-5, atol=1e-6, weights=True):
 
 def run_seeded(plain, autograd, batches):
     """:func:`run_both` with the same torch seed before each update of both
-    copies (TD3's target noise, a VAE's draws)."""
+    copies (TD3's target noise, a VAE's draws); with ``autograd`` None, the
+    autograd copy is made anew from ``plain`` before each update (both start
+    every update from the same weights and optimizer state)."""
     out = []
     for i, batch in enumerate(batches):
+        other = copy.deepcopy(plain) if autograd is None else autograd
         plain_mlp.plain_backward_enabled(True)
         torch.manual_seed(i)
         a = plain.update(batch)
         plain_mlp.plain_backward_enabled(False)
         torch.manual_seed(i)
-        out.append((a, autograd.update(batch)))
+        out.append((a, other.update(batch)))
     plain_mlp.plain_backward_enabled(True)
     return out
 
@@ -736,17 +739,7 @@ def test_bf16_mixed_written_out_steps_follow_autocasts_autograd_step(name, facto
         else:
             batches = [continuous_batch(rng, 24, 5, 2) for _ in range(3)]
         assert plain.precision == "bf16-mixed"
-        pairs = []
-        for i, batch in enumerate(batches):
-            autograd = copy.deepcopy(plain)  # a stale bf16 copy in the written-out step's cache is not used by autograd
-            torch.manual_seed(i)
-            a = plain.update(batch)
-            plain_mlp.plain_backward_enabled(False)
-            try:
-                torch.manual_seed(i)
-                pairs.append((a, autograd.update(batch)))
-            finally:
-                plain_mlp.plain_backward_enabled(True)
+        pairs = run_seeded(plain, None, batches)  # a stale bf16 copy in the written-out passes' cache: autograd's copy has no use for it
         assert calls["n"] >= 3  # the written-out passes ran, in the bf16-mixed step
         for step, (a, b) in enumerate(pairs):
             for k in a:
