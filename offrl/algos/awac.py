@@ -100,10 +100,11 @@ def gaussian_sample(mean: torch.Tensor, logstd: torch.Tensor, n: int = 0) -> tor
     ``[-1, 1]`` (no gradient needed): ``(B, A)``, or ``(B, n, A)`` with
     ``n > 0``."""
     loc, std = torch.tanh(mean), logstd.exp()
-    if n > 0:  # the n draws sample-major, as d3rlpy's sample_n (policies.sample_major_noise)
+    if n > 0:
         loc, std = loc.unsqueeze(1).expand(-1, n, -1), std.unsqueeze(1).expand(-1, n, -1)
-        return (loc + sample_major_noise(loc) * std).clamp(-1.0, 1.0)
-    return (loc + torch.randn_like(loc) * std).clamp(-1.0, 1.0)
+    # the n draws sample-major, as d3rlpy's sample_n (policies.sample_major_noise)
+    noise = sample_major_noise(loc) if n > 0 else torch.randn_like(loc)
+    return (loc + noise * std).clamp(-1.0, 1.0)
 
 
 def repeat_observations(x: Any, n: int) -> Any:
