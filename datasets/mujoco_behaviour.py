@@ -85,7 +85,7 @@ def _evaluate(algo, env_id: str, seed: int, sample: bool) -> list:
 
 
 def train(env_name: str, steps: int, snapshot: int, work: str | None, device: str = "cpu",
-          time_limit: float | None = None) -> None:
+          time_limit: float | None = None, seed: int | None = None) -> None:
     import gymnasium
     import numpy as np
     import torch
@@ -103,12 +103,19 @@ def train(env_name: str, steps: int, snapshot: int, work: str | None, device: st
     buffer_path = os.path.join(directory, "buffer.h5")
     state_path = os.path.join(directory, "state.json")
 
-    offrl.seed(SEEDS[env_name])
-    envs = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make(env_id) for _ in range(N_ENVS)])
     done_steps, elapsed = 0, 0.0
-    if os.path.exists(state_path) and os.path.exists(checkpoint) and os.path.exists(buffer_path):
+    resuming = os.path.exists(state_path) and os.path.exists(checkpoint) and os.path.exists(buffer_path)
+    if resuming:
         with open(state_path) as f:
             state = json.load(f)
+        run_seed = int(state.get("seed", SEEDS[env_name]))
+        if seed is not None and seed != run_seed:
+            raise SystemExit(f"{directory} holds a run of seed {run_seed}, not {seed}: give another --work to start a run of seed {seed}")
+    else:
+        run_seed = SEEDS[env_name] if seed is None else int(seed)
+    offrl.seed(run_seed)
+    envs = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make(env_id) for _ in range(N_ENVS)])
+    if resuming:
         done_steps, elapsed = int(state["steps"]), float(state["seconds"])
         sac = offrl.load_learnable(checkpoint, device=device)
         buffer = ReplayBuffer.load(buffer_path)
@@ -130,13 +137,13 @@ def train(env_name: str, steps: int, snapshot: int, work: str | None, device: st
             chunk = RANDOM_STEPS
             uniform = offrl.algos.RandomPolicyConfig(distribution="uniform").create()
             uniform.build_with_env(gymnasium.make(env_id))
-            uniform.collect(envs, buffer, n_steps=chunk, show_progress=False, seed=SEEDS[env_name] * 1000)
+            uniform.collect(envs, buffer, n_steps=chunk, show_progress=False, seed=run_seed * 1000)
             sac.build_with_env(gymnasium.make(env_id))
         else:
             chunk = min(snapshot, steps - done_steps)
             sac.fit_online(envs, buffer, n_steps=chunk, n_steps_per_epoch=chunk, n_updates=N_ENVS,
                            logger_adapter=NoopAdapterFactory(), show_progress=False,
-                           seed=SEEDS[env_name] * 1000 + done_steps)
+                           seed=run_seed * 1000 + done_steps)
         train_seconds = time.perf_counter() - start
         last_chunk = train_seconds * 1.2
         done_steps += chunk
@@ -156,10 +163,20 @@ def train(env_name: str, steps: int, snapshot: int, work: str | None, device: st
         buffer.dump(buffer_path)
         tmp = state_path + ".tmp"
         with open(tmp, "w") as f:
-            json.dump({"steps": done_steps, "seconds": elapsed}, f)
+            json.dump({"steps": done_steps, "seconds": elapsed, "seed": run_seed}, f)
         os.replace(tmp, state_path)
         print(f"{env_name} {done_steps:>8d} steps  {train_seconds:6.1f} s  greedy {row['greedy_mean']:8.1f}  "
               f"sampled {row['sampled_mean']:8.1f}", flush=True)
+
+
+def _run_seed(env_name: str, directory: str) -> int:
+    """The seed the run in ``directory`` was trained with (runs from before
+    ``--seed`` existed used the environment's default)."""
+    try:
+        with open(os.path.join(directory, "state.json")) as f:
+            return int(json.load(f).get("seed", SEEDS[env_name]))
+    except FileNotFoundError:
+        return SEEDS[env_name]
 
 
 def _curve(directory: str) -> list:
@@ -230,7 +247,7 @@ def ship(env_name: str, work: str | None, rerank: int = 1) -> None:
         "env_id": ENV_IDS[env_name],
         "trainer": "offrl SAC (default config), 4 synchronous environments, 4 updates per vector step, "
                    f"{RANDOM_STEPS} uniform-random steps first",
-        "seed": SEEDS[env_name],
+        "seed": _run_seed(env_name, directory),
         "steps": curve[-1]["step"],
         "train_seconds": curve[-1]["total_seconds"],
         "expert": expert["name"],
@@ -256,13 +273,15 @@ def main(argv: list | None = None) -> None:
     parser.add_argument("--steps", type=int, default=300_000, help="environment steps (default 300,000)")
     parser.add_argument("--snapshot", type=int, default=10_000, help="steps between snapshots (default 10,000)")
     parser.add_argument("--work", default=None, help="work directory (default $OFFRL_BEHAVIOUR_WORK or ~/.cache/offrl/behaviour)")
+    parser.add_argument("--seed", type=int, default=None, help="train: the run's seed (default per environment: "
+                        + ", ".join(f"{k} {v}" for k, v in SEEDS.items()) + "); a resumed run keeps its own")
     parser.add_argument("--device", default="cpu", help="train on this device (default cpu)")
     parser.add_argument("--time-limit", type=float, default=None, help="stop before a snapshot that would end after this many seconds")
     parser.add_argument("--rerank", type=int, default=1, help="ship: choose the expert among the curve's K best "
                         f"snapshots of the last third by {RERANK_EPISODES} sampled episodes each (default 1: the curve's best)")
     args = parser.parse_args(argv)
     if args.command == "train":
-        train(args.env, args.steps, args.snapshot, args.work, args.device, args.time_limit)
+        train(args.env, args.steps, args.snapshot, args.work, args.device, args.time_limit, args.seed)
     else:
         ship(args.env, args.work, args.rerank)
 
