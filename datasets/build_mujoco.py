@@ -167,11 +167,21 @@ def write_card(name: str, facts: dict) -> None:
     expert = reference.get("details", {}).get(env, {}).get("expert")
     spread = (f"; the expert's {expert['episodes']} episodes: std {expert['std']:.1f}, min {expert['min']:.1f}, "
               f"max {expert['max']:.1f}" if expert else "")
-    rerank = behaviour.get("expert_rerank")
+    run = behaviour.get("expert_run")  # the expert from a second, longer run (mujoco_behaviour.py ship-expert)
+    rerank = (run or behaviour).get("expert_rerank")
     if rerank:
         spread += (f"; expert chosen among {len(rerank['sampled'])} snapshots by {rerank['episodes']} sampled "
                    "episodes each (" + ", ".join(f"`{k}` {v[0]:.0f} ± {v[1]:.0f}" for k, v in rerank["sampled"].items())
                    + ")")
+    expert_run = ""
+    if run:
+        expert_run = (f", from a second run (seed {run['seed']}, {run['steps']:,} environment steps in "
+                      f"{run['train_seconds'] / 3600:.1f} h) that replaced the first run's expert "
+                      f"`{behaviour['superseded_experts'][-1]['expert']}`")
+        if kind in ("expert", "medium-expert"):
+            run_rows = "\n".join(f"| {r['step']:,} | {r['sampled_mean']:.1f} | {r['greedy_mean']:.1f} |" for r in run["curve"])
+            rows += ("\n\nThe expert's run (seed " + str(run["seed"]) + "):\n\n| environment steps | sampled return | "
+                     "greedy return |\n|---|---|---|\n" + run_rows)
     text = f"""# {name}
 
 `offrl.datasets.get_mujoco("{name}")`: {_scores.ENV_IDS[env]} (gymnasium, MuJoCo), built locally by D4RL's
@@ -190,7 +200,7 @@ offrl (`datasets/mujoco_behaviour.py`), so scores compare libraries on this data
 | file | {facts['file_bytes'] / 1e6:.1f} MB HDF5, SHA-256 `{facts['sha256']}` |
 | build | {facts['build_seconds']:.0f} s, peak memory {facts['peak_rss_mb']:.0f} MB, on the {facts['cpus']}-CPU development machine |
 | behaviour policies | `offrl/datasets/behaviour/{env}.safetensors` ({os.path.getsize(weights) / 1e6:.2f} MB, float16: the medium, expert and replay snapshots; read with safetensors, no pickle) |
-| behaviour training | offrl SAC, default config, 4 vector environments, {behaviour['steps']:,} environment steps in {behaviour['train_seconds'] / 3600:.1f} h on a shared 2-core machine; medium = `{behaviour['medium']}`, expert = `{behaviour['expert']}` |
+| behaviour training | offrl SAC, default config, 4 vector environments, {behaviour['steps']:,} environment steps in {behaviour['train_seconds'] / 3600:.1f} h on a shared 2-core machine; medium = `{behaviour['medium']}`, expert = `{behaviour['expert']}`{expert_run} |
 
 Reproducibility: the same machine, torch build and seed give the same bytes (the SHA-256 above). On
 another CPU the policy's float32 products can round differently and the simulation is chaotic, so the
@@ -209,6 +219,34 @@ Behaviour policy's training curve (5 evaluation episodes per point):
     os.replace(path + ".tmp", path)
 
 
+def cards(names: list) -> None:
+    """Rewrite the cards of built datasets from their records, each
+    normalised return from the current reference returns (a new expert moves
+    every card of its environment); with no names, every recorded dataset,
+    and a recorded dataset this version no longer builds (its recipe
+    superseded: ``mujoco_behaviour.py ship-expert``) leaves the record and
+    its card is removed."""
+    from offrl import _scores
+
+    state = _reference_state()
+    recorded = state["datasets"]
+    if not names:
+        for name in sorted(set(recorded) - set(_scores.mujoco_dataset_names())):
+            del recorded[name]
+            card = os.path.join(HERE, f"{name}.md")
+            if os.path.exists(card):
+                os.remove(card)
+            print(f"{name}: superseded, removed from the record and its card deleted")
+    for name in names or sorted(recorded):
+        facts = recorded[name]
+        env = name.split("-", 1)[0]
+        if env in state["returns"]:
+            low, high = state["returns"][env]
+            facts["normalized_return_mean"] = round(100.0 * (facts["episode_return"]["mean"] - low) / (high - low), 2)
+        write_card(name, facts)
+    _write_reference(state)
+
+
 def main(argv: list | None = None) -> None:
     from offrl import _scores
 
@@ -219,9 +257,7 @@ def main(argv: list | None = None) -> None:
     if args.command == "references":
         references(args.names or list(_scores.ENV_IDS))
     elif args.command == "cards":
-        recorded = _reference_state()["datasets"]
-        for name in args.names or sorted(recorded):
-            write_card(name, recorded[name])
+        cards(args.names)
     else:
         names = args.names or _scores.mujoco_dataset_names()
         if len(names) == 1:

@@ -2,6 +2,7 @@
 
     python datasets/mujoco_behaviour.py train hopper [--steps 300000] [--work DIR]
     python datasets/mujoco_behaviour.py ship hopper [--work DIR]
+    python datasets/mujoco_behaviour.py ship-expert walker2d --work DIR [--rerank K]
 
 ``train`` runs online SAC (d3rlpy's defaults: Adam 3e-4, batch 256, two
 critics, 256x256 networks, learned temperature) on the gymnasium MuJoCo task
@@ -32,6 +33,14 @@ threshold stays a third of the chosen expert's curve value. It writes:
   included, and their returns below are measured with them);
 * ``<env>.json``: the training facts (steps, wall time, the curve) that the
   cards quote.
+
+``ship-expert`` replaces only the expert, by the expert of another, longer
+run (``train --seed S --work DIR``): the shipped medium and replay
+snapshots stay, so the random, medium and medium-replay data do not change;
+the expert and medium-expert datasets get a new recipe version (a new name).
+Then ``datasets/build_mujoco.py references ENV``, ``build`` the two new
+datasets and ``cards`` (every card's normalised return follows the new
+reference).
 
 The work directory (``$OFFRL_BEHAVIOUR_WORK`` or ``~/.cache/offrl/behaviour``)
 holds the run's snapshots, checkpoints and logs; only ``ship``'s two files
@@ -217,11 +226,10 @@ def _rerank(env_name: str, directory: str, rows: list) -> dict:
     return measured
 
 
-def ship(env_name: str, work: str | None, rerank: int = 1) -> None:
-    import numpy as np
-    from safetensors.numpy import load_file, save_file
-
-    directory = work_directory(env_name, work)
+def _choose_expert(env_name: str, directory: str, rerank: int) -> tuple:
+    """``(expert row, curve, re-measured returns or None)`` of the run in
+    ``directory``: the curve's best sampled return of the last third, or
+    with ``rerank`` K > 1 the best of its K best re-measured."""
     curve = _curve(directory)
     last_third = curve[len(curve) * 2 // 3:]
     expert = max(last_third, key=lambda r: r["sampled_mean"])
@@ -230,6 +238,32 @@ def ship(env_name: str, work: str | None, rerank: int = 1) -> None:
         best = sorted(last_third, key=lambda r: r["sampled_mean"], reverse=True)[:rerank]
         remeasured = _rerank(env_name, directory, best)
         expert = max(best, key=lambda r: remeasured[r["name"]][0])
+    return expert, curve, remeasured
+
+
+def _write_shipped(env_name: str, tensors: dict, facts: dict) -> str:
+    """The two shipped files, each written to a temporary name and renamed
+    (a killed ship leaves the shipped files whole); returns the weights' path."""
+    from safetensors.numpy import save_file
+
+    os.makedirs(SHIP_DIRECTORY, exist_ok=True)
+    path = os.path.join(SHIP_DIRECTORY, f"{env_name}.safetensors")
+    save_file(tensors, path + ".tmp")
+    os.replace(path + ".tmp", path)
+    record = os.path.join(SHIP_DIRECTORY, f"{env_name}.json")
+    with open(record + ".tmp", "w") as f:
+        json.dump(facts, f, indent=1)
+        f.write("\n")
+    os.replace(record + ".tmp", record)
+    return path
+
+
+def ship(env_name: str, work: str | None, rerank: int = 1) -> None:
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    directory = work_directory(env_name, work)
+    expert, curve, remeasured = _choose_expert(env_name, directory, rerank)
     target = expert["sampled_mean"] / 3.0
     medium = next(r for r in curve if r["sampled_mean"] >= target)
     replay = [r for r in curve if r["step"] < medium["step"]]
@@ -239,10 +273,6 @@ def ship(env_name: str, work: str | None, rerank: int = 1) -> None:
             weights = load_file(os.path.join(directory, "snapshots", row["name"] + ".safetensors"))
             for key, value in weights.items():
                 tensors[f"{row['name']}.{key}"] = value.astype(np.float16)
-    os.makedirs(SHIP_DIRECTORY, exist_ok=True)
-    path = os.path.join(SHIP_DIRECTORY, f"{env_name}.safetensors")
-    save_file(tensors, path + ".tmp")  # then renamed: a killed ship leaves the shipped files whole
-    os.replace(path + ".tmp", path)
     facts = {
         "env_id": ENV_IDS[env_name],
         "trainer": "offrl SAC (default config), 4 synchronous environments, 4 updates per vector step, "
@@ -257,18 +287,68 @@ def ship(env_name: str, work: str | None, rerank: int = 1) -> None:
     }
     if remeasured is not None:
         facts["expert_rerank"] = {"episodes": RERANK_EPISODES, "sampled": {k: list(v) for k, v in remeasured.items()}}
-    record = os.path.join(SHIP_DIRECTORY, f"{env_name}.json")
-    with open(record + ".tmp", "w") as f:
-        json.dump(facts, f, indent=1)
-        f.write("\n")
-    os.replace(record + ".tmp", record)
+    path = _write_shipped(env_name, tensors, facts)
     print(f"{env_name}: expert {expert['name']} (sampled {expert['sampled_mean']:.1f}), medium {medium['name']} "
           f"(sampled {medium['sampled_mean']:.1f}), {len(replay)} replay snapshots, {os.path.getsize(path) / 1e6:.2f} MB")
 
 
+#: the recipes that use the expert policy: a new expert makes them new recipes (new names)
+EXPERT_KINDS = ("expert", "medium-expert")
+
+
+def ship_expert(env_name: str, work: str | None, rerank: int = 1) -> dict:
+    """Replace only the shipped expert of ``env_name`` by the expert of
+    another (longer) run in ``work``: the shipped medium and replay
+    snapshots, and so the random, medium and medium-replay data, stay as
+    they are; the expert and medium-expert recipes get the next version
+    (``recipe_versions`` in the record; ``offrl/_scores.py``'s
+    ``RECIPE_VERSIONS`` must list the same, a test holds them equal). The
+    new expert's snapshot is named ``seed<S>_step_<N>`` after its run; the
+    record keeps the superseded expert's name and versions, and the new
+    run's facts under ``expert_run``. Returns the new record."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    directory = work_directory(env_name, work)
+    record_path = os.path.join(SHIP_DIRECTORY, f"{env_name}.json")
+    with open(record_path) as f:
+        facts = json.load(f)
+    expert, curve, remeasured = _choose_expert(env_name, directory, rerank)
+    seed = _run_seed(env_name, directory)
+    name = f"seed{seed}_{expert['name']}"
+    if name in {facts["expert"], facts["medium"], *facts["replay"]}:
+        raise SystemExit(f"{name} is already shipped for {env_name}: nothing to replace")
+    keep = {facts["medium"], *facts["replay"]}
+    tensors = {k: v for k, v in load_file(os.path.join(SHIP_DIRECTORY, f"{env_name}.safetensors")).items()
+               if k.split(".", 1)[0] in keep}
+    for key, value in load_file(os.path.join(directory, "snapshots", expert["name"] + ".safetensors")).items():
+        tensors[f"{name}.{key}"] = value.astype(np.float16)
+    versions = dict(facts.get("recipe_versions", {}))
+    superseded = {"expert": facts["expert"], "versions": {k: versions.get(k, "v0") for k in EXPERT_KINDS}}
+    if "expert_rerank" in facts:
+        superseded["expert_rerank"] = facts.pop("expert_rerank")
+    for kind in EXPERT_KINDS:
+        versions[kind] = f"v{int(versions.get(kind, 'v0')[1:]) + 1}"
+    run = {"seed": seed, "steps": curve[-1]["step"], "train_seconds": curve[-1]["total_seconds"], "curve": curve}
+    if remeasured is not None:
+        run["expert_rerank"] = {"episodes": RERANK_EPISODES, "sampled": {k: list(v) for k, v in remeasured.items()}}
+    facts.update(expert=name, expert_run=run, recipe_versions=versions,
+                 superseded_experts=facts.get("superseded_experts", []) + [superseded])
+    path = _write_shipped(env_name, tensors, facts)
+    medium = next(r for r in facts["curve"] if r["name"] == facts["medium"])
+    print(f"{env_name}: expert {name} (sampled {expert['sampled_mean']:.1f}) from the run of seed {seed} "
+          f"({run['steps']:,} steps), replacing {superseded['expert']}; {os.path.getsize(path) / 1e6:.2f} MB; "
+          f"recipe versions {versions}: set RECIPE_VERSIONS in offrl/_scores.py to "
+          + repr({f"{env_name}-{k}": v for k, v in sorted(versions.items())}))
+    if medium["sampled_mean"] < expert["sampled_mean"] / 3.0:
+        print(f"warning: the shipped medium {medium['name']} (sampled {medium['sampled_mean']:.1f}) is below a third of "
+              f"the new expert's {expert['sampled_mean']:.1f}: it no longer meets D4RL's definition of medium")
+    return facts
+
+
 def main(argv: list | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["train", "ship"])
+    parser.add_argument("command", choices=["train", "ship", "ship-expert"])
     parser.add_argument("env", choices=sorted(ENV_IDS))
     parser.add_argument("--steps", type=int, default=300_000, help="environment steps (default 300,000)")
     parser.add_argument("--snapshot", type=int, default=10_000, help="steps between snapshots (default 10,000)")
@@ -282,8 +362,10 @@ def main(argv: list | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "train":
         train(args.env, args.steps, args.snapshot, args.work, args.device, args.time_limit, args.seed)
-    else:
+    elif args.command == "ship":
         ship(args.env, args.work, args.rerank)
+    else:
+        ship_expert(args.env, args.work, args.rerank)
 
 
 if __name__ == "__main__":

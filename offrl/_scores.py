@@ -18,9 +18,17 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["ENV_IDS", "KINDS", "RECIPE_VERSION", "REFERENCE_RETURNS", "get_normalized_score", "mujoco_dataset_names"]
+__all__ = ["ENV_IDS", "KINDS", "RECIPE_VERSION", "RECIPE_VERSIONS", "REFERENCE_RETURNS", "dataset_name",
+           "get_normalized_score", "mujoco_dataset_names"]
 
+#: the version of every recipe not listed in ``RECIPE_VERSIONS``
 RECIPE_VERSION = "v0"
+#: ``{"<env>-<kind>": version}`` of the recipes changed since they were
+#: first shipped (a new behaviour policy is a new recipe: a new name, never
+#: other data under an old one); ``datasets/mujoco_behaviour.py ship``
+#: writes the same table into the environment's behaviour record
+#: (``recipe_versions``), and a test holds the two equal
+RECIPE_VERSIONS: Dict[str, str] = {}
 ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5"}
 KINDS = ("random", "medium", "medium-replay", "medium-expert", "expert")
 
@@ -46,9 +54,14 @@ REFERENCE_RETURNS: Dict[str, Tuple[float, float]] = {
 }
 
 
+def dataset_name(env: str, kind: str) -> str:
+    """The name offrl builds ``kind`` of ``env`` under (``hopper-medium-v0``)."""
+    return f"{env}-{kind}-{RECIPE_VERSIONS.get(f'{env}-{kind}', RECIPE_VERSION)}"
+
+
 def mujoco_dataset_names() -> List[str]:
     """Every locomotion dataset name (``hopper-medium-v0``, ...)."""
-    return [f"{env}-{kind}-{RECIPE_VERSION}" for env in ENV_IDS for kind in KINDS]
+    return [dataset_name(env, kind) for env in ENV_IDS for kind in KINDS]
 
 
 def environment_of(name: Any) -> str:
@@ -58,7 +71,7 @@ def environment_of(name: Any) -> str:
     if name in ENV_IDS:
         return name
     for env, env_id in ENV_IDS.items():
-        if name == env_id or name in (f"{env}-{kind}-{RECIPE_VERSION}" for kind in KINDS):
+        if name == env_id or name in (dataset_name(env, kind) for kind in KINDS):
             return env
     raise ValueError(f"no reference returns for {name!r}; known: {', '.join(list(ENV_IDS) + mujoco_dataset_names())}")
 

@@ -22,7 +22,7 @@ import re
 import warnings
 from typing import Any, Optional, Tuple
 
-from .._scores import ENV_IDS, KINDS, RECIPE_VERSION
+from .._scores import ENV_IDS, KINDS, dataset_name
 from .builtin import RECIPES
 from .builtin import cache_directory
 from .builtin import get_dataset as get_builtin_dataset
@@ -51,7 +51,7 @@ def d4rl_file(name: str) -> Optional[str]:
 def _local_equivalent(name: str) -> Optional[str]:
     match = _D4RL_NAME.match(os.path.basename(name).replace("_", "-").replace(".hdf5", ""))
     if match and match["env"] in ENV_IDS and match["kind"] in KINDS:
-        return f"{match['env']}-{match['kind']}-{RECIPE_VERSION}"
+        return dataset_name(match["env"], match["kind"])
     return None
 
 

@@ -53,6 +53,7 @@ returns over 100 episodes each (recorded in the cards).
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -71,7 +72,7 @@ __all__ = [
     "load_behaviour_policy",
 ]
 
-from .._scores import ENV_IDS, KINDS, RECIPE_VERSION, REFERENCE_RETURNS, get_normalized_score, mujoco_dataset_names
+from .._scores import ENV_IDS, KINDS, REFERENCE_RETURNS, dataset_name, get_normalized_score, mujoco_dataset_names
 
 DEFAULT_STEPS = 1_000_000
 #: environments stepped in lockstep by a build (one batched policy call each step)
@@ -88,13 +89,14 @@ def _parse(name: Any) -> Tuple[str, str]:
         raise TypeError(f"dataset name must be a str, got {type(name).__name__}")
     for env in ENV_IDS:
         for kind in KINDS:
-            if name == f"{env}-{kind}-{RECIPE_VERSION}":
+            if name == dataset_name(env, kind):
                 return env, kind
     hint = ""
     for env in ENV_IDS:
         for kind in KINDS:
-            if name.startswith(f"{env}-{kind}-v") and name != f"{env}-{kind}-{RECIPE_VERSION}":
-                hint = f" (recipe version {RECIPE_VERSION} is the one offrl builds: {env}-{kind}-{RECIPE_VERSION})"
+            current = dataset_name(env, kind)
+            if re.fullmatch(rf"{env}-{kind}-v\d+", name):
+                hint = f" (recipe version {current.rsplit('-', 1)[1]} is the one offrl builds: {current})"
     raise ValueError(f"unknown locomotion dataset {name!r}{hint}; known: {', '.join(mujoco_dataset_names())}")
 
 
@@ -125,9 +127,9 @@ def check_shipped(env: str, kind: str) -> None:
     that this version of offrl does not ship for ``env`` (random needs none)."""
     if kind != "random" and env not in shipped_environments():
         raise ValueError(
-            f"{env}-{kind}-{RECIPE_VERSION}: this version of offrl ships no behaviour policies for {env} (its SAC "
+            f"{dataset_name(env, kind)}: this version of offrl ships no behaviour policies for {env} (its SAC "
             f"training has not reached an expert yet; see datasets/README.md); shipped: "
-            f"{', '.join(shipped_environments()) or 'none'}; {env}-random-{RECIPE_VERSION} needs none"
+            f"{', '.join(shipped_environments()) or 'none'}; {dataset_name(env, 'random')} needs none"
         )
 
 
@@ -268,7 +270,7 @@ def _build_buffer(env: str, kind: str, n_steps: int, show_progress: bool, n_jobs
     if show_progress:
         from tqdm.auto import tqdm
 
-        progress = tqdm(total=n_steps, desc=f"building {env}-{kind}-{RECIPE_VERSION}", unit="step", mininterval=0.5)
+        progress = tqdm(total=n_steps, desc=f"building {dataset_name(env, kind)}", unit="step", mininterval=0.5)
     try:
         if jobs <= 1:
             parts = []
