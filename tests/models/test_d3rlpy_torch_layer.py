@@ -166,7 +166,7 @@ def test_continuous_mean_q_function_td_error_is_the_squared_error():
     x, action = torch.tensor([[1.0, 2.0]]), torch.tensor([[0.25]])
     # Q = 1 - 2 + 0.5 + 0.5 = 0.0; y = 1 + 0.99 * 3 * (1 - 0) = 3.97
     error = forwarder.compute_error(x, action, torch.tensor([[1.0]]), torch.tensor([[3.0]]), torch.tensor([[0.0]]))
-    assert float(error) == pytest.approx(3.97**2, rel=1e-6)
+    assert float(error.detach()) == pytest.approx(3.97**2, rel=1e-6)
 
 
 def _members(forwarder):
@@ -222,7 +222,7 @@ def test_quantile_td_error_matches_a_loop():
     assert torch.allclose(taus, torch.tensor([0.125, 0.375, 0.625, 0.875]))
     expected = []
     for b in range(3):
-        pred = out.quantiles[b, int(actions[b])]
+        pred = out.quantiles[b, int(actions[b])].detach()
         y = rewards[b] + 0.9 * target[b] * (1 - terminals[b])
         total = 0.0
         for j in range(4):  # targets
@@ -234,7 +234,7 @@ def test_quantile_td_error_matches_a_loop():
     error = member.compute_error(x, actions, rewards, target, terminals, gamma=0.9, reduction="none")
     np.testing.assert_allclose(error.detach().numpy().ravel(), expected, rtol=1e-5)
     ensemble = forwarder.compute_error(x, actions, rewards, target, terminals, gamma=0.9)
-    assert float(ensemble) == pytest.approx(np.mean(expected), rel=1e-5)
+    assert float(ensemble.detach()) == pytest.approx(np.mean(expected), rel=1e-5)
     with pytest.raises(ValueError, match="target must hold"):
         member.compute_error(x, actions, rewards, target[:2], terminals, 0.9)
 
@@ -310,7 +310,7 @@ def test_vae_error_by_hand():
     reconstruction = decoder(x, z).detach().numpy()  # with_squash=True: the raw output (d3rlpy's meaning)
     kl = np.mean(np.log(1.0 / std) + (std**2 + mean**2) / 2.0 - 0.5)
     expected = np.mean((reconstruction - action.numpy()) ** 2) + 0.5 * kl
-    assert float(error) == pytest.approx(float(expected), rel=1e-5)
+    assert float(error.detach()) == pytest.approx(float(expected), rel=1e-5)
     torch.testing.assert_close(decoder(x, z, with_squash=False), torch.tanh(decoder(x, z)))
 
 
@@ -324,10 +324,10 @@ def test_discrete_imitation_loss_by_hand():
     logits = x.numpy()
     log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     nll = -np.mean([log_softmax[0, 0], log_softmax[1, 1]])
-    assert float(loss.imitation_loss) == pytest.approx(nll, rel=1e-6)
+    assert float(loss.imitation_loss.detach()) == pytest.approx(nll, rel=1e-6)
     # the penalty is on Categorical's (normalised) logits, the log-probabilities, as d3rlpy computes it
-    assert float(loss.regularization_loss) == pytest.approx(0.1 * np.mean(log_softmax**2), rel=1e-6)
-    assert float(loss.loss) == pytest.approx(nll + 0.1 * np.mean(log_softmax**2), rel=1e-6)
+    assert float(loss.regularization_loss.detach()) == pytest.approx(0.1 * np.mean(log_softmax**2), rel=1e-6)
+    assert float(loss.loss.detach()) == pytest.approx(nll + 0.1 * np.mean(log_softmax**2), rel=1e-6)
 
 
 def test_sample_q_values_with_policy_values_the_sampled_actions():
