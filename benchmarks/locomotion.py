@@ -388,6 +388,10 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the bootstrap's random state, one fresh per interval: the same result files give the same report
+BOOTSTRAP_SEED = 0
+
+
 def report(args: argparse.Namespace) -> int:
     from offrl._scores import get_normalized_score
 
@@ -424,7 +428,8 @@ def report(args: argparse.Namespace) -> int:
     if rly is not None and all(scores_by_lib[lib] for lib in LIBRARIES):
         n = min(len(s) for s in scores_by_lib["offrl"])
         matrix = {lib: np.stack([s[:n] for s in scores_by_lib[lib]], axis=1) for lib in LIBRARIES}  # (seeds, tasks)
-        point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=5000)
+        point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=5000,
+                                                    random_state=np.random.RandomState(BOOTSTRAP_SEED))
         for lib in LIBRARIES:
             # the aggregate needs as many runs per row: the first n seeds of each (with one, no interval)
             spread = (f"[{interval[lib][0][0]:.1f}, {interval[lib][1][0]:.1f}] (stratified bootstrap, 95 %)" if n > 1
@@ -512,7 +517,8 @@ def late_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, Any]]]]
 def _iqm_cell(rly: Any, rly_metrics: Any, matrix: Dict[str, np.ndarray], lib: str) -> str:
     if rly is None or matrix[lib].shape[0] < 2:
         return "-"
-    point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=2000)
+    point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=2000,
+                                                random_state=np.random.RandomState(BOOTSTRAP_SEED))
     return f"{point[lib][0]:.1f} [{interval[lib][0][0]:.1f}, {interval[lib][1][0]:.1f}]"
 
 
