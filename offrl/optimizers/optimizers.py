@@ -132,13 +132,18 @@ def _fused_adam_state(optim: Any, params: List[nn.Parameter]) -> Optional[Tuple[
     return ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [s["step"] for s in states])
 
 
+_ONE = torch.ones(())
+
+
 def _fused_adam_kernel(optim: Any, params: List[nn.Parameter], grads: List[torch.Tensor],
                        state: Tuple[List[torch.Tensor], ...]) -> None:
     exp_avgs, exp_avg_sqs, steps = state
     group = optim.param_groups[0]
     beta1, beta2 = group["betas"]
     with torch.no_grad():  # as Adam.step
-        torch._foreach_add_(steps, 1)
+        # the step counts (0-dim CPU tensors) += 1 through the tensor-list overload: the scalar one
+        # converts 1 to a tensor per parameter (4 more ops each, ~3x the time)
+        torch._foreach_add_(steps, [_ONE] * len(steps))
         torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"],
                            beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
                            maximize=False, grad_scale=None, found_inf=None)
