@@ -25,8 +25,8 @@ __all__ = ["ENV_IDS", "KINDS", "RECIPE_VERSION", "RECIPE_VERSIONS", "REFERENCE_R
 RECIPE_VERSION = "v0"
 #: ``{"<env>-<kind>": version}`` of the recipes changed since they were
 #: first shipped (a new behaviour policy is a new recipe: a new name, never
-#: other data under an old one); ``datasets/mujoco_behaviour.py ship``
-#: writes the same table into the environment's behaviour record
+#: other data under an old one); ``datasets/mujoco_behaviour.py
+#: ship-expert`` writes the same table into the environment's behaviour record
 #: (``recipe_versions``), and a test holds the two equal
 RECIPE_VERSIONS: Dict[str, str] = {}
 ENV_IDS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5"}

@@ -110,8 +110,9 @@ def test_ship_expert_replaces_only_the_expert_and_versions_its_recipes(behaviour
     assert "expert_rerank" not in facts
     out = capsys.readouterr().out
     assert "{'hopper-expert': 'v1', 'hopper-medium-expert': 'v1'}" in out
-    # medium (400) still reaches a third of the new expert's curve value (3000 / 3 = 1000)? no: warned
-    assert "warning: the shipped medium step_0000020 (sampled 400.0) is below a third" in out
+    # the stand-in medium (400) is not the first run's first snapshot to reach 3000 / 3: said
+    assert ("warning: the first snapshot of the first run to reach a third of the new expert's 3000.0 is step_0000040, "
+            "not the shipped medium step_0000020") in out
 
     # the library reads the new expert as the shipped one
     monkeypatch.setattr(mujoco, "BEHAVIOUR_DIRECTORY", shipped)
