@@ -108,6 +108,13 @@ def _stats(values) -> dict:
             "min": round(float(values.min()), 2), "max": round(float(values.max()), 2)}
 
 
+def _normalise(facts: dict, env: str, state: dict) -> None:
+    """A dataset's mean return as a normalised score, by the recorded reference returns of ``env``."""
+    if env in state["returns"]:
+        low, high = state["returns"][env]
+        facts["normalized_return_mean"] = round(100.0 * (facts["episode_return"]["mean"] - low) / (high - low), 2)
+
+
 def build(names: list, n_steps: int | None = None) -> None:
     from offrl.dataset import ReplayBuffer
     from offrl.datasets import mujoco
@@ -132,9 +139,7 @@ def build(names: list, n_steps: int | None = None) -> None:
             "file_bytes": os.path.getsize(path), "build_seconds": round(seconds, 1), "peak_rss_mb": round(peak / 1024, 1),
             "cpus": os.cpu_count(),
         }
-        if env in state["returns"]:
-            low, high = state["returns"][env]
-            facts["normalized_return_mean"] = round(100.0 * (facts["episode_return"]["mean"] - low) / (high - low), 2)
+        _normalise(facts, env, state)
         state["datasets"][name] = facts
         _write_reference(state)
         write_card(name, facts)
@@ -239,10 +244,7 @@ def cards(names: list) -> None:
             print(f"{name}: superseded, removed from the record and its card deleted")
     for name in names or sorted(recorded):
         facts = recorded[name]
-        env = name.split("-", 1)[0]
-        if env in state["returns"]:
-            low, high = state["returns"][env]
-            facts["normalized_return_mean"] = round(100.0 * (facts["episode_return"]["mean"] - low) / (high - low), 2)
+        _normalise(facts, name.split("-", 1)[0], state)
         write_card(name, facts)
     _write_reference(state)
 

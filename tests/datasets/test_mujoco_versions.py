@@ -174,3 +174,29 @@ def test_the_versions_offrl_builds_are_the_shipped_records():
             assert len(facts["superseded_experts"]) == max(int(recorded[k][1:]) for k in recorded)
     assert set(_scores.RECIPE_VERSIONS) <= {f"{env}-{kind}" for env in mujoco.shipped_environments() for kind in _scores.KINDS}
 
+
+
+def test_cards_follow_new_references_and_drop_superseded_datasets(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(REPO, "datasets"))
+    import build_mujoco
+
+    state = _scores.reference_figures()
+    state["returns"]["hopper"] = [0.0, 2000.0]  # a new expert's reference
+    state["datasets"]["hopper-expert-v9"] = dict(state["datasets"]["hopper-expert-v0"])  # a superseded recipe
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps(state))
+    monkeypatch.setattr(_scores, "REFERENCE_FILE", str(reference))
+    monkeypatch.setattr(build_mujoco, "HERE", str(tmp_path))
+    (tmp_path / "hopper-expert-v9.md").write_text("old card")
+
+    build_mujoco.cards([])
+
+    after = json.loads(reference.read_text())
+    assert "hopper-expert-v9" not in after["datasets"] and not (tmp_path / "hopper-expert-v9.md").exists()
+    assert set(after["datasets"]) == set(state["datasets"]) - {"hopper-expert-v9"}
+    medium = after["datasets"]["hopper-medium-v0"]
+    assert medium["normalized_return_mean"] == round(100.0 * medium["episode_return"]["mean"] / 2000.0, 2)
+    card = (tmp_path / "hopper-medium-v0.md").read_text()
+    assert f"| normalised return | {medium['normalized_return_mean']:.1f} (random 0.0 = 0, expert 2000.0 = 100;" in card
+    # another environment's figures are untouched
+    assert after["datasets"]["walker2d-medium-v0"] == state["datasets"]["walker2d-medium-v0"]
