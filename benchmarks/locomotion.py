@@ -388,7 +388,9 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
-#: the bootstrap's random state, one fresh per interval: the same result files give the same report
+#: the seed of every bootstrap interval (set afresh before each): the same result files give the same report.
+#: rliable's stratified bootstrap draws its indices from numpy's global generator (np.random.choice), not
+#: from the random_state it passes on to arch, so the global generator is what is seeded
 BOOTSTRAP_SEED = 0
 
 
@@ -428,8 +430,8 @@ def report(args: argparse.Namespace) -> int:
     if rly is not None and all(scores_by_lib[lib] for lib in LIBRARIES):
         n = min(len(s) for s in scores_by_lib["offrl"])
         matrix = {lib: np.stack([s[:n] for s in scores_by_lib[lib]], axis=1) for lib in LIBRARIES}  # (seeds, tasks)
-        point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=5000,
-                                                    random_state=np.random.RandomState(BOOTSTRAP_SEED))
+        np.random.seed(BOOTSTRAP_SEED)  # see BOOTSTRAP_SEED
+        point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=5000)
         for lib in LIBRARIES:
             # the aggregate needs as many runs per row: the first n seeds of each (with one, no interval)
             spread = (f"[{interval[lib][0][0]:.1f}, {interval[lib][1][0]:.1f}] (stratified bootstrap, 95 %)" if n > 1
@@ -517,8 +519,8 @@ def late_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, Any]]]]
 def _iqm_cell(rly: Any, rly_metrics: Any, matrix: Dict[str, np.ndarray], lib: str) -> str:
     if rly is None or matrix[lib].shape[0] < 2:
         return "-"
-    point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=2000,
-                                                random_state=np.random.RandomState(BOOTSTRAP_SEED))
+    np.random.seed(BOOTSTRAP_SEED)  # see BOOTSTRAP_SEED
+    point, interval = rly.get_interval_estimates(matrix, lambda x: np.array([rly_metrics.aggregate_iqm(x)]), reps=2000)
     return f"{point[lib][0]:.1f} [{interval[lib][0][0]:.1f}, {interval[lib][1][0]:.1f}]"
 
 
