@@ -8,12 +8,12 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, Optional
 
-import torch
 from torch import nn
 
 from .. import model_rules
 from ..model_rules import SCALER_NAMES
 from ..serialization import algo_from_params_json, load_state_into, save_learnable
+from ..training.checkpoint import map_tensors
 from ..training.device import DeviceArg
 
 __all__ = ["PersistenceMixin", "cpu_state"]
@@ -27,15 +27,23 @@ class PersistenceMixin:
         """What a model file holds besides the config: ``modules`` and
         ``optimizers`` (state dicts by name), fitted ``scalers`` (state dicts
         by scaler name) and ``grad_step``; tensors on the CPU."""
+        return self.state_on_device(cpu=True)
+
+    def state_on_device(self, cpu: bool = False) -> Dict[str, Any]:
+        """:meth:`get_state`'s content with the tensors where they live
+        (detached references to the live ones: no copy), or on the CPU with
+        ``cpu=True``. What a check of the weights reads on a GPU without
+        copying them to the host (``offrl.training.checkpoint``)."""
         self.require_built()
+        move = (lambda t: t.detach().cpu()) if cpu else (lambda t: t.detach())
         scalers = {}
         for name in SCALER_NAMES:
             scaler = getattr(self, f"_{name}")
             if scaler is not None:
-                scalers[name] = {k: v.detach().cpu() for k, v in scaler.state_dict().items()}
+                scalers[name] = {k: move(v) for k, v in scaler.state_dict().items()}
         return {
-            "modules": {name: {k: v.detach().cpu() for k, v in m.state_dict().items()} for name, m in self._nets.items()},
-            "optimizers": {name: cpu_state(o.state_dict()) for name, o in self._optims.items()},
+            "modules": {name: {k: move(v) for k, v in m.state_dict().items()} for name, m in self._nets.items()},
+            "optimizers": {name: map_tensors(o.state_dict(), move) for name, o in self._optims.items()},
             "scalers": scalers,
             "grad_step": int(self._grad_step),
         }
@@ -157,10 +165,5 @@ class PersistenceMixin:
 
 
 def cpu_state(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: cpu_state(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [cpu_state(v) for v in value]
-    return value
+    """``value`` with every tensor detached and on the CPU."""
+    return map_tensors(value, lambda t: t.detach().cpu())

@@ -403,23 +403,31 @@ def _bf16_batch(name: str, config) -> None:
         config.batch_size = precision.WRITTEN_OUT_FASTER_BELOW
 
 
-@pytest.mark.parametrize("name,kind,discrete", BF16_CASES, ids=[f"{n}-{'discrete' if d else 'continuous'}" for n, _, d in BF16_CASES])
-def test_bf16_mixed_trains_with_finite_losses_and_float32_predictions(name, kind, discrete, dataset_factory):
-    """precision="bf16-mixed" (forced on: emulated where the CPU lacks bf16
-    units) trains every algorithm; predict stays float32 and finite."""
+@pytest.fixture
+def bf16_forced(monkeypatch):
+    """bf16-mixed forced on: emulated where the CPU lacks bf16 units, and on
+    a GPU (``OFFRL_TEST_DEVICE=cuda:0``) also for these small networks,
+    which it otherwise trains in float32 (their products are under
+    ``CUDA_BF16_PAYS_FROM``)."""
     from offrl.training import precision
 
+    monkeypatch.setattr(precision, "CUDA_BF16_PAYS_FROM", 0)
+    precision.set_bf16_available(True)
+    yield
+    precision.set_bf16_available(None)
+
+
+@pytest.mark.parametrize("name,kind,discrete", BF16_CASES, ids=[f"{n}-{'discrete' if d else 'continuous'}" for n, _, d in BF16_CASES])
+def test_bf16_mixed_trains_with_finite_losses_and_float32_predictions(name, kind, discrete, dataset_factory, bf16_forced):
+    """precision="bf16-mixed" (forced on) trains every algorithm; predict
+    stays float32 and finite."""
     offrl.seed(0)
     dataset = dataset_factory(kind, discrete)
     config, algo = _make(name, kind, discrete)
     config.precision = "bf16-mixed"
     _bf16_batch(name, config)
-    precision.set_bf16_available(True)
-    try:
-        results = _fit(algo, dataset, steps=2)
-        assert algo.precision == "bf16-mixed"
-    finally:
-        precision.set_bf16_available(None)
+    results = _fit(algo, dataset, steps=2)
+    assert algo.precision == "bf16-mixed"
     assert all(np.isfinite(v) for _, metrics in results for k, v in metrics.items() if not k.startswith("time_"))
     if algo.has_policy and not algo.predicts_from_sequences:  # (a sequence model predicts from a context)
         action = algo.predict(_observations(dataset))
@@ -427,7 +435,7 @@ def test_bf16_mixed_trains_with_finite_losses_and_float32_predictions(name, kind
 
 
 @pytest.mark.parametrize("name,kind,discrete", BF16_CASES, ids=[f"{n}-{'discrete' if d else 'continuous'}" for n, _, d in BF16_CASES])
-def test_bf16_mixed_weights_are_those_of_an_uncached_cast(name, kind, discrete, dataset_factory):
+def test_bf16_mixed_weights_are_those_of_an_uncached_cast(name, kind, discrete, dataset_factory, bf16_forced):
     """Autocast caches each weight's bf16 copy, and the update steps its
     optimizers inside the autocast region: a stale copy would change what a
     network used after its own step computes (it did in AWAC, CRR, BEAR,
@@ -435,10 +443,7 @@ def test_bf16_mixed_weights_are_those_of_an_uncached_cast(name, kind, discrete, 
     with autocast's cache off (every product casting its weights anew)."""
     import torch
 
-    from offrl.training import precision
-
     states = []
-    precision.set_bf16_available(True)
     try:
         for cache in (True, False):
             torch.set_autocast_cache_enabled(cache)
@@ -450,7 +455,6 @@ def test_bf16_mixed_weights_are_those_of_an_uncached_cast(name, kind, discrete, 
             states.append(algo.modules.state_dict())
     finally:
         torch.set_autocast_cache_enabled(True)
-        precision.set_bf16_available(None)
     cached, uncached = states
     assert cached.keys() == uncached.keys()
     for key, value in cached.items():

@@ -141,3 +141,47 @@ def test_non_finite_optimizer_state_counts_as_diverged():
     moments = next(iter(getattr(optim, "optim", optim).state.values()))
     moments["exp_avg_sq"].view(-1)[0] = float("inf")
     assert "optimizer" in non_finite_weights(algo) and "exp_avg_sq" in non_finite_weights(algo)
+
+
+def test_the_weight_check_reads_the_live_tensors_and_the_guard_keeps_a_copy():
+    """``state_on_device`` hands out the live tensors (the finiteness check
+    copies nothing: on a GPU, copying a large model to the host each epoch
+    cost more than its updates), and the rollback copy is independent of
+    them: training on changes the weights, not the copy."""
+    from offrl.training.checkpoint import StateGuard, _host_copy
+
+    algo = _config(True, 1e-3).create()
+    dataset = _dataset(True)
+    algo.build_with_dataset(dataset)
+    name, module = next(iter(algo.modules.items()))
+    key, parameter = next(iter(module.state_dict().items()))
+    live = algo.state_on_device()
+    assert live["modules"][name][key].data_ptr() == parameter.data_ptr()
+    assert algo.get_state()["modules"][name][key].device.type == "cpu"
+    guard = StateGuard(algo)
+    kept = guard.state["modules"][name][key]
+    assert kept.data_ptr() != parameter.data_ptr() and torch.equal(kept, parameter)
+    before = kept.clone()
+    algo.fit(dataset, 4, 4, logger_adapter=NoopAdapterFactory(), show_progress=False)
+    assert not torch.equal(module.state_dict()[key], before)
+    assert torch.equal(guard.state["modules"][name][key], before)
+    guard.restore()
+    assert torch.equal(module.state_dict()[key], before) and algo.grad_step == 0
+    # the reused-buffer path (pinned host buffers on a GPU) keeps CPU tensors as plain copies
+    buffers: dict = {}
+    copied = _host_copy({"w": parameter, "steps": [torch.tensor(3.0)]}, buffers)
+    assert copied["w"].data_ptr() != parameter.data_ptr() and torch.equal(copied["w"], parameter)
+    assert copied["steps"][0].item() == 3.0 and buffers == {}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the page-locked buffers are for tensors on a CUDA device")
+def test_the_guard_copies_gpu_state_into_reused_page_locked_buffers():
+    from offrl.training.checkpoint import _host_copy
+
+    weight = torch.randn(64, 64, device="cuda")
+    buffers: dict = {}
+    first = _host_copy({"w": weight}, buffers)["w"]
+    assert first.device.type == "cpu" and first.is_pinned() and torch.equal(first, weight.cpu())
+    weight.add_(1.0)
+    second = _host_copy({"w": weight}, buffers)["w"]
+    assert second.data_ptr() == first.data_ptr() and torch.equal(second, weight.cpu())
