@@ -4,7 +4,7 @@
 Run from the repository root on a machine with a GPU (offrl installed):
 
     python benchmarks/gpu_check.py [--steps N] [--only SACConfig,DQNConfig] [--quick] [--precision float32]
-                                   [--hidden-units 4096,4096 --batch-size 1024]
+                                   [--hidden-units 4096,4096 --batch-size 1024] [--matmul-precision high]
 
 For each algorithm (default configs) and each ``--precision`` (default:
 float32 and bf16-mixed) it fits on a Pendulum-like (continuous) or
@@ -12,7 +12,10 @@ CartPole-like (discrete) dataset on ``--device`` (``cuda:0``), runs
 ``training_step`` (what ``fit`` calls) under
 ``torch.cuda.set_sync_debug_mode("error")`` to prove the hot loop never
 waits for the GPU, checks predict / predict_value / save / load on the
-device, and prints updates per second. Exits 1 if any check fails.
+device, and prints updates per second (``fit``, sampling included: one
+epoch per fit, so the epoch's end, its weight check and rollback copy,
+is in the figure) and ms per ``training_step`` on one fixed batch. Exits 1
+if any check fails.
 
 bf16-mixed (issue 32) also gets: the precision in effect (a device with bf16
 units, CUDA capability 8.0 or newer, must run it; on one without, float32
@@ -86,6 +89,9 @@ def main() -> None:
                         help="comma-separated precisions to check (default float32,bf16-mixed)")
     parser.add_argument("--hidden-units", default=None, help="every encoder's hidden layers, e.g. 4096,4096")
     parser.add_argument("--batch-size", type=int, default=None, help="every algorithm's batch size")
+    parser.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest",
+                        help="torch.set_float32_matmul_precision for the run (default highest: float32 products; "
+                             "d3rlpy sets high, TF32 on a GPU, when it is imported on a machine with CUDA)")
     args = parser.parse_args()
     try:
         hidden = [int(h) for h in args.hidden_units.split(",")] if args.hidden_units else None
@@ -107,9 +113,10 @@ def main() -> None:
     device = args.device
     print_load("start")
     set_threads(args.threads)
+    torch.set_float32_matmul_precision(args.matmul_precision)
     cuda = torch.device(device).type == "cuda"
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(device) if cuda else device}, "
-          f"bf16 units: {bf16_available(torch.device(device))}")
+          f"bf16 units: {bf16_available(torch.device(device))}, float32 matmul precision {args.matmul_precision}")
     datasets = {False: pendulum_like(), True: cartpole_like()}
     failures = 0
     rows = []
@@ -121,7 +128,8 @@ def main() -> None:
                     continue
                 rates = {}
                 for precision in precisions:
-                    rate, sync_free, same, value_ok, in_effect = check(name, dataset, discrete, device, steps, tmp, precision)
+                    rate, step_ms, sync_free, same, value_ok, in_effect = check(name, dataset, discrete, device, steps, tmp,
+                                                                                 precision)
                     rates[precision] = rate
                     # a device with bf16 units must run bf16-mixed; without them float32 is the fallback, and so it
                     # is on the CPU for an algorithm whose written-out float32 step is the faster one at its batch size
@@ -135,9 +143,10 @@ def main() -> None:
                     speed = f"{rate / rates['float32']:.2f}x" if precision != "float32" and "float32" in rates else "-"
                     passed = same and value_ok and sync_free and effect_ok and agree_ok
                     failures += not passed
-                    rows.append((name, precision, in_effect, f"{rate:.1f}", speed, sync_free, same, value_ok, agreement,
-                                 "ok" if passed else "FAILED"))
-    print_table(["algorithm", "precision", "in effect", "updates/s (fit, incl. sampling)", "vs float32", "sync-free",
+                    rows.append((name, precision, in_effect, f"{rate:.1f}", f"{step_ms:.3f}", speed, sync_free, same, value_ok,
+                                 agreement, "ok" if passed else "FAILED"))
+    print_table(["algorithm", "precision", "in effect", "updates/s (fit, incl. sampling)", "training_step ms", "vs float32",
+                 "sync-free",
                  "save/load", "predict_value", "one update vs float32", "result"],
                 rows, title=f"{steps} timed updates per algorithm on {device}" + (f", sizes {SIZES}" if SIZES else ""))
     print_load("end")
@@ -185,10 +194,11 @@ def _synchronize(device: str) -> None:
 
 
 def check(name: str, dataset: MDPDataset, discrete: bool, device: str, steps: int, tmp: str, precision: str = "float32"
-          ) -> Tuple[float, bool, bool, bool, str]:
-    """(updates per second, no host sync in training_step, save/load gives
-    the same actions, predict_value finite with shape (7,), the precision in
-    effect) for one algorithm."""
+          ) -> Tuple[float, float, bool, bool, bool, str]:
+    """(``fit``'s updates per second, ms per ``training_step`` on one fixed
+    batch, no host sync in training_step, save/load gives the same actions,
+    predict_value finite with shape (7,), the precision in effect) for one
+    algorithm."""
     offrl.seed(0)
     algo = make_config(name, precision).create(device=device)
     algo.fit(dataset, n_steps=20, n_steps_per_epoch=20, logger_adapter=NoopAdapterFactory(), show_progress=False)
@@ -209,6 +219,11 @@ def check(name: str, dataset: MDPDataset, discrete: bool, device: str, steps: in
             torch.cuda.set_sync_debug_mode("default")
     _synchronize(device)
     start = time.perf_counter()
+    for _ in range(steps):
+        algo.training_step(batch)
+    _synchronize(device)
+    step_ms = (time.perf_counter() - start) / steps * 1e3
+    start = time.perf_counter()
     algo.fit(dataset, n_steps=steps, n_steps_per_epoch=steps, logger_adapter=NoopAdapterFactory(), show_progress=False)
     _synchronize(device)
     rate = steps / (time.perf_counter() - start)
@@ -224,7 +239,7 @@ def check(name: str, dataset: MDPDataset, discrete: bool, device: str, steps: in
         a = arrays["actions"][:7]
         values = algo.predict_value(x, a[:, 0] if discrete else a)
         value_ok = bool(values.shape == (7,) and np.isfinite(values).all())
-    return rate, sync_free, same, value_ok, algo.precision
+    return rate, step_ms, sync_free, same, value_ok, algo.precision
 
 
 def one_update_agreement(name: str, dataset: MDPDataset, discrete: bool, device: str, precision: str) -> float:
