@@ -13,6 +13,8 @@ Run from the repository root (offrl installed, e.g. ``pip install -e .``):
     python benchmarks/algos.py --profile        # + torch.profiler / cProfile of offrl's training_step
     python benchmarks/algos.py --precision bf16-mixed [--batch-size 1024]   # float32 vs bf16-mixed vs d3rlpy only
     python benchmarks/algos.py --precision bf16-mixed --device cuda:0       # the same on a GPU, both libraries
+    python benchmarks/algos.py --precision bf16-mixed --device cuda:0 --hidden-units 4096,4096 --batch-size 1024 \
+        [--matmul-precision high]   # larger networks; TF32 products in both (d3rlpy's own setting on a GPU machine)
     D3RLPY_PYTHON=/path/to/venv/bin/python python benchmarks/algos.py   # with d3rlpy
 
 Every algorithm runs at its documented default config (only ``device`` is
@@ -69,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import gc
 import json
@@ -256,7 +259,8 @@ def _data_and_dataset(spec: AlgoSpec, library: Any) -> Tuple[dict, Any]:
 
 def measure_offrl_precision(spec: AlgoSpec, settings: Settings, threads: Tuple[int, Optional[int]],
                             log: Callable[[str], None], precision: str, batch_size: Optional[int],
-                            device: str = "cpu", remote: Optional[Worker] = None) -> dict:
+                            device: str = "cpu", remote: Optional[Worker] = None,
+                            hidden_units: Optional[List[int]] = None) -> dict:
     """updates/s (sample + update) in float32 and at ``precision``: two
     algorithms with the same weights, interleaved rounds; with ``remote``
     (a :func:`d3rlpy_step_worker`) d3rlpy's steps are a third variant of
@@ -271,7 +275,7 @@ def measure_offrl_precision(spec: AlgoSpec, settings: Settings, threads: Tuple[i
     torch.set_num_threads(threads[0])
     offrl.seed(SEED)
     _, dataset = _data_and_dataset(spec, offrl)
-    sizes = {} if batch_size is None else {"batch_size": batch_size}
+    sizes = sized_kwargs(config_class, offrl, batch_size, hidden_units)
     algos = {}
     for name in ("float32", precision):
         algos[name] = config_class(precision=name, **sizes).create(device=device)
@@ -286,7 +290,7 @@ def measure_offrl_precision(spec: AlgoSpec, settings: Settings, threads: Tuple[i
         log(f"[offrl] {spec.name}: warm-up {name}")
         warm_up(variants[name], settings.warmup)
     if remote is not None:
-        request = {"name": spec.name, "batch_size": batch_size}
+        request = {"name": spec.name, "batch_size": batch_size, "hidden_units": hidden_units}
         reply = remote.call({**request, "steps": 0})  # builds it (not timed)
         if "skipped" in reply:
             out["d3rlpy_skipped"] = reply["skipped"]
@@ -305,7 +309,27 @@ def measure_offrl_precision(spec: AlgoSpec, settings: Settings, threads: Tuple[i
     return out
 
 
-def d3rlpy_step_worker(threads: int, device: str) -> int:
+def sized_kwargs(config_class: type, library: Any, batch_size: Optional[int], hidden_units: Optional[List[int]]) -> dict:
+    """Config keyword arguments for ``--batch-size`` / ``--hidden-units``
+    (every ``*encoder_factory`` field of the config, in either library)."""
+    kwargs: dict = {} if batch_size is None else {"batch_size": batch_size}
+    if hidden_units:
+        kwargs.update({f.name: library.models.VectorEncoderFactory(hidden_units=list(hidden_units))
+                       for f in dataclasses.fields(config_class) if f.name.endswith("encoder_factory")})
+    return kwargs
+
+
+def set_matmul_precision(value: Optional[str]) -> None:
+    """``torch.set_float32_matmul_precision(value)`` unless ``value`` is
+    None (each library's own: torch's ``highest`` for offrl; d3rlpy sets
+    ``high``, TF32 on a GPU, when it is imported on a machine with CUDA)."""
+    if value is not None:
+        import torch
+
+        torch.set_float32_matmul_precision(value)
+
+
+def d3rlpy_step_worker(threads: int, device: str, matmul_precision: Optional[str] = None) -> int:
     """The d3rlpy side of the interleaved ``--precision`` comparison, run
     in d3rlpy's interpreter: builds each requested algorithm once (at the
     request with ``steps`` 0, which also collects garbage) and answers each
@@ -317,10 +341,12 @@ def d3rlpy_step_worker(threads: int, device: str) -> int:
 
     quiet_d3rlpy()
     torch.set_num_threads(threads)
-    built: Dict[Tuple[str, Optional[int]], Callable[[], Any]] = {}
+    set_matmul_precision(matmul_precision)
+    built: Dict[Tuple[str, Optional[int], Optional[Tuple[int, ...]]], Callable[[], Any]] = {}
 
     def handle(request: dict) -> dict:
-        key = (str(request["name"]), request.get("batch_size"))
+        hidden = request.get("hidden_units")
+        key = (str(request["name"]), request.get("batch_size"), None if hidden is None else tuple(hidden))
         if key not in built:
             spec = SPECS[key[0]]
             config_class = getattr(d3rlpy.algos, spec.config, None)
@@ -328,7 +354,7 @@ def d3rlpy_step_worker(threads: int, device: str) -> int:
                 return {"skipped": f"d3rlpy.algos has no {spec.config}"}
             d3rlpy.seed(SEED)
             data, dataset = _data_and_dataset(spec, d3rlpy)
-            algo = config_class(**({} if key[1] is None else {"batch_size": key[1]})).create(
+            algo = config_class(**sized_kwargs(config_class, d3rlpy, key[1], hidden)).create(
                 device="cpu:0" if device == "cpu" else device)
             algo.build_with_dataset(dataset)
             prepare_d3rlpy(spec.name, algo, data)
@@ -341,8 +367,8 @@ def d3rlpy_step_worker(threads: int, device: str) -> int:
             built[key]()
         return {}
 
-    return serve({"backend": "d3rlpy", "version": d3rlpy.__version__, "torch": torch.__version__}, handle,
-                 pause_gc=True)
+    return serve({"backend": "d3rlpy", "version": d3rlpy.__version__, "torch": torch.__version__,
+                  "matmul_precision": torch.get_float32_matmul_precision()}, handle, pause_gc=True)
 
 
 #: the issue's target with bf16-mixed on a CPU with bf16 units for the MLP
@@ -365,8 +391,10 @@ def precision_report(o: dict, d: Optional[dict], d_source: str, names: Sequence[
         f"vs d3rlpy; {o['threads'][0]} torch threads; synthetic Pendulum-/CartPole-like data as above; "
         f"device {o.get('device', 'cpu')}",
         f"offrl {o['version']} (torch {o['torch']}); CPU {platform.processor() or platform.machine()}, bf16 flags: "
-        f"{flags}; {os.cpu_count()} CPUs; load average {load[0][0]:.1f} at start, {load[1][0]:.1f} at end",
-        f"d3rlpy {d['version']} (torch {d['torch']}), {d_source}" if d is not None else f"d3rlpy: {d_source}",
+        f"{flags}; {os.cpu_count()} CPUs; load average {load[0][0]:.1f} at start, {load[1][0]:.1f} at end; float32 matmul "
+        f"precision {o.get('matmul_precision', 'highest')}",
+        f"d3rlpy {d['version']} (torch {d['torch']}, float32 matmul precision {d.get('matmul_precision', '?')}), {d_source}"
+        if d is not None else f"d3rlpy: {d_source}",
         "",
     ]
     rows = []
@@ -483,7 +511,7 @@ def measure_d3rlpy_algo(spec: AlgoSpec, settings: Settings, threads: Tuple[int, 
 
 def measure(backend: str, names: Sequence[str], quick: bool, requested_threads: Optional[int],
             log: Callable[[str], None], precision: Optional[str] = None, batch_size: Optional[int] = None,
-            device: str = "cpu", remote: Optional[Worker] = None) -> dict:
+            device: str = "cpu", remote: Optional[Worker] = None, hidden_units: Optional[List[int]] = None) -> dict:
     import torch
 
     initial_threads = torch.get_num_threads()
@@ -507,7 +535,8 @@ def measure(backend: str, names: Sequence[str], quick: bool, requested_threads: 
         measure_algo = measure_d3rlpy_algo
     if precision is not None:  # updates/s only: float32 vs precision (offrl), d3rlpy's through ``remote``
         measure_algo = functools.partial(measure_offrl_precision, precision=precision, batch_size=batch_size,
-                                         device=device, remote=remote)
+                                         device=device, remote=remote, hidden_units=hidden_units)
+        out["matmul_precision"] = torch.get_float32_matmul_precision()
     for name in names:
         t0 = time.perf_counter()
         try:
@@ -711,11 +740,13 @@ def precision_main(args: argparse.Namespace, names: Sequence[str], started: floa
     python, d3_source = d3rlpy_interpreter(args)
     remote = None
     if python is not None:
+        extra = [] if args.matmul_precision is None else ["--matmul-precision", args.matmul_precision]
         remote = Worker(python, __file__, ["--d3rlpy-step-worker", "--threads", str(args.threads or 1), "--device",
-                                           args.device], name="d3rlpy")
+                                           args.device] + extra, name="d3rlpy")
+    set_matmul_precision(args.matmul_precision)
     try:
         results = measure("offrl", names, args.quick, args.threads, log, args.precision, args.batch_size, args.device,
-                          remote)
+                          remote, args.hidden_units)
     finally:
         if remote is not None:
             remote.close()
@@ -738,10 +769,23 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="updates/s only: offrl float32 vs this precision (and d3rlpy)")
     parser.add_argument("--batch-size", type=int, default=None, help="with --precision: this batch size in both libraries")
     parser.add_argument("--device", default="cpu", help="with --precision: run both libraries on this device (cuda:0)")
+    parser.add_argument("--hidden-units", default=None,
+                        help="with --precision: every encoder's hidden layers in both libraries, e.g. 4096,4096")
+    parser.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default=None,
+                        help="with --precision: torch.set_float32_matmul_precision in both processes (default: each "
+                             "library's own; d3rlpy sets high, TF32 on a GPU, when imported on a machine with CUDA)")
     parser.add_argument("--d3rlpy-step-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.d3rlpy_step_worker:
-        return d3rlpy_step_worker(args.threads or 1, args.device)
+        return d3rlpy_step_worker(args.threads or 1, args.device, args.matmul_precision)
+    try:
+        args.hidden_units = [int(h) for h in args.hidden_units.split(",")] if args.hidden_units else None
+    except ValueError:
+        parser.error(f"--hidden-units: expected comma-separated integers, got {args.hidden_units!r}")
+    if args.hidden_units is not None and (min(args.hidden_units) < 1 or not args.precision):
+        parser.error("--hidden-units needs --precision and positive sizes")
+    if args.matmul_precision is not None and not args.precision:
+        parser.error("--matmul-precision needs --precision")
     if args.device != "cpu" and not args.precision:
         parser.error("--device needs --precision (the other measurements are CPU-only)")
     if args.batch_size is not None and (args.batch_size < 1 or not args.precision):
