@@ -93,3 +93,56 @@ def test_params_that_are_not_the_optimizers_group_step_through_the_wrapper():
     wrapper = AdamFactory().create(list(nets[0].named_parameters()), lr=1e-2)
     assert not DirectStep(wrapper, list(nets[0].parameters())[:2])._fusable
     assert not DirectStep(wrapper, list(nets[1].parameters()))._fusable
+
+
+def _wrapper_against_adams_step(prepare=None, n=5, drop=None):
+    """``n`` steps of the same gradients: ``wrapper.step()`` on one net and
+    torch's own ``Adam.step`` (the wrapper's optimizer called directly) on
+    its twin; ``drop``: indices of parameters left without a gradient."""
+    nets = twin_nets()
+    wrappers = [AdamFactory(weight_decay=1e-3).create(list(net.named_parameters()), lr=1e-2) for net in nets]
+    if prepare is not None:
+        prepare(wrappers)
+    g = torch.Generator().manual_seed(5)
+    for _ in range(n):
+        grads = [torch.randn(p.shape, generator=g) for p in nets[0].parameters()]
+        for net, step in zip(nets, (wrappers[0].step, wrappers[1].optim.step)):
+            for i, (p, grad) in enumerate(zip(net.parameters(), grads)):
+                p.grad = None if drop and i in drop else grad.clone()
+            step()
+    return wrappers, nets
+
+
+def test_the_wrappers_step_is_adams_own_step_bit_for_bit(monkeypatch):
+    """``OptimizerWrapper.step`` calls the fused kernel directly from the
+    second step (the first initialises Adam's state through ``Adam.step``):
+    the weights, moments and step counts equal torch's ``Adam.step``'s."""
+    from offrl.optimizers import optimizers
+
+    direct_calls = []
+    kernel = optimizers._fused_adam_kernel
+    monkeypatch.setattr(optimizers, "_fused_adam_kernel", lambda *a: (direct_calls.append(1), kernel(*a)))
+    wrappers, nets = _wrapper_against_adams_step()
+    assert wrappers[0]._direct_adam is True and len(direct_calls) == 4
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)
+        sa, sb = wrappers[0].optim.state[a], wrappers[1].optim.state[b]
+        assert torch.equal(sa["exp_avg"], sb["exp_avg"]) and torch.equal(sa["exp_avg_sq"], sb["exp_avg_sq"])
+        assert int(sa["step"]) == int(sb["step"]) == 5
+
+
+def test_a_parameter_without_gradient_and_a_hook_go_through_adams_step():
+    """Adam skips a parameter whose ``.grad`` is None (its moments and step
+    count stay); the direct call would not, so such a step is Adam's. A step
+    hook must run, so with one the step is Adam's too."""
+    wrappers, nets = _wrapper_against_adams_step(drop={1})
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)
+    bias = list(nets[0].parameters())[1]
+    assert bias not in wrappers[0].optim.state
+    calls = []
+    wrappers, nets = _wrapper_against_adams_step(
+        prepare=lambda ws: ws[0].optim.register_step_post_hook(lambda optim, args, kwargs: calls.append(1)))
+    assert len(calls) == 5
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)
