@@ -83,7 +83,7 @@ class OptimizerWrapper:
         missing or sparse gradient, another optimizer or device)."""
         if self._direct_adam is None:
             self._direct_adam = type(self) is OptimizerWrapper and _fusable_adam(self.optim, self.params)
-        if not self._direct_adam:
+        if not self._direct_adam or len(self.optim.param_groups) != 1:  # (a group added since: Adam.step)
             return False
         grads = [p.grad for p in self.params]
         if any(g is None or g.is_sparse for g in grads):

@@ -112,13 +112,12 @@ def _host_copy(value: Any, pinned: Optional[Dict[int, torch.Tensor]] = None) -> 
     overwrites them."""
     if pinned is None:
         return map_tensors(value, lambda t: t.detach().to("cpu", copy=True))
-    order = iter(range(1 << 62))
-    copied = []
+    copied: List[torch.device] = []  # the devices of the tensors copied so far, in order: a buffer's key is its index
 
     def copy(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.device.type != "cuda":
             return tensor.detach().to("cpu", copy=True)
-        key = next(order)
+        key = len(copied)
         buffer = pinned.get(key)
         if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
             buffer = pinned[key] = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)

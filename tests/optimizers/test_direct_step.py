@@ -146,3 +146,14 @@ def test_a_parameter_without_gradient_and_a_hook_go_through_adams_step():
     assert len(calls) == 5
     for a, b in zip(nets[0].parameters(), nets[1].parameters()):
         assert torch.equal(a, b)
+
+
+def test_a_parameter_group_added_after_the_first_step_is_stepped_by_adam():
+    extra = torch.nn.Parameter(torch.ones(3))
+    wrappers, nets = _wrapper_against_adams_step(n=2)
+    assert wrappers[0]._direct_adam is True
+    wrappers[0].optim.add_param_group({"params": [extra]})
+    for p in list(nets[0].parameters()) + [extra]:
+        p.grad = torch.ones_like(p)
+    wrappers[0].step()
+    assert extra in wrappers[0].optim.state and not torch.equal(extra.detach(), torch.ones(3))
