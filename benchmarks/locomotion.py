@@ -168,6 +168,24 @@ def dataset_arrays(name: str) -> str:
     return path
 
 
+def dataset_sha256(name: str) -> str:
+    """The SHA-256 of the HDF5 file ``name`` was exported from (its card
+    gives the development machine's; on another CPU the episodes, so the
+    bytes, differ): a result records which data it trained on."""
+    from offrl.datasets.mujoco import cache_path
+
+    with open(cache_path(name) + ".sha256", "rb") as f:
+        return f.read(200).split()[0].decode("ascii")
+
+
+def bf16_cpu() -> bool:
+    """Whether offrl's bf16-mixed runs in bf16 on this CPU (``OFFRL_BF16``
+    included), not its float32 fallback."""
+    from offrl.training.precision import bf16_available
+
+    return bf16_available("cpu")
+
+
 # --------------------------------------------------------------- a job
 def evaluate(predict: Any, env_id: str) -> List[float]:
     import gymnasium
@@ -389,6 +407,10 @@ def run(args: argparse.Namespace) -> int:
     if not d3rlpy_python:
         print("d3rlpy: not given (--d3rlpy-python or $D3RLPY_PYTHON); offrl jobs only", flush=True)
         jobs = [j for j in jobs if VARIANTS[j["library"]][0] == "offrl"]
+    if any(VARIANTS[j["library"]][1].get("precision", "float32") != "float32" for j in jobs) and not bf16_cpu():
+        # offrl would warn and train in float32: a row labelled bf16-mixed that measured float32
+        print("bf16-mixed rows skipped: this CPU has no bf16 units (no avx512_bf16 / amx_bf16 / bf16 flag)", flush=True)
+        jobs = [j for j in jobs if VARIANTS[j["library"]][1].get("precision", "float32") == "float32"]
     print(f"{len(jobs)} jobs to run, {args.jobs} at a time; results in {RESULTS}", flush=True)
     running: List[Tuple[subprocess.Popen, Dict[str, Any], str, float]] = []
     queue = list(jobs)
@@ -399,8 +421,8 @@ def run(args: argparse.Namespace) -> int:
             if os.path.exists(os.path.join(RESULTS, name + ".json")) or not _claim(name):
                 continue
             env = job["dataset"].split("-", 1)[0]
-            spec = dict(job, data=dataset_arrays(job["dataset"]), env_id=ENV_IDS[env],
-                        output=os.path.join(RESULTS, name + ".json"),
+            spec = dict(job, data=dataset_arrays(job["dataset"]), data_sha256=dataset_sha256(job["dataset"]),
+                        env_id=ENV_IDS[env], output=os.path.join(RESULTS, name + ".json"),
                         partial=os.path.join(data_directory(), "partial", name))
             python = sys.executable if VARIANTS[job["library"]][0] == "offrl" else d3rlpy_python
             log = open(os.path.join(data_directory(), name + ".log"), "w")
@@ -435,7 +457,7 @@ def worker(spec_text: str) -> int:
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     load_start = load_average()
     result = run_job(job)
-    record = {k: job[k] for k in ("library", "algo", "dataset", "seed", "updates", "env_id")}
+    record = {k: job[k] for k in ("library", "algo", "dataset", "seed", "updates", "env_id", "data_sha256")}
     record.update(result)
     record.update({"started": started, "load_start": load_start, "load_end": load_average(),
                    "machine": f"{platform.machine()} {_cpu_model()}, {os.cpu_count()} CPUs", "threads": 1})
@@ -535,9 +557,33 @@ def report(args: argparse.Namespace) -> int:
         print("(IQM intervals need rliable: run the report with a Python that has it, see benchmarks/README.md)")
     precision_table(rows)
     late_table(rows)
+    data_table(records)
     if args.plot:
         plot_curves(rows, os.path.join(RESULTS, "curves.png"))
     return 0
+
+
+def data_table(records: List[Dict[str, Any]]) -> None:
+    """Which build of each dataset the results trained on: the SHA-256 of
+    its HDF5 file against the card's (on another CPU the episodes, so the
+    bytes, differ; both libraries of one machine read the same file, so each
+    seed's pair stays paired). Results made before the field existed say
+    "not recorded"."""
+    from offrl._scores import REFERENCE_FILE
+
+    with open(REFERENCE_FILE, encoding="utf-8") as f:
+        cards = {name: entry.get("sha256") for name, entry in json.load(f)["datasets"].items()}
+    builds: Dict[Tuple[str, Optional[str]], List[Dict[str, Any]]] = {}
+    for r in records:
+        builds.setdefault((r["dataset"], r.get("data_sha256")), []).append(r)
+    lines = ["| dataset | build (SHA-256) | results | machines |", "|---|---|---|---|"]
+    for (dataset, sha), group in sorted(builds.items(), key=lambda item: (item[0][0], item[0][1] or "")):
+        build = ("not recorded" if sha is None else
+                 f"the card's ({sha[:12]})" if sha == cards.get(dataset) else f"another ({sha[:12]})")
+        machines = sorted({str(r.get("machine", "?")) for r in group})
+        lines.append(f"| {dataset} | {build} | {len(group)} | {'; '.join(machines)} |")
+    print("\ndata each result trained on (the HDF5 file's SHA-256 against the card's)")
+    print("\n".join(lines))
 
 
 def precision_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, Any]]]]) -> None:
