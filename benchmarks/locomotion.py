@@ -178,6 +178,17 @@ def dataset_sha256(name: str) -> str:
         return f.read(200).split()[0].decode("ascii")
 
 
+def envs_problem(python: str, env_ids: List[str]) -> Optional[str]:
+    """The last line of the error ``python`` gives making ``env_ids`` (the
+    evaluation environments), or None when it makes them all."""
+    code = "import sys, gymnasium\nfor name in sys.argv[1:]:\n    gymnasium.make(name).close()"
+    done = subprocess.run([python, "-c", code, *env_ids], capture_output=True, text=True)
+    if done.returncode == 0:
+        return None
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {done.returncode}"
+
+
 def bf16_cpu() -> bool:
     """Whether offrl's bf16-mixed runs in bf16 on this CPU (``OFFRL_BF16``
     included), not its float32 fallback."""
@@ -407,6 +418,13 @@ def run(args: argparse.Namespace) -> int:
     if not d3rlpy_python:
         print("d3rlpy: not given (--d3rlpy-python or $D3RLPY_PYTHON); offrl jobs only", flush=True)
         jobs = [j for j in jobs if VARIANTS[j["library"]][0] == "offrl"]
+    d3rlpy_envs = sorted({ENV_IDS[j["dataset"].split("-", 1)[0]] for j in jobs if VARIANTS[j["library"]][0] == "d3rlpy"})
+    problem = d3rlpy_python and d3rlpy_envs and envs_problem(d3rlpy_python, d3rlpy_envs)
+    if problem:  # found now, not after the first job's training, at its first evaluation
+        print(f"d3rlpy's interpreter {d3rlpy_python} cannot make {', '.join(d3rlpy_envs)}: {problem}\n"
+              f"install the environments there: {d3rlpy_python} -m pip install \"gymnasium[mujoco]==1.0.0\" "
+              "(d3rlpy 2.8.1's gymnasium)", flush=True)
+        return 2
     if any(VARIANTS[j["library"]][1].get("precision", "float32") != "float32" for j in jobs) and not bf16_cpu():
         # offrl would warn and train in float32: a row labelled bf16-mixed that measured float32
         print("bf16-mixed rows skipped: this CPU has no bf16 units (no avx512_bf16 / amx_bf16 / bf16 flag)", flush=True)
