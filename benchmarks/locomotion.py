@@ -627,7 +627,8 @@ def precision_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, An
         difference = scores["offrl-bf16"].mean() - scores["offrl"].mean()
         spread = max(scores["offrl"].std(), scores["offrl-bf16"].std())
         within = "-" if len(seeds) < 2 else ("yes" if abs(difference) <= spread else "no")
-        d3rlpy_runs = list(by_lib.get("d3rlpy", {}).values())
+        # d3rlpy's runs of the same seeds: a seed's runs share a machine, other seeds may have run on another CPU
+        d3rlpy_runs = [run for seed, run in by_lib.get("d3rlpy", {}).items() if seed in seeds]
         against = (f"{speed['offrl-bf16'] / np.mean([r['updates'] / r['train_cpu_s'] for r in d3rlpy_runs]):.2f}x"
                    if d3rlpy_runs else "-")
         lines.append(f"| {algo} | {dataset} | {updates:,} | {len(seeds)} | {scores['offrl'].mean():.1f} ± "
