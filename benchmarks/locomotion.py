@@ -425,10 +425,11 @@ def run(args: argparse.Namespace) -> int:
               f"install the environments there: {d3rlpy_python} -m pip install \"gymnasium[mujoco]==1.0.0\" "
               "(d3rlpy 2.8.1's gymnasium)", flush=True)
         return 2
-    if any(VARIANTS[j["library"]][1].get("precision", "float32") != "float32" for j in jobs) and not bf16_cpu():
+    float32_jobs = [j for j in jobs if VARIANTS[j["library"]][1].get("precision", "float32") == "float32"]
+    if len(float32_jobs) < len(jobs) and not bf16_cpu():
         # offrl would warn and train in float32: a row labelled bf16-mixed that measured float32
         print("bf16-mixed rows skipped: this CPU has no bf16 units (no avx512_bf16 / amx_bf16 / bf16 flag)", flush=True)
-        jobs = [j for j in jobs if VARIANTS[j["library"]][1].get("precision", "float32") == "float32"]
+        jobs = float32_jobs
     print(f"{len(jobs)} jobs to run, {args.jobs} at a time; results in {RESULTS}", flush=True)
     running: List[Tuple[subprocess.Popen, Dict[str, Any], str, float]] = []
     queue = list(jobs)
