@@ -32,12 +32,12 @@ TESTS=(
 )
 
 run_variant() {
-    local capability=$1 threads=$2
-    echo "== ATEN_CPU_CAPABILITY=$capability, $threads torch thread(s)"
-    ATEN_CPU_CAPABILITY=$capability OFFRL_TEST_THREADS=$threads OMP_NUM_THREADS=$threads \
+    local capability=$1 threads=$2 onednn=$3
+    echo "== ATEN_CPU_CAPABILITY=$capability, $threads torch thread(s), OFFRL_ONEDNN=$onednn"
+    ATEN_CPU_CAPABILITY=$capability OFFRL_TEST_THREADS=$threads OMP_NUM_THREADS=$threads OFFRL_ONEDNN=$onednn \
         PYTHONPATH=".ci${PYTHONPATH:+:$PYTHONPATH}" \
         python -m pytest -q -p no:cacheprovider -p torch_threads "${TESTS[@]}"
 }
 
-run_variant default 1
-run_variant avx2 2
+run_variant default 1 1
+run_variant avx2 2 0

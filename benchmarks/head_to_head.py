@@ -63,10 +63,10 @@ def build(backend: str, name: str, precision: str = "float32") -> Dict[str, Any]
     """The algorithm of ``backend`` at its default config, built on the
     same synthetic dataset as ``benchmarks/algos.py``, with its step and
     predict functions."""
-    if backend == "offrl-mkl":  # offrl with EnsembleLinear / Linear on torch's own (MKL) products
+    if backend in ("offrl-mkl", "offrl-onednn"):  # offrl with EnsembleLinear / Linear on one product path
         from offrl.models.layers import onednn_linear_enabled
 
-        onednn_linear_enabled(False)
+        onednn_linear_enabled(backend == "offrl-onednn")
         backend = "offrl"
     if name in SEQUENCE:
         return _build_sequence(backend, name)
@@ -135,7 +135,7 @@ def worker(backend: str, threads: int, precision: str = "float32") -> int:
     def handle(request: Dict[str, Any]) -> Dict[str, Any]:
         name = request["name"]
         if name not in built:
-            built[name] = build(backend, name, precision) if backend == "offrl" else build(backend, name)
+            built[name] = build(backend, name, precision) if backend != "d3rlpy" else build(backend, name)
             for _ in range(int(request.get("warmup", 10))):
                 built[name]["step"]()
             if built[name]["predict"] is not None:
@@ -156,11 +156,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--round-s", type=float, default=1.5, help="seconds per round (default 1.5)")
     parser.add_argument("--predict", action="store_true", help="also time predict on one observation")
     parser.add_argument("--against-mkl", action="store_true",
-                        help="compare offrl with itself on torch's plain (MKL) products instead of d3rlpy "
-                             "(the 'd3rlpy' columns then show offrl-mkl)")
+                        help="compare offrl on oneDNN products (forced on, whatever this CPU's default) with "
+                             "offrl on torch's own (MKL) products instead of d3rlpy (the 'd3rlpy' columns then "
+                             "show offrl-mkl)")
     parser.add_argument("--precision", choices=("float32", "bf16-mixed"), default="float32",
                         help="offrl's precision (default float32, d3rlpy's only one)")
-    parser.add_argument("--worker", choices=("offrl", "d3rlpy", "offrl-mkl"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=("offrl", "d3rlpy", "offrl-mkl", "offrl-onednn"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     check_threads(args, parser)
     threads = args.threads or 1
@@ -173,13 +174,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     print_load("at start")
     workers = {
-        "offrl": Worker(sys.executable, __file__, ["--worker", "offrl", "--threads", str(threads), "--precision",
+        "offrl": Worker(sys.executable, __file__, ["--worker", "offrl-onednn" if args.against_mkl else "offrl",
+                                                   "--threads", str(threads), "--precision",
                                                    args.precision], name="offrl"),
         "d3rlpy": Worker(python, __file__, ["--worker", "offrl-mkl" if args.against_mkl else "d3rlpy", "--threads",
                                             str(threads)], name="d3rlpy"),
     }
     if args.against_mkl:
-        print("baseline: offrl with onednn_linear_enabled(False), shown in the d3rlpy columns")
+        print("offrl columns: onednn_linear_enabled(True); baseline: onednn_linear_enabled(False), shown in the "
+              "d3rlpy columns")
     try:
         whats = ["step"] + (["predict"] if args.predict else [])
         for name in names:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Callable, Optional, Tuple
 
 import torch
 from torch import nn
 import torch.nn.functional as F
 
-__all__ = ["float32_head", "narrow_inputs", "Linear", "linear", "linear_backward", "EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled"]
+from offrl._cpu import cpu_vendor
+
+__all__ = ["float32_head", "narrow_inputs", "Linear", "linear", "linear_backward", "EnsembleLinear", "EnsembleLayerNorm", "EnsembleBatchNorm", "get_activation", "ACTIVATIONS", "onednn_linear_enabled", "onednn_pays", "ONEDNN_ENV_VAR"]
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -36,19 +39,33 @@ def get_activation(name: str) -> nn.Module:
         raise ValueError(f"unknown activation {name!r}; expected one of {sorted(ACTIVATIONS)}") from None
 
 
-# -- float32 matmuls on the CPU through oneDNN
+# -- float32 matmuls on the CPU: oneDNN or torch's own kernels
 #
 # torch's dense float32 ``mm``/``bmm``/``baddbmm`` on the CPU call MKL's sgemm,
 # which on AMD CPUs takes a generic path: about half the FLOP rate oneDNN
 # (also bundled with torch, used by its inference kernels) reaches on the same
 # core (measured 104 against 227 GFLOP/s of CPU time for a (7936, 256) x
-# (256, 256) product on an AVX-512 EPYC; about even on Intel CPUs). CQL pushes
-# ~8,000 rows per critic through the ensemble each step, so its update is
-# bound by these products. The same maths (one product per member, float32
-# accumulation; only the summation order inside a dot product differs) goes
-# through ``torch.ops.mkldnn._linear_pointwise`` with a hand-written backward
-# when the op exists, checked once against ``F.linear``; otherwise, and for
-# TorchScript / tracing / ONNX export, the plain ``baddbmm`` path runs.
+# (256, 256) product on an AVX-512 EPYC). CQL pushes ~8,000 rows per critic
+# through the ensemble each step, so its update is bound by these products.
+# The same maths (one product per member, float32 accumulation; only the
+# summation order inside a dot product differs) goes through
+# ``torch.ops.mkldnn._linear_pointwise`` with a hand-written backward when the
+# op exists, checked once against ``F.linear``; otherwise, and for TorchScript
+# / tracing / ONNX export, the plain ``baddbmm`` path runs.
+#
+# On Intel CPUs MKL runs its own fast path and oneDNN's route costs more than
+# it gains: its forward product is no faster than ``baddbmm``, and the
+# per-member results are stacked and the backward's transposed operands
+# copied (an Intel Xeon with AVX-512, 1 thread, 2 members x (7936, 256) x
+# (256, 256): the weight gradient 34 against 21-22 ms, the input gradient 25
+# against 18 ms; whole updates 1.05-1.54x faster through MKL on all 21 MLP
+# algorithms, CQL 1.21x). So oneDNN is the default where torch's BLAS is MKL
+# on a CPU that is not Intel's; ``OFFRL_ONEDNN=1`` / ``0`` chooses by hand and
+# :func:`onednn_linear_enabled` switches it at run time.
+
+#: ``OFFRL_ONEDNN=1`` routes wide float32 CPU products through oneDNN on any
+#: CPU, ``0`` through torch's own kernels; unset: by the CPU (see above)
+ONEDNN_ENV_VAR = "OFFRL_ONEDNN"
 
 _NARROW = 32  # features below which a backward product goes to MKL
 #: multiply-adds per product below which the plain path runs: oneDNN's call
@@ -57,12 +74,14 @@ _NARROW = 32  # features below which a backward product goes to MKL
 #: x (256, 256) product breaks even, (100, 256) x (256, 256) 1.8x faster,
 #: (1, 256) x (256, 256) 3x slower, (100, 3) x (3, 256) 3x slower)
 _MIN_PRODUCT = 1 << 20
-_ONEDNN: dict = {"checked": False, "op": None, "enabled": True, "min_product": _MIN_PRODUCT}
+_ONEDNN: dict = {"checked": False, "op": None, "enabled": None, "min_product": _MIN_PRODUCT}
 
 
 def _onednn_op():
     """``torch.ops.mkldnn._linear_pointwise`` if present and correct here, else ``None``."""
     if not _ONEDNN["checked"]:
+        if _ONEDNN["enabled"] is None:  # first: a bad OFFRL_ONEDNN raises at every call until mended
+            _ONEDNN["enabled"] = onednn_pays()
         _ONEDNN["checked"] = True
         try:
             if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
@@ -80,13 +99,29 @@ def _onednn_op():
     return _ONEDNN["op"]
 
 
+def onednn_pays(vendor: Optional[str] = None) -> bool:
+    """Whether offrl's float32 CPU products go through oneDNN by default:
+    ``OFFRL_ONEDNN`` if set (``1`` / ``0``), else unless torch's BLAS is MKL
+    on an Intel CPU (``vendor``: the CPU's ``vendor_id``, read from
+    ``/proc/cpuinfo`` when not given; unknown counts as not Intel, the
+    choice offrl made before it looked)."""
+    env = os.environ.get(ONEDNN_ENV_VAR, "").strip()
+    if env:
+        if env not in ("0", "1"):
+            raise ValueError(f"{ONEDNN_ENV_VAR}={env!r}: expected 1 (oneDNN products) or 0 (torch's own)")
+        return env == "1"
+    vendor = cpu_vendor() if vendor is None else vendor
+    return not (vendor == "GenuineIntel" and torch.backends.mkl.is_available())
+
+
 def onednn_linear_enabled(enabled: bool = None) -> bool:  # type: ignore[assignment]
     """Whether :class:`EnsembleLinear` routes float32 CPU products through
     oneDNN (when available); with ``enabled`` given, switch it first (for
     benchmarks and tests comparing both paths)."""
     if enabled is not None:
+        _onednn_op()  # the default first, so that it cannot replace the choice made here
         _ONEDNN["enabled"] = bool(enabled)
-    return bool(_ONEDNN["enabled"]) and _onednn_op() is not None
+    return _onednn_op() is not None and bool(_ONEDNN["enabled"])
 
 
 class _OneDnnEnsembleLinear(torch.autograd.Function):
@@ -238,7 +273,7 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
     compiled, exported). Called before any size test: under export that
     test would guard on a symbolic batch size."""
     # the cheap tests first: a meta tensor (the memory check's probe) must not reach the op's check
-    return _eager_cpu_float32(x, weight) and _ONEDNN["enabled"] and _onednn_op() is not None
+    return _eager_cpu_float32(x, weight) and _onednn_op() is not None and _ONEDNN["enabled"]
 
 
 def _eager_cpu_float32(x: torch.Tensor, weight: torch.Tensor) -> bool:

@@ -79,6 +79,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from offrl._cpu import CPUINFO, cpu_flags
+
 __all__ = [
     "PRECISIONS",
     "ENV_VAR",
@@ -115,20 +117,12 @@ _WARNED: set = set()
 WRITTEN_OUT_FASTER_BELOW = 100
 
 
-def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> Tuple[str, ...]:
+def cpu_bf16_flags(cpuinfo: str = CPUINFO) -> Tuple[str, ...]:
     """The bf16 flags the CPU reports (``avx512_bf16``, ``amx_bf16``, ARM's
     ``bf16``), from ``/proc/cpuinfo`` (empty where it is not readable: not
     Linux, or no such flags)."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip().lower() in ("flags", "features"):
-                    present = set(value.split())
-                    return tuple(flag for flag in _CPU_FLAGS if flag in present)
-    except OSError:
-        pass
-    return ()
+    present = cpu_flags(cpuinfo)
+    return tuple(flag for flag in _CPU_FLAGS if flag in present)
 
 
 def _detect(kind: str, device: torch.device) -> bool:

@@ -18,7 +18,7 @@ def onednn_state():
     before, threshold = layers._ONEDNN["enabled"], layers._ONEDNN["min_product"]
     layers._ONEDNN["min_product"] = 0
     yield
-    layers.onednn_linear_enabled(before)
+    layers._ONEDNN["enabled"] = before
     layers._ONEDNN["min_product"] = threshold
 
 
@@ -95,6 +95,57 @@ def test_switch_reports_state(onednn_state):
     assert layers.onednn_linear_enabled(False) is False
     available = layers._onednn_op() is not None
     assert layers.onednn_linear_enabled(True) is available
+
+
+def test_the_default_product_path_follows_the_cpu_and_the_environment(monkeypatch):
+    """oneDNN by default except where torch's BLAS is MKL on an Intel CPU
+    (MKL's own fast path there); OFFRL_ONEDNN chooses by hand."""
+    monkeypatch.delenv(layers.ONEDNN_ENV_VAR, raising=False)
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
+    assert layers.onednn_pays("GenuineIntel") is False
+    assert layers.onednn_pays("AuthenticAMD") is True
+    assert layers.onednn_pays("") is True  # not reported (not Linux, ARM): as before the CPU was read
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
+    assert layers.onednn_pays("GenuineIntel") is True
+    for value, expected in (("1", True), ("0", False), (" 0 ", False)):
+        monkeypatch.setenv(layers.ONEDNN_ENV_VAR, value)
+        assert layers.onednn_pays("GenuineIntel") is expected and layers.onednn_pays("AuthenticAMD") is expected
+    monkeypatch.setenv(layers.ONEDNN_ENV_VAR, "yes")
+    with pytest.raises(ValueError, match="OFFRL_ONEDNN='yes': expected 1 .* or 0"):
+        layers.onednn_pays()
+    # the first product decides once, from the CPU's vendor; a choice made by hand first is kept
+    monkeypatch.delenv(layers.ONEDNN_ENV_VAR)
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
+    for vendor, expected in (("GenuineIntel", False), ("AuthenticAMD", True)):
+        monkeypatch.setattr(layers, "cpu_vendor", lambda v=vendor: v)
+        monkeypatch.setitem(layers._ONEDNN, "checked", False)
+        monkeypatch.setitem(layers._ONEDNN, "enabled", None)
+        available = layers._onednn_op() is not None
+        assert layers.onednn_linear_enabled() is (expected and available)
+        monkeypatch.setitem(layers._ONEDNN, "checked", False)
+        monkeypatch.setitem(layers._ONEDNN, "enabled", None)
+        assert layers.onednn_linear_enabled(not expected) is (not expected and available)
+        assert layers.onednn_linear_enabled() is (not expected and available)
+    monkeypatch.setitem(layers._ONEDNN, "checked", False)
+    monkeypatch.setitem(layers._ONEDNN, "enabled", None)
+    monkeypatch.setenv(layers.ONEDNN_ENV_VAR, "2")
+    for _ in range(2):  # raised at every call until mended, never silently decided
+        with pytest.raises(ValueError, match="OFFRL_ONEDNN"):
+            layers.onednn_linear_enabled()
+
+
+def test_the_cpu_description_is_the_first_processors(tmp_path):
+    from offrl import _cpu
+
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu avx512f\n\n"
+                    "processor\t: 1\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx512_bf16\n")
+    assert _cpu.cpu_vendor(str(path)) == "GenuineIntel"
+    assert _cpu.cpu_flags(str(path)) == frozenset({"fpu", "avx512f"})
+    path.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\nCPU implementer\t: 0x41\n")  # ARM
+    assert _cpu.cpu_vendor(str(path)) == "" and _cpu.cpu_flags(str(path)) == frozenset({"fp", "asimd", "bf16"})
+    assert _cpu.cpuinfo(str(path))["cpu implementer"] == "0x41"
+    assert _cpu.cpuinfo(str(tmp_path / "absent")) == {} and _cpu.cpu_vendor(str(tmp_path / "absent")) == ""
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
