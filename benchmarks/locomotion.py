@@ -189,9 +189,26 @@ def envs_problem(python: str, env_ids: List[str]) -> Optional[str]:
     return lines[-1] if lines else f"exit status {done.returncode}"
 
 
+def bf16_kind() -> str:
+    """``hardware``: the CPU has bf16 units; ``emulated``: bf16-mixed forced
+    on without them (``OFFRL_BF16=1``): torch rounds the products' inputs to
+    bf16 and accumulates in float32 as the units do, in software, so such a
+    run's scores measure bf16's arithmetic and its speed means nothing."""
+    from offrl.training.precision import cpu_bf16_flags
+
+    return "hardware" if cpu_bf16_flags() else "emulated"
+
+
+def precision_env() -> str:
+    from offrl.training.precision import ENV_VAR
+
+    return ENV_VAR
+
+
 def bf16_cpu() -> bool:
     """Whether offrl's bf16-mixed runs in bf16 on this CPU (``OFFRL_BF16``
-    included), not its float32 fallback."""
+    included: on a CPU without bf16 units, emulated), not its float32
+    fallback."""
     from offrl.training.precision import bf16_available
 
     return bf16_available("cpu")
@@ -430,6 +447,9 @@ def run(args: argparse.Namespace) -> int:
         # offrl would warn and train in float32: a row labelled bf16-mixed that measured float32
         print("bf16-mixed rows skipped: this CPU has no bf16 units (no avx512_bf16 / amx_bf16 / bf16 flag)", flush=True)
         jobs = float32_jobs
+    elif len(float32_jobs) < len(jobs) and bf16_kind() == "emulated":
+        print(f"bf16-mixed rows run with emulated bf16 products ({precision_env()}=1 on a CPU without bf16 units): "
+              "their scores measure bf16's arithmetic, their speed does not (recorded as bf16: emulated)", flush=True)
     print(f"{len(jobs)} jobs to run, {args.jobs} at a time; results in {RESULTS}", flush=True)
     running: List[Tuple[subprocess.Popen, Dict[str, Any], str, float]] = []
     queue = list(jobs)
@@ -478,6 +498,8 @@ def worker(spec_text: str) -> int:
     result = run_job(job)
     record = {k: job[k] for k in ("library", "algo", "dataset", "seed", "updates", "env_id", "data_sha256")}
     record.update(result)
+    if VARIANTS[job["library"]][1].get("precision", "float32") != "float32":
+        record["bf16"] = bf16_kind()
     record.update({"started": started, "load_start": load_start, "load_end": load_average(),
                    "machine": f"{platform.machine()} {_cpu_model()}, {os.cpu_count()} CPUs", "threads": 1})
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(job["output"]), suffix=".tmp")
@@ -632,10 +654,13 @@ def precision_table(rows: Dict[Tuple[str, str], Dict[str, Dict[int, Dict[str, An
         d3rlpy_runs = [run for seed, run in by_lib.get("d3rlpy", {}).items() if seed in seeds]
         against = (f"{speed['offrl-bf16'] / np.mean([r['updates'] / r['train_cpu_s'] for r in d3rlpy_runs]):.2f}x"
                    if d3rlpy_runs else "-")
+        bf16_speed = f"{speed['offrl-bf16']:.1f} | {speed['offrl-bf16'] / speed['offrl']:.2f}x | {against}"
+        emulated = [s for s in seeds if by_lib["offrl-bf16"][s].get("bf16") == "emulated"]
+        if emulated:  # software bf16: the scores stand, the speed is not bf16's
+            bf16_speed = f"emulated (seed{'s' * (len(emulated) > 1)} {', '.join(map(str, emulated))}) | - | -"
         lines.append(f"| {algo} | {dataset} | {updates:,} | {len(seeds)} | {scores['offrl'].mean():.1f} ± "
                      f"{scores['offrl'].std():.1f} | {scores['offrl-bf16'].mean():.1f} ± {scores['offrl-bf16'].std():.1f} "
-                     f"| {difference:+.1f} | {within} | {speed['offrl']:.1f} | {speed['offrl-bf16']:.1f} "
-                     f"| {speed['offrl-bf16'] / speed['offrl']:.2f}x | {against} |")
+                     f"| {difference:+.1f} | {within} | {speed['offrl']:.1f} | {bf16_speed} |")
     if len(lines) > 2:
         print("\noffrl float32 against bf16-mixed (the same seeds, data and evaluation episodes)")
         print("\n".join(lines))
