@@ -6,6 +6,8 @@ answer."""
 
 from __future__ import annotations
 
+import os
+import platform
 from typing import Dict
 
 __all__ = ["cpuinfo", "cpu_vendor", "cpu_flags"]
@@ -34,8 +36,15 @@ def cpuinfo(path: str = CPUINFO) -> Dict[str, str]:
 
 
 def cpu_vendor(path: str = CPUINFO) -> str:
-    """``GenuineIntel``, ``AuthenticAMD``, ...; ``""`` where not reported."""
-    return cpuinfo(path).get("vendor_id", "")
+    """``GenuineIntel``, ``AuthenticAMD``, ...; ``""`` where not reported.
+    Without ``/proc/cpuinfo`` (Windows), the vendor that ends
+    ``platform.processor()`` (``Intel64 Family 6 Model 85 Stepping 7,
+    GenuineIntel``)."""
+    vendor = cpuinfo(path).get("vendor_id", "")
+    if not vendor and path == CPUINFO and not os.path.exists(path):
+        last = platform.processor().rsplit(",", 1)[-1].strip()
+        vendor = last if last in ("GenuineIntel", "AuthenticAMD") else ""
+    return vendor
 
 
 def cpu_flags(path: str = CPUINFO) -> frozenset:

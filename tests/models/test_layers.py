@@ -148,6 +148,17 @@ def test_the_cpu_description_is_the_first_processors(tmp_path):
     assert _cpu.cpuinfo(str(tmp_path / "absent")) == {} and _cpu.cpu_vendor(str(tmp_path / "absent")) == ""
 
 
+def test_the_cpu_vendor_without_proc_cpuinfo_comes_from_platform(tmp_path, monkeypatch):
+    from offrl import _cpu
+
+    monkeypatch.setattr(_cpu, "CPUINFO", str(tmp_path / "absent"))  # as on Windows
+    for processor, vendor in (("Intel64 Family 6 Model 85 Stepping 7, GenuineIntel", "GenuineIntel"),
+                              ("AMD64 Family 25 Model 1 Stepping 1, AuthenticAMD", "AuthenticAMD"),
+                              ("i386", ""), ("", "")):
+        monkeypatch.setattr(_cpu.platform, "processor", lambda p=processor: p)
+        assert _cpu.cpu_vendor(_cpu.CPUINFO) == vendor
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     lead=st.lists(st.integers(1, 5), min_size=1, max_size=2), i=st.integers(1, 48), o=st.integers(1, 48),
