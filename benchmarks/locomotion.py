@@ -515,14 +515,9 @@ def worker(spec_text: str) -> int:
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    from offrl._cpu import cpuinfo
+
+    return cpuinfo().get("model name") or platform.processor() or "unknown CPU"
 
 
 # ------------------------------------------------------------------ report
