@@ -199,12 +199,6 @@ def bf16_kind() -> str:
     return "hardware" if cpu_bf16_flags() else "emulated"
 
 
-def precision_env() -> str:
-    from offrl.training.precision import ENV_VAR
-
-    return ENV_VAR
-
-
 def bf16_cpu() -> bool:
     """Whether offrl's bf16-mixed runs in bf16 on this CPU (``OFFRL_BF16``
     included: on a CPU without bf16 units, emulated), not its float32
@@ -448,7 +442,9 @@ def run(args: argparse.Namespace) -> int:
         print("bf16-mixed rows skipped: this CPU has no bf16 units (no avx512_bf16 / amx_bf16 / bf16 flag)", flush=True)
         jobs = float32_jobs
     elif len(float32_jobs) < len(jobs) and bf16_kind() == "emulated":
-        print(f"bf16-mixed rows run with emulated bf16 products ({precision_env()}=1 on a CPU without bf16 units): "
+        from offrl.training.precision import ENV_VAR
+
+        print(f"bf16-mixed rows run with emulated bf16 products ({ENV_VAR}=1 on a CPU without bf16 units): "
               "their scores measure bf16's arithmetic, their speed does not (recorded as bf16: emulated)", flush=True)
     print(f"{len(jobs)} jobs to run, {args.jobs} at a time; results in {RESULTS}", flush=True)
     running: List[Tuple[subprocess.Popen, Dict[str, Any], str, float]] = []
