@@ -64,6 +64,15 @@ def test_help_runs_as_module():
     assert out.returncode == 0 and "ONNX" in out.stdout
 
 
+def test_the_package_runs_as_the_command():
+    """``python -m offrl`` is the ``offrl`` command (its usage and its exit
+    status for a user error)."""
+    ok = subprocess.run([sys.executable, "-m", "offrl", "--help"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and ok.stdout.startswith("usage: offrl") and "fit" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "offrl", "no-such-command"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "invalid choice: 'no-such-command'" in bad.stderr
+
+
 def test_every_subcommand_has_help():
     for command in ("quickstart", "fit", "evaluate", "export", "info", "plot", "plot-all", "stats", "record", "play"):
         with pytest.raises(SystemExit) as exc:
