@@ -26,6 +26,8 @@ def bf16_units():
 
 
 def _fit(fit_quietly, make_config, name: str, seed: int, n_steps: int, dataset, observations):
+    """Greedy actions on ``observations`` after ``n_steps`` of ``fit`` in
+    precision ``name``, seeded."""
     offrl.seed(seed)
     algo = make_config(precision=name).create()
     algo.build_with_dataset(dataset)
@@ -34,12 +36,12 @@ def _fit(fit_quietly, make_config, name: str, seed: int, n_steps: int, dataset, 
     return algo.predict(observations)
 
 
-def _continuous(cls, **extra):
+def _continuous(cls):
+    """``precision -> config`` of ``cls`` with 64x64 encoders at batch 256."""
     encoder = VectorEncoderFactory(hidden_units=[64, 64])
 
     def make(precision: str):
-        return cls(batch_size=256, actor_encoder_factory=encoder, critic_encoder_factory=encoder,
-                   precision=precision, **extra)
+        return cls(batch_size=256, actor_encoder_factory=encoder, critic_encoder_factory=encoder, precision=precision)
     return make
 
 
@@ -72,7 +74,7 @@ def test_sac_finds_the_best_action_in_bf16_as_in_float32(seed, bf16_units, one_s
 def _contextual_bandit(n: int = 2000, seed: int = 0):
     """One-step episodes: observation x ~ N(0, I_4), three actions logged
     uniformly; reward 1 for the action ``argmax(x[0], x[1], 0)``, else 0.
-    Returns the dataset and that best action of each observation."""
+    Returns the dataset, its observations and each one's best action."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 4)).astype(np.float32)
     best = np.argmax(np.stack([x[:, 0], x[:, 1], np.zeros(n)], axis=1), axis=1)
