@@ -131,6 +131,31 @@ class D3rlpySerializable:
         return cls.from_dict(record)  # type: ignore[attr-defined]
 
     @classmethod
+    def from_dict(cls, kvs: Dict[str, Any], *, infer_missing: bool = False) -> Any:
+        """The object of offrl's ``{"kind", "type", "params"}`` record (what
+        ``to_dict`` gives) or of d3rlpy's plain parameters (what d3rlpy's
+        ``to_dict()`` and ``serialize_to_dict()`` give; a field left out
+        keeps its default). ``infer_missing`` is dataclasses-json's keyword,
+        accepted for d3rlpy's callers: every field here has a default."""
+        if not isinstance(kvs, dict):
+            raise TypeError(f"{cls.__name__}.from_dict takes a dict, got {type(kvs).__name__}")
+        if "type" in kvs and "params" in kvs and set(kvs) <= {"kind", "type", "params"}:
+            return cls._from_record(kvs)
+        return cls.deserialize_from_dict(kvs)
+
+    @classmethod
+    def _from_record(cls, record: Dict[str, Any]) -> Any:
+        """The object of offrl's record: the next class's ``from_dict``."""
+        return super().from_dict(record)  # type: ignore[misc]
+
+    @classmethod
+    def from_json(cls, s: Any, *, infer_missing: bool = False) -> Any:
+        """dataclasses-json's ``from_json`` as d3rlpy's configs and factories
+        have it: :meth:`from_dict` on JSON text (offrl's ``to_json`` or
+        d3rlpy's ``to_json`` / ``serialize``)."""
+        return cls.from_dict(load_json(s, f"{cls.__name__}.from_json"), infer_missing=infer_missing)
+
+    @classmethod
     def deserialize(cls, serialized_config: str) -> Any:
         """Inverse of :meth:`serialize`."""
         if not isinstance(serialized_config, (str, bytes, bytearray)):

@@ -70,9 +70,9 @@ class InitParamsSerializable(D3rlpySerializable, Serializable):
         return params
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any]):
+    def _from_record(cls, data: Dict[str, Any]):
         if declares_own_fields(cls):
-            return super().from_dict(data)
+            return super()._from_record(data)
         if data.get("type") != cls.get_type():
             raise ValueError(f"{cls.__name__} cannot load a {data.get('type')!r} record")
         if not isinstance(data.get("params"), dict):

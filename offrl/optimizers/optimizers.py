@@ -371,7 +371,7 @@ class _NamedFactory(D3rlpySerializable, OptimizerFactory):
         _check_scheduler(self.lr_scheduler_factory)
 
     to_dict = Serializable.to_dict
-    from_dict = classmethod(Serializable.from_dict.__func__)  # type: ignore[assignment]
+    _from_record = classmethod(Serializable.from_dict.__func__)  # type: ignore[assignment]
 
 
 @register("optimizer")

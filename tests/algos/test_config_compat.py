@@ -160,6 +160,46 @@ def test_deserialize_refuses_bad_input():
         DQNConfig.deserialize('{"batch_size": -1}')
 
 
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_from_json_and_from_dict_read_offrls_record_and_d3rlpys_parameters(name):
+    cls = CONFIGS[name]
+    config = cls(batch_size=7, gamma=0.5)
+    assert cls.from_json(config.to_json()) == config  # offrl's {"kind", "type", "params"} record
+    assert cls.from_dict(config.to_dict()) == config
+    assert cls.from_json(config.serialize()) == config  # d3rlpy's to_json() / serialize()
+    assert cls.from_dict(config.serialize_to_dict()) == config
+    assert cls.from_dict({"gamma": 0.5, "batch_size": 7}) == config  # fields left out keep their defaults
+    assert cls.from_dict({}) == cls()
+
+
+def test_from_json_reads_d3rlpys_text_and_names_bad_input():
+    assert DQNConfig.from_json(D3RLPY_DQN_JSON) == DQNConfig(batch_size=3)
+    assert DQNConfig.from_json(D3RLPY_DQN_JSON.encode(), infer_missing=True) == DQNConfig(batch_size=3)
+    with pytest.raises(ValueError, match=r"DQNConfig.from_json: not valid JSON"):
+        DQNConfig.from_json('{"batch_size": 3')
+    with pytest.raises(TypeError, match="DQNConfig.from_dict takes a dict, got list"):
+        DQNConfig.from_json("[3]")
+    with pytest.raises(ValueError, match=r"DQNConfig has no parameters \['batchsize'\]"):
+        DQNConfig.from_dict({"batchsize": 3})
+    with pytest.raises(ValueError, match="DQNConfig cannot load a 'sac' record"):
+        DQNConfig.from_dict(SACConfig().to_dict())
+    with pytest.raises(ValueError, match="unknown encoder type 'os.system'"):
+        DQNConfig.from_json('{"encoder_factory": {"type": "os.system", "params": {}}}')
+
+
+def test_factories_from_json_and_from_dict_read_both_forms():
+    from offrl.optimizers import AdamFactory
+
+    encoder = VectorEncoderFactory(hidden_units=[8], activation="tanh")
+    assert VectorEncoderFactory.from_dict({"hidden_units": [8], "activation": "tanh"}) == encoder  # d3rlpy's to_dict()
+    assert VectorEncoderFactory.from_json(encoder.to_json()) == encoder
+    adam = AdamFactory(weight_decay=0.1, betas=(0.5, 0.9))
+    assert AdamFactory.from_json('{"weight_decay": 0.1, "betas": [0.5, 0.9]}') == adam
+    assert AdamFactory.from_dict(adam.to_dict()) == adam
+    assert QRQFunctionFactory.from_json('{"share_encoder": true, "n_quantiles": 8}') == QRQFunctionFactory(
+        share_encoder=True, n_quantiles=8)
+
+
 def test_factory_serialize_matches_d3rlpy():
     assert QRQFunctionFactory(n_quantiles=5).serialize() == '{"share_encoder": false, "n_quantiles": 5}'
     assert MeanQFunctionFactory().serialize() == '{"share_encoder": false}'
