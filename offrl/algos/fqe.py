@@ -65,6 +65,7 @@ import torch.nn.functional as F
 from ._common import freeze, hard_update, optimizer_step, soft_update, td_target
 from .base import DeviceArg, QLearningAlgoBase
 from .inputs_check import normalise_shape
+from ..training import distributed
 from ..training.fit import prepare_algorithm
 from .dqn import QNetworkConfig, plain_q, plain_regression, written_out_q_available
 from .fqe_diagnostics import (CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW, OFF_SUPPORT_WARN, RESIDUAL_GROWTH,
@@ -272,6 +273,9 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
             i.e. before ``fit``); it is only read, never changed.
         config: :class:`FQEConfig` (default: ``FQEConfig()``).
         device: where FQE's networks live.
+        enable_ddp: train data-parallel under ``torchrun`` (d3rlpy's flag;
+            see :mod:`offrl.training.distributed`): every rank evaluates the
+            same ``algo``; rank 0 logs the diagnostic.
 
     ``predict`` / ``sample_action`` / ``save_policy`` are the evaluated
     algorithm's; ``predict_value(x, a)`` is FQE's ``Q(x, a)``.
@@ -284,12 +288,13 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
     _q_modules = ("q_function", "targ_q_function")
     _q_optim = "optim"
 
-    def __init__(self, algo: QLearningAlgoBase, config: Optional[FQEConfig] = None, device: DeviceArg = False) -> None:
+    def __init__(self, algo: QLearningAlgoBase, config: Optional[FQEConfig] = None, device: DeviceArg = False,
+                 enable_ddp: bool = False) -> None:
         if config is None:
             config = self._default_config()
         self._check_config(config)
         self._algo = self._check_algo(algo)
-        super().__init__(config, device)
+        super().__init__(config, device, enable_ddp)
 
     # ------------------------------------------------------------ checks
     @staticmethod
@@ -560,13 +565,16 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         clash = sorted(set(evaluators or {}) & set(ConvergenceMonitor.names))
         if clash:
             raise ValueError(f"evaluators {clash} clash with the convergence diagnostic's metric names: rename them")
-        train, monitor = self._convergence_monitor(dataset, float(holdout_fraction), int(convergence_window),
+        source = distributed.unwrap(dataset)  # a global_batches / shard marker goes back on the training episodes
+        train, monitor = self._convergence_monitor(source, float(holdout_fraction), int(convergence_window),
                                                    float(convergence_tolerance))
         if isinstance(self._algo, SequencePolicy):  # next actions replayed from each episode's history
             train = self._algo.replay_next_actions(train)
+        if source is not dataset:
+            train = dataclasses.replace(dataset, dataset=train)
         self._convergence = None
         # the user's evaluators score the dataset they gave, held-out episodes included
-        given = {name: on_dataset(evaluator, dataset) for name, evaluator in (evaluators or {}).items()}
+        given = {name: on_dataset(evaluator, source) for name, evaluator in (evaluators or {}).items()}
         inner = super().fitter(train, n_steps, n_steps_per_epoch=n_steps_per_epoch, logging_steps=logging_steps,
                                logging_strategy=logging_strategy, experiment_name=experiment_name,
                                with_timestamp=with_timestamp, logger_adapter=logger_adapter, show_progress=show_progress,
@@ -578,7 +586,7 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
                        monitor: ConvergenceMonitor,
                        early_stopping: bool) -> Generator[Tuple[int, Dict[str, float]], None, None]:
         try:
-            prepare_algorithm(self, train)  # as fit does first: builds FQE to measure V(s0) before the first update
+            prepare_algorithm(self, distributed.unwrap(train))  # as fit does first: builds FQE to measure V(s0) before the first update
             monitor.start()
             for epoch, metrics in inner:
                 yield epoch, metrics
@@ -770,6 +778,7 @@ class DiscreteFQE(FQE, config=DiscreteFQEConfig):
         config: :class:`DiscreteFQEConfig` or :class:`FQEConfig` (default:
             ``DiscreteFQEConfig()``).
         device: where FQE's networks live.
+        enable_ddp: train data-parallel under ``torchrun`` (as :class:`FQE`).
     """
 
     _action_type = ActionSpace.DISCRETE

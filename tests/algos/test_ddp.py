@@ -55,6 +55,14 @@ SCRIPT = textwrap.dedent('''
                  show_progress=False, experiment_name="run", with_timestamp=False, callback=callback)
         weights = torch.cat([p.detach().reshape(-1) for p in algo.modules.parameters()])
         torch.save(weights, os.path.join(out, f"w_{mode}_{sampling}_{rank}.pt"))
+        if sampling == "global":  # FQE of the trained DQN, data-parallel as d3rlpy's FQE(..., enable_ddp=True)
+            offrl.seed(1)
+            fqe = offrl.ope.DiscreteFQE(algo, offrl.ope.DiscreteFQEConfig(
+                batch_size=8, encoder_factory=VectorEncoderFactory(hidden_units=[8]), target_update_interval=5),
+                "cpu:0", ddp)
+            fqe.fit(global_batches(data), 10, 5, logger_adapter=NoopAdapterFactory(), show_progress=False)
+            weights = torch.cat([p.detach().reshape(-1) for p in fqe.modules.parameters()])
+            torch.save(weights, os.path.join(out, f"f_{mode}_{rank}.pt"))
 ''')
 
 
@@ -137,6 +145,41 @@ def test_one_rank_process_group_trains_like_one_process(tmp_path):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_fqe_in_a_one_rank_process_group_trains_like_one_process(tmp_path):
+    """FQE's ``enable_ddp`` (d3rlpy's positional fourth argument): averaged
+    optimizer steps, the held-out split taken under the global-batch
+    marker; in a group of one, the weights of one process."""
+    import torch.distributed as dist
+
+    from offrl.ope import DiscreteFQE, DiscreteFQEConfig
+    from offrl.training.distributed import _AveragedStep
+
+    rng = np.random.default_rng(2)
+    data = offrl.dataset.MDPDataset(rng.normal(size=(100, 3)).astype(np.float32), np.arange(100) % 2,
+                                    rng.normal(size=100).astype(np.float32), (np.arange(100) % 10 == 9), action_size=2)
+    offrl.seed(0)
+    policy = DQNConfig(encoder_factory=VectorEncoderFactory(hidden_units=[4])).create()
+    policy.build_with_dataset(data)
+
+    def train(ddp: bool) -> torch.Tensor:
+        offrl.seed(3)
+        fqe = DiscreteFQE(policy, DiscreteFQEConfig(batch_size=4, encoder_factory=VectorEncoderFactory(hidden_units=[4])),
+                          "cpu:0", ddp)
+        assert fqe.enable_ddp is ddp
+        fqe.fit(distributed.global_batches(data), 6, 3, logger_adapter=NoopAdapterFactory(), show_progress=False)
+        assert isinstance(vars(fqe.optimizers["optim"]).get("step"), _AveragedStep) is ddp
+        assert fqe.convergence.n_heldout_episodes == 1  # episode 9 held out, as without the marker
+        return torch.cat([p.detach().reshape(-1) for p in fqe.modules.parameters()])
+
+    expected = train(False)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        got = train(True)
+    finally:
+        dist.destroy_process_group()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def _torchrun(tmp_path, mode: str, nproc: int = 2) -> subprocess.CompletedProcess:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
@@ -157,6 +200,9 @@ def test_two_ranks_under_torchrun_agree_and_match_one_process(tmp_path):
     # each rank trains on its half of the same global batch: the averaged gradient is the full batch's
     reference = load("w_one_global_0.pt")
     torch.testing.assert_close(load("w_ddp_global_0.pt"), reference, rtol=1e-4, atol=1e-5)
+    # FQE of the trained DQN (10 of the 200 transitions held out): the same on both ranks and as one process's
+    assert torch.equal(load("f_ddp_0.pt"), load("f_ddp_1.pt"))
+    torch.testing.assert_close(load("f_ddp_0.pt"), load("f_one_0.pt"), rtol=1e-4, atol=1e-5)
     # sharded sampling sees other batches: the weights moved away from the reference
     assert not torch.allclose(load("w_ddp_shard_0.pt"), reference)
     # rank 0 alone logged and saved; the saved model loads in this single process
