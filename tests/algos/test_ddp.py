@@ -122,19 +122,9 @@ def test_slice_rows_keeps_each_ranks_rows():
     assert part.weights is None and part.rewards_to_go is None
 
 
-def test_one_rank_process_group_trains_like_one_process(tmp_path):
-    """In a process group of one, DDP changes nothing: same weights as without it."""
+def _same_in_a_one_rank_group(train, tmp_path) -> None:
+    """``train(ddp)``'s weights without DDP, then with it in a gloo process group of one: equal."""
     import torch.distributed as dist
-
-    data = offrl.dataset.MDPDataset(np.random.default_rng(1).normal(size=(40, 3)).astype(np.float32),
-                                    np.arange(40) % 2, np.ones(40, np.float32), (np.arange(40) % 10 == 9), action_size=2)
-
-    def train(ddp: bool) -> torch.Tensor:
-        offrl.seed(3)
-        algo = DQNConfig(batch_size=4, encoder_factory=VectorEncoderFactory(hidden_units=[4])).create(enable_ddp=ddp)
-        assert algo.enable_ddp is ddp
-        algo.fit(distributed.global_batches(data), 6, 3, logger_adapter=NoopAdapterFactory(), show_progress=False)
-        return torch.cat([p.detach().reshape(-1) for p in algo.modules.parameters()])
 
     expected = train(False)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
@@ -145,12 +135,25 @@ def test_one_rank_process_group_trains_like_one_process(tmp_path):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_one_rank_process_group_trains_like_one_process(tmp_path):
+    """In a process group of one, DDP changes nothing: same weights as without it."""
+    data = offrl.dataset.MDPDataset(np.random.default_rng(1).normal(size=(40, 3)).astype(np.float32),
+                                    np.arange(40) % 2, np.ones(40, np.float32), (np.arange(40) % 10 == 9), action_size=2)
+
+    def train(ddp: bool) -> torch.Tensor:
+        offrl.seed(3)
+        algo = DQNConfig(batch_size=4, encoder_factory=VectorEncoderFactory(hidden_units=[4])).create(enable_ddp=ddp)
+        assert algo.enable_ddp is ddp
+        algo.fit(distributed.global_batches(data), 6, 3, logger_adapter=NoopAdapterFactory(), show_progress=False)
+        return torch.cat([p.detach().reshape(-1) for p in algo.modules.parameters()])
+
+    _same_in_a_one_rank_group(train, tmp_path)
+
+
 def test_fqe_in_a_one_rank_process_group_trains_like_one_process(tmp_path):
     """FQE's ``enable_ddp`` (d3rlpy's positional fourth argument): averaged
     optimizer steps, the held-out split taken under the global-batch
     marker; in a group of one, the weights of one process."""
-    import torch.distributed as dist
-
     from offrl.ope import DiscreteFQE, DiscreteFQEConfig
     from offrl.training.distributed import _AveragedStep
 
@@ -171,13 +174,7 @@ def test_fqe_in_a_one_rank_process_group_trains_like_one_process(tmp_path):
         assert fqe.convergence.n_heldout_episodes == 1  # episode 9 held out, as without the marker
         return torch.cat([p.detach().reshape(-1) for p in fqe.modules.parameters()])
 
-    expected = train(False)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
-    try:
-        got = train(True)
-    finally:
-        dist.destroy_process_group()
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    _same_in_a_one_rank_group(train, tmp_path)
 
 
 def _torchrun(tmp_path, mode: str, nproc: int = 2) -> subprocess.CompletedProcess:
