@@ -71,15 +71,13 @@ from .dqn import QNetworkConfig, plain_q, plain_regression, written_out_q_availa
 from .fqe_diagnostics import (CONVERGENCE_TOLERANCE, CONVERGENCE_WINDOW, OFF_SUPPORT_WARN, RESIDUAL_GROWTH,
                               ConvergenceDiagnostic, PolicyValueEstimate, bootstrap_interval, check_convergence_args,
                               ensemble_bootstrap_interval,
-                              ConvergenceMonitor, FixedSplit, merge_scorers, not_settled_message, on_dataset,
-                              slice_observations, heldout_split,
+                              ConvergenceMonitor, merge_scorers, not_settled_message, on_dataset,
+                              slice_observations, heldout_split, split_heldout_episodes,
                               initial_observations, is_settled, off_support_fraction, projected_drift, relative_change,
                               replay_convergence)
 from .config import (BOOL, POSITIVE, POSITIVE_INT, UNIT_INTERVAL, Constraint, check_positive_int, param)
 from ..constants import ActionSpace
 from ..dataset.batch import TorchTransitionMiniBatch, TransitionMiniBatch
-from ..dataset.replay_buffer import ReplayBuffer
-from ..dataset.split import split_episodes
 from ..metrics.sequence import SequencePolicy
 from ..metrics.evaluators import TDErrorEvaluator
 from ..models.encoders import ByShapeEncoderFactory
@@ -273,9 +271,8 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
             i.e. before ``fit``); it is only read, never changed.
         config: :class:`FQEConfig` (default: ``FQEConfig()``).
         device: where FQE's networks live.
-        enable_ddp: train data-parallel under ``torchrun`` (d3rlpy's flag;
-            see :mod:`offrl.training.distributed`): every rank evaluates the
-            same ``algo``; rank 0 logs the diagnostic.
+        enable_ddp: train data-parallel under ``torchrun`` (d3rlpy's flag,
+            :mod:`offrl.training.distributed`); every rank evaluates ``algo``.
 
     ``predict`` / ``sample_action`` / ``save_policy`` are the evaluated
     algorithm's; ``predict_value(x, a)`` is FQE's ``Q(x, a)``.
@@ -601,13 +598,7 @@ class FQE(QLearningAlgoBase, config=FQEConfig):
         if not hasattr(dataset, "sample_transition_batch") or not hasattr(dataset, "episodes"):
             raise TypeError(f"dataset must be a ReplayBuffer or MDPDataset, got {type(dataset).__name__}")
         initial = initial_observations(dataset)
-        train, heldout = dataset, None
-        if fraction > 0.0 and isinstance(dataset, ReplayBuffer):
-            train_idx, held_idx = heldout_split(dataset.size(), fraction)
-            if held_idx.shape[0] > 0 and train_idx.shape[0] > 0:
-                train, heldout = next(split_episodes(dataset, FixedSplit(train_idx, held_idx)))
-                if heldout.transition_count == 0:
-                    train, heldout = dataset, None
+        train, heldout = split_heldout_episodes(dataset, fraction)
         evaluator = TDErrorEvaluator(episodes=heldout.episodes if heldout is not None else None)
         residual = (lambda algo: evaluator(algo)) if heldout is not None else (lambda algo: evaluator(algo, train))
         n_heldout = 0 if heldout is None else int(heldout.size())

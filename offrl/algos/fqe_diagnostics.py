@@ -496,6 +496,22 @@ class FixedSplit:
         yield self.train, self.test
 
 
+def split_heldout_episodes(dataset: Any, fraction: float) -> Tuple[Any, Any]:
+    """``(train, heldout)`` datasets by :func:`heldout_split`'s episodes;
+    ``(dataset, None)`` when nothing is held out (``fraction = 0``, too few
+    episodes, no held-out transition, or not a columnar ReplayBuffer)."""
+    from ..dataset.replay_buffer import ReplayBuffer
+    from ..dataset.split import split_episodes
+
+    if fraction > 0.0 and isinstance(dataset, ReplayBuffer):
+        train_idx, held_idx = heldout_split(dataset.size(), fraction)
+        if held_idx.shape[0] > 0 and train_idx.shape[0] > 0:
+            train, heldout = next(split_episodes(dataset, FixedSplit(train_idx, held_idx)))
+            if heldout.transition_count > 0:
+                return train, heldout
+    return dataset, None
+
+
 def on_dataset(evaluator: Any, dataset: Any) -> Any:
     """``evaluator`` called with ``dataset`` whatever ``fit`` trains on."""
     if not callable(evaluator):
