@@ -128,7 +128,7 @@ class D3rlpySerializable:
         params = from_d3rlpy_json(cls, dict_config)
         record = {"kind": cls._kind, "type": cls.get_type(),  # type: ignore[attr-defined]
                   "params": {k: to_json_value(v) for k, v in params.items()}}
-        return cls.from_dict(record)  # type: ignore[attr-defined]
+        return cls._from_record(record)
 
     @classmethod
     def from_dict(cls, kvs: Dict[str, Any], *, infer_missing: bool = False) -> Any:
